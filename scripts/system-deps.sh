@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Debian packages the tests need: bubblewrap for the local sandbox. Installs only what is missing.
+set -euo pipefail
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then
+  echo "system-deps: please install: ${missing[*]}" >&2; exit 1
+fi
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq "${missing[@]}"

@@ -1,0 +1,192 @@
+"""The store's tables. Each SQLModel class is both the table and its validated schema.
+
+Times are timezone-aware UTC. JSON columns hold small structured values (arguments, metrics,
+provenance); bulky content (file versions, job logs) lives in content-addressed `Blob` rows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, LargeBinary
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _json(default: Any = None) -> Any:
+    if callable(default):
+        return Field(default_factory=default, sa_column=Column(JSON))
+    return Field(default=default, sa_column=Column(JSON))
+
+
+class Meta(SQLModel, table=True):
+    """Key/value facts about the store itself, such as `schema_version`."""
+
+    key: str = Field(primary_key=True)
+    value: str
+
+
+class Run(SQLModel, table=True):
+    id: str = Field(primary_key=True)
+    task_id: str = Field(index=True)
+    status: str = Field(default="created", index=True)  # created|running|finalizing|finished
+    backend: str = "local"
+    protocol: str = "heldout"  # heldout|paper
+    workspace: str
+    token_hash: str | None = Field(default=None, index=True)
+    budget_s: float
+    grading_clock: str = "counted"  # counted|paused
+    max_submissions: int | None = None
+    seed: int | None = None
+    agent: str | None = None
+    agent_version: str | None = None
+    driver_model: str | None = None
+    base_model: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None  # the budget clock's start
+    deadline: datetime | None = None
+    ended_at: datetime | None = None
+    end_reason: str | None = None
+    baseline_dev: float | None = None
+    baseline_test: float | None = None
+    final_score: float | None = None
+    final_submission_id: str | None = None
+    config: dict[str, Any] = _json(dict)  # sandbox and run settings as created
+
+
+class ToolCall(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    tool: str = Field(index=True)
+    arguments: dict[str, Any] = _json(dict)
+    result_summary: str = ""
+    is_error: bool = False
+    error: str | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+    duration_ms: float = 0.0
+    transport: str | None = None
+
+
+class Blob(SQLModel, table=True):
+    """Content-addressed bytes, deduplicated by sha256 of the uncompressed content."""
+
+    sha256: str = Field(primary_key=True)
+    size: int
+    encoding: str = "zlib"  # zlib|raw
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Revision(SQLModel, table=True):
+    """One change to one workspace file; `blob_sha` is None when the file was deleted."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    path: str = Field(index=True)
+    blob_sha: str | None = None
+    prev_blob_sha: str | None = None
+    source: str = "scan"  # edit_file|command|job|scan
+    tool_call_id: int | None = None
+    job_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Snapshot(SQLModel, table=True):
+    """The workspace's code at one moment (for instance when a checkpoint was submitted)."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    reason: str = ""
+    tool_call_id: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class SnapshotFile(SQLModel, table=True):
+    snapshot_id: int = Field(primary_key=True, foreign_key="snapshot.id")
+    path: str = Field(primary_key=True)
+    blob_sha: str
+
+
+class Job(SQLModel, table=True):
+    id: str = Field(primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    command: str
+    state: str = "running"  # running|exited|killed|timeout|lost
+    exit_code: int | None = None
+    is_background: bool = False  # True once it outlived run_command's wait
+    log_path: str = ""
+    log_blob_sha: str | None = None
+    log_bytes: int = 0
+    tool_call_id: int | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+
+
+class Submission(SQLModel, table=True):
+    id: str = Field(primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    path: str
+    note: str | None = None
+    status: str = "queued"  # refused|queued|grading|graded|failed
+    error: str | None = None
+    checkpoint_dir: str | None = None  # the grader-owned copy
+    file_hashes: dict[str, str] = _json(dict)
+    snapshot_id: int | None = None
+    l2_distance: float | None = None
+    near_copy: bool = False
+    tool_call_id: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class Evaluation(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str | None = Field(default=None, index=True)
+    submission_id: str | None = Field(default=None, index=True)
+    kind: str = "submission"  # submission|baseline|final
+    split: str  # dev|test
+    status: str = "done"  # done|failed
+    score: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n_items: int = 0
+    metrics: dict[str, Any] = _json(dict)
+    items: list[dict[str, Any]] = _json(list)
+    provenance: dict[str, Any] = _json(dict)
+    error: str | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+
+
+class GradeRequest(SQLModel, table=True):
+    """The grading queue: one row per (submission, split) to evaluate, claimed with a lease."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True)
+    submission_id: str = Field(index=True)
+    split: str
+    state: str = Field(default="queued", index=True)  # queued|leased|done|failed
+    lease_owner: str | None = None
+    lease_until: datetime | None = None
+    attempts: int = 0
+    evaluation_id: int | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class BaselineCache(SQLModel, table=True):
+    key: str = Field(primary_key=True)  # task version, base model hash, grader, engine
+    split: str = Field(primary_key=True)
+    evaluation_id: int
+
+
+class BudgetEvent(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    kind: str  # clock_start|grading_start|grading_end|exhausted|finished|...
+    at: datetime = Field(default_factory=utcnow)
+    detail: dict[str, Any] = _json(dict)
