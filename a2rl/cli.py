@@ -1,0 +1,195 @@
+"""The `a2rl` command line. Thin: each command resolves settings and calls the library.
+
+`--json` prints exactly one JSON document on stdout and nothing else there; progress and
+warnings go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from a2rl.settings import Settings, load_settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="a2rl: can LLM agents engineer post-training? An MCP benchmark harness.")
+config_app = typer.Typer(help="Settings.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document")]
+
+
+def _settings(**overrides: Any) -> Settings:
+    try:
+        return load_settings(overrides)[0]
+    except Exception as exc:  # a broken config file or variable: say which, don't trace
+        _fail(f"bad settings: {exc}")
+        raise
+
+
+def _store(settings: Settings):  # type: ignore[no-untyped-def]
+    from a2rl.store import Store
+
+    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    return Store(settings.database_url)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    typer.echo(f"a2rl: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _print_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+@config_app.command("show")
+def config_show(as_json: JsonFlag = False) -> None:
+    """Show every setting, its value and where it came from (default, file, env, cli)."""
+    settings, sources = load_settings()
+    rows = {name: {"value": getattr(settings, name), "source": sources[name],
+                   "description": field.description}
+            for name, field in Settings.model_fields.items()}
+    rows["db_url"]["value"] = settings.database_url
+    if as_json:
+        _print_json({k: {"value": v["value"], "source": v["source"]} for k, v in rows.items()})
+        return
+    for name, row in rows.items():
+        typer.echo(f"{name:20} = {row['value']!s:50} [{row['source']}]  # {row['description']}")
+
+
+@app.command()
+def create(
+    task: Annotated[str, typer.Option(help="task id (see a2rl tasks)")] = "arith",
+    budget: Annotated[str | None, typer.Option(help="e.g. 30m, 2h; default: the task's")] = None,
+    backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
+    max_submissions: Annotated[int | None, typer.Option(help="default: unlimited")] = None,
+    unsafe_local: Annotated[bool, typer.Option(
+        help="allow the local backend without bubblewrap for any task")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
+    from a2rl.server import create_run
+
+    settings = _settings(backend=backend)
+    store = _store(settings)
+    try:
+        created = create_run(settings, store, task_id=task, budget=budget,
+                             max_submissions=max_submissions, unsafe_local=unsafe_local or None)
+    except (KeyError, ValueError) as exc:
+        _fail(str(exc).strip("'\""))
+        return
+    run = created.run
+    doc = {"run_id": run.id, "token": created.token, "task": run.task_id,
+           "workspace": run.workspace, "budget_s": run.budget_s,
+           "mcp_url": f"http://{settings.http_host}:{settings.http_port}/mcp"}
+    if as_json:
+        _print_json(doc)
+        return
+    typer.echo(f"run {run.id} created (task {run.task_id}, budget {run.budget_s:.0f} s)")
+    typer.echo(f"token (shown once): {created.token}")
+    typer.echo(f"stdio:  a2rl serve --run {run.id}")
+    typer.echo(f"http:   a2rl serve --http   then connect to {doc['mcp_url']} with the token")
+
+
+@app.command()
+def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
+           as_json: JsonFlag = False) -> None:
+    """End a run: stop its jobs and sandbox and close its record."""
+    from a2rl.server import finish_run
+
+    settings = _settings()
+    try:
+        run = finish_run(settings, _store(settings), run_id, reason="finished by a2rl finish")
+    except KeyError as exc:
+        _fail(str(exc).strip("'\""))
+        return
+    if as_json:
+        _print_json(run.model_dump(mode="json", exclude={"token_hash"}))
+    else:
+        typer.echo(f"run {run.id} finished ({run.end_reason})")
+
+
+@app.command()
+def serve(
+    run: Annotated[str | None, typer.Option("--run", help="serve this run over stdio")] = None,
+    http: Annotated[bool, typer.Option(
+        "--http", help="serve all runs over streamable HTTP")] = False,
+    host: Annotated[str | None, typer.Option(help="HTTP address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port")] = None,
+    allow_remote: Annotated[bool, typer.Option(
+        help="allow listening on a non-loopback address")] = False,
+) -> None:
+    """Serve MCP: one run over stdio (--run RUN_ID), or every run over HTTP (--http)."""
+    from a2rl.server.transports import serve_http, serve_stdio
+
+    settings = _settings(http_host=host, http_port=port)
+    if http == (run is not None):
+        _fail("give exactly one of --run RUN_ID (stdio) or --http")
+    if http:
+        if settings.http_host not in {"127.0.0.1", "localhost", "::1"} and not allow_remote:
+            _fail(f"refusing to listen on {settings.http_host}: runs' tools execute commands; "
+                  "pass --allow-remote to listen beyond loopback")
+        serve_http(settings, _store(settings))
+    else:
+        assert run is not None
+        serve_stdio(settings, _store(settings), run)
+
+
+@app.command()
+def runs(as_json: JsonFlag = False) -> None:
+    """List runs, newest first."""
+    from a2rl.store.queries import list_runs
+
+    settings = _settings()
+    rows = list_runs(_store(settings))
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        typer.echo("no runs yet: try `a2rl demo`")
+    for r in rows:
+        typer.echo(f"{r['run_id']}  {r['task']:10} {r['status']:10} {r['created_at']:25} "
+                   f"calls={r['tool_calls']:<5} final={r['final_score']}")
+
+
+@app.command()
+def show(run_id: Annotated[str, typer.Argument(help="a run id")],
+         as_json: JsonFlag = False) -> None:
+    """Show one run: its settings, counts, jobs and scores."""
+    from a2rl.store.queries import run_summary
+
+    settings = _settings()
+    doc = run_summary(_store(settings), run_id)
+    if doc is None:
+        _fail(f"run {run_id!r} does not exist (see a2rl runs)")
+    if as_json:
+        _print_json(doc)
+        return
+    for key, value in (doc or {}).items():
+        typer.echo(f"{key:18} {value}")
+
+
+@app.command()
+def tasks(as_json: JsonFlag = False) -> None:
+    """List the tasks with their levels."""
+    from a2rl.tasks import list_tasks
+
+    rows = [{"id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
+             "default_budget": t.spec.default_budget} for t in list_tasks()]
+    if as_json:
+        _print_json(rows)
+        return
+    for r in rows:
+        typer.echo(f"{r['id']:12} level {r['level']}  {r['title']}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The reference agent: a deterministic, scripted MCP client that behaves like a sensible agent.
+
+It sees only what any agent sees (the tools, TASK.md, the workspace) and follows one plan:
+read the task, look at the data, write a TRL SFT script, train in the background while
+polling, submit, read the score, then try one improvement (GRPO with an exact-match reward
+on top of the SFT model), submit again and stop. Nothing in it depends on a seed or on one
+data file, so it improves any `arith` run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from mcp import Client
+
+Say = Callable[[str], None]
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+def script(name: str) -> str:
+    return resources.files("a2rl.clients").joinpath("reference_scripts", name).read_text()
+
+
+class ReferenceAgent:
+    def __init__(self, client: Client, say: Say = lambda _m: None,
+                 sft_args: str = "", grpo_args: str = "") -> None:
+        self.client, self.say = client, say
+        self.sft_args, self.grpo_args = sft_args, grpo_args
+
+    async def tool(self, name: str, **args: Any) -> dict[str, Any]:
+        result = await self.client.call_tool(name, args, read_timeout_seconds=120)
+        if result.is_error:
+            text = " ".join(getattr(p, "text", "") for p in result.content)
+            raise AgentError(f"{name} failed: {text}")
+        return result.structured_content or {}
+
+    async def train(self, command: str) -> bool:
+        started = await self.tool("run_command", command=command, wait_s=5)
+        if started["status"] == "exited":
+            return started["exit_code"] == 0
+        job_id, offset = started["job_id"], 0
+        while True:
+            st = await self.tool("job_status", job_id=job_id, wait_s=30, offset=offset)
+            offset = st["next_offset"]
+            lines = [ln for ln in st["output"].splitlines() if ln.strip()]
+            if lines:
+                self.say(f"  {job_id}: {lines[-1][:100]}")
+            if st["job"]["state"] != "running":
+                return st["job"]["state"] == "exited" and st["job"]["exit_code"] == 0
+
+    async def submit(self, path: str, note: str) -> dict[str, Any]:
+        sub = await self.tool("submit_checkpoint", path=path, note=note)
+        self.say(f"submitted {path} as {sub['submission_id']}; waiting for its score")
+        while True:
+            score = await self.tool("get_score", submission_id=sub["submission_id"], wait_s=60)
+            if score["status"] not in ("queued", "grading"):
+                break
+        self.say(f"score of {path}: {score.get('score')} ({score['split']}; baseline "
+                 f"{score.get('baseline')})")
+        return score
+
+    async def run(self) -> dict[str, Any]:
+        task = (await self.client.read_resource("a2rl://task")).contents[0]
+        self.say(f"read TASK.md ({len(getattr(task, 'text', ''))} chars)")
+        files = await self.tool("list_files", path=".", depth=2)
+        self.say(f"workspace has {len(files['entries'])} entries")
+        head = await self.tool("read_file", path="data/train.jsonl", limit=2)
+        first = json.loads(head["content"].splitlines()[0].split("\t", 1)[1])
+        self.say(f"training data fields: {sorted(first)}")
+
+        await self.tool("edit_file", path="code/sft.py", new_text=script("sft.py"))
+        self.say("wrote code/sft.py; training SFT in the background")
+        ok = await self.train("python code/sft.py --base base_model --data data/train.jsonl "
+                              f"--out output/sft {self.sft_args}")
+        if not ok:
+            raise AgentError("SFT training failed")
+        first_score = await self.submit("output/sft", "SFT on the training split")
+
+        await self.tool("edit_file", path="code/grpo.py", new_text=script("grpo.py"))
+        self.say("wrote code/grpo.py; GRPO with an exact-match reward on top of SFT")
+        ok = await self.train("python code/grpo.py --base output/sft --data data/train.jsonl "
+                              f"--out output/grpo {self.grpo_args}")
+        second_score = await self.submit("output/grpo", "GRPO on top of SFT") if ok else None
+        budget = await self.tool("budget_status")
+        self.say(f"done after {budget['used_s']:.0f} s of budget")
+        return {"sft": first_score, "grpo": second_score}

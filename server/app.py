@@ -1,0 +1,148 @@
+"""The MCP server: one process serves one run (stdio) or many runs (HTTP, token per run).
+
+`A2RLServer.call_tool` is the single entry of every tool call: it finds the run, starts the
+budget clock on the first call, refuses work after the deadline, binds the run for the tool
+function and records the call whatever its outcome.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from a2rl import __version__
+from a2rl.settings import Settings
+from a2rl.store import BudgetEvent, Run, Store, utcnow
+from a2rl.tools import TOOLS
+from a2rl.tools.runtime import CallContext, RunRuntime, aware, bind, unbind
+
+from .auth import RunTokenVerifier
+from .instructions import instructions_for
+from .recording import end_call, start_call, summarize
+
+ALWAYS_ALLOWED = {"budget_status", "get_score"}
+
+
+class RunRegistry:
+    """The runtimes of the runs this process serves, built on first use."""
+
+    def __init__(self, settings: Settings, store: Store) -> None:
+        self.settings, self.store = settings, store
+        self._runtimes: dict[str, RunRuntime] = {}
+
+    def get(self, run_id: str) -> RunRuntime:
+        if run_id not in self._runtimes:
+            with self.store.session() as s:
+                run = s.get(Run, run_id)
+            if run is None:
+                raise ToolError(f"run {run_id!r} does not exist")
+            self._runtimes[run_id] = RunRuntime(self.settings, self.store, run)
+        return self._runtimes[run_id]
+
+
+class A2RLServer(MCPServer[Any]):
+    def __init__(self, settings: Settings, store: Store, run_id: str | None = None,
+                 transport: str = "stdio", **kwargs: Any) -> None:
+        self.a2rl_settings, self.store, self.bound_run_id = settings, store, run_id
+        self.registry = RunRegistry(settings, store)
+        self.transport = transport
+        run = None
+        if run_id is not None:
+            with store.session() as s:
+                run = s.get(Run, run_id)
+            if run is None:
+                raise ValueError(f"run {run_id!r} does not exist")
+        super().__init__(name="a2rl", version=__version__,
+                         instructions=instructions_for(run), **kwargs)
+        for fn, hints in TOOLS:
+            self.add_tool(fn, annotations=hints)
+        self._register_resources()
+
+    def _register_resources(self) -> None:
+        @self.resource("a2rl://task", name="task", description="TASK.md: the task and its rules",
+                       mime_type="text/markdown")
+        def task_description() -> str:
+            rt = self._runtime()
+            path = rt.workspace.root / "TASK.md"
+            return path.read_text() if path.exists() else "No task description."
+
+    def _runtime(self) -> RunRuntime:
+        run_id = self.bound_run_id
+        if run_id is None:
+            token = get_access_token()
+            if token is None:
+                raise ToolError("no run token: send 'Authorization: Bearer <token>'")
+            run_id = token.client_id
+        return self.registry.get(run_id)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context[Any, Any] | None = None) -> Any:
+        rt = self._runtime()
+        started = time.perf_counter()
+        call_id = start_call(self.store, rt.run_id, name, arguments, self.transport)
+        token = bind(CallContext(rt, call_id))
+        summary, error = "", None
+        try:
+            await self._check_budget(rt, name)
+            result = await super().call_tool(name, arguments, context)
+            summary, error = summarize(result)
+            return result
+        except ToolError as exc:
+            error = summary = str(exc)
+            raise
+        except anyio.get_cancelled_exc_class():
+            error = summary = "cancelled by the client"
+            raise
+        except Exception as exc:
+            error = summary = f"internal error: {type(exc).__name__}: {exc}"
+            rt.log.exception("tool %s failed", name)
+            raise
+        finally:
+            end_call(self.store, call_id, started, summary, error)
+            unbind(token)
+
+    async def _check_budget(self, rt: RunRuntime, name: str) -> None:
+        run = rt.ensure_clock()
+        if name in ALWAYS_ALLOWED:
+            return
+        deadline = aware(run.deadline)
+        if run.ended_at is not None:
+            raise ToolError(f"this run has ended ({run.end_reason or 'finished'}); "
+                            "no more work is possible")
+        if deadline is not None and utcnow() >= deadline:
+            await anyio.to_thread.run_sync(exhaust, rt)
+            raise ToolError(f"budget exhausted: the deadline ({deadline.isoformat()}) has "
+                            "passed, running jobs were stopped; only budget_status answers now")
+
+
+def exhaust(rt: RunRuntime) -> None:
+    """At the deadline: stop every job (once) and note it."""
+    from sqlmodel import select
+
+    from a2rl.tools.jobs import reconcile
+
+    with rt.store.session() as s:
+        seen = s.exec(select(BudgetEvent).where(BudgetEvent.run_id == rt.run_id,
+                                                BudgetEvent.kind == "exhausted")).first()
+        if seen is None:
+            s.add(BudgetEvent(run_id=rt.run_id, kind="exhausted"))
+    sandbox = rt.sandbox()
+    sandbox.stop()
+    reconcile(rt)
+
+
+def build_server(settings: Settings, store: Store, run_id: str | None = None,
+                 transport: str = "stdio") -> A2RLServer:
+    """A server bound to one run (stdio, in-memory), or token-routed (HTTP) when run_id is None."""
+    if run_id is not None:
+        return A2RLServer(settings, store, run_id=run_id, transport=transport)
+    url = f"http://{settings.http_host}:{settings.http_port}"
+    return A2RLServer(
+        settings, store, transport=transport, token_verifier=RunTokenVerifier(store),
+        auth=AuthSettings(issuer_url=url, resource_server_url=None, required_scopes=["run"]))

@@ -1,0 +1,101 @@
+"""Run lifecycle: create a run (workspace, token, row) and finish it (stop, settle, close).
+
+Layout of a run on disk, all under `$A2RL_HOME/runs/<run id>/`: `workspace/` (what the agent
+sees), `control/` (the sandbox supervisor's socket and token, never visible inside),
+`services/` (unix sockets a sandbox may use) and `run.log` (this run's server events).
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from a2rl.settings import Settings, parse_duration
+from a2rl.store import BudgetEvent, Run, Store, utcnow
+from a2rl.tools.jobs import reconcile
+from a2rl.tools.runtime import RunRuntime, run_logger
+
+from .auth import new_token
+
+WORKSPACE_DIRS = ["code", "output", "logs"]
+
+
+@dataclass
+class CreatedRun:
+    run: Run
+    token: str  # shown once; only its hash is stored
+
+
+def new_run_id() -> str:
+    return "r-" + secrets.token_hex(5)
+
+
+def create_run(
+    settings: Settings, store: Store, task_id: str = "arith", budget: str | None = None,
+    backend: str | None = None, start_clock: bool = False, protocol: str = "heldout",
+    max_submissions: int | None = None, seed: int | None = None, agent: str | None = None,
+    network: bool = False, unsafe_local: bool | None = None,
+) -> CreatedRun:
+    """Make a run: its folder, a workspace with the task's visible files, a token and a row.
+
+    The budget clock starts now with `start_clock` (a2rl run), else at the first tool call.
+    """
+    from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
+
+    task = get_task(task_id)
+    budget_s = parse_duration(budget or task.spec.default_budget or settings.default_budget)
+    backend = backend or settings.backend
+    run_id = new_run_id()
+    root = settings.runs_dir / run_id
+    workspace = root / "workspace"
+    workspace.mkdir(parents=True)
+    for d in WORKSPACE_DIRS:
+        (workspace / d).mkdir()
+    task.prepare_workspace(workspace, settings)
+    unsafe = settings.unsafe_local if unsafe_local is None else unsafe_local
+    token, token_hash = new_token()
+    now = utcnow()
+    run = Run(
+        id=run_id, task_id=task_id, backend=backend, protocol=protocol,
+        workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
+        max_submissions=max_submissions, seed=seed, agent=agent,
+        base_model=task.spec.default_base_model,
+        config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
+                "unsafe_local": unsafe},
+    )
+    if start_clock:
+        run.started_at, run.deadline, run.status = now, now + timedelta(seconds=budget_s), "running"
+    with store.session() as s:
+        s.add(run)
+        if start_clock:
+            s.add(BudgetEvent(run_id=run_id, kind="clock_start", at=now,
+                              detail={"budget_s": budget_s}))
+    run_logger(run_id, root / "run.log").info(
+        "run created: task=%s backend=%s budget=%.0fs", task_id, backend, budget_s)
+    return CreatedRun(run=run, token=token)
+
+
+def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "finished") -> Run:
+    """Stop the run's sandbox and jobs, record what they left, and close the run. Idempotent."""
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        if run is None:
+            raise KeyError(f"run {run_id!r} does not exist")
+        if run.ended_at is not None:
+            return run
+    rt = RunRuntime(settings, store, run)
+    sandbox = rt.sandbox() if (rt.dir / "control").exists() else None
+    if sandbox is not None:
+        reconcile(rt)
+        sandbox.stop()
+        reconcile(rt)
+    rt.scanner.scan("scan")
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        run.ended_at, run.status, run.end_reason = utcnow(), "finished", reason
+        s.add(run)
+        s.add(BudgetEvent(run_id=run_id, kind="finished", detail={"reason": reason}))
+    rt.log.info("run finished: %s", reason)
+    return run

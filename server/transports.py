@@ -1,0 +1,36 @@
+"""Transports: stdio for one run, streamable HTTP at /mcp for every run (token per run)."""
+
+from __future__ import annotations
+
+import anyio
+
+from a2rl.settings import Settings
+from a2rl.store import Store
+
+from .app import build_server
+
+
+def serve_stdio(settings: Settings, store: Store, run_id: str) -> None:
+    server = build_server(settings, store, run_id=run_id, transport="stdio")
+    anyio.run(server.run_stdio_async)
+
+
+def http_app(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
+    """The Starlette app (for tests and embedding); run `app.router.lifespan` as usual."""
+    server = build_server(settings, store, run_id=None, transport="http")
+
+    @server.custom_route("/health", methods=["GET"])
+    async def health(_request):  # type: ignore[no-untyped-def]
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"ok": True})
+
+    return server.streamable_http_app(streamable_http_path="/mcp", host=settings.http_host)
+
+
+def serve_http(settings: Settings, store: Store) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(http_app(settings, store), host=settings.http_host,
+                            port=settings.http_port, log_level="warning")
+    anyio.run(uvicorn.Server(config).serve)

@@ -1,0 +1,39 @@
+"""Read-only queries the CLI and analysis share. Pure reads: no side effects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import select
+
+from .db import Store
+from .models import Job, Revision, Run, Submission, ToolCall
+
+
+def _count(s: Any, model: Any, run_id: str) -> int:
+    return s.exec(select(func.count()).select_from(model).where(model.run_id == run_id)).one()
+
+
+def list_runs(store: Store) -> list[dict[str, Any]]:
+    with store.session() as s:
+        runs = s.exec(select(Run).order_by(Run.created_at.desc())).all()  # type: ignore[attr-defined]
+        calls = dict(s.exec(select(ToolCall.run_id, func.count()).group_by(ToolCall.run_id)).all())
+    return [{"run_id": r.id, "task": r.task_id, "agent": r.agent, "status": r.status,
+             "created_at": r.created_at.isoformat(), "tool_calls": calls.get(r.id, 0),
+             "baseline_score": r.baseline_test, "final_score": r.final_score} for r in runs]
+
+
+def run_summary(store: Store, run_id: str) -> dict[str, Any] | None:
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        if run is None:
+            return None
+        doc = run.model_dump(mode="json", exclude={"token_hash"})
+        doc["tool_calls"] = _count(s, ToolCall, run_id)
+        doc["tool_errors"] = s.exec(select(func.count()).select_from(ToolCall).where(
+            ToolCall.run_id == run_id, ToolCall.is_error)).one()
+        doc["revisions"] = _count(s, Revision, run_id)
+        doc["jobs"] = _count(s, Job, run_id)
+        doc["submissions"] = _count(s, Submission, run_id)
+    return doc

@@ -1,0 +1,47 @@
+"""Shared fixtures. A missing dependency skips a test on a user's machine but fails it in CI."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from a2rl.settings import Settings
+from a2rl.store import Store
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip when `condition` is false, except in CI where the missing piece is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true and a required dependency is missing: {reason}")
+    pytest.skip(reason)
+
+
+def require_bwrap() -> None:
+    require(shutil.which("bwrap") is not None,
+            "bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+
+
+@pytest.fixture(scope="session")
+def a2rl_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One home per test session, so that the tiny base model is built once."""
+    return tmp_path_factory.mktemp("a2rl-home")
+
+
+@pytest.fixture
+def settings(a2rl_home: Path, tmp_path: Path) -> Settings:
+    return Settings(home=a2rl_home, db_url=f"sqlite:///{tmp_path / 'a2rl.db'}")
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[Store]:
+    s = Store(settings.database_url)
+    yield s
+    s.close()

@@ -1,0 +1,99 @@
+"""Job bookkeeping shared by the command tools, the server's start-up and finalization.
+
+A job's row is settled once, when we first see it ended: its state and exit code, its log kept
+as a blob (head and tail), and a rescan of the workspace for the code it changed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+from a2rl.store import Job
+
+from .output import bound_bytes
+from .results import JobInfo
+from .runtime import RunRuntime, aware
+from .sandbox.base import JobState, SandboxError, SandboxJob
+
+
+def new_job_id() -> str:
+    return "j-" + secrets.token_hex(4)
+
+
+def job_info(row: Job) -> JobInfo:
+    return JobInfo(
+        job_id=row.id, command=row.command, state=row.state, exit_code=row.exit_code,
+        started_at=aware(row.started_at).isoformat(),  # type: ignore[union-attr]
+        ended_at=aware(row.ended_at).isoformat() if row.ended_at else None,
+        log_path=row.log_path, log_bytes=row.log_bytes,
+    )
+
+
+def keep_log(rt: RunRuntime, log_path: str) -> tuple[str | None, int]:
+    path = rt.workspace.root / log_path
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None, 0
+    keep = rt.settings.job_log_keep_bytes
+    if len(data) > keep:
+        data = bound_bytes(data, keep // 2, keep // 2).text.encode()
+    return rt.store.put_blob(data), path.stat().st_size
+
+
+def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
+           lost: bool = False) -> Job:
+    """Record a job's end once; a still-running job is returned unchanged."""
+    with rt.store.session() as s:
+        row = s.get(Job, job_id)
+        assert row is not None
+        if row.state != JobState.running:
+            return row
+        if not lost and (sj is None or sj.state == JobState.running):
+            return row
+    blob, size = keep_log(rt, row.log_path)
+    source = "job" if row.is_background else "command"
+    rt.scanner.scan(source, tool_call_id=tool_call_id, job_id=job_id)
+    with rt.store.session() as s:
+        row = s.get(Job, job_id)
+        assert row is not None
+        if row.state == JobState.running:
+            row.state = JobState.lost if lost or sj is None else sj.state
+            row.exit_code = None if sj is None else sj.exit_code
+            ended = sj.ended_at if sj is not None and sj.ended_at else None
+            row.ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
+            row.log_blob_sha, row.log_bytes = blob, size
+            s.add(row)
+            rt.log.info("job %s ended: %s (exit %s)", job_id, row.state, row.exit_code)
+        return row
+
+
+def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
+    """Settle every job that ended while nobody was looking; mark jobs of a dead supervisor lost."""
+    from sqlmodel import select
+
+    with rt.store.session() as s:
+        running = s.exec(select(Job).where(Job.run_id == rt.run_id,
+                                           Job.state == JobState.running)).all()
+    if not running:
+        return []
+    sandbox = rt.sandbox()
+    alive = sandbox.alive()
+    settled = []
+    for row in running:
+        if not alive:
+            settled.append(settle(rt, None, row.id, tool_call_id, lost=True))
+            continue
+        try:
+            sj = sandbox.get(row.id)
+        except SandboxError:
+            settled.append(settle(rt, None, row.id, tool_call_id, lost=True))
+            continue
+        settled.append(settle(rt, sj, row.id, tool_call_id))
+    return settled
+
+
+def log_file(rt: RunRuntime, row: Job) -> Path:
+    return rt.workspace.root / row.log_path

@@ -1,0 +1,141 @@
+"""Code revisions: every change to a workspace file becomes a row, whoever made it.
+
+The scanner compares the workspace with the last recorded version of each file. It is run
+after every command, at each job's end and after `edit_file`, so that a file changed by a
+training script is recorded just like one changed through our tools. Unchanged files are
+recognised by (mtime, size) and never re-hashed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from fnmatch import fnmatch
+from pathlib import Path
+
+from sqlalchemy import func
+from sqlmodel import select
+
+from a2rl.store import Revision, Snapshot, SnapshotFile, Store
+
+
+@dataclass
+class _Seen:
+    mtime_ns: int
+    size: int
+    sha: str | None
+
+
+class RevisionScanner:
+    def __init__(
+        self, store: Store, run_id: str, root: Path, exclude: list[str], max_bytes: int
+    ) -> None:
+        self.store, self.run_id, self.root = store, run_id, root
+        self.exclude, self.max_bytes = exclude, max_bytes
+        self._pruned = {p[:-2] for p in exclude if p.endswith("/*") and "*" not in p[:-2]}
+        self._lock = threading.Lock()
+        self._seen: dict[str, _Seen] | None = None
+
+    def _load(self) -> dict[str, _Seen]:
+        """The last recorded version of each path, from the store (the source of truth)."""
+        latest = (select(func.max(Revision.id)).where(Revision.run_id == self.run_id)
+                  .group_by(Revision.path))
+        with self.store.session() as s:
+            rows = s.exec(select(Revision.path, Revision.blob_sha)
+                          .where(Revision.id.in_(latest))).all()  # type: ignore[union-attr]
+        return {path: _Seen(-1, -1, sha) for path, sha in rows if sha is not None}
+
+    def _excluded(self, rel: str) -> bool:
+        return any(fnmatch(rel, pattern) for pattern in self.exclude)
+
+    def _walk(self) -> dict[str, os.stat_result]:
+        found: dict[str, os.stat_result] = {}
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            base = Path(dirpath).relative_to(self.root).as_posix()
+            prefix = "" if base == "." else base + "/"
+            dirnames[:] = [d for d in dirnames if prefix + d not in self._pruned
+                           and not os.path.islink(os.path.join(dirpath, d))]
+            for name in filenames:
+                rel = prefix + name
+                if self._excluded(rel):
+                    continue
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                if os.path.stat.S_ISREG(st.st_mode) and st.st_size <= self.max_bytes:
+                    found[rel] = st
+        return found
+
+    def scan(
+        self, source: str, tool_call_id: int | None = None, job_id: str | None = None,
+        only: list[str] | None = None,
+    ) -> list[Revision]:
+        """Record what changed since the last scan; `only` limits the scan to given paths."""
+        with self._lock:
+            if self._seen is None:
+                self._seen = self._load()
+            seen = self._seen
+            if only is None:
+                current = self._walk()
+                candidates = set(current) | set(seen)
+            else:
+                current = {}
+                for rel in only:
+                    p = self.root / rel
+                    if p.is_file() and not p.is_symlink() and not self._excluded(rel):
+                        st = p.stat()
+                        if st.st_size <= self.max_bytes:
+                            current[rel] = st
+                candidates = set(only)
+            changes: list[tuple[str, bytes | None, str | None]] = []
+            for rel in sorted(candidates):
+                st = current.get(rel)
+                old = seen.get(rel)
+                if st is None:
+                    if old is not None and old.sha is not None:
+                        changes.append((rel, None, old.sha))
+                        del seen[rel]
+                    continue
+                if old and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
+                    continue
+                try:
+                    data = (self.root / rel).read_bytes()
+                except OSError:
+                    continue
+                sha = hashlib.sha256(data).hexdigest()
+                seen[rel] = _Seen(st.st_mtime_ns, st.st_size, sha)
+                if old is None or old.sha != sha:
+                    changes.append((rel, data, old.sha if old else None))
+            return self._record(changes, source, tool_call_id, job_id)
+
+    def _record(
+        self, changes: list[tuple[str, bytes | None, str | None]], source: str,
+        tool_call_id: int | None, job_id: str | None,
+    ) -> list[Revision]:
+        if not changes:
+            return []
+        revisions = []
+        for rel, data, prev in changes:
+            sha = self.store.put_blob(data) if data is not None else None
+            revisions.append(Revision(run_id=self.run_id, path=rel, blob_sha=sha,
+                                      prev_blob_sha=prev, source=source,
+                                      tool_call_id=tool_call_id, job_id=job_id))
+        with self.store.session() as s:
+            s.add_all(revisions)
+        return revisions
+
+    def snapshot(self, reason: str, tool_call_id: int | None = None) -> int:
+        """Freeze the code as it is now (after a scan) and return the snapshot id."""
+        self.scan("scan", tool_call_id=tool_call_id)
+        assert self._seen is not None
+        with self.store.session() as s:
+            snap = Snapshot(run_id=self.run_id, reason=reason, tool_call_id=tool_call_id)
+            s.add(snap)
+            s.flush()
+            assert snap.id is not None
+            s.add_all(SnapshotFile(snapshot_id=snap.id, path=p, blob_sha=v.sha)
+                      for p, v in sorted(self._seen.items()) if v.sha)
+            return snap.id

@@ -1,0 +1,152 @@
+"""One run as the tools see it: its row, workspace, sandbox, revision scanner and log.
+
+A `RunRuntime` is built once per run per server process and shared by all of that run's
+calls. The tool functions find theirs through `current()`, set by the recording layer for the
+duration of one call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from mcp.server.mcpserver.exceptions import ToolError
+
+from a2rl.settings import Settings
+from a2rl.store import BudgetEvent, Run, Store, utcnow
+
+from .paths import Workspace
+from .revisions import RevisionScanner
+from .sandbox.base import Sandbox, SandboxSpec
+
+READONLY_INPUTS = ["base_model", "data", "env"]
+
+
+def run_dir(run: Run) -> Path:
+    return Path(run.workspace).parent
+
+
+def aware(dt: datetime | None) -> datetime | None:
+    """SQLite hands back naive datetimes; everything here is UTC."""
+    if dt is not None and dt.tzinfo is None:
+        return dt.replace(tzinfo=UTC)
+    return dt
+
+
+def run_logger(run_id: str, path: Path) -> logging.Logger:
+    logger = logging.getLogger(f"a2rl.run.{run_id}")
+    if not any(isinstance(h, logging.FileHandler) for h in logger.handlers):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
+def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
+    if backend == "local":
+        from .sandbox.local import LocalSandbox
+
+        return LocalSandbox(spec)
+    raise ToolError(f"sandbox backend {backend!r} is not available in this installation")
+
+
+class RunRuntime:
+    def __init__(self, settings: Settings, store: Store, run: Run) -> None:
+        self.settings, self.store, self.run_id = settings, store, run.id
+        self.dir = run_dir(run)
+        readonly = [p for p in READONLY_INPUTS if (Path(run.workspace) / p).exists()]
+        self.workspace = Workspace(Path(run.workspace), readonly)
+        self.readonly = readonly
+        self.backend = run.backend
+        self.config = dict(run.config or {})
+        self.scanner = RevisionScanner(store, run.id, self.workspace.root,
+                                       settings.revision_exclude, settings.revision_max_bytes)
+        self.log = run_logger(run.id, self.dir / "run.log")
+        self._sandbox: Sandbox | None = None
+        self._lock = threading.Lock()
+
+    def run(self) -> Run:
+        with self.store.session() as s:
+            run = s.get(Run, self.run_id)
+            assert run is not None
+            return run
+
+    def ensure_clock(self) -> Run:
+        """Start the budget clock at the first tool call of a run made with `a2rl create`."""
+        run = self.run()
+        if run.started_at is not None:
+            return run
+        with self._lock, self.store.session() as s:
+            run = s.get(Run, self.run_id)
+            assert run is not None
+            if run.started_at is None:
+                now = utcnow()
+                run.started_at, run.deadline = now, now + timedelta(seconds=run.budget_s)
+                run.status = "running"
+                s.add(run)
+                s.add(BudgetEvent(run_id=run.id, kind="clock_start", at=now,
+                                  detail={"budget_s": run.budget_s}))
+                self.log.info("budget clock started: %.0f s", run.budget_s)
+            return run
+
+    def deadline(self) -> datetime | None:
+        return aware(self.run().deadline)
+
+    def sandbox(self) -> Sandbox:
+        """The run's sandbox, started (or reattached) on first use."""
+        with self._lock:
+            if self._sandbox is None:
+                deadline = self.deadline()
+                prefixes = sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+                spec = SandboxSpec(
+                    run_id=self.run_id, workspace=self.workspace.root,
+                    readonly_paths=self.readonly, control_dir=self.dir / "control",
+                    services_dir=self.dir / "services",
+                    deadline=deadline.timestamp() if deadline else 4102444800.0,
+                    network=bool(self.config.get("network", False)),
+                    require_isolation=not self.config.get("allow_unisolated", False),
+                    python_prefixes=list(prefixes),
+                )
+                spec.control_dir.mkdir(parents=True, exist_ok=True)
+                spec.services_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
+                sandbox = make_sandbox(self.backend, spec)
+                try:
+                    sandbox.start()
+                except Exception as exc:
+                    raise ToolError(f"the sandbox could not start: {exc}") from exc
+                if not sandbox.isolated:
+                    self.log.warning("commands run WITHOUT isolation (bubblewrap not found)")
+                self._sandbox = sandbox
+            return self._sandbox
+
+
+@dataclass
+class CallContext:
+    runtime: RunRuntime
+    tool_call_id: int
+
+
+_current: contextvars.ContextVar[CallContext] = contextvars.ContextVar("a2rl_call")
+
+
+def current() -> CallContext:
+    try:
+        return _current.get()
+    except LookupError:
+        raise ToolError("no run is bound to this call") from None
+
+
+def bind(ctx: CallContext) -> contextvars.Token[CallContext]:
+    return _current.set(ctx)
+
+
+def unbind(token: contextvars.Token[CallContext]) -> None:
+    _current.reset(token)

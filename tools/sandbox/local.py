@@ -1,0 +1,481 @@
+"""The `local` backend: one supervisor per run, inside bubblewrap when it is installed.
+
+The supervisor (`supervisor.py`, standard library only) is launched detached from the caller, in
+its own session and without --die-with-parent, so a server killed outright leaves it and its
+jobs running; a later `start()` with the same spec reattaches through the socket in
+`control_dir/sock/`. The token that authenticates calls lives in `control_dir/token` (0600), which
+the sandbox never sees: only the `sock/` folder is mounted inside.
+
+Inside bubblewrap the host filesystem is not shown wholesale: only the system folders, a few
+files of /etc, the Python prefixes, the workspace (read-write, with `readonly_paths` mounted
+read-only over it), the socket folder and the services folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from a2rl.tools.sandbox.base import JobState, SandboxError, SandboxJob, SandboxSpec
+
+log = logging.getLogger(__name__)
+
+SUPERVISOR_SCRIPT = Path(__file__).with_name("supervisor.py")
+SUPERVISOR_INSIDE = "/a2rl/supervisor.py"  # where bubblewrap shows the script
+SOCKET_NAME = "supervisor.sock"
+SANDBOX_VAR = "A2RL_SANDBOX"  # must match supervisor.py
+START_TIMEOUT = 15.0
+CALL_TIMEOUT = 10.0
+KILL_TIMEOUT = 60.0  # a kill sweeps /proc until nothing is left, then waits for the reap
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_ENTRIES = (
+    "passwd",
+    "group",
+    "hosts",
+    "resolv.conf",
+    "nsswitch.conf",
+    "host.conf",
+    "gai.conf",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "ssl/certs",  # not all of ssl/: ssl/private holds the host's keys
+    "ssl/openssl.cnf",
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+)
+
+
+def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
+    """The whole environment of the supervisor and its jobs: an allow-list, nothing inherited."""
+    bins = [str(spec.python_prefixes[0] / "bin")] if spec.python_prefixes else []
+    workspace = str(spec.workspace)
+    env = {
+        "PATH": ":".join([*bins, "/usr/local/bin", "/usr/bin", "/bin"]),
+        "HOME": workspace,
+        "XDG_CACHE_HOME": f"{workspace}/.cache",
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "TMPDIR": "/tmp",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    env.update(spec.env)
+    return env
+
+
+def supervisor_python(spec: SandboxSpec) -> str:
+    for prefix in spec.python_prefixes:
+        for name in ("python3", "python"):
+            candidate = prefix / "bin" / name
+            if candidate.exists():
+                return str(candidate)
+    if Path("/usr/bin/python3").exists():
+        return "/usr/bin/python3"
+    raise SandboxError("no Python interpreter to run the sandbox supervisor")
+
+
+def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str]) -> list[str]:
+    """The bubblewrap command line; mounts are applied in order, later ones over earlier."""
+    args = [bwrap, "--unshare-all"]
+    if spec.network:
+        args.append("--share-net")
+    # --cap-drop only matters (and is only allowed) when bwrap runs as root: root inside must not
+    # keep the capabilities to remount or read past file permissions.
+    if os.geteuid() == 0:
+        args += ["--cap-drop", "ALL"]
+    args += ["--new-session", "--clearenv"]
+    for key, value in {**sandbox_env(spec), SANDBOX_VAR: nonce}.items():
+        args += ["--setenv", key, value]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for name in ETC_ENTRIES:
+        path = f"/etc/{name}"
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for prefix in spec.python_prefixes:
+        if spec.control_dir.resolve().is_relative_to(prefix.resolve()):
+            raise SandboxError(f"python prefix {prefix} would show the sandbox's token inside")
+        if prefix.exists():
+            args += ["--ro-bind", str(prefix), str(prefix)]
+    args += ["--ro-bind", str(SUPERVISOR_SCRIPT), SUPERVISOR_INSIDE]
+    workspace = str(spec.workspace)
+    args += ["--bind", workspace, workspace]
+    for rel in spec.readonly_paths:
+        path = spec.workspace / rel
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+        else:
+            log.warning("readonly path %s does not exist; nothing to protect", path)
+    sock_dir = str(spec.control_dir / "sock")
+    args += ["--bind", sock_dir, sock_dir]
+    if spec.services_dir is not None:
+        args += ["--bind", str(spec.services_dir), str(spec.services_dir)]
+    args += ["--chdir", workspace, "--", *inner]
+    return args
+
+
+class LocalSandbox:
+    """Jobs run by a detached supervisor, isolated with bubblewrap when it is installed."""
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+        self._token: str | None = None
+        self._isolated: bool | None = None
+        self._proc: subprocess.Popen[bytes] | None = None  # only when this object launched it
+
+    # -- paths ---------------------------------------------------------------------------------
+
+    @property
+    def _control(self) -> Path:
+        return self.spec.control_dir
+
+    @property
+    def _socket_path(self) -> Path:
+        return self._control / "sock" / SOCKET_NAME
+
+    @property
+    def _token_path(self) -> Path:
+        return self._control / "token"
+
+    @property
+    def _meta_path(self) -> Path:
+        return self._control / "supervisor.json"
+
+    @property
+    def _log_path(self) -> Path:
+        return self._control / "supervisor.log"
+
+    @property
+    def isolated(self) -> bool:
+        if self._isolated is None:
+            return shutil.which("bwrap") is not None
+        return self._isolated
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._control.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (self._control / "sock").mkdir(exist_ok=True, mode=0o700)
+        with open(self._control / "start.lock", "w") as lock:
+            # Two callers starting the same run at once must not launch two supervisors.
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self._reattach():
+                return
+            self._launch()
+
+    def _reattach(self) -> bool:
+        if not self._token_path.exists() or not self._socket_path.exists():
+            return False
+        self._token = self._token_path.read_text().strip()
+        try:
+            self._call("ping", timeout=3.0)
+        except SandboxError:
+            self._token = None
+            return False
+        meta = self._read_meta()
+        self._isolated = bool(meta.get("isolated", False))
+        log.info("reattached to the supervisor of run %s", self.spec.run_id)
+        return True
+
+    def _launch(self) -> None:
+        spec = self.spec
+        if spec.deadline <= time.time():
+            raise SandboxError("the run's deadline has passed; the sandbox cannot start")
+        if not spec.workspace.is_dir():
+            raise SandboxError(f"workspace {spec.workspace} does not exist")
+        bwrap = shutil.which("bwrap")
+        if bwrap is None and spec.require_isolation:
+            raise SandboxError(
+                "bubblewrap is required to isolate the sandbox: install `bubblewrap` "
+                "or pass --unsafe-local to run commands unisolated"
+            )
+        token = secrets.token_hex(32)
+        nonce = secrets.token_hex(8)
+        self._write_private(self._token_path, token + "\n")
+        with contextlib.suppress(FileNotFoundError):
+            self._socket_path.unlink()  # stale, from a supervisor that died
+
+        inner = [
+            supervisor_python(spec),
+            "-I",
+            SUPERVISOR_INSIDE if bwrap else str(SUPERVISOR_SCRIPT),
+            "--socket",
+            str(self._socket_path),
+            "--workspace",
+            str(spec.workspace),
+            "--deadline",
+            repr(spec.deadline),
+        ]
+        if bwrap:
+            command = bwrap_command(bwrap, spec, nonce, inner)
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        else:
+            log.warning(
+                "bubblewrap is not installed: run %s executes commands UNISOLATED, with the "
+                "whole host filesystem visible",
+                spec.run_id,
+            )
+            inner[0] = sys.executable  # seen as is: no mounts to satisfy
+            command = inner
+            env = {**sandbox_env(spec), SANDBOX_VAR: nonce}
+
+        with open(self._log_path, "ab") as out:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=spec.workspace,
+                env=env,
+                start_new_session=True,  # survives the caller; no --die-with-parent either
+            )
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(token.encode() + b"\n")
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        self._proc = proc
+        self._token = token
+        self._isolated = bwrap is not None
+        meta = {
+            "pid": proc.pid,
+            "pid_start": _start_time(proc.pid),
+            "nonce": nonce,
+            "isolated": self._isolated,
+        }
+        self._write_private(self._meta_path, json.dumps(meta))
+
+        end = time.monotonic() + START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise SandboxError(
+                    f"the sandbox supervisor exited at start (code {proc.returncode}):\n"
+                    + self._log_tail()
+                )
+            try:
+                self._call("ping", timeout=1.0)
+                return
+            except SandboxError:
+                if time.monotonic() > end:
+                    self._force_stop()
+                    raise SandboxError(
+                        f"the sandbox supervisor did not answer within {START_TIMEOUT:.0f} s:\n"
+                        + self._log_tail()
+                    ) from None
+            time.sleep(0.02)
+
+    def alive(self) -> bool:
+        if self._proc is not None:
+            self._proc.poll()  # reap it if it has ended, so no zombie lingers
+        if self._token is None:
+            return False
+        try:
+            self._call("ping", timeout=3.0)
+        except SandboxError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        if self._token is None and self._token_path.exists():
+            self._token = self._token_path.read_text().strip()
+        if self._token is not None:
+            try:
+                self._call("shutdown", timeout=KILL_TIMEOUT)
+            except SandboxError as exc:
+                if "not running" not in str(exc):
+                    log.warning("supervisor shutdown failed (%s); killing it", exc)
+        self._force_stop()
+
+    def _force_stop(self) -> None:
+        """Make sure the launcher process and, unisolated, every job of this run are gone."""
+        meta = self._read_meta()
+        pid = meta.get("pid")
+        # The start time guards against killing a stranger that reused a long-dead pid.
+        ours = isinstance(pid, int) and _start_time(pid) == meta.get("pid_start")
+        if ours and self._wait_gone(pid, 5.0):
+            # The launcher leads its own process group: bwrap and its pid-1 init are in it, and
+            # killing that init ends the whole pid namespace.
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            self._wait_gone(pid, 2.0)
+        nonce = meta.get("nonce")
+        if not meta.get("isolated") and isinstance(nonce, str) and nonce:
+            _kill_marked(nonce)
+        with contextlib.suppress(FileNotFoundError):
+            self._socket_path.unlink()
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        """Wait for pid to end; True when it is still running after `timeout`."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self._proc is not None and self._proc.pid == pid:
+                if self._proc.poll() is not None:
+                    return False
+            elif not _pid_running(pid):
+                return False
+            time.sleep(0.02)
+        return True
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def spawn(self, job_id: str, command: str, log_path: str) -> SandboxJob:
+        workspace = os.path.normpath(self.spec.workspace)
+        target = os.path.normpath(os.path.join(workspace, log_path))
+        if not target.startswith(workspace + os.sep):
+            raise SandboxError(f"log path {log_path!r} is outside the workspace")
+        fields = {"job_id": job_id, "command": command, "log_path": target, "env": self.spec.env}
+        reply = self._call("spawn", fields)
+        return self._job(reply["job"])
+
+    def wait(self, job_id: str, timeout: float) -> SandboxJob:
+        timeout = max(0.0, timeout)
+        fields = {"job_id": job_id, "timeout": timeout}
+        reply = self._call("wait", fields, timeout=timeout + CALL_TIMEOUT)
+        return self._job(reply["job"])
+
+    def get(self, job_id: str) -> SandboxJob:
+        return self._job(self._call("get", {"job_id": job_id})["job"])
+
+    def list(self) -> list[SandboxJob]:
+        return [self._job(job) for job in self._call("list")["jobs"]]
+
+    def kill(self, job_id: str) -> SandboxJob:
+        return self._job(self._call("kill", {"job_id": job_id}, timeout=KILL_TIMEOUT)["job"])
+
+    def set_deadline(self, deadline: float) -> None:
+        self._call("set_deadline", {"deadline": deadline})
+
+    def _job(self, data: dict[str, Any]) -> SandboxJob:
+        log_path = os.path.relpath(data["log_path"], self.spec.workspace)
+        return SandboxJob(**{**data, "state": JobState(data["state"]), "log_path": log_path})
+
+    # -- transport -----------------------------------------------------------------------------
+
+    def _call(
+        self, op: str, fields: dict[str, Any] | None = None, *, timeout: float = CALL_TIMEOUT
+    ) -> dict[str, Any]:
+        """One request on a fresh connection; `timeout` bounds the whole exchange."""
+        if self._token is None:
+            raise SandboxError("the sandbox is not started")
+        request = json.dumps({"token": self._token, "op": op, **(fields or {})}).encode() + b"\n"
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                _connect(sock, self._socket_path)
+                sock.sendall(request)
+                data = b""
+                while not data.endswith(b"\n"):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise SandboxError("supervisor is not running") from None
+        except TimeoutError:
+            raise SandboxError(f"the sandbox supervisor did not answer {op} in time") from None
+        except OSError as exc:
+            raise SandboxError(f"cannot reach the sandbox supervisor: {exc}") from None
+        if not data:
+            raise SandboxError("supervisor is not running (connection closed)")
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            raise SandboxError(f"the sandbox supervisor answered garbage: {data[:200]!r}") from None
+        if not reply.get("ok"):
+            raise SandboxError(str(reply.get("error", "the sandbox supervisor refused")))
+        return reply
+
+    # -- files ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _write_private(path: Path, text: str) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+    def _read_meta(self) -> dict[str, Any]:
+        try:
+            return dict(json.loads(self._meta_path.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def _log_tail(self, limit: int = 4000) -> str:
+        try:
+            data = self._log_path.read_bytes()[-limit:]
+        except OSError:
+            return "(no supervisor log)"
+        return data.decode("utf-8", "replace")
+
+
+def _connect(sock: socket.socket, path: Path) -> None:
+    name = str(path)
+    if len(name.encode()) < 100:
+        sock.connect(name)
+        return
+    # Unix socket paths are limited to 108 bytes; reach a long one through its folder's fd.
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{path.name}")
+    finally:
+        os.close(fd)
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(b")") + 2 :].split()[19])
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
+
+
+def _kill_marked(nonce: str) -> None:
+    """SIGKILL host processes carrying this run's marker: the unisolated fallback sweep."""
+    marker = f"{SANDBOX_VAR}={nonce}".encode()
+    for _ in range(20):
+        found = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{name}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found.append(int(name))
+            except OSError:
+                continue
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)

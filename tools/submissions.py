@@ -1,0 +1,194 @@
+"""submit_checkpoint and get_score: handing models to the grader and reading scores back.
+
+A submission is validated at once (refusals are immediate and recorded), its directory is
+copied into a grader-owned area outside the sandbox, and it is queued; the call returns with
+a submission id while grading goes on in the serving process's grading pump.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Annotated
+
+import anyio
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+from sqlmodel import select
+
+from a2rl.store import Evaluation, Run, Submission
+
+from .runtime import RunRuntime, current
+
+MAX_SCORE_WAIT_S = 60.0
+
+
+class SubmitResult(BaseModel):
+    submission_id: str
+    status: str
+    split: str = Field(description="the split this submission is scored on")
+    l2_distance: float | None = Field(None, description="relative L2 distance from the base")
+    warning: str = ""
+    hint: str
+
+
+class ScoreResult(BaseModel):
+    submission_id: str | None
+    status: str = Field(description="queued, grading, graded, failed, refused or none")
+    split: str | None = None
+    score: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    baseline: float | None = None
+    improvement: float | None = None
+    best_submission_id: str | None = None
+    best_score: float | None = None
+    error: str | None = None
+    note: str = ""
+
+
+def feedback_split(run: Run) -> str:
+    """The split a submission is scored on during the run: dev under heldout, test under paper."""
+    return "test" if run.protocol == "paper" else "dev"
+
+
+def _baseline(run: Run, split: str) -> float | None:
+    return run.baseline_test if split == "test" else run.baseline_dev
+
+
+def _new_submission_id() -> str:
+    return "s-" + secrets.token_hex(4)
+
+
+def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
+    from a2rl.grading import copy_checkpoint, enqueue, validate_checkpoint
+
+    run = rt.run()
+    split = feedback_split(run)
+    with rt.store.session() as s:
+        used = len(s.exec(select(Submission.id).where(
+            Submission.run_id == run.id, Submission.status != "refused")).all())
+    if run.max_submissions is not None and used >= run.max_submissions:
+        raise ToolError(f"submission limit reached ({run.max_submissions}); "
+                        "the best submission so far counts")
+    target = rt.workspace.resolve(path)
+    sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
+                     tool_call_id=tool_call_id)
+    check = validate_checkpoint(target, rt.workspace.root / "output",
+                                rt.workspace.root / "base_model")
+    sub.l2_distance, sub.near_copy = check.l2_relative, check.near_copy
+    if not check.ok:
+        sub.status, sub.error = "refused", check.error
+        with rt.store.session() as s:
+            s.add(sub)
+        rt.log.info("submission %s refused: %s", sub.id, check.error)
+        raise ToolError(f"submission refused: {check.error}")
+    sub.snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
+    dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
+    sub.checkpoint_dir = str(dest)
+    sub.file_hashes = copy_checkpoint(target, dest)
+    with rt.store.session() as s:
+        s.add(sub)
+    enqueue(rt.store, run.id, sub.id, split)
+    rt.log.info("submission %s queued (%s)", sub.id, path)
+    pump = rt.grading_pump
+    if pump is not None:
+        pump.wake()
+    warning = ("the weights are very close to the base model's (near copy)"
+               if check.near_copy else "")
+    return SubmitResult(submission_id=sub.id, status="queued", split=split,
+                        l2_distance=check.l2_relative, warning=warning,
+                        hint=f"graded in the background: get_score(submission_id='{sub.id}', "
+                             "wait_s=60)")
+
+
+async def submit_checkpoint(
+    path: Annotated[str, Field(description=(
+        "a model directory under output/ (full weights saved with save_pretrained, plus "
+        "the tokenizer)"))],
+    note: Annotated[str | None, Field(
+        max_length=2000, description="what this checkpoint is, for the record")] = None,
+) -> SubmitResult:
+    """Submit a trained checkpoint for grading; returns a submission id at once.
+
+    The directory must be under output/ and load with transformers' AutoModelForCausalLM and
+    AutoTokenizer (full weights: merge LoRA adapters first). An unchanged copy of the base
+    model is refused. The checkpoint is copied when you submit, so you may keep training
+    into the same folder. Scores come from get_score.
+    """
+    call = current()
+    return await anyio.to_thread.run_sync(_submit, call.runtime, path, note, call.tool_call_id)
+
+
+def _score_of(rt: RunRuntime, sub: Submission, split: str) -> Evaluation | None:
+    with rt.store.session() as s:
+        return s.exec(select(Evaluation).where(
+            Evaluation.submission_id == sub.id, Evaluation.split == split,
+            Evaluation.kind == "submission").order_by(Evaluation.id.desc())  # type: ignore[union-attr]
+        ).first()
+
+
+def best_submission(rt: RunRuntime, run: Run, split: str) -> tuple[Submission, Evaluation] | None:
+    """The best graded submission on `split`; ties go to the earliest."""
+    with rt.store.session() as s:
+        rows = s.exec(select(Submission, Evaluation).join(
+            Evaluation, Evaluation.submission_id == Submission.id).where(
+            Submission.run_id == run.id, Evaluation.split == split,
+            Evaluation.kind == "submission", Evaluation.status == "done")
+            .order_by(Submission.created_at)).all()
+    best = None
+    for sub, ev in rows:
+        if ev.score is not None and (best is None or ev.score > best[1].score):
+            best = (sub, ev)
+    return best
+
+
+def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
+    run = rt.run()
+    split = feedback_split(run)
+    baseline = _baseline(run, split)
+    best = best_submission(rt, run, split)
+    common = dict(split=split, baseline=baseline,
+                  best_submission_id=best[0].id if best else None,
+                  best_score=best[1].score if best else None)
+    if submission_id is None:
+        if best is None:
+            return ScoreResult(submission_id=None, status="none", **common,  # type: ignore[arg-type]
+                               note="no graded submission yet")
+        sub, ev = best
+    else:
+        with rt.store.session() as s:
+            sub = s.get(Submission, submission_id)
+        if sub is None or sub.run_id != run.id:
+            raise ToolError(f"no submission {submission_id!r} in this run")
+        ev = _score_of(rt, sub, split)
+    if ev is None or sub.status in ("queued", "grading", "refused"):
+        return ScoreResult(submission_id=sub.id, status=sub.status, error=sub.error,
+                           **common)  # type: ignore[arg-type]
+    if ev.status != "done":
+        return ScoreResult(submission_id=sub.id, status="failed", error=ev.error,
+                           **common)  # type: ignore[arg-type]
+    improvement = None if ev.score is None or baseline is None else ev.score - baseline
+    return ScoreResult(submission_id=sub.id, status="graded", score=ev.score, ci_low=ev.ci_low,
+                       ci_high=ev.ci_high, improvement=improvement, **common)  # type: ignore[arg-type]
+
+
+async def get_score(
+    submission_id: Annotated[str | None, Field(
+        description="the submission to look at; omit for the best so far")] = None,
+    wait_s: Annotated[float, Field(ge=0, le=MAX_SCORE_WAIT_S, description=(
+        "wait up to this many seconds for grading to finish"))] = 0,
+) -> ScoreResult:
+    """A submission's score with the baseline and the improvement, or the best so far.
+
+    Under the default `heldout` protocol scores are on a hidden dev split; the final score
+    of the run is the best-dev submission scored once on a hidden test split at the end.
+    Only aggregate scores are shown, never per-item results.
+    """
+    rt = current().runtime
+    deadline = time.monotonic() + wait_s
+    while True:
+        result = await anyio.to_thread.run_sync(score_result, rt, submission_id)
+        if result.status not in ("queued", "grading") or time.monotonic() >= deadline:
+            return result
+        await anyio.sleep(0.25)
