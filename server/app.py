@@ -125,16 +125,14 @@ def exhaust(rt: RunRuntime) -> None:
     """At the deadline: stop every job (once) and note it."""
     from sqlmodel import select
 
-    from a2rl.tools.jobs import reconcile
+    from a2rl.tools.jobs import stop_all
 
     with rt.store.session() as s:
         seen = s.exec(select(BudgetEvent).where(BudgetEvent.run_id == rt.run_id,
                                                 BudgetEvent.kind == "exhausted")).first()
         if seen is None:
             s.add(BudgetEvent(run_id=rt.run_id, kind="exhausted"))
-    sandbox = rt.sandbox()
-    sandbox.stop()
-    reconcile(rt)
+    stop_all(rt)
 
 
 def build_server(settings: Settings, store: Store, run_id: str | None = None,

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import BudgetEvent, Run, Store, utcnow
-from a2rl.tools.jobs import reconcile
+from a2rl.tools.jobs import stop_all
 from a2rl.tools.runtime import RunRuntime, run_logger
 
 from .auth import new_token
@@ -61,7 +61,7 @@ def create_run(
         workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
         max_submissions=max_submissions, seed=seed, agent=agent,
         base_model=task.spec.default_base_model,
-        config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
+        config={"network": network, "allow_unisolated": unsafe or getattr(task.spec, "toy", False),
                 "unsafe_local": unsafe},
     )
     if start_clock:
@@ -85,11 +85,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
         if run.ended_at is not None:
             return run
     rt = RunRuntime(settings, store, run)
-    sandbox = rt.sandbox() if (rt.dir / "control").exists() else None
-    if sandbox is not None:
-        reconcile(rt)
-        sandbox.stop()
-        reconcile(rt)
+    stop_all(rt)
     rt.scanner.scan("scan")
     with store.session() as s:
         run = s.get(Run, run_id)

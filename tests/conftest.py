@@ -45,3 +45,14 @@ def store(settings: Settings) -> Iterator[Store]:
     s = Store(settings.database_url)
     yield s
     s.close()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fixture_task() -> None:
+    from . import fixture_task  # noqa: F401  (registers the task)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+

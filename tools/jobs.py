@@ -6,16 +6,20 @@ as a blob (head and tail), and a rescan of the workspace for the code it changed
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
+
+from mcp.server.mcpserver.exceptions import ToolError
+from sqlmodel import select
 
 from a2rl.store import Job
 
 from .output import bound_bytes
 from .results import JobInfo
 from .runtime import RunRuntime, aware
-from .sandbox.base import JobState, SandboxError, SandboxJob
+from .sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 
 
 def new_job_id() -> str:
@@ -44,7 +48,7 @@ def keep_log(rt: RunRuntime, log_path: str) -> tuple[str | None, int]:
 
 
 def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
-           lost: bool = False) -> Job:
+           lost: bool = False, lost_state: JobState = JobState.lost) -> Job:
     """Record a job's end once; a still-running job is returned unchanged."""
     with rt.store.session() as s:
         row = s.get(Job, job_id)
@@ -60,7 +64,7 @@ def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int
         row = s.get(Job, job_id)
         assert row is not None
         if row.state == JobState.running:
-            row.state = JobState.lost if lost or sj is None else sj.state
+            row.state = lost_state if lost or sj is None else sj.state
             row.exit_code = None if sj is None else sj.exit_code
             ended = sj.ended_at if sj is not None and sj.ended_at else None
             row.ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
@@ -70,16 +74,46 @@ def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int
         return row
 
 
-def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
-    """Settle every job that ended while nobody was looking; mark jobs of a dead supervisor lost."""
-    from sqlmodel import select
-
+def _running(rt: RunRuntime) -> list[Job]:
     with rt.store.session() as s:
-        running = s.exec(select(Job).where(Job.run_id == rt.run_id,
-                                           Job.state == JobState.running)).all()
+        return list(s.exec(select(Job).where(Job.run_id == rt.run_id,
+                                             Job.state == JobState.running)).all())
+
+
+def _attach(rt: RunRuntime) -> Sandbox | None:
+    try:
+        return rt.sandbox()
+    except ToolError:  # the supervisor is gone and may not start again (deadline passed)
+        return None
+
+
+def stop_all(rt: RunRuntime, tool_call_id: int | None = None) -> None:
+    """Kill every running job (recorded as killed) and end the run's supervisor."""
+    sandbox = _attach(rt) if _running(rt) or rt.has_sandbox() else None
+    if sandbox is not None:
+        for row in _running(rt):
+            with contextlib.suppress(SandboxError):
+                settle(rt, sandbox.kill(row.id), row.id, tool_call_id)
+        sandbox.stop()
+    reconcile(rt, tool_call_id)
+
+
+def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
+    """Settle every job that ended while nobody was looking.
+
+    Jobs of a supervisor that is gone are `timeout` when the deadline has passed (the
+    supervisor stops every job then), else `lost`.
+    """
+    running = _running(rt)
     if not running:
         return []
-    sandbox = rt.sandbox()
+    sandbox = _attach(rt)
+    if sandbox is None:
+        deadline = rt.deadline()
+        state = (JobState.timeout if deadline and deadline <= datetime.now(UTC)
+                 else JobState.lost)
+        return [settle(rt, None, row.id, tool_call_id, lost=True, lost_state=state)
+                for row in running]
     alive = sandbox.alive()
     settled = []
     for row in running:

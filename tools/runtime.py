@@ -100,6 +100,10 @@ class RunRuntime:
     def deadline(self) -> datetime | None:
         return aware(self.run().deadline)
 
+    def has_sandbox(self) -> bool:
+        """Whether a supervisor was ever started for this run (by any process)."""
+        return self._sandbox is not None or (self.dir / "control" / "token").exists()
+
     def sandbox(self) -> Sandbox:
         """The run's sandbox, started (or reattached) on first use."""
         with self._lock:

@@ -429,6 +429,17 @@ class LocalSandbox:
 
 
 def _connect(sock: socket.socket, path: Path) -> None:
+    """Connect, retrying briefly while the supervisor's accept queue is full (EAGAIN)."""
+    for attempt in range(100):
+        try:
+            return _connect_once(sock, path)
+        except BlockingIOError:
+            if attempt == 99:
+                raise
+            time.sleep(0.02)
+
+
+def _connect_once(sock: socket.socket, path: Path) -> None:
     name = str(path)
     if len(name.encode()) < 100:
         sock.connect(name)

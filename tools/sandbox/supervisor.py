@@ -435,6 +435,7 @@ class Handler(socketserver.StreamRequestHandler):
 
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    request_queue_size = 512  # bursts of concurrent tool calls must queue, not fail
     daemon_threads = True
     supervisor: Supervisor
 

@@ -1,0 +1,150 @@
+"""The real server processes: `a2rl serve` over stdio and over HTTP, and a crash in between."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from sqlmodel import select
+
+from a2rl.server import create_run, finish_run
+from a2rl.store import Job, Run
+
+from .conftest import require_bwrap
+from .helpers import calls
+
+pytestmark = [pytest.mark.timeout(180), pytest.mark.anyio]
+A2RL = str(Path(sys.executable).parent / "a2rl")
+
+
+def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env.update(A2RL_HOME=str(settings.home), A2RL_DB_URL=settings.database_url)
+    return env
+
+
+@pytest.fixture
+def run(settings, store) -> Run:  # type: ignore[no-untyped-def]
+    require_bwrap()
+    created = create_run(settings, store, task_id="fixture", budget="30m")
+    yield created.run
+    finish_run(settings, store, created.run.id)
+
+
+def _stdio(settings, run_id: str) -> StdioServerParameters:  # type: ignore[no-untyped-def]
+    return StdioServerParameters(command=A2RL, args=["serve", "--run", run_id], env=_env(settings))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_stdio_serves_and_records(settings, store, run, mode) -> None:  # type: ignore[no-untyped-def]
+    async with Client(_stdio(settings, run.id), mode=mode) as c:
+        assert "TASK.md" in (c.instructions or "")
+        r = await c.call_tool("run_command", {"command": "echo via-stdio"})
+        assert "via-stdio" in r.structured_content["output"]
+    assert [c.tool for c in calls(store, run.id)] == ["run_command"]
+
+
+async def test_heavy_output_keeps_stdio_stream_valid(settings, store, run) -> None:  # type: ignore[no-untyped-def]
+    async with Client(_stdio(settings, run.id), mode="legacy") as c:
+        r = await c.call_tool("run_command", {
+            "command": "for i in $(seq 1 200000); do echo line-$i; done", "wait_s": 0.2})
+        job = r.structured_content["job_id"]
+        for _ in range(20):
+            r = await c.call_tool("job_status", {"job_id": job, "wait_s": 2})
+            if r.structured_content["job"]["state"] != "running":
+                break
+        assert r.structured_content["job"]["state"] == "exited"
+        r = await c.call_tool("budget_status", {})
+        assert not r.is_error
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_http_needs_the_runs_token(settings, store) -> None:  # type: ignore[no-untyped-def]
+    require_bwrap()
+    a = create_run(settings, store, task_id="fixture", budget="30m")
+    b = create_run(settings, store, task_id="fixture", budget="30m")
+    port = _free_port()
+    proc = subprocess.Popen([A2RL, "serve", "--http", "--port", str(port)], env=_env(settings),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        async with httpx2.AsyncClient() as h:
+            for _ in range(100):
+                try:
+                    await h.get(f"http://127.0.0.1:{port}/health")
+                    break
+                except httpx2.TransportError:
+                    await anyio.sleep(0.1)
+            resp = await h.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert resp.status_code == 401
+            assert "Bearer" in resp.headers.get("www-authenticate", "")
+            bad = await h.post(url, headers={"Authorization": "Bearer nope"},
+                               json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            assert bad.status_code == 401
+        for created in (a, b):
+            headers = {"Authorization": f"Bearer {created.token}"}
+            async with httpx2.AsyncClient(headers=headers) as h, Client(
+                    streamable_http_client(url, http_client=h), mode="legacy") as c:
+                r = await c.call_tool("run_command", {"command": "pwd"})
+                assert r.structured_content["output"].strip() == created.run.workspace
+        for created in (a, b):
+            assert [c.tool for c in calls(store, created.run.id)] == ["run_command"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        for created in (a, b):
+            finish_run(settings, store, created.run.id)
+
+
+def test_http_refuses_remote_without_flag(settings) -> None:  # type: ignore[no-untyped-def]
+    p = subprocess.run([A2RL, "serve", "--http", "--host", "0.0.0.0"], env=_env(settings),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--allow-remote" in p.stderr
+
+
+async def test_server_killed_job_survives(settings, store, run) -> None:  # type: ignore[no-untyped-def]
+    """SIGKILL the stdio server while a job runs; a new server finds the job and its output."""
+    params = _stdio(settings, run.id)
+    proc = None
+    async with Client(params, mode="legacy") as c:
+        r = await c.call_tool("run_command", {
+            "command": "echo first; sleep 2; echo second", "wait_s": 0.2})
+        job_id = r.structured_content["job_id"]
+        proc = _find_server(run.id)
+        os.kill(proc, signal.SIGKILL)
+    time.sleep(2.5)
+    async with Client(params, mode="legacy") as c:
+        r = await c.call_tool("job_status", {"job_id": job_id, "wait_s": 5})
+        st = r.structured_content
+        assert st["job"]["state"] == "exited" and st["job"]["exit_code"] == 0
+        assert "first" in st["output"] and "second" in st["output"]
+    with store.session() as s:
+        assert s.exec(select(Job).where(Job.id == job_id)).one().log_blob_sha
+
+
+def _find_server(run_id: str) -> int:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and run_id.encode() in argv:
+            return int(pid)
+    raise AssertionError("the stdio server process was not found")
