@@ -23,6 +23,7 @@ from a2rl.tools import TOOLS
 from a2rl.tools.runtime import CallContext, RunRuntime, aware, bind, unbind
 
 from .auth import RunTokenVerifier
+from .grading_pump import GradingPump
 from .instructions import instructions_for
 from .recording import end_call, start_call, summarize
 
@@ -35,6 +36,7 @@ class RunRegistry:
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings, self.store = settings, store
         self._runtimes: dict[str, RunRuntime] = {}
+        self.pump = GradingPump(settings, store)  # its thread starts on the first wake()
 
     def get(self, run_id: str) -> RunRuntime:
         if run_id not in self._runtimes:
@@ -42,7 +44,9 @@ class RunRegistry:
                 run = s.get(Run, run_id)
             if run is None:
                 raise ToolError(f"run {run_id!r} does not exist")
-            self._runtimes[run_id] = RunRuntime(self.settings, self.store, run)
+            rt = RunRuntime(self.settings, self.store, run)
+            rt.grading_pump = self.pump
+            self._runtimes[run_id] = rt
         return self._runtimes[run_id]
 
 

@@ -17,6 +17,7 @@ from a2rl.tools.jobs import stop_all
 from a2rl.tools.runtime import RunRuntime, run_logger
 
 from .auth import new_token
+from .finalize import finalize_scores
 
 WORKSPACE_DIRS = ["code", "output", "logs"]
 
@@ -35,7 +36,7 @@ def create_run(
     settings: Settings, store: Store, task_id: str = "arith", budget: str | None = None,
     backend: str | None = None, start_clock: bool = False, protocol: str = "heldout",
     max_submissions: int | None = None, seed: int | None = None, agent: str | None = None,
-    network: bool = False, unsafe_local: bool | None = None,
+    network: bool = False, unsafe_local: bool | None = None, baseline: bool = True,
 ) -> CreatedRun:
     """Make a run: its folder, a workspace with the task's visible files, a token and a row.
 
@@ -54,6 +55,11 @@ def create_run(
         (workspace / d).mkdir()
     task.prepare_workspace(workspace, settings)
     unsafe = settings.unsafe_local if unsafe_local is None else unsafe_local
+    scores = {}
+    if baseline:
+        from a2rl.grading import ensure_baseline
+
+        scores = ensure_baseline(store, task, task.base_model_dir(settings), settings)
     token, token_hash = new_token()
     now = utcnow()
     run = Run(
@@ -61,6 +67,8 @@ def create_run(
         workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
         max_submissions=max_submissions, seed=seed, agent=agent,
         base_model=task.spec.default_base_model,
+        baseline_dev=scores["dev"].score if scores else None,
+        baseline_test=scores["test"].score if scores else None,
         config={"network": network, "allow_unisolated": unsafe or getattr(task.spec, "toy", False),
                 "unsafe_local": unsafe},
     )
@@ -87,6 +95,12 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt = RunRuntime(settings, store, run)
     stop_all(rt)
     rt.scanner.scan("scan")
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        run.status = "finalizing"
+        s.add(run)
+    finalize_scores(settings, store, run_id)
     with store.session() as s:
         run = s.get(Run, run_id)
         assert run is not None

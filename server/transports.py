@@ -12,12 +12,14 @@ from .app import build_server
 
 def serve_stdio(settings: Settings, store: Store, run_id: str) -> None:
     server = build_server(settings, store, run_id=run_id, transport="stdio")
+    server.registry.pump.wake()  # drain what an earlier server left queued
     anyio.run(server.run_stdio_async)
 
 
 def http_app(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
     """The Starlette app (for tests and embedding); run `app.router.lifespan` as usual."""
     server = build_server(settings, store, run_id=None, transport="http")
+    server.registry.pump.wake()
 
     @server.custom_route("/health", methods=["GET"])
     async def health(_request):  # type: ignore[no-untyped-def]

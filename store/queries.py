@@ -37,3 +37,20 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any] | None:
         doc["jobs"] = _count(s, Job, run_id)
         doc["submissions"] = _count(s, Submission, run_id)
     return doc
+
+
+def best_submission(store: Store, run_id: str, split: str) -> tuple[Submission, Any] | None:
+    """The best graded submission of a run on `split`; ties go to the earliest."""
+    from .models import Evaluation
+
+    with store.session() as s:
+        rows = s.exec(select(Submission, Evaluation).join(
+            Evaluation, Evaluation.submission_id == Submission.id).where(  # type: ignore[arg-type]
+            Submission.run_id == run_id, Evaluation.split == split,
+            Evaluation.kind == "submission", Evaluation.status == "done")
+            .order_by(Submission.created_at)).all()  # type: ignore[arg-type]
+    best = None
+    for sub, ev in rows:
+        if ev.score is not None and (best is None or ev.score > best[1].score):
+            best = (sub, ev)
+    return best

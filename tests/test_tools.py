@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.anyio]
 @pytest.fixture
 def run(settings, store) -> Run:  # type: ignore[no-untyped-def]
     require_bwrap()
-    created = create_run(settings, store, task_id="fixture", budget="30m")
+    created = create_run(settings, store, task_id="fixture", budget="30m", baseline=False)
     yield created.run
     finish_run(settings, store, created.run.id)
 

@@ -36,7 +36,7 @@ def _env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
 @pytest.fixture
 def run(settings, store) -> Run:  # type: ignore[no-untyped-def]
     require_bwrap()
-    created = create_run(settings, store, task_id="fixture", budget="30m")
+    created = create_run(settings, store, task_id="fixture", budget="30m", baseline=False)
     yield created.run
     finish_run(settings, store, created.run.id)
 
@@ -76,8 +76,8 @@ def _free_port() -> int:
 
 async def test_http_needs_the_runs_token(settings, store) -> None:  # type: ignore[no-untyped-def]
     require_bwrap()
-    a = create_run(settings, store, task_id="fixture", budget="30m")
-    b = create_run(settings, store, task_id="fixture", budget="30m")
+    a = create_run(settings, store, task_id="fixture", budget="30m", baseline=False)
+    b = create_run(settings, store, task_id="fixture", budget="30m", baseline=False)
     port = _free_port()
     proc = subprocess.Popen([A2RL, "serve", "--http", "--port", str(port)], env=_env(settings),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -15,6 +15,7 @@ from .budget import budget_status
 from .commands import job_kill, job_status, run_command
 from .files import edit_file, list_files, read_file
 from .runtime import CallContext, RunRuntime, current
+from .submissions import get_score, submit_checkpoint
 
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 _WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
@@ -27,6 +28,9 @@ TOOLS: list[tuple[Callable[..., Any], ToolAnnotations]] = [
     (list_files, _READ),
     (edit_file, ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                 open_world_hint=False)),
+    (submit_checkpoint, ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                        open_world_hint=False)),
+    (get_score, _READ),
     (budget_status, _READ),
 ]
 

@@ -14,6 +14,7 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -71,6 +72,7 @@ class RunRuntime:
                                        settings.revision_exclude, settings.revision_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
         self._sandbox: Sandbox | None = None
+        self.grading_pump: Any = None  # set by the serving process; woken on submission
         self._lock = threading.Lock()
 
     def run(self) -> Run:

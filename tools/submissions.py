@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from a2rl.store import Evaluation, Run, Submission
+from a2rl.store.queries import best_submission
 
 from .runtime import RunRuntime, current
 
@@ -128,26 +129,11 @@ def _score_of(rt: RunRuntime, sub: Submission, split: str) -> Evaluation | None:
         ).first()
 
 
-def best_submission(rt: RunRuntime, run: Run, split: str) -> tuple[Submission, Evaluation] | None:
-    """The best graded submission on `split`; ties go to the earliest."""
-    with rt.store.session() as s:
-        rows = s.exec(select(Submission, Evaluation).join(
-            Evaluation, Evaluation.submission_id == Submission.id).where(
-            Submission.run_id == run.id, Evaluation.split == split,
-            Evaluation.kind == "submission", Evaluation.status == "done")
-            .order_by(Submission.created_at)).all()
-    best = None
-    for sub, ev in rows:
-        if ev.score is not None and (best is None or ev.score > best[1].score):
-            best = (sub, ev)
-    return best
-
-
 def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
     run = rt.run()
     split = feedback_split(run)
     baseline = _baseline(run, split)
-    best = best_submission(rt, run, split)
+    best = best_submission(rt.store, run.id, split)
     common = dict(split=split, baseline=baseline,
                   best_submission_id=best[0].id if best else None,
                   best_score=best[1].score if best else None)

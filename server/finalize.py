@@ -1,0 +1,65 @@
+"""Finalization: the run's final score, by protocol, from the stored checkpoint copies.
+
+Under `heldout` the best-dev submission (ties: the earliest) is scored once on the hidden
+test split and that is the final score. Under `paper` every submission was scored on test
+and the final score is the best. With no valid submission the final score is the baseline's
+test score and the improvement is 0. Checkpoint copies that can no longer matter are deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sqlmodel import select
+
+from a2rl.grading import drain, enqueue
+from a2rl.settings import Settings
+from a2rl.store import Evaluation, Run, Store, Submission
+from a2rl.store.queries import best_submission
+
+from .grading_pump import owner_name
+
+
+def _test_score(store: Store, submission_id: str) -> Evaluation | None:
+    with store.session() as s:
+        return s.exec(select(Evaluation).where(
+            Evaluation.submission_id == submission_id, Evaluation.split == "test",
+            Evaluation.status == "done")).first()
+
+
+def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:
+    owner = owner_name()
+    drain(store, settings, owner)  # every submission accepted before the deadline
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+    final_sub, final = None, run.baseline_test
+    if run.protocol == "paper":
+        best = best_submission(store, run_id, "test")
+        if best is not None:
+            final_sub, final = best[0].id, best[1].score
+    else:
+        best = best_submission(store, run_id, "dev")
+        if best is not None:
+            if _test_score(store, best[0].id) is None:
+                enqueue(store, run_id, best[0].id, "test")
+                drain(store, settings, owner)
+            ev = _test_score(store, best[0].id)
+            if ev is not None:
+                final_sub, final = best[0].id, ev.score
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        assert run is not None
+        run.final_score, run.final_submission_id = final, final_sub
+        s.add(run)
+    _prune_copies(store, run_id, keep=final_sub)
+    return run
+
+
+def _prune_copies(store: Store, run_id: str, keep: str | None) -> None:
+    with store.session() as s:
+        subs = s.exec(select(Submission).where(Submission.run_id == run_id)).all()
+    for sub in subs:
+        if sub.id != keep and sub.checkpoint_dir and Path(sub.checkpoint_dir).exists():
+            shutil.rmtree(sub.checkpoint_dir, ignore_errors=True)

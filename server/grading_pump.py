@@ -1,0 +1,62 @@
+"""The grading pump: drains the grading queue in whichever process serves runs.
+
+Queue rows live in the store and are claimed with a lease, so any number of serving
+processes (`a2rl serve`, `a2rl run`, `a2rl finish`) can pump side by side and a request whose
+process died is claimed again when its lease expires. Each evaluation runs in its own
+grader process (see `a2rl.grading.queue`); this thread only waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+
+from a2rl.grading import process_one
+from a2rl.settings import Settings
+from a2rl.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def owner_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class GradingPump:
+    def __init__(self, settings: Settings, store: Store, idle_poll_s: float = 1.0) -> None:
+        self.settings, self.store, self.idle_poll_s = settings, store, idle_poll_s
+        self.owner = owner_name()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> GradingPump:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="a2rl-grading", daemon=True)
+            self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        """Start the thread on first use, or cut its idle wait short."""
+        self.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = process_one(self.store, self.settings, self.owner)
+            except Exception:  # a broken request must not stop grading for everyone
+                log.exception("grading failed")
+                worked = False
+            if not worked:
+                self._wake.wait(self.idle_poll_s)
+                self._wake.clear()
