@@ -7,7 +7,9 @@ warnings go to stderr.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from typing import Annotated, Any
 
 import typer
@@ -187,7 +189,44 @@ def tasks(as_json: JsonFlag = False) -> None:
         typer.echo(f"{r['id']:12} level {r['level']}  {r['title']}")
 
 
+@app.command()
+def demo(
+    task: Annotated[str, typer.Option(help="task id")] = "arith",
+    backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
+    import anyio
+
+    from a2rl.demo import run_demo
+
+    settings = _settings(backend=backend)
+    store = _store(settings)
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+
+    summary = anyio.run(lambda: run_demo(settings, store, task=task, backend=backend, say=say))
+    if as_json:
+        _print_json(summary.model_dump())
+        return
+
+    def pct(x: float | None) -> str:
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    typer.echo(f"\nrun {summary.run_id} ({summary.task}) in {summary.seconds:.0f} s")
+    typer.echo(f"  baseline (test) {pct(summary.baseline_score)} -> best dev "
+               f"{pct(summary.best_score)} -> final test {pct(summary.final_score)}")
+    typer.echo(f"  {summary.submissions} submissions, {summary.tool_calls} tool calls, "
+               f"{summary.revisions} code revisions recorded")
+    typer.echo(f"  inspect it: a2rl show {summary.run_id}")
+
+
 def main() -> None:
+    # Library progress bars would drown the demo's own progress lines.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     app()
 
 

@@ -52,7 +52,10 @@ class ReferenceAgent:
             if lines:
                 self.say(f"  {job_id}: {lines[-1][:100]}")
             if st["job"]["state"] != "running":
-                return st["job"]["state"] == "exited" and st["job"]["exit_code"] == 0
+                ok = st["job"]["state"] == "exited" and st["job"]["exit_code"] == 0
+                if not ok:
+                    self.say(f"  {job_id} failed:\n{st['output'][-1500:]}")
+                return ok
 
     async def submit(self, path: str, note: str) -> dict[str, Any]:
         sub = await self.tool("submit_checkpoint", path=path, note=note)
@@ -84,7 +87,7 @@ class ReferenceAgent:
 
         await self.tool("edit_file", path="code/grpo.py", new_text=script("grpo.py"))
         self.say("wrote code/grpo.py; GRPO with an exact-match reward on top of SFT")
-        ok = await self.train("python code/grpo.py --base output/sft --data data/train.jsonl "
+        ok = await self.train("python code/grpo.py --init output/sft --data data/train.jsonl "
                               f"--out output/grpo {self.grpo_args}")
         second_score = await self.submit("output/grpo", "GRPO on top of SFT") if ok else None
         budget = await self.tool("budget_status")

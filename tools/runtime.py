@@ -111,7 +111,9 @@ class RunRuntime:
         with self._lock:
             if self._sandbox is None:
                 deadline = self.deadline()
-                prefixes = sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+                # the venv first: its bin/ leads PATH inside the sandbox
+                prefixes = list(dict.fromkeys([Path(sys.prefix).resolve(),
+                                               Path(sys.base_prefix).resolve()]))
                 spec = SandboxSpec(
                     run_id=self.run_id, workspace=self.workspace.root,
                     readonly_paths=self.readonly, control_dir=self.dir / "control",

@@ -1,0 +1,81 @@
+"""The command line as a user runs it: settings precedence, create/show/runs/finish, --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from a2rl.settings import load_settings, parse_duration
+
+A2RL = str(Path(sys.executable).parent / "a2rl")
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env.update(A2RL_HOME=str(home), **extra)
+    return env
+
+
+def _a2rl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([A2RL, *args], env=_env(home, **extra), capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_settings_precedence(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text('http_port = 9000\nmax_wait_s = 10\nbackend = "docker"\n')
+    env = {"A2RL_HOME": str(tmp_path), "A2RL_MAX_WAIT_S": "20"}
+    settings, sources = load_settings({"backend": "local"}, environ=env)
+    assert settings.http_port == 9000 and sources["http_port"].startswith("file:")
+    assert settings.max_wait_s == 20 and sources["max_wait_s"] == "env"
+    assert settings.backend == "local" and sources["backend"] == "cli"
+    assert sources["output_head_bytes"] == "default"
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("90") == 90 and parse_duration("20m") == 1200
+    assert parse_duration("1h30m") == 5400
+    for bad in ("", "abc", "0", "5x"):
+        try:
+            parse_duration(bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"{bad!r} was accepted")
+
+
+def test_config_show_json(tmp_path: Path) -> None:
+    p = _a2rl(tmp_path, "config", "show", "--json", A2RL_HTTP_PORT="9123")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["http_port"] == {"value": 9123, "source": "env"}
+    assert doc["db_url"]["value"].endswith("a2rl.db")
+
+
+def test_create_show_runs_finish(tmp_path: Path) -> None:
+    p = _a2rl(tmp_path, "create", "--task", "arith", "--budget", "10m", "--json")
+    assert p.returncode == 0, p.stderr
+    created = json.loads(p.stdout)
+    assert created["token"].startswith("a2rl_") and created["budget_s"] == 600
+    run_id = created["run_id"]
+    shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
+    assert shown["id"] == run_id and shown["status"] == "created"
+    assert "token_hash" not in shown and created["token"] not in json.dumps(shown)
+    assert shown["baseline_test"] is not None and shown["baseline_test"] <= 0.05
+    runs = json.loads(_a2rl(tmp_path, "runs", "--json").stdout)
+    assert [r["run_id"] for r in runs] == [run_id]
+    done = _a2rl(tmp_path, "finish", run_id, "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "finished"
+
+
+def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
+    p = _a2rl(tmp_path, "create", "--task", "nope")
+    assert p.returncode == 2 and "unknown task 'nope'" in p.stderr and "Traceback" not in p.stderr
+    p = _a2rl(tmp_path, "create", "--budget", "soon")
+    assert p.returncode == 2 and "bad duration" in p.stderr
+    p = _a2rl(tmp_path, "show", "r-missing")
+    assert p.returncode == 2 and "does not exist" in p.stderr
+    p = _a2rl(tmp_path, "serve")
+    assert p.returncode == 2 and "--run" in p.stderr
