@@ -1,0 +1,113 @@
+"""Reference SFT: fine-tune the workspace's base model on data/train.jsonl with TRL.
+
+This is the kind of script an agent writes inside its workspace. It only reads workspace paths
+(base_model/, data/) and writes a full model + tokenizer to output/<name>/ with
+`save_pretrained`, which is what `submit_checkpoint` expects. It imports nothing from a2rl.
+
+Usage (from the workspace root):
+    python code/sft.py --base base_model --data data/train.jsonl --out output/sft
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+
+def load_rows(path: Path) -> list[dict]:
+    with path.open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="base_model", help="base model directory")
+    parser.add_argument("--data", default="data/train.jsonl", help="training jsonl")
+    parser.add_argument("--out", default="output/sft", help="where to save the checkpoint")
+    parser.add_argument("--steps", type=int, default=1000, help="optimizer steps")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
+    parser.add_argument("--batch", type=int, default=64, help="per-device batch size")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--holdout", type=int, default=200,
+                        help="train rows held out for a quick accuracy check (0: none)")
+    args = parser.parse_args()
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    torch.manual_seed(args.seed)
+    rows = load_rows(Path(args.data))
+    held = rows[-args.holdout:] if args.holdout else []
+    rows = rows[: len(rows) - len(held)]
+    # Prompt/completion in chat form: TRL applies the base model's chat template and computes
+    # the loss on the completion (the answer) only.
+    dataset = Dataset.from_list([
+        {"prompt": [{"role": "user", "content": r["prompt"]}],
+         "completion": [{"role": "assistant", "content": r["answer"]}]}
+        for r in rows
+    ])
+
+    tokenizer = AutoTokenizer.from_pretrained(args.base)
+    model = AutoModelForCausalLM.from_pretrained(args.base, dtype=torch.float32)
+    config = SFTConfig(
+        output_dir=tempfile.mkdtemp(prefix="trainer-"),  # nothing is saved there (no saves)
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch,
+        learning_rate=args.lr,
+        lr_scheduler_type="cosine",
+        warmup_steps=max(1, args.steps // 20),
+        weight_decay=0.0,
+        gradient_checkpointing=False,  # twice as slow, and pointless for a tiny model
+        bf16=False,
+        max_length=64,
+        logging_steps=max(1, args.steps // 10),
+        save_strategy="no",
+        report_to=[],
+        seed=args.seed,
+        dataloader_num_workers=0,
+    )
+    trainer = SFTTrainer(model=model, args=config, train_dataset=dataset,
+                         processing_class=tokenizer)
+    start = time.time()
+    trainer.train()
+    print(f"trained {args.steps} steps in {time.time() - start:.1f}s")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer.model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    print(f"saved to {out}")
+
+    if held:
+        print(f"held-out train accuracy: {accuracy(trainer.model, tokenizer, held):.3f}")
+
+
+def accuracy(model, tokenizer, rows: list[dict], batch: int = 256) -> float:
+    """Greedy exact-match accuracy, with the prompt in the chat template as the grader uses."""
+    import torch
+
+    model.eval()
+    tokenizer.padding_side = "left"
+    correct = 0
+    for i in range(0, len(rows), batch):
+        chunk = rows[i: i + batch]
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": r["prompt"]}],
+                                               add_generation_prompt=True, tokenize=False)
+                 for r in chunk]
+        enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=12, do_sample=False,
+                                 pad_token_id=tokenizer.pad_token_id)
+        for r, ids in zip(chunk, out[:, enc["input_ids"].shape[1]:], strict=True):
+            text = tokenizer.decode(ids, skip_special_tokens=True).strip()
+            correct += text == r["answer"]
+    return correct / max(1, len(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""One evaluation: a checkpoint, a task, a hidden split -> a score with its interval and
+provenance.
+
+The 95% interval is the Wilson score interval for a binomial proportion (z = 1.96): unlike the
+normal approximation it stays inside [0, 1] and behaves at scores of 0 and 1, which the toy task
+hits routinely.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+import a2rl
+from a2rl.settings import Settings
+from a2rl.tasks import ItemResult, Split, Task
+
+from .engine import GenerationEngine, TransformersEngine
+from .hashing import data_hash, tree_hashes
+
+#: Bump when scoring, prompting or generation settings of the grader change.
+GRADER_VERSION = "1"
+Z_95 = 1.959963984540054
+
+
+class EvalResult(BaseModel):
+    """What one evaluation produced (stored as an `Evaluation` row)."""
+
+    score: float
+    ci_low: float
+    ci_high: float
+    n_items: int
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    items: list[ItemResult] = Field(default_factory=list)
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+
+def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of `successes / n`; (0, 1) when n is 0."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
+
+
+def make_engine(task: Task, checkpoint_dir: Path, settings: Settings) -> GenerationEngine:
+    """The default engine, prompting with the base model's chat template (see TASK.md)."""
+    from transformers import AutoTokenizer
+
+    base_template = AutoTokenizer.from_pretrained(task.base_model_dir(settings)).chat_template
+    return TransformersEngine(checkpoint_dir, batch_size=task.spec.grader.batch_size,
+                              chat_template=base_template)
+
+
+def evaluate(
+    task: Task,
+    checkpoint_dir: Path,
+    split: Split,
+    settings: Settings,
+    *,
+    engine: GenerationEngine | None = None,
+) -> EvalResult:
+    """Generate on every item of the hidden `split` and score the outputs."""
+    checkpoint_dir = Path(checkpoint_dir)
+    started = time.monotonic()
+    items = task.load_split(split, settings)
+    engine = engine or make_engine(task, checkpoint_dir, settings)
+    loaded = time.monotonic()
+    grader = task.spec.grader
+    outputs = engine.generate([task.build_prompt(it) for it in items],
+                              max_new_tokens=grader.max_new_tokens, stop=grader.stop)
+    scored = task.score_outputs(items, outputs)
+    low, high = wilson_interval(scored.n_correct, scored.n_items)
+    metrics = {**scored.metrics, "load_s": round(loaded - started, 3),
+               "generate_s": round(time.monotonic() - loaded, 3)}
+    provenance = {
+        "a2rl_version": a2rl.__version__,
+        "task_id": task.spec.id,
+        "task_version": task.spec.version,
+        "prompt_version": task.spec.prompt_version,
+        "grader_version": GRADER_VERSION,
+        "engine": engine.engine_name,
+        "engine_version": engine.engine_version,
+        "split": split,
+        "data_hash": data_hash(items),
+        "checkpoint_hashes": tree_hashes(checkpoint_dir),
+        "generation": grader.model_dump(),
+        "ci_method": "wilson-95",
+    }
+    return EvalResult(score=scored.score, ci_low=low, ci_high=high, n_items=scored.n_items,
+                      metrics=metrics, items=scored.items, provenance=provenance)

@@ -1,0 +1,187 @@
+"""The grading queue: `GradeRequest` rows claimed with a lease, evaluated in a subprocess.
+
+Why a lease: whichever process serves the run (`a2rl serve`, `a2rl run`, `a2rl finish`) drains
+the queue; if it dies mid-evaluation the lease expires and another claims the request again
+(up to `MAX_ATTEMPTS`). Why a subprocess: see `a2rl.grading.worker`. Every outcome, including
+a timeout or a crash, ends as an `Evaluation` row, so the agent gets an answer either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import and_, or_, update
+from sqlmodel import select
+
+from a2rl.settings import Settings
+from a2rl.store import Evaluation, GradeRequest, Run, Store, Submission, utcnow
+
+from .device_lock import device_lock
+from .evaluate import EvalResult
+
+MAX_ATTEMPTS = 3
+STDERR_TAIL_CHARS = 2000
+#: How long a claim holds beyond the evaluation's own timeout.
+LEASE_MARGIN_S = 120.0
+
+
+def enqueue(store: Store, run_id: str, submission_id: str, split: str) -> int:
+    """Queue (submission, split) for grading; returns the request id."""
+    with store.session() as s:
+        req = GradeRequest(run_id=run_id, submission_id=submission_id, split=split)
+        s.add(req)
+        s.flush()
+        assert req.id is not None
+        return req.id
+
+
+def _claimable(now: object) -> object:
+    return or_(GradeRequest.state == "queued",
+               and_(GradeRequest.state == "leased", GradeRequest.lease_until < now))
+
+
+def claim(store: Store, owner: str, lease_s: float) -> GradeRequest | None:
+    """Lease the oldest queued request (or one whose lease expired), or return None.
+
+    The conditional UPDATE is the atomic step: two claimers can read the same candidate, but
+    only one UPDATE matches it; the other moves on to the next candidate.
+    """
+    now = utcnow()
+    with store.session() as s:
+        for _ in range(10):
+            cand = s.exec(select(GradeRequest.id).where(_claimable(now))
+                          .order_by(GradeRequest.id).limit(1)).first()
+            if cand is None:
+                return None
+            res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
+                         .where(GradeRequest.id == cand, _claimable(now))
+                         .values(state="leased", lease_owner=owner,
+                                 lease_until=now + timedelta(seconds=lease_s),
+                                 attempts=GradeRequest.attempts + 1))
+            if res.rowcount == 1:
+                req = s.get(GradeRequest, cand)
+                assert req is not None
+                s.refresh(req)
+                return req
+    return None
+
+
+def _failure_reason(rc: int | None, timed_out: bool, timeout_s: float, stderr: str) -> str:
+    if timed_out:
+        reason = f"the evaluation timed out after {timeout_s:g}s and was killed"
+    elif rc is not None and rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else -rc
+        reason = f"the evaluation process was killed by signal {name}"
+        if rc == -signal.SIGKILL:
+            reason += " (out of memory, or killed from outside)"
+    elif rc:
+        reason = f"the evaluation process exited with code {rc}"
+    else:
+        reason = "the evaluation process produced no result"
+    tail = stderr.strip()[-STDERR_TAIL_CHARS:]
+    return f"{reason}; stderr tail:\n{tail}" if tail else reason
+
+
+def run_worker(spec: dict, timeout_s: float) -> tuple[EvalResult | None, str | None, float]:
+    """Run `python -m a2rl.grading.worker` on `spec`; (result, failure reason, seconds)."""
+    with tempfile.TemporaryDirectory(prefix="a2rl-grade-") as tmp:
+        out = Path(tmp) / "result.json"
+        err_path = Path(tmp) / "stderr.txt"
+        cmd = [sys.executable, "-m", "a2rl.grading.worker", "--spec", json.dumps(spec),
+               "--out", str(out)]
+        started = time.monotonic()
+        with err_path.open("wb") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+                                    start_new_session=True)
+            timed_out = False
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        elapsed = time.monotonic() - started
+        stderr = err_path.read_text(errors="replace")
+        if not timed_out and proc.returncode == 0 and out.is_file():
+            try:
+                return EvalResult.model_validate_json(out.read_text()), None, elapsed
+            except ValueError as exc:
+                return None, f"the evaluation result did not parse: {exc}", elapsed
+        return None, _failure_reason(proc.returncode, timed_out, timeout_s, stderr), elapsed
+
+
+def _finish(store: Store, req_id: int, ev: Evaluation, error: str | None) -> None:
+    with store.session() as s:
+        s.add(ev)
+        s.flush()
+        req = s.get(GradeRequest, req_id)
+        assert req is not None
+        req.state = "failed" if error else "done"
+        req.evaluation_id = ev.id
+        req.lease_until = None
+        s.add(req)
+        sub = s.get(Submission, req.submission_id)
+        if sub is not None:
+            sub.status = "failed" if error else "graded"
+            sub.error = error
+            s.add(sub)
+
+
+def process_one(store: Store, settings: Settings, owner: str, timeout_s: float = 600.0) -> bool:
+    """Claim one request, evaluate its submission's stored copy, record the outcome.
+
+    Returns False when the queue was empty. Holds the device lock for the whole evaluation.
+    """
+    with device_lock(settings):
+        req = claim(store, owner, lease_s=timeout_s + LEASE_MARGIN_S)
+        if req is None:
+            return False
+        assert req.id is not None
+        started = utcnow()
+        ev = Evaluation(run_id=req.run_id, submission_id=req.submission_id, kind="submission",
+                        split=req.split, status="failed", started_at=started)
+        with store.session() as s:
+            sub = s.get(Submission, req.submission_id)
+            run = s.get(Run, req.run_id)
+            if sub is not None:
+                sub.status = "grading"
+                s.add(sub)
+        error: str | None = None
+        if req.attempts > MAX_ATTEMPTS:
+            error = (f"gave up after {MAX_ATTEMPTS} attempts: the grader stopped while "
+                     "evaluating this checkpoint each time")
+        elif sub is None or run is None or not sub.checkpoint_dir:
+            error = "the submission has no stored checkpoint copy to evaluate"
+        else:
+            spec = {"task_id": run.task_id, "checkpoint_dir": sub.checkpoint_dir,
+                    "split": req.split, "settings": settings.model_dump(mode="json")}
+            result, error, elapsed = run_worker(spec, timeout_s)
+            if result is not None:
+                ev.status, ev.score, ev.ci_low, ev.ci_high = ("done", result.score,
+                                                              result.ci_low, result.ci_high)
+                ev.n_items = result.n_items
+                ev.metrics = {**result.metrics, "wall_s": round(elapsed, 3)}
+                ev.items = [it.model_dump() for it in result.items]
+                ev.provenance = result.provenance
+        ev.error = error
+        ev.ended_at = utcnow()
+        _finish(store, req.id, ev, error)
+        return True
+
+
+def drain(store: Store, settings: Settings, owner: str, timeout_s: float = 600.0) -> int:
+    """Process requests until the queue is empty; returns how many were processed."""
+    n = 0
+    while process_one(store, settings, owner, timeout_s):
+        n += 1
+    return n

@@ -1,0 +1,108 @@
+"""The toy task `arith` (level 1): integer arithmetic, generated, with secret hidden splits.
+
+It is the embedded default: small enough that a short SFT run on two CPU cores takes the tiny
+base model from about 0% to above 90%, so the whole harness can be exercised end to end in CI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from importlib.resources import files
+from typing import Any
+
+from a2rl.settings import Settings
+
+from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..hidden_seed import secret_seed
+from ..spec import GraderSettings, SplitInfo, TaskSpec
+from .generate import GENERATOR_VERSION, TRAIN_SEED, make_items, normalize_answer, with_messages
+
+N_TRAIN, N_DEV, N_TEST = 6000, 200, 500
+GRADER = GraderSettings(max_new_tokens=8, stop=["</s>"], batch_size=256)
+
+
+def _description() -> str:
+    template = files(__package__).joinpath("description.md").read_text()
+    return template.format(n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST,
+                           max_new_tokens=GRADER.max_new_tokens)
+
+
+def _op(problem: str) -> str:
+    return next((op for op in "+-*" if op in problem[1:]), "?")
+
+
+class ArithTask(Task):
+    """Integer arithmetic; see `generate.py` for the distribution and `description.md`."""
+
+    def __init__(self) -> None:
+        self.spec = TaskSpec(
+            id="arith",
+            level=1,
+            title="Integer arithmetic (toy)",
+            description=_description(),
+            version=f"1.g{GENERATOR_VERSION}",
+            prompt_version="1",
+            default_base_model="tiny-llama",
+            default_budget="20m",
+            splits={
+                "train": SplitInfo(n_items=N_TRAIN, visible=True,
+                                   source=f"generated from public seed {TRAIN_SEED}"),
+                "dev": SplitInfo(n_items=N_DEV, visible=False,
+                                 source="generated from the installation's secret seed"),
+                "test": SplitInfo(n_items=N_TEST, visible=False,
+                                  source="generated from the installation's secret seed"),
+            },
+            grader=GRADER,
+        )
+
+    @cached_property
+    def _train(self) -> list[dict[str, Any]]:
+        return make_items(TRAIN_SEED, N_TRAIN, "train")
+
+    def train_items(self) -> list[dict[str, Any]]:
+        return [with_messages(item) for item in self._train]
+
+    def hidden_items(self, settings: Settings) -> dict[str, list[dict[str, Any]]]:
+        """Dev then test from one stream of the secret seed, both excluding every train problem,
+        so the two hidden splits are disjoint from train and from each other."""
+        seed = secret_seed(settings, "arith")
+        exclude = [item["prompt"] for item in self._train]
+        both = make_items(seed, N_DEV + N_TEST, "hidden", exclude)
+        dev = [{**it, "id": f"dev-{i:04d}"} for i, it in enumerate(both[:N_DEV])]
+        test = [{**it, "id": f"test-{i:04d}"} for i, it in enumerate(both[N_DEV:])]
+        return {"dev": dev, "test": test}
+
+    def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
+        if split not in ("dev", "test"):
+            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        return self.hidden_items(settings)[split]
+
+    def build_prompt(self, item: dict[str, Any]) -> Messages:
+        return [{"role": "user", "content": item["prompt"]}]
+
+    def score_outputs(
+        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
+    ) -> ScoreResult:
+        if len(items) != len(outputs):
+            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+        results: list[ItemResult] = []
+        by_op: dict[str, list[int]] = {}
+        unparsed = 0
+        for item, output in zip(items, outputs, strict=True):
+            parsed = normalize_answer(output)
+            unparsed += parsed is None
+            correct = parsed is not None and parsed == item["answer"]
+            by_op.setdefault(_op(item["prompt"]), []).append(int(correct))
+            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
+                                      expected=item["answer"], correct=correct, parsed=parsed))
+        n = len(results)
+        n_correct = sum(r.correct for r in results)
+        metrics = {
+            "accuracy": n_correct / n if n else 0.0,
+            "n_correct": n_correct,
+            "n_unparsed": unparsed,
+            "accuracy_by_op": {op: sum(v) / len(v) for op, v in sorted(by_op.items())},
+        }
+        return ScoreResult(score=metrics["accuracy"], n_items=n, n_correct=n_correct,
+                           metrics=metrics, items=results)

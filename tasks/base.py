@@ -1,0 +1,137 @@
+"""The `Task` seam: what every task provides to the harness and the grader.
+
+A task owns its data (a visible train split written into the workspace, hidden splits the
+grader loads from `$A2RL_HOME`), its prompt format, and its scoring. The workspace layout is the
+same for every task, so `prepare_workspace` is shared here; tasks add their own files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from a2rl.settings import Settings
+
+from .base_models import resolve_base_model
+from .spec import TaskSpec
+
+Split = Literal["dev", "test"]
+Messages = list[dict[str, str]]
+
+#: Workspace folders created empty for the agent.
+WRITABLE_DIRS = ("code", "output", "logs")
+
+
+class ItemResult(BaseModel):
+    """One graded item. Per-item results stay in the store; the agent never sees them."""
+
+    id: str
+    prompt: str
+    output: str
+    expected: str
+    correct: bool
+    parsed: str | None = None
+
+
+class ScoreResult(BaseModel):
+    """Per-item results and their aggregate (the score is the mean of `correct`)."""
+
+    score: float
+    n_items: int
+    n_correct: int
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    items: list[ItemResult] = Field(default_factory=list)
+
+
+class Task(ABC):
+    """Base class of a task. Subclasses set `spec` and implement the data and scoring."""
+
+    spec: TaskSpec
+
+    @property
+    def readonly_paths(self) -> list[str]:
+        """Workspace paths the sandbox mounts read-only."""
+        return list(self.spec.readonly_paths)
+
+    # --- data -------------------------------------------------------------------------------
+    @abstractmethod
+    def train_items(self) -> list[dict[str, Any]]:
+        """The visible train split, as written to data/train.jsonl."""
+
+    @abstractmethod
+    def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
+        """A hidden split. Never written into a workspace."""
+
+    @abstractmethod
+    def build_prompt(self, item: dict[str, Any]) -> Messages:
+        """The chat messages the grader sends for `item` (rendered with the chat template)."""
+
+    @abstractmethod
+    def score_outputs(
+        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
+    ) -> ScoreResult:
+        """Score model outputs against items (same order)."""
+
+    # --- workspace --------------------------------------------------------------------------
+    def base_model_dir(self, settings: Settings) -> Path:
+        """The cached base model (built or fetched on first use)."""
+        return resolve_base_model(self.spec.default_base_model, settings)
+
+    def task_md(self) -> str:
+        return self.spec.description
+
+    def prepare_workspace(
+        self, workspace: Path, settings: Settings, *, link_base_model: bool = False
+    ) -> None:
+        """Write the visible files: TASK.md, data/train.jsonl, base_model/, empty code/ etc.
+
+        Inputs are made read-only (files 0444) as a second line behind the sandbox's read-only
+        mounts. The base model is copied by default: a hardlink would share the inode with the
+        cache, so an agent that chmods and rewrites a file there would corrupt every later run.
+        Pass `link_base_model=True` only when the sandbox guarantees read-only mounts.
+        """
+        workspace.mkdir(parents=True, exist_ok=True)
+        (workspace / "TASK.md").write_text(self.task_md())
+        for name in WRITABLE_DIRS:
+            (workspace / name).mkdir(exist_ok=True)
+        data = workspace / "data"
+        data.mkdir(exist_ok=True)
+        train = data / "train.jsonl"
+        if train.exists():
+            train.chmod(0o644)
+        with train.open("w") as f:
+            for item in self.train_items():
+                f.write(json.dumps(item) + "\n")
+        train.chmod(0o444)
+        copy_tree_readonly(self.base_model_dir(settings), workspace / "base_model",
+                           link=link_base_model)
+
+
+def copy_tree_readonly(src: Path, dest: Path, *, link: bool = False) -> None:
+    """Copy (or hardlink) the files of `src` into `dest`, each left read-only (0444)."""
+    if dest.exists():
+        for p in dest.rglob("*"):
+            if p.is_file():
+                p.chmod(0o644)
+        shutil.rmtree(dest)
+    for path in sorted(src.rglob("*")):
+        target = dest / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if link:
+            try:
+                os.link(path, target)
+            except OSError:
+                shutil.copy2(path, target)
+        else:
+            shutil.copy2(path, target)
+        target.chmod(0o444)

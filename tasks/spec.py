@@ -1,0 +1,42 @@
+"""What a task *is*, as data: the `TaskSpec` shown by `a2rl tasks` and recorded with each run.
+
+Kept separate from the task's behaviour (`a2rl.tasks.base.Task`) so the spec can be listed,
+serialized and compared without importing torch or generating any data.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class SplitInfo(BaseModel):
+    """One split of a task's data."""
+
+    n_items: int = Field(description="number of items")
+    visible: bool = Field(description="True when the agent sees it (written into the workspace)")
+    source: str = Field("", description="how the items are produced or where they come from")
+
+
+class GraderSettings(BaseModel):
+    """How the grader generates: greedy, batched, bounded."""
+
+    max_new_tokens: int = Field(16, description="generation length limit per item")
+    stop: list[str] = Field(default_factory=list, description="output is cut at the first stop")
+    batch_size: int = Field(256, description="prompts per generate call")
+
+
+class TaskSpec(BaseModel):
+    """The static description of a task."""
+
+    id: str
+    level: int = Field(ge=1, le=3, description="1: single-turn, 2: tool use, 3: interactive")
+    title: str
+    description: str = Field(description="markdown: TASK.md as the agent reads it")
+    version: str = Field(description="bump when data, scoring or prompts change")
+    prompt_version: str = Field("1", description="version of the prompt format")
+    default_base_model: str = "tiny-llama"
+    default_budget: str = "20m"
+    splits: dict[str, SplitInfo] = Field(default_factory=dict)
+    grader: GraderSettings = Field(default_factory=GraderSettings)
+    sandbox_image: str = "a2rl-sandbox"
+    readonly_paths: list[str] = Field(default_factory=lambda: ["base_model", "data"])

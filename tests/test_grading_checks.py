@@ -1,0 +1,127 @@
+"""Checkpoint validation refusals, the near-copy flag, and the grader-owned copy."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from a2rl.grading import copy_checkpoint, sha256_file, validate_checkpoint
+from a2rl.settings import Settings
+from a2rl.tasks import get_task
+
+
+def save_perturbed(base: Path, dest: Path, scale: float) -> Path:
+    """A stand-in for a trained checkpoint: the base weights plus seeded noise."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(base)
+    if scale:
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * scale * p.abs().mean())
+    model.save_pretrained(dest)
+    AutoTokenizer.from_pretrained(base).save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    settings = Settings(home=tmp_path_factory.mktemp("home"))
+    base = get_task("arith").base_model_dir(settings)
+    out = tmp_path_factory.mktemp("ws") / "output"
+    out.mkdir()
+    trained = save_perturbed(base, out / "trained", 0.5)
+    return {"base": base, "out": out, "trained": trained}
+
+
+def check(env: dict[str, Path], path: Path):
+    return validate_checkpoint(path, env["out"], env["base"])
+
+
+def test_trained_checkpoint_is_accepted(env) -> None:
+    res = check(env, env["trained"])
+    assert res.ok, res.error
+    assert res.l2_relative is not None and res.l2_relative > 0.1 and not res.near_copy
+    assert res.n_params and res.n_params > 1_000_000
+    # relative paths resolve against the workspace (the parent of output/)
+    assert validate_checkpoint(Path("output/trained"), env["out"], env["base"]).ok
+
+
+def test_near_copy_is_flagged(env) -> None:
+    res = check(env, save_perturbed(env["base"], env["out"] / "near", 1e-5))
+    assert res.ok and res.near_copy and res.l2_relative < 1e-3
+
+
+def test_resaved_base_is_refused(env) -> None:
+    res = check(env, save_perturbed(env["base"], env["out"] / "copy", 0.0))
+    assert not res.ok
+    assert res.error == "these weights are the base model's: train before submitting"
+
+
+def test_adapter_only_is_refused(env) -> None:
+    d = env["out"] / "adapter"
+    d.mkdir()
+    (d / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 8}))
+    (d / "adapter_model.safetensors").write_bytes(b"")
+    res = check(env, d)
+    assert not res.ok and "adapter" in res.error and "merge_and_unload()" in res.error
+
+
+def test_missing_tokenizer_is_refused(env) -> None:
+    d = env["out"] / "notok"
+    d.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        shutil.copy(env["trained"] / name, d / name)
+    res = check(env, d)
+    assert not res.ok and "no tokenizer files" in res.error
+    assert "tokenizer.save_pretrained" in res.error
+
+
+def test_truncated_safetensors_is_refused(env) -> None:
+    d = env["out"] / "truncated"
+    shutil.copytree(env["trained"], d)
+    weights = d / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    res = check(env, d)
+    assert not res.ok and "model.safetensors" in res.error and "truncated" in res.error
+
+
+def test_path_outside_output_is_refused(env, tmp_path) -> None:
+    outside = shutil.copytree(env["trained"], tmp_path / "elsewhere")
+    link = env["out"] / "sneaky"
+    link.symlink_to(outside, target_is_directory=True)
+    res = check(env, link)
+    assert not res.ok and "outside output/" in res.error
+    assert not check(env, outside).ok
+    assert "not output/ itself" in check(env, env["out"]).error
+
+
+def test_missing_path_is_refused(env) -> None:
+    res = check(env, env["out"] / "nope")
+    assert not res.ok and res.error.startswith("no such directory")
+
+
+def test_other_vocabulary_is_refused(env) -> None:
+    d = shutil.copytree(env["trained"], env["out"] / "vocab")
+    tok = json.loads((d / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["@@"] = vocab.pop("@")
+    (d / "tokenizer.json").write_text(json.dumps(tok))
+    res = check(env, d)
+    assert not res.ok and "different vocabulary" in res.error
+
+
+def test_copy_checkpoint(env, tmp_path) -> None:
+    dest = tmp_path / "store" / "sub-1"
+    hashes = copy_checkpoint(env["trained"], dest)
+    assert set(hashes) == {p.name for p in env["trained"].iterdir()}
+    assert hashes["model.safetensors"] == sha256_file(env["trained"] / "model.safetensors")
+    assert not list(dest.parent.glob(".*"))  # no partial copy left behind
+    with pytest.raises(FileExistsError):
+        copy_checkpoint(env["trained"], dest)

@@ -1,0 +1,128 @@
+"""The grading queue: leases, ordering, and failures (timeout, crash) recorded as evaluations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from a2rl.grading import claim, copy_checkpoint, enqueue, process_one
+from a2rl.settings import Settings
+from a2rl.store import Evaluation, GradeRequest, Run, Store, Submission
+from a2rl.tasks import get_task
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path]:
+    """A grader-owned checkpoint copy (the base weights plus noise: graded, not trained)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    settings = Settings(home=tmp_path_factory.mktemp("home"))
+    base = get_task("arith").base_model_dir(settings)
+    src = tmp_path_factory.mktemp("ws") / "output" / "ck"
+    model = AutoModelForCausalLM.from_pretrained(base)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    model.save_pretrained(src)
+    AutoTokenizer.from_pretrained(base).save_pretrained(src)
+    copy = settings.home_dir / "checkpoints" / "ck"
+    copy_checkpoint(src, copy)
+    return settings, copy
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    s = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
+    with s.session() as sess:
+        sess.add(Run(id="r1", task_id="arith", workspace=str(tmp_path), budget_s=600))
+    return s
+
+
+def submit(store: Store, sub_id: str, checkpoint_dir: Path | str, split: str = "dev") -> int:
+    with store.session() as s:
+        s.add(Submission(id=sub_id, run_id="r1", path=f"output/{sub_id}",
+                         checkpoint_dir=str(checkpoint_dir)))
+    return enqueue(store, "r1", sub_id, split)
+
+
+def rows(store: Store, model: type) -> list:
+    with store.session() as s:
+        return list(s.exec(select(model).order_by(model.id)))  # type: ignore[attr-defined]
+
+
+def test_claim_is_fifo_and_reclaims_expired_leases(store: Store) -> None:
+    first, second = enqueue(store, "r1", "a", "dev"), enqueue(store, "r1", "b", "dev")
+    got = claim(store, "w1", lease_s=-1)  # a lease that has already expired
+    assert got is not None and got.id == first and got.attempts == 1
+    again = claim(store, "w2", lease_s=60)
+    assert again is not None and again.id == first and again.attempts == 2
+    assert again.lease_owner == "w2"
+    nxt = claim(store, "w3", lease_s=60)
+    assert nxt is not None and nxt.id == second
+    assert claim(store, "w4", lease_s=60) is None
+
+
+def test_two_requests_processed_in_order(store: Store, ckpt) -> None:
+    settings, copy = ckpt
+    r1, r2 = submit(store, "s1", copy), submit(store, "s2", copy, split="test")
+    assert process_one(store, settings, "w", timeout_s=240)
+    assert process_one(store, settings, "w", timeout_s=240)
+    assert not process_one(store, settings, "w", timeout_s=240)
+    evs = rows(store, Evaluation)
+    assert [(e.submission_id, e.split, e.status) for e in evs] == [
+        ("s1", "dev", "done"), ("s2", "test", "done")]
+    assert evs[0].n_items == 200 and evs[1].n_items == 500 and len(evs[0].items) == 200
+    assert evs[0].ci_low is not None and evs[0].provenance["task_id"] == "arith"
+    reqs = rows(store, GradeRequest)
+    assert [(r.id, r.state, r.evaluation_id) for r in reqs] == [
+        (r1, "done", evs[0].id), (r2, "done", evs[1].id)]
+    assert {s.status for s in rows_subs(store)} == {"graded"}
+
+
+def rows_subs(store: Store) -> list[Submission]:
+    with store.session() as s:
+        return list(s.exec(select(Submission)))
+
+
+def test_killed_worker_fails_and_next_is_processed(store: Store, ckpt) -> None:
+    settings, copy = ckpt
+    submit(store, "slow", copy)
+    submit(store, "fine", copy)
+    # The worker cannot even import torch in 0.3 s: it is killed mid-way.
+    assert process_one(store, settings, "w", timeout_s=0.3)
+    assert process_one(store, settings, "w", timeout_s=240)
+    failed, done = rows(store, Evaluation)
+    assert failed.status == "failed" and failed.score is None
+    assert "timed out after 0.3s and was killed" in failed.error
+    assert done.status == "done" and done.submission_id == "fine"
+    subs = {s.id: s for s in rows_subs(store)}
+    assert subs["slow"].status == "failed" and "timed out" in subs["slow"].error
+    assert subs["fine"].status == "graded"
+    assert [r.state for r in rows(store, GradeRequest)] == ["failed", "done"]
+
+
+def test_crashing_worker_reports_stderr(store: Store, ckpt, tmp_path: Path) -> None:
+    settings, _ = ckpt
+    submit(store, "broken", tmp_path / "does-not-exist")
+    assert process_one(store, settings, "w", timeout_s=240)
+    (ev,) = rows(store, Evaluation)
+    assert ev.status == "failed"
+    assert "exited with code 1" in ev.error and "stderr tail" in ev.error
+    assert "does-not-exist" in ev.error or "Error" in ev.error
+
+
+def test_worker_reads_its_job_from_the_store(store: Store, ckpt, tmp_path: Path) -> None:
+    from a2rl.grading.evaluate import EvalResult
+    from a2rl.grading.worker import main
+
+    settings, copy = ckpt
+    req_id = submit(store, "s9", copy)
+    out = tmp_path / "result.json"
+    assert main(["--db", store.url, "--request", str(req_id),
+                 "--settings", settings.model_dump_json(), "--out", str(out)]) == 0
+    result = EvalResult.model_validate_json(out.read_text())
+    assert result.n_items == 200 and result.provenance["split"] == "dev"
+    assert rows(store, Evaluation) == []  # the worker never writes to the store
