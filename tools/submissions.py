@@ -78,12 +78,17 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
     check = validate_checkpoint(target, rt.workspace.root / "output",
                                 rt.workspace.root / "base_model")
     sub.l2_distance, sub.near_copy = check.l2_relative, check.near_copy
+    if not target.exists():
+        check.ok, check.error = False, (f"{path} does not exist; save the checkpoint under "
+                                        "output/ with save_pretrained and pass its path")
     if not check.ok:
-        sub.status, sub.error = "refused", check.error
+        # the agent knows its workspace by relative paths only
+        error = (check.error or "invalid checkpoint").replace(f"{rt.workspace.root}/", "")
+        sub.status, sub.error = "refused", error
         with rt.store.session() as s:
             s.add(sub)
-        rt.log.info("submission %s refused: %s", sub.id, check.error)
-        raise ToolError(f"submission refused: {check.error}")
+        rt.log.info("submission %s refused: %s", sub.id, error)
+        raise ToolError(f"submission refused: {error}")
     sub.snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
     dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
     sub.checkpoint_dir = str(dest)

@@ -1,0 +1,86 @@
+"""`a2rl demo` end to end, as a user runs it; one finished run shared by the tests that read it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlmodel import select
+
+from a2rl.store import Evaluation, Job, Revision, Run, Store, Submission, ToolCall
+
+from .conftest import require_bwrap
+
+A2RL = str(Path(sys.executable).parent / "a2rl")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    require_bwrap()
+    home = tmp_path_factory.mktemp("demo-home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env["A2RL_HOME"] = str(home)
+    proc = subprocess.run([A2RL, "demo", "--json"], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)  # --json: one document, nothing else on stdout
+    return {"summary": summary, "home": home, "env": env, "stderr": proc.stderr,
+            "store": Store(f"sqlite:///{home / 'a2rl.db'}")}
+
+
+@pytest.mark.timeout(900)
+def test_demo_improves(demo: dict[str, Any]) -> None:
+    s = demo["summary"]
+    assert set(s) == {"run_id", "task", "baseline_score", "best_score", "final_score",
+                      "submissions", "tool_calls", "revisions", "seconds"}
+    assert s["task"] == "arith" and s["submissions"] >= 2
+    assert s["final_score"] > s["baseline_score"] and s["best_score"] > s["baseline_score"]
+    assert "finalizing" in demo["stderr"]  # progress went to stderr
+
+
+def test_show_finds_the_run(demo: dict[str, Any]) -> None:
+    run_id = demo["summary"]["run_id"]
+    p = subprocess.run([A2RL, "show", run_id, "--json"], env=demo["env"], capture_output=True,
+                       text=True, timeout=120)
+    shown = json.loads(p.stdout)
+    assert shown["status"] == "finished" and shown["final_score"] == demo["summary"]["final_score"]
+    assert shown["tool_calls"] == demo["summary"]["tool_calls"]
+
+
+def test_everything_was_recorded(demo: dict[str, Any]) -> None:
+    store: Store = demo["store"]
+    run_id = demo["summary"]["run_id"]
+    with store.session() as s:
+        calls = s.exec(select(ToolCall).where(ToolCall.run_id == run_id)).all()
+        revs = s.exec(select(Revision).where(Revision.run_id == run_id)).all()
+        jobs = s.exec(select(Job).where(Job.run_id == run_id, Job.is_background)).all()
+        subs = s.exec(select(Submission).where(Submission.run_id == run_id)).all()
+    tools = {c.tool for c in calls}
+    assert {"edit_file", "run_command", "job_status", "submit_checkpoint", "get_score"} <= tools
+    assert all(c.duration_ms > 0 for c in calls)
+    assert {"code/sft.py", "code/grpo.py"} <= {r.path for r in revs}
+    assert jobs and all(j.state == "exited" and j.log_blob_sha for j in jobs)
+    assert all(sub.snapshot_id and sub.status == "graded" for sub in subs)
+
+
+def test_heldout_kept_test_hidden_until_the_end(demo: dict[str, Any]) -> None:
+    store: Store = demo["store"]
+    run_id = demo["summary"]["run_id"]
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        test_evals = s.exec(select(Evaluation).where(Evaluation.run_id == run_id,
+                                                     Evaluation.split == "test")).all()
+        last_call = s.exec(select(ToolCall).where(ToolCall.run_id == run_id)
+                           .order_by(ToolCall.id.desc())).first()  # type: ignore[union-attr]
+        scores = s.exec(select(ToolCall).where(ToolCall.run_id == run_id,
+                                               ToolCall.tool == "get_score")).all()
+    assert run.protocol == "heldout"
+    assert len(test_evals) == 1 and test_evals[0].submission_id == run.final_submission_id
+    assert test_evals[0].started_at >= last_call.started_at
+    assert all('"split": "dev"' in c.result_summary for c in scores if not c.is_error)
+    assert not any('"items"' in c.result_summary for c in scores)

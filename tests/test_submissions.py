@@ -1,0 +1,140 @@
+"""submit_checkpoint and get_score through a real MCP client, grading and finalization."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from sqlalchemy import func
+from sqlmodel import select
+
+from a2rl.server import build_server, create_run, finish_run
+from a2rl.store import Evaluation, Run, Store, Submission
+
+from .conftest import require_bwrap
+from .helpers import last_call, text_of
+from .test_grading_checks import save_perturbed
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.anyio]
+
+
+def make_run(settings, store, **kw) -> Run:  # type: ignore[no-untyped-def]
+    require_bwrap()
+    return create_run(settings, store, task_id="arith", budget="30m", **kw).run
+
+
+async def connect(settings, store, run: Run) -> AsyncIterator[Client]:  # type: ignore[no-untyped-def]
+    return Client(build_server(settings, store, run_id=run.id, transport="memory"),
+                  mode="legacy")
+
+
+async def submit_and_wait(c: Client, path: str) -> dict:
+    r = await c.call_tool("submit_checkpoint", {"path": path})
+    assert not r.is_error, text_of(r)
+    sid = r.structured_content["submission_id"]
+    for _ in range(20):
+        s = (await c.call_tool("get_score", {"submission_id": sid, "wait_s": 30}))
+        if s.structured_content["status"] not in ("queued", "grading"):
+            return s.structured_content
+    raise AssertionError("grading never finished")
+
+
+async def test_refusals_are_immediate_and_recorded(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    run = make_run(settings, store)
+    ws = Path(run.workspace)
+    shutil.copytree(ws / "base_model", ws / "output" / "copy")
+    (ws / "output" / "lora").mkdir()
+    (ws / "output" / "lora" / "adapter_config.json").write_text("{}")
+    (ws / "output" / "lora" / "adapter_model.safetensors").write_bytes(b"x")
+    cases = {"output/copy": "train before submitting", "output/lora": "merge",
+             "code": "output", "output/missing": "does not exist"}
+    async with await connect(settings, store, run) as c:
+        for path, expect in cases.items():
+            r = await c.call_tool("submit_checkpoint", {"path": path})
+            assert r.is_error and expect in text_of(r), (path, text_of(r))
+            assert expect in last_call(store, run.id).error
+        r = await c.call_tool("budget_status", {})
+        assert r.structured_content["submissions_used"] == 0
+    with store.session() as s:
+        subs = s.exec(select(Submission).where(Submission.run_id == run.id)).all()
+    assert sorted(x.path for x in subs) == sorted(cases)
+    assert all(x.status == "refused" and x.error for x in subs)
+    finish_run(settings, store, run.id)
+
+
+async def test_graded_from_the_copy_and_heldout_hides_test(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    run = make_run(settings, store, max_submissions=2)
+    ws = Path(run.workspace)
+    base = ws / "base_model"
+    save_perturbed(base, ws / "output" / "a", 0.3)
+    save_perturbed(base, ws / "output" / "b", 0.6)
+    async with await connect(settings, store, run) as c:
+        await c.call_tool("edit_file", {"path": "code/train.py", "new_text": "print(1)\n"})
+        r1 = await c.call_tool("submit_checkpoint", {"path": "output/a"})
+        r2 = await c.call_tool("submit_checkpoint", {"path": "output/b", "note": "second"})
+        first, second = (r.structured_content["submission_id"] for r in (r1, r2))
+        shutil.rmtree(ws / "output" / "a")  # deleting after submitting changes nothing
+        shutil.copytree(base, ws / "output" / "b", dirs_exist_ok=True)
+        s1 = await c.call_tool("get_score", {"submission_id": first, "wait_s": 60})
+        s2 = await c.call_tool("get_score", {"submission_id": second, "wait_s": 60})
+        assert s1.structured_content["status"] == "graded", s1.structured_content
+        assert s2.structured_content["status"] == "graded", s2.structured_content
+        assert s1.structured_content["split"] == "dev"
+        assert "items" not in s1.structured_content
+        r3 = await c.call_tool("submit_checkpoint", {"path": "output/b"})
+        assert r3.is_error and "submission limit" in text_of(r3)
+        best = (await c.call_tool("get_score", {})).structured_content
+        assert best["best_submission_id"] in (first, second)
+    with store.session() as s:
+        evs = s.exec(select(Evaluation).where(Evaluation.run_id == run.id)
+                     .order_by(Evaluation.id)).all()
+        subs = {x.id: x for x in s.exec(select(Submission).where(
+            Submission.run_id == run.id)).all()}
+    assert [e.submission_id for e in evs] == [first, second]  # graded in order
+    assert {e.split for e in evs} == {"dev"}  # no test score before the end
+    assert subs[first].snapshot_id and subs[first].file_hashes
+    assert all(len(e.items) == e.n_items == 200 for e in evs)
+    prov = evs[0].provenance
+    assert prov["checkpoint_hashes"] == subs[first].file_hashes  # the copy, hashed at submit
+    assert {"a2rl_version", "task_version", "engine", "data_hash"} <= set(prov)
+    done = finish_run(settings, store, run.id)
+    with store.session() as s:
+        tests = s.exec(select(Evaluation).where(Evaluation.run_id == run.id,
+                                                Evaluation.split == "test")).all()
+    assert len(tests) == 1 and tests[0].submission_id == best["best_submission_id"]
+    assert done.final_submission_id == best["best_submission_id"]
+    assert done.final_score == tests[0].score
+    kept = [x for x in subs.values() if Path(x.checkpoint_dir).exists()]
+    assert [x.id for x in kept] == [done.final_submission_id]
+
+
+async def test_no_valid_submission_finalizes_at_baseline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    run = make_run(settings, store)
+    done = finish_run(settings, store, run.id)
+    assert done.final_score == run.baseline_test and done.final_submission_id is None
+    assert done.status == "finished"
+
+
+async def test_paper_protocol_scores_on_test(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    run = make_run(settings, store, protocol="paper")
+    ws = Path(run.workspace)
+    save_perturbed(ws / "base_model", ws / "output" / "a", 0.3)
+    async with await connect(settings, store, run) as c:
+        score = await submit_and_wait(c, "output/a")
+    assert score["split"] == "test" and score["baseline"] == run.baseline_test
+    done = finish_run(settings, store, run.id)
+    assert done.final_score == score["score"]
+
+
+def test_baseline_is_computed_once_for_two_runs(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    a, b = make_run(settings, store), make_run(settings, store)
+    with store.session() as s:
+        n = s.exec(select(func.count()).select_from(Evaluation).where(
+            Evaluation.kind == "baseline")).one()
+    assert n == 2  # dev and test, once
+    assert (a.baseline_dev, a.baseline_test) == (b.baseline_dev, b.baseline_test)
+    for r in (a, b):
+        finish_run(settings, store, r.id)
