@@ -176,6 +176,23 @@ def show(run_id: Annotated[str, typer.Argument(help="a run id")],
 
 
 @app.command()
+def gc(
+    include_final: Annotated[bool, typer.Option(
+        help="also remove the final checkpoint copies of finished runs")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Remove what finished runs no longer need (checkpoint copies, sandbox leftovers)."""
+    from a2rl.server.gc import collect_garbage
+
+    settings = _settings()
+    result = collect_garbage(settings, _store(settings), include_final=include_final)
+    if as_json:
+        _print_json(result)
+        return
+    typer.echo(f"removed {len(result['removed'])} items, {result['bytes_freed']} bytes freed")
+
+
+@app.command()
 def tasks(as_json: JsonFlag = False) -> None:
     """List the tasks with their levels."""
     from a2rl.tasks import list_tasks

@@ -137,15 +137,18 @@ def _finish(store: Store, req_id: int, ev: Evaluation, error: str | None) -> Non
             s.add(sub)
 
 
-def process_one(store: Store, settings: Settings, owner: str, timeout_s: float = 600.0) -> bool:
+def process_one(
+    store: Store, settings: Settings, owner: str, timeout_s: float = 600.0
+) -> GradeRequest | None:
     """Claim one request, evaluate its submission's stored copy, record the outcome.
 
-    Returns False when the queue was empty. Holds the device lock for the whole evaluation.
+    Returns the request it processed, or None when the queue was empty. Holds the device
+    lock for the whole evaluation.
     """
     with device_lock(settings):
         req = claim(store, owner, lease_s=timeout_s + LEASE_MARGIN_S)
         if req is None:
-            return False
+            return None
         assert req.id is not None
         started = utcnow()
         ev = Evaluation(run_id=req.run_id, submission_id=req.submission_id, kind="submission",
@@ -176,12 +179,12 @@ def process_one(store: Store, settings: Settings, owner: str, timeout_s: float =
         ev.error = error
         ev.ended_at = utcnow()
         _finish(store, req.id, ev, error)
-        return True
+        return req
 
 
 def drain(store: Store, settings: Settings, owner: str, timeout_s: float = 600.0) -> int:
     """Process requests until the queue is empty; returns how many were processed."""
     n = 0
-    while process_one(store, settings, owner, timeout_s):
+    while process_one(store, settings, owner, timeout_s) is not None:
         n += 1
     return n

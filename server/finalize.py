@@ -8,14 +8,12 @@ test score and the improvement is 0. Checkpoint copies that can no longer matter
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 from sqlmodel import select
 
 from a2rl.grading import drain, enqueue
+from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, Run, Store, Submission
+from a2rl.store import Evaluation, Run, Store
 from a2rl.store.queries import best_submission
 
 from .grading_pump import owner_name
@@ -53,13 +51,5 @@ def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:
         assert run is not None
         run.final_score, run.final_submission_id = final, final_sub
         s.add(run)
-    _prune_copies(store, run_id, keep=final_sub)
+    prune_copies(store, run_id, keep=final_sub, final=True)
     return run
-
-
-def _prune_copies(store: Store, run_id: str, keep: str | None) -> None:
-    with store.session() as s:
-        subs = s.exec(select(Submission).where(Submission.run_id == run_id)).all()
-    for sub in subs:
-        if sub.id != keep and sub.checkpoint_dir and Path(sub.checkpoint_dir).exists():
-            shutil.rmtree(sub.checkpoint_dir, ignore_errors=True)

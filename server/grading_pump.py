@@ -15,6 +15,7 @@ import threading
 import uuid
 
 from a2rl.grading import process_one
+from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
 from a2rl.store import Store
 
@@ -53,10 +54,12 @@ class GradingPump:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                worked = process_one(self.store, self.settings, self.owner)
+                req = process_one(self.store, self.settings, self.owner)
+                if req is not None:
+                    prune_copies(self.store, req.run_id)
             except Exception:  # a broken request must not stop grading for everyone
                 log.exception("grading failed")
-                worked = False
-            if not worked:
+                req = None
+            if req is None:
                 self._wake.wait(self.idle_poll_s)
                 self._wake.clear()

@@ -79,3 +79,17 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     assert p.returncode == 2 and "does not exist" in p.stderr
     p = _a2rl(tmp_path, "serve")
     assert p.returncode == 2 and "--run" in p.stderr
+
+
+def test_gc_keeps_live_runs_and_final_copies(tmp_path: Path) -> None:
+    ck = tmp_path / "checkpoints"
+    (ck / "r-gone" / "s-1").mkdir(parents=True)
+    (ck / "r-gone" / "s-1" / "model.safetensors").write_bytes(b"x" * 100)
+    live = json.loads(_a2rl(tmp_path, "create", "--budget", "5m", "--json").stdout)["run_id"]
+    (ck / live / "s-2").mkdir(parents=True)
+    p = _a2rl(tmp_path, "gc", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["bytes_freed"] == 100 and not (ck / "r-gone").exists()
+    assert (ck / live / "s-2").exists()
+    _a2rl(tmp_path, "finish", live)

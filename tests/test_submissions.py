@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -100,6 +101,12 @@ async def test_graded_from_the_copy_and_heldout_hides_test(settings, store: Stor
     prov = evs[0].provenance
     assert prov["checkpoint_hashes"] == subs[first].file_hashes  # the copy, hashed at submit
     assert {"a2rl_version", "task_version", "engine", "data_hash"} <= set(prov)
+    for _ in range(50):  # the pump drops the losing copy right after grading
+        alive = [x for x in subs.values() if Path(x.checkpoint_dir).exists()]
+        if len(alive) == 1:
+            break
+        time.sleep(0.1)
+    assert [x.id for x in alive] == [best["best_submission_id"]]
     done = finish_run(settings, store, run.id)
     with store.session() as s:
         tests = s.exec(select(Evaluation).where(Evaluation.run_id == run.id,
