@@ -10,6 +10,8 @@ stamp=.venv/.a2rl-setup-$key
 if [ -f "$stamp" ]; then exit 0; fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip=(.venv/bin/python -m pip -q --disable-pip-version-check)
+# Some pip configurations name index folders that do not exist; their warnings are noise.
+exec 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 # Torch first and pinned: an unpinned torch resolves to a multi-GB CUDA build. Without a GPU
 # the CPU build is wanted; TORCH_INDEX_URL points pip at a CPU wheel index if the default
 # one serves CUDA builds.
