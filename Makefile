@@ -1,6 +1,7 @@
 .PHONY: demo test setup system-deps lint bench clean
 
 demo: setup
+	@bash scripts/system-deps.sh --optional || true
 	.venv/bin/a2rl demo
 
 test: setup system-deps

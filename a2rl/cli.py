@@ -69,6 +69,12 @@ def create(
     budget: Annotated[str | None, typer.Option(help="e.g. 30m, 2h; default: the task's")] = None,
     backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
     max_submissions: Annotated[int | None, typer.Option(help="default: unlimited")] = None,
+    protocol: Annotated[str, typer.Option(
+        help="heldout: dev scores during the run, test at the end; paper: test every time")
+    ] = "heldout",
+    grading_clock: Annotated[str, typer.Option(
+        help="counted: grading time uses the budget; paused: the deadline moves by it")
+    ] = "counted",
     unsafe_local: Annotated[bool, typer.Option(
         help="allow the local backend without bubblewrap for any task")] = False,
     as_json: JsonFlag = False,
@@ -80,7 +86,8 @@ def create(
     store = _store(settings)
     try:
         created = create_run(settings, store, task_id=task, budget=budget,
-                             max_submissions=max_submissions, unsafe_local=unsafe_local or None)
+                             max_submissions=max_submissions, unsafe_local=unsafe_local or None,
+                             protocol=protocol, grading_clock=grading_clock)
     except (KeyError, ValueError) as exc:
         _fail(str(exc).strip("'\""))
         return

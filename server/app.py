@@ -8,6 +8,7 @@ function and records the call whatever its outcome.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -36,7 +37,14 @@ class RunRegistry:
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings, self.store = settings, store
         self._runtimes: dict[str, RunRuntime] = {}
-        self.pump = GradingPump(settings, store)  # its thread starts on the first wake()
+        # its thread starts on the first wake()
+        self.pump = GradingPump(settings, store, on_deadline=self._deadline_moved)
+
+    def _deadline_moved(self, run_id: str, deadline: datetime) -> None:
+        """A paused grading clock gave the run more time: tell its sandbox's watchdog."""
+        rt = self._runtimes.get(run_id)
+        if rt is not None and rt.has_sandbox():
+            rt.sandbox().set_deadline(deadline.timestamp())
 
     def get(self, run_id: str) -> RunRuntime:
         if run_id not in self._runtimes:

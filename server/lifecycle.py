@@ -37,6 +37,7 @@ def create_run(
     backend: str | None = None, start_clock: bool = False, protocol: str = "heldout",
     max_submissions: int | None = None, seed: int | None = None, agent: str | None = None,
     network: bool = False, unsafe_local: bool | None = None, baseline: bool = True,
+    grading_clock: str = "counted",
 ) -> CreatedRun:
     """Make a run: its folder, a workspace with the task's visible files, a token and a row.
 
@@ -44,6 +45,10 @@ def create_run(
     """
     from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
 
+    if grading_clock not in ("counted", "paused"):
+        raise ValueError(f"grading clock must be 'counted' or 'paused', not {grading_clock!r}")
+    if protocol not in ("heldout", "paper"):
+        raise ValueError(f"protocol must be 'heldout' or 'paper', not {protocol!r}")
     task = get_task(task_id)
     budget_s = parse_duration(budget or task.spec.default_budget or settings.default_budget)
     backend = backend or settings.backend
@@ -65,11 +70,11 @@ def create_run(
     run = Run(
         id=run_id, task_id=task_id, backend=backend, protocol=protocol,
         workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
-        max_submissions=max_submissions, seed=seed, agent=agent,
+        max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
         base_model=task.spec.default_base_model,
         baseline_dev=scores["dev"].score if scores else None,
         baseline_test=scores["test"].score if scores else None,
-        config={"network": network, "allow_unisolated": unsafe or getattr(task.spec, "toy", False),
+        config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
                 "unsafe_local": unsafe},
     )
     if start_clock:

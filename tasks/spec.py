@@ -39,4 +39,5 @@ class TaskSpec(BaseModel):
     splits: dict[str, SplitInfo] = Field(default_factory=dict)
     grader: GraderSettings = Field(default_factory=GraderSettings)
     sandbox_image: str = "a2rl-sandbox"
+    toy: bool = Field(False, description="offline toy task: may run unisolated with a warning")
     readonly_paths: list[str] = Field(default_factory=lambda: ["base_model", "data"])

@@ -14,6 +14,7 @@ from sqlmodel import select
 
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.store import Evaluation, Run, Store, Submission
+from a2rl.tools.runtime import aware
 
 from .conftest import require_bwrap
 from .helpers import last_call, text_of
@@ -145,3 +146,25 @@ def test_baseline_is_computed_once_for_two_runs(settings, store: Store) -> None:
     assert (a.baseline_dev, a.baseline_test) == (b.baseline_dev, b.baseline_test)
     for r in (a, b):
         finish_run(settings, store, r.id)
+
+
+@pytest.mark.parametrize("clock", ["counted", "paused"])
+async def test_grading_clock(settings, store: Store, clock: str) -> None:  # type: ignore[no-untyped-def]
+    run = make_run(settings, store, grading_clock=clock, start_clock=True)
+    ws = Path(run.workspace)
+    save_perturbed(ws / "base_model", ws / "output" / "a", 0.3)
+    async with await connect(settings, store, run) as c:
+        await submit_and_wait(c, "output/a")
+        for _ in range(50):  # the pump records grading time right after the score
+            budget = (await c.call_tool("budget_status", {})).structured_content
+            if budget["grading_s"] > 0:
+                break
+            time.sleep(0.1)
+    assert budget["grading_s"] > 0
+    with store.session() as s:
+        moved = (aware(s.get(Run, run.id).deadline) - aware(run.deadline)).total_seconds()
+    if clock == "paused":
+        assert moved == pytest.approx(budget["grading_s"], abs=0.01)
+    else:
+        assert moved == 0
+    finish_run(settings, store, run.id)

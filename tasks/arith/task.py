@@ -45,6 +45,7 @@ class ArithTask(Task):
             prompt_version="1",
             default_base_model="tiny-llama",
             default_budget="20m",
+            toy=True,
             splits={
                 "train": SplitInfo(n_items=N_TRAIN, visible=True,
                                    source=f"generated from public seed {TRAIN_SEED}"),
