@@ -1,10 +1,12 @@
-.PHONY: demo test setup system-deps lint bench clean
+.PHONY: demo test setup system-deps lint bench clean image
 
 demo: setup
 	@bash scripts/system-deps.sh --optional || true
 	.venv/bin/a2rl demo
 
 test: setup system-deps
+	@bash scripts/docker-engine.sh
+	@bash docker/build-test-image.sh >/dev/null
 	.venv/bin/python -m pytest
 
 setup:
@@ -18,6 +20,10 @@ lint: setup
 
 bench: setup
 	.venv/bin/python bench/tool_latency.py
+
+# The sandbox image for real runs (CUDA PyTorch with trl); needs a registry to pull its base.
+image:
+	docker build -t a2rl-sandbox:latest -f docker/Dockerfile .
 
 clean:
 	rm -rf .venv

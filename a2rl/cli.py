@@ -22,6 +22,19 @@ config_app = typer.Typer(help="Settings.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document")]
+GpusOpt = Annotated[str | None, typer.Option(
+    help="GPUs for the run's container, e.g. 0 or 0,1 (docker backend)")]
+NetworkOpt = Annotated[str, typer.Option(help="none (default) or bridge")]
+KeepOpt = Annotated[bool, typer.Option(help="keep the run's container when it ends")]
+
+
+def _sandbox_options(gpus: str | None, network: str, keep_container: bool) -> dict[str, Any]:
+    if network not in ("none", "bridge"):
+        _fail(f"--network must be none or bridge, not {network!r}")
+    ids = [g.strip() for g in (gpus or "").split(",") if g.strip()]
+    if any(not g.isdigit() for g in ids):
+        _fail(f"--gpus takes device numbers such as 0 or 0,1, not {gpus!r}")
+    return {"gpus": ids, "network": network == "bridge", "keep_container": keep_container}
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -77,18 +90,23 @@ def create(
     ] = "counted",
     unsafe_local: Annotated[bool, typer.Option(
         help="allow the local backend without bubblewrap for any task")] = False,
+    gpus: GpusOpt = None,
+    network: NetworkOpt = "none",
+    keep_container: KeepOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
     from a2rl.server import create_run
+    from a2rl.tools.sandbox.base import SandboxError
 
     settings = _settings(backend=backend)
     store = _store(settings)
     try:
         created = create_run(settings, store, task_id=task, budget=budget,
                              max_submissions=max_submissions, unsafe_local=unsafe_local or None,
-                             protocol=protocol, grading_clock=grading_clock)
-    except (KeyError, ValueError) as exc:
+                             protocol=protocol, grading_clock=grading_clock,
+                             **_sandbox_options(gpus, network, keep_container))
+    except (KeyError, ValueError, SandboxError) as exc:
         _fail(str(exc).strip("'\""))
         return
     run = created.run
@@ -217,6 +235,8 @@ def tasks(as_json: JsonFlag = False) -> None:
 def demo(
     task: Annotated[str, typer.Option(help="task id")] = "arith",
     backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
+    gpus: GpusOpt = None,
+    keep_container: KeepOpt = False,
     as_json: JsonFlag = False,
 ) -> None:
     """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
@@ -231,7 +251,9 @@ def demo(
     def say(message: str) -> None:
         typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
 
-    summary = anyio.run(lambda: run_demo(settings, store, task=task, backend=backend, say=say))
+    options = _sandbox_options(gpus, "none", keep_container)
+    summary = anyio.run(lambda: run_demo(settings, store, task=task, backend=backend, say=say,
+                                         **options))
     if as_json:
         _print_json(summary.model_dump())
         return

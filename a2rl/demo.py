@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from mcp import Client, StdioServerParameters
 from pydantic import BaseModel
@@ -43,14 +44,15 @@ def server_params(settings: Settings, run_id: str) -> StdioServerParameters:
 
 async def run_demo(settings: Settings, store: Store, task: str = "arith",
                    backend: str | None = None,
-                   say: Callable[[str], None] = lambda _m: None) -> DemoSummary:
+                   say: Callable[[str], None] = lambda _m: None,
+                   **sandbox: Any) -> DemoSummary:
     from a2rl.clients import ReferenceAgent
     from a2rl.server import create_run, finish_run
 
     started = time.monotonic()
     say(f"creating a run of '{task}' and scoring the base model (the baseline)")
     created = create_run(settings, store, task_id=task, backend=backend, start_clock=True,
-                         agent="reference")
+                         agent="reference", **sandbox)
     run = created.run
     say(f"run {run.id}: baseline dev {run.baseline_dev:.3f}, test {run.baseline_test:.3f}")
     reason = "agent finished"

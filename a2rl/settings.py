@@ -40,6 +40,12 @@ class Settings(BaseModel):
     )
     job_log_keep_bytes: int = Field(10_000_000, description="job log bytes stored (head+tail)")
     default_budget: str = Field("2h", description="budget when neither flag nor task gives one")
+    docker_image: str = Field("", description="sandbox image; default: the task's, else the "
+                              "offline test image when only that one is built")
+    docker_memory: str = Field("16g", description="memory limit of a run's container")
+    docker_pids_limit: int = Field(4096, description="process limit of a run's container")
+    docker_cpus: float = Field(0.0, description="CPU limit of a run's container (0: none)")
+    docker_shm_size: str = Field("2g", description="/dev/shm size of a run's container")
 
     model_config = {"extra": "forbid"}
 

@@ -28,6 +28,17 @@ class CreatedRun:
     token: str  # shown once; only its hash is stored
 
 
+def container_settings(settings: Settings, task_image: str, gpus: list[str], share: bool,
+                       keep: bool) -> dict:
+    """The container part of a sandbox spec, fixed when the run is made."""
+    from a2rl.tools.sandbox.docker import resolve_image
+
+    return {"image": resolve_image(settings.docker_image, task_image), "gpus": gpus,
+            "share_gpus": share, "keep_container": keep, "memory": settings.docker_memory,
+            "pids_limit": settings.docker_pids_limit, "cpus": settings.docker_cpus or None,
+            "shm_size": settings.docker_shm_size}
+
+
 def new_run_id() -> str:
     return "r-" + secrets.token_hex(5)
 
@@ -37,7 +48,8 @@ def create_run(
     backend: str | None = None, start_clock: bool = False, protocol: str = "heldout",
     max_submissions: int | None = None, seed: int | None = None, agent: str | None = None,
     network: bool = False, unsafe_local: bool | None = None, baseline: bool = True,
-    grading_clock: str = "counted",
+    grading_clock: str = "counted", gpus: list[str] | None = None, share_gpus: bool = False,
+    keep_container: bool = False,
 ) -> CreatedRun:
     """Make a run: its folder, a workspace with the task's visible files, a token and a row.
 
@@ -75,7 +87,10 @@ def create_run(
         baseline_dev=scores["dev"].score if scores else None,
         baseline_test=scores["test"].score if scores else None,
         config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
-                "unsafe_local": unsafe},
+                "unsafe_local": unsafe,
+                "container": container_settings(settings, task.spec.sandbox_image, gpus or [],
+                                                share_gpus, keep_container)
+                if backend == "docker" else {}},
     )
     if start_clock:
         run.started_at, run.deadline, run.status = now, now + timedelta(seconds=budget_s), "running"

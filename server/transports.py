@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import anyio
+from sqlmodel import select
 
 from a2rl.settings import Settings
-from a2rl.store import Store
+from a2rl.store import Run, Store
 
 from .app import build_server
 
 
+def adopt_on_start(store: Store) -> None:
+    """Containers of live runs go on; those of finalized runs are removed."""
+    with store.session() as s:
+        docker_runs = s.exec(select(Run.id, Run.ended_at).where(Run.backend == "docker")).all()
+    if docker_runs:
+        from a2rl.tools.sandbox.docker import adopt_containers
+
+        adopt_containers({run_id for run_id, ended in docker_runs if ended is None})
+
+
 def serve_stdio(settings: Settings, store: Store, run_id: str) -> None:
+    adopt_on_start(store)
     server = build_server(settings, store, run_id=run_id, transport="stdio")
     server.registry.pump.wake()  # drain what an earlier server left queued
     anyio.run(server.run_stdio_async)
@@ -33,6 +45,7 @@ def http_app(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
 def serve_http(settings: Settings, store: Store) -> None:
     import uvicorn
 
+    adopt_on_start(store)
     config = uvicorn.Config(http_app(settings, store), host=settings.http_host,
                             port=settings.http_port, log_level="warning")
     anyio.run(uvicorn.Server(config).serve)

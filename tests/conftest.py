@@ -56,3 +56,31 @@ def _fixture_task() -> None:
 def anyio_backend() -> str:
     return "asyncio"
 
+
+
+def require_docker() -> str:
+    """A running Docker engine and the offline sandbox image; returns the image tag."""
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        require(False, f"no Docker engine answers ({exc}): run scripts/docker-engine.sh")
+    from a2rl.tools.sandbox.docker import TEST_IMAGE
+
+    try:
+        client.images.get(TEST_IMAGE)
+    except Exception:
+        require(False, f"the sandbox test image {TEST_IMAGE} is missing: run "
+                       "docker/build-test-image.sh")
+    return TEST_IMAGE
+
+
+def backend_settings(settings: Settings, backend: str) -> Settings:
+    """The settings for a parametrized backend, skipping (or failing in CI) when it is missing."""
+    if backend == "docker":
+        image = require_docker()
+        return settings.model_copy(update={"backend": "docker", "docker_image": image})
+    require_bwrap()
+    return settings

@@ -17,23 +17,28 @@ from a2rl.server import build_server, create_run, finish_run
 from a2rl.store import Job, Revision, Run, Store
 from a2rl.store.models import utcnow
 
-from .conftest import require_bwrap
+from .conftest import backend_settings
 from .helpers import calls, last_call, text_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.anyio]
 
 
+@pytest.fixture(params=["local", "docker"])
+def backend(request, settings):  # type: ignore[no-untyped-def]
+    """The same behaviour suite on every sandbox backend."""
+    return backend_settings(settings, request.param)
+
+
 @pytest.fixture
-def run(settings, store) -> Run:  # type: ignore[no-untyped-def]
-    require_bwrap()
-    created = create_run(settings, store, task_id="fixture", budget="30m", baseline=False)
+def run(backend, store) -> Run:  # type: ignore[no-untyped-def]
+    created = create_run(backend, store, task_id="fixture", budget="30m", baseline=False)
     yield created.run
-    finish_run(settings, store, created.run.id)
+    finish_run(backend, store, created.run.id)
 
 
 @pytest.fixture(params=["legacy", "auto"])
-async def client(request, settings, store, run) -> AsyncIterator[Client]:  # type: ignore[no-untyped-def]
-    server = build_server(settings, store, run_id=run.id, transport="memory")
+async def client(request, backend, store, run) -> AsyncIterator[Client]:  # type: ignore[no-untyped-def]
+    server = build_server(backend, store, run_id=run.id, transport="memory")
     async with Client(server, mode=request.param) as c:
         yield c
 
@@ -244,7 +249,8 @@ async def test_fifty_concurrent_calls(client: Client, store: Store, run: Run) ->
     assert all(r.duration_ms > 0 for r in rows)
 
 
-async def test_isolation(client: Client, settings, run: Run) -> None:  # type: ignore[no-untyped-def]
+async def test_isolation(client: Client, backend, run: Run) -> None:  # type: ignore[no-untyped-def]
+    settings = backend
     other = settings.runs_dir / "r-other" / "workspace"
     other.mkdir(parents=True, exist_ok=True)
     (other / "secret.txt").write_text("other run")

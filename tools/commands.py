@@ -79,8 +79,11 @@ async def run_command(
     hint = ""
     if sj.state in (JobState.killed, JobState.timeout):
         hint = f"the command was {sj.state.value}"
-    elif sj.exit_code is not None and sj.exit_code >= 128:
-        hint = f"the command died from signal {sj.exit_code - 128} (137 is often out of memory)"
+    elif sj.exit_code is not None and (sj.exit_code < 0 or sj.exit_code >= 128):
+        signum = -sj.exit_code if sj.exit_code < 0 else sj.exit_code - 128
+        hint = f"the command was killed by signal {signum}"
+        if signum == 9:
+            hint += " (SIGKILL: most often the sandbox's memory limit, i.e. out of memory)"
     return CommandResult(
         status="exited", exit_code=sj.exit_code, job_id=job_id, output=out.text,
         output_bytes=out.total_bytes, truncated=out.truncated, log_path=log_path, hint=hint)

@@ -195,9 +195,14 @@ async def edit_file(
             raise ToolError(f"old_text occurs {count} times in {path!r}; include more context "
                             "so that it matches once, or set replace_all=true")
         new = old.replace(old_text, new_text) if replace_all else old.replace(old_text, new_text, 1)
+    created_dirs = [p for p in [target.parent, *target.parent.parents]
+                    if p.is_relative_to(ws.root) and not p.exists()]
     target.parent.mkdir(parents=True, exist_ok=True)
     data = new.encode("utf-8")
     target.write_bytes(data)
+    if call.runtime.owner is not None:  # the sandbox's user must be able to change it too
+        for p in [target, *created_dirs]:
+            os.chown(p, *call.runtime.owner)
     rel = ws.relative(target)
     await anyio.to_thread.run_sync(
         lambda: call.runtime.scanner.scan("edit_file", call.tool_call_id, only=[rel]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -56,7 +57,20 @@ def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
         from .sandbox.local import LocalSandbox
 
         return LocalSandbox(spec)
-    raise ToolError(f"sandbox backend {backend!r} is not available in this installation")
+    if backend == "docker":
+        from .sandbox.docker import DockerSandbox
+
+        return DockerSandbox(spec)
+    raise ToolError(f"unknown sandbox backend {backend!r}: use local or docker")
+
+
+def sandbox_owner(backend: str) -> tuple[int, int] | None:
+    """Who must own files we write for the sandbox (a container's user when we are root)."""
+    if backend == "docker" and os.getuid() == 0:
+        from .sandbox.docker import SANDBOX_UID
+
+        return SANDBOX_UID, SANDBOX_UID
+    return None
 
 
 class RunRuntime:
@@ -68,6 +82,7 @@ class RunRuntime:
         self.readonly = readonly
         self.backend = run.backend
         self.config = dict(run.config or {})
+        self.owner = sandbox_owner(run.backend)
         self.scanner = RevisionScanner(store, run.id, self.workspace.root,
                                        settings.revision_exclude, settings.revision_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
@@ -122,6 +137,7 @@ class RunRuntime:
                     network=bool(self.config.get("network", False)),
                     require_isolation=not self.config.get("allow_unisolated", False),
                     python_prefixes=list(prefixes),
+                    **{k: v for k, v in self.config.get("container", {}).items()},
                 )
                 spec.control_dir.mkdir(parents=True, exist_ok=True)
                 spec.services_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]

@@ -55,6 +55,15 @@ class SandboxSpec(BaseModel):
     network: bool = False
     require_isolation: bool = True  # refuse to run unisolated (no bubblewrap) when True
     python_prefixes: list[Path] = Field(default_factory=list)  # Python envs to show read-only
+    # Container backends only:
+    image: str | None = None
+    gpus: list[str] = Field(default_factory=list)  # host device ids, e.g. ["0", "1"]
+    share_gpus: bool = False  # allow a GPU another running sandbox holds
+    memory: str = "16g"
+    pids_limit: int = 4096
+    cpus: float | None = None
+    shm_size: str = "2g"
+    keep_container: bool = False
 
 
 @runtime_checkable

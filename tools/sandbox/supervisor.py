@@ -436,6 +436,14 @@ class Handler(socketserver.StreamRequestHandler):
 
 class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     request_queue_size = 512  # bursts of concurrent tool calls must queue, not fail
+
+    def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
+        # A fork bomb can use up the sandbox's process limit, and threads count against it;
+        # the kill that ends the bomb must still be served, so serve it inline then.
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:
+            self.process_request_thread(request, client_address)
     daemon_threads = True
     supervisor: Supervisor
 
@@ -447,7 +455,9 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, required=True)
     args = parser.parse_args()
 
-    token = sys.stdin.readline().strip()
+    # A container gets its token in the environment (there is no stdin to write to); drop it
+    # before any job can inherit it. Our memory and /proc environ become unreadable below.
+    token = os.environ.pop("A2RL_SUPERVISOR_TOKEN", "") or sys.stdin.readline().strip()
     if not token:
         sys.exit("supervisor: no token on stdin")
     # Forking with threads is safe here: the shim only makes system calls (see job_shim).

@@ -1,0 +1,178 @@
+"""Container-specific behaviour of the docker backend, against the real engine."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from a2rl.server import build_server, create_run, finish_run
+from a2rl.store import Run, Store
+from a2rl.tools.sandbox.base import SandboxError, SandboxSpec
+from a2rl.tools.sandbox.docker import (
+    DockerSandbox,
+    adopt_containers,
+    container_config,
+    container_name,
+    docker_client,
+)
+
+from .conftest import backend_settings
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.anyio]
+
+
+@pytest.fixture
+def dsettings(settings):  # type: ignore[no-untyped-def]
+    return backend_settings(settings, "docker").model_copy(
+        update={"docker_memory": "512m", "docker_pids_limit": 200})
+
+
+@pytest.fixture
+def drun(dsettings, store) -> Iterator[Run]:  # type: ignore[no-untyped-def]
+    run = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False).run
+    yield run
+    finish_run(dsettings, store, run.id)
+
+
+def client_for(settings, store, run: Run) -> Client:  # type: ignore[no-untyped-def]
+    return Client(build_server(settings, store, run_id=run.id, transport="memory"),
+                  mode="legacy")
+
+
+async def sh(c: Client, command: str, wait_s: float = 30) -> dict:
+    r = await c.call_tool("run_command", {"command": command, "wait_s": wait_s})
+    assert not r.is_error, r
+    return r.structured_content
+
+
+async def test_hardening(dsettings, store: Store, drun: Run) -> None:  # type: ignore[no-untyped-def]
+    async with client_for(dsettings, store, drun) as c:
+        out = await sh(c, "id -u; cat /proc/self/status | grep -E 'CapEff|NoNewPrivs'; "
+                          "cat /proc/net/dev | tail -n +3 | cut -d: -f1; touch /etc/x || "
+                          "echo rofs; env")
+        text = out["output"]
+        assert text.splitlines()[0] == "1000"  # not root
+        assert "CapEff:\t0000000000000000" in text and "NoNewPrivs:\t1" in text
+        assert "rofs" in text  # the root filesystem is read-only
+        interfaces = [ln.strip() for ln in text.splitlines() if ln.strip() in ("lo", "eth0")]
+        assert interfaces == ["lo"]  # --network none
+        assert "A2RL_SUPERVISOR_TOKEN" not in text
+    c = docker_client().containers.get(container_name(drun.id))
+    host = c.attrs["HostConfig"]
+    assert host["PidsLimit"] == 200 and host["Memory"] == 512 * 1024**2
+    assert host["CapDrop"] == ["ALL"] and host["NetworkMode"] == "none"
+    assert c.labels["a2rl.run"] == drun.id
+
+
+async def test_no_egress(dsettings, store: Store, drun: Run) -> None:  # type: ignore[no-untyped-def]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        async with client_for(dsettings, store, drun) as c:
+            out = await sh(c, f"python3 -c \"import socket; socket.create_connection("
+                              f"('127.0.0.1', {port}), timeout=3)\"")
+        assert out["exit_code"] != 0 and "refused" in out["output"].lower()
+
+
+async def test_hidden_data_is_not_in_the_container(dsettings, store: Store, drun: Run) -> None:  # type: ignore[no-untyped-def]
+    secrets_dir = dsettings.home_dir / "secrets"
+    secrets_dir.mkdir(exist_ok=True)
+    (secrets_dir / "probe.seed").write_text("12345")
+    async with client_for(dsettings, store, drun) as c:
+        for path in (secrets_dir, dsettings.database_url.removeprefix("sqlite:///"),
+                     Path(drun.workspace).parent / "control" / "token", Path.home()):
+            out = await sh(c, f"ls {path}")
+            assert out["exit_code"] != 0, path
+        ro = await sh(c, "touch data/new.txt")
+        assert ro["exit_code"] != 0 and "Read-only" in ro["output"]
+
+
+async def test_fork_bomb_and_memory_hog(dsettings, store: Store, drun: Run) -> None:  # type: ignore[no-untyped-def]
+    async with client_for(dsettings, store, drun) as c:
+        bomb = await sh(c, "python3 -c 'import os\nwhile True:\n    try: os.fork()\n"
+                           "    except OSError: pass'", wait_s=3)
+        assert bomb["status"] == "running"
+        r = await c.call_tool("job_kill", {"job_id": bomb["job_id"]})
+        assert not r.is_error, r
+        assert r.structured_content["job"]["state"] == "killed"
+        assert (await sh(c, "echo alive"))["output"].strip() == "alive"
+        hog = await sh(c, "python3 -c 'x = b\"x\" * (2 * 1024**3)'", wait_s=60)
+        assert hog["exit_code"] != 0 and "out of memory" in hog["hint"]
+        assert (await sh(c, "echo still-alive"))["output"].strip() == "still-alive"
+
+
+async def test_runs_do_not_see_each_other(dsettings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    a = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False).run
+    b = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False).run
+    try:
+        (Path(b.workspace) / "code" / "mine.txt").write_text("b's")
+        async with client_for(dsettings, store, a) as c:
+            out = await sh(c, f"cat {b.workspace}/code/mine.txt")
+            assert out["exit_code"] != 0
+    finally:
+        for r in (a, b):
+            finish_run(dsettings, store, r.id)
+    names = {c.name for c in docker_client().containers.list(all=True)}
+    assert container_name(a.id) not in names and container_name(b.id) not in names
+
+
+async def test_restart_adopts_live_and_removes_finalized(dsettings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    live = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False).run
+    done = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False).run
+    try:
+        async with client_for(dsettings, store, live) as c:
+            job = (await sh(c, "echo one; sleep 2; echo two", wait_s=0.2))["job_id"]
+        async with client_for(dsettings, store, done) as c:
+            await sh(c, "true")
+        with store.session() as s:  # the second run was finalized while no server ran
+            row = s.get(Run, done.id)
+            row.ended_at, row.status = row.created_at, "finished"
+            s.add(row)
+        result = adopt_containers({live.id})
+        assert live.id in result["kept"] and done.id in result["removed"]
+        async with client_for(dsettings, store, live) as c:  # a new server, the same job
+            r = await c.call_tool("job_status", {"job_id": job, "wait_s": 10})
+            assert r.structured_content["job"]["state"] == "exited"
+            assert "two" in r.structured_content["output"]
+    finally:
+        finish_run(dsettings, store, live.id)
+
+
+def test_keep_container(dsettings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    run = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False,
+                     keep_container=True).run
+    from a2rl.tools.runtime import RunRuntime
+
+    RunRuntime(dsettings, store, run).sandbox()
+    finish_run(dsettings, store, run.id)
+    c = docker_client().containers.get(container_name(run.id))
+    assert c.status == "exited"
+    c.remove(force=True)
+
+
+def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = SandboxSpec(run_id="r-gpu", workspace=tmp_path, control_dir=tmp_path / "ctl",
+                       deadline=4102444800.0, image=dsettings.docker_image, gpus=["2", "5"])
+    (spec.control_dir / "sock").mkdir(parents=True)
+    config = container_config(spec, "t")
+    (request,) = config["device_requests"]
+    assert request["DeviceIDs"] == ["2", "5"] and request["Capabilities"] == [["gpu"]]
+    assert config["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert config["labels"]["a2rl.gpus"] == "2,5"
+    holder = docker_client().containers.run(
+        dsettings.docker_image, ["sleep", "60"], detach=True,
+        labels={"a2rl.managed": "1", "a2rl.run": "r-holder", "a2rl.gpus": "5"})
+    try:
+        with pytest.raises(SandboxError, match="held by run"):
+            DockerSandbox(spec)._launch()
+        shared = spec.model_copy(update={"share_gpus": True, "gpus": ["5"]})
+        # sharing passes the allocation check; the engine then has no GPU to give here
+        with pytest.raises(SandboxError, match="could not start"):
+            DockerSandbox(shared)._launch()
+    finally:
+        holder.remove(force=True)

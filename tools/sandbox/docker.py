@@ -1,0 +1,246 @@
+"""The `docker` backend: one container per run, the same supervisor inside.
+
+The container's main process is the sandbox supervisor (the stdlib-only `supervisor.py`), so
+jobs, kills, deadlines and reattachment work exactly as on the local backend, over the same
+unix socket in `control_dir/sock/` (bind-mounted; the token stays on the host). The container
+is hardened: a non-root user, every capability dropped, no-new-privileges, a read-only root
+filesystem with a private /tmp, pids/memory/CPU limits, no network unless asked, and only the
+environment the sandbox needs. GPUs are given by a device request, never shared between two
+running sandboxes unless `share_gpus`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from .base import SandboxError, SandboxSpec
+from .local import SOCKET_NAME, START_TIMEOUT, SUPERVISOR_INSIDE, SUPERVISOR_SCRIPT, LocalSandbox
+
+log = logging.getLogger(__name__)
+
+LABEL_RUN = "a2rl.run"
+LABEL_GPUS = "a2rl.gpus"
+LABEL_MANAGED = "a2rl.managed"
+SANDBOX_UID = 1000  # the image's unprivileged user, used when the server runs as root
+CONTAINER_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def docker_client() -> Any:
+    try:
+        import docker
+    except ImportError as exc:  # pragma: no cover - a dependency of a2rl-bench[docker]
+        raise SandboxError("the docker backend needs the `docker` package") from exc
+    try:
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:
+        raise SandboxError(f"no Docker engine answers ({exc}); start dockerd or use "
+                           "--backend local") from None
+    return client
+
+
+TEST_IMAGE = "a2rl-sandbox-test:latest"  # docker/build-test-image.sh, for offline machines
+
+
+def resolve_image(configured: str, task_image: str) -> str:
+    """The image a run uses: the setting, else the task's, else the offline test image."""
+    if configured:
+        return configured
+    client = docker_client()
+    for name in (task_image, f"{task_image}:latest", TEST_IMAGE):
+        with contextlib.suppress(Exception):
+            client.images.get(name)
+            return name
+    raise SandboxError(f"no sandbox image: build {task_image!r} with `make image`, or the "
+                       "offline test image with docker/build-test-image.sh")
+
+
+def container_name(run_id: str) -> str:
+    return f"a2rl-{run_id}"
+
+
+def sandbox_user() -> tuple[int, int]:
+    uid, gid = os.getuid(), os.getgid()
+    return (SANDBOX_UID, SANDBOX_UID) if uid == 0 else (uid, gid)
+
+
+def gpus_in_use(client: Any, exclude_run: str | None = None) -> dict[str, str]:
+    """Host GPU id -> run id, for every running a2rl container."""
+    used: dict[str, str] = {}
+    for c in client.containers.list(filters={"label": LABEL_MANAGED}):
+        run = c.labels.get(LABEL_RUN, "")
+        if run == exclude_run:
+            continue
+        for gpu in filter(None, c.labels.get(LABEL_GPUS, "").split(",")):
+            used[gpu] = run
+    return used
+
+
+def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
+    """Keyword arguments of `containers.run` for this spec (pure: tested without an engine)."""
+    from docker.types import DeviceRequest, Mount
+
+    ws = str(spec.workspace)
+    uid, gid = sandbox_user()
+    env = {
+        "PATH": CONTAINER_PATH, "HOME": ws, "XDG_CACHE_HOME": f"{ws}/.cache",
+        "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "TMPDIR": "/tmp", "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1", **spec.env, "A2RL_SUPERVISOR_TOKEN": token,
+    }
+    mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_SCRIPT), type="bind", read_only=True),
+              Mount(ws, ws, type="bind")]
+    mounts += [Mount(str(spec.workspace / rel), str(spec.workspace / rel), type="bind",
+                     read_only=True)
+               for rel in spec.readonly_paths if (spec.workspace / rel).exists()]
+    sock_dir = str(spec.control_dir / "sock")
+    mounts.append(Mount(sock_dir, sock_dir, type="bind"))
+    if spec.services_dir is not None:
+        mounts.append(Mount(str(spec.services_dir), str(spec.services_dir), type="bind"))
+    config: dict[str, Any] = {
+        "image": spec.image,
+        "command": ["python3", "-I", SUPERVISOR_INSIDE, "--socket",
+                    f"{sock_dir}/{SOCKET_NAME}", "--workspace", ws,
+                    "--deadline", repr(spec.deadline)],
+        "name": container_name(spec.run_id),
+        "labels": {LABEL_MANAGED: "1", LABEL_RUN: spec.run_id, LABEL_GPUS: ",".join(spec.gpus)},
+        "user": f"{uid}:{gid}",
+        "working_dir": ws,
+        "environment": env,
+        "mounts": mounts,
+        "network_mode": "bridge" if spec.network else "none",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": {"/tmp": "rw,nosuid,nodev,size=4g"},
+        "pids_limit": spec.pids_limit,
+        "mem_limit": spec.memory,
+        "memswap_limit": spec.memory,  # no swap: a memory hog is killed, not slowed to a crawl
+        "shm_size": spec.shm_size,
+        "detach": True,
+    }
+    if spec.cpus:
+        config["nano_cpus"] = int(spec.cpus * 1e9)
+    if spec.gpus:
+        config["device_requests"] = [DeviceRequest(device_ids=list(spec.gpus),
+                                                   capabilities=[["gpu"]])]
+        # the container sees its devices renumbered from 0
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(spec.gpus)))
+    return config
+
+
+class DockerSandbox(LocalSandbox):
+    """A run's container; the supervisor protocol and job handling come from LocalSandbox."""
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        if not spec.image:
+            raise SandboxError("the docker backend needs an image (setting docker_image)")
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    @property
+    def isolated(self) -> bool:
+        return True
+
+    def container(self) -> Any | None:
+        import docker
+
+        try:
+            return self.client.containers.get(container_name(self.spec.run_id))
+        except docker.errors.NotFound:
+            return None
+
+    def _launch(self) -> None:
+        spec = self.spec
+        if spec.deadline <= time.time():
+            raise SandboxError("the run's deadline has passed; the sandbox cannot start")
+        old = self.container()
+        if old is not None:
+            old.remove(force=True)  # its supervisor no longer answers
+        if spec.gpus and not spec.share_gpus:
+            taken = {g: r for g, r in gpus_in_use(self.client, spec.run_id).items()
+                     if g in spec.gpus}
+            if taken:
+                raise SandboxError(f"GPU(s) {sorted(taken)} are held by run(s) "
+                                   f"{sorted(set(taken.values()))}; pick others or share")
+        self._prepare_ownership()
+        token = secrets.token_hex(32)
+        self._write_private(self._token_path, token + "\n")
+        with contextlib.suppress(FileNotFoundError):
+            self._socket_path.unlink()
+        try:
+            self.client.containers.run(**container_config(spec, token))
+        except Exception as exc:
+            raise SandboxError(f"the container could not start: {exc}") from None
+        self._token, self._isolated = token, True
+        end = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                self._call("ping", timeout=1.0)
+                return
+            except SandboxError:
+                c = self.container()
+                if c is None or c.status == "exited" or time.monotonic() > end:
+                    logs = c.logs(tail=30).decode(errors="replace") if c is not None else ""
+                    raise SandboxError(f"the sandbox container did not answer:\n{logs}") from None
+            time.sleep(0.05)
+
+    def _prepare_ownership(self) -> None:
+        """Let the container's user write its workspace and socket, nothing else of ours."""
+        uid, gid = sandbox_user()
+        if uid == os.getuid():
+            return
+        sock_dir = self.spec.control_dir / "sock"
+        readonly = [self.spec.workspace / r for r in self.spec.readonly_paths]
+        for path in [self.spec.workspace, sock_dir, *self._writable_tree()]:
+            if not any(path == r or path.is_relative_to(r) for r in readonly):
+                os.chown(path, uid, gid, follow_symlinks=False)
+        if self.spec.services_dir is not None:
+            os.chown(self.spec.services_dir, uid, gid)
+
+    def _writable_tree(self) -> list[Path]:
+        readonly = {self.spec.workspace / r for r in self.spec.readonly_paths}
+        found = []
+        for root, dirs, files in os.walk(self.spec.workspace):
+            dirs[:] = [d for d in dirs if Path(root, d) not in readonly]
+            found += [Path(root, n) for n in dirs + files]
+        return found
+
+    def _force_stop(self) -> None:
+        c = self.container()
+        if c is not None:
+            if self.spec.keep_container:
+                with contextlib.suppress(Exception):
+                    c.stop(timeout=5)
+            else:
+                c.remove(force=True)
+        with contextlib.suppress(FileNotFoundError):
+            self._socket_path.unlink()
+
+
+def adopt_containers(live_runs: set[str]) -> dict[str, list[str]]:
+    """At server start: keep the containers of live runs (their jobs go on), remove the rest."""
+    try:
+        client = docker_client()
+    except SandboxError:
+        return {"kept": [], "removed": []}
+    kept, removed = [], []
+    for c in client.containers.list(all=True, filters={"label": LABEL_MANAGED}):
+        run = c.labels.get(LABEL_RUN, "")
+        if run in live_runs and c.status == "running":
+            kept.append(run)
+        else:
+            c.remove(force=True)
+            removed.append(run)
+    return {"kept": kept, "removed": removed}
