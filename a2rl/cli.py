@@ -200,6 +200,80 @@ def show(run_id: Annotated[str, typer.Argument(help="a run id")],
         typer.echo(f"{key:18} {value}")
 
 
+@app.command("run")
+def run_cmd(
+    task: Annotated[str, typer.Option(help="task id (see a2rl tasks)")] = "arith",
+    agent: Annotated[str, typer.Option(help="agent system (see a2rl agents)")] = "reference",
+    model: Annotated[str | None, typer.Option(help="the driver model of the agent")] = None,
+    budget: Annotated[str | None, typer.Option(help="e.g. 20m, 2h; default: the task's")] = None,
+    backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
+    gpus: GpusOpt = None,
+    network: NetworkOpt = "none",
+    keep_container: KeepOpt = False,
+    protocol: Annotated[str, typer.Option(help="heldout or paper")] = "heldout",
+    max_submissions: Annotated[int | None, typer.Option(help="default: unlimited")] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of the first run")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="runs one after another, seeds S, S+1..")
+                       ] = 1,
+    llm_base_url: Annotated[str | None, typer.Option(
+        help="--agent llm: an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
+    llm_api_key_env: Annotated[str, typer.Option(
+        help="--agent llm: the variable holding the endpoint's key")] = "OPENAI_API_KEY",
+    agent_option: Annotated[list[str] | None, typer.Option(
+        help="KEY=VALUE passed to the connector, e.g. anthropic_base_url=http://...")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run an agent on a task: create, serve MCP, launch headless, budget, finalize, report."""
+    from a2rl.clients.orchestrator import Orchestrator, RunOptions
+
+    settings = _settings(backend=backend)
+    store = _store(settings)
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+
+    agent_options = {"llm_api_key_env": llm_api_key_env}
+    if llm_base_url:
+        agent_options["llm_base_url"] = llm_base_url
+    for item in agent_option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--agent-option takes KEY=VALUE, not {item!r}")
+        agent_options[key] = value
+    summaries = []
+    for i in range(repeats):
+        opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
+                          protocol=protocol, max_submissions=max_submissions,
+                          seed=None if seed is None else seed + i, agent_options=agent_options,
+                          sandbox=_sandbox_options(gpus, network, keep_container))
+        try:
+            summaries.append(Orchestrator(settings, store, say).run(opts))
+        except (KeyError, ValueError, RuntimeError) as exc:
+            _fail(str(exc).strip("'\""))
+    if as_json:
+        docs = [s.model_dump() for s in summaries]
+        _print_json(docs[0] if repeats == 1 else docs)
+        return
+    for summary in summaries:
+        _print_summary(summary)
+
+
+@app.command()
+def agents(as_json: JsonFlag = False) -> None:
+    """List the agent systems and whether each is installed."""
+    from a2rl.clients.registry import list_connectors
+
+    rows = list_connectors()
+    if as_json:
+        _print_json(rows)
+        return
+    for r in rows:
+        state = f"installed {r['version'] or ''}" if r["installed"] else "not installed"
+        flag = " (experimental)" if r["experimental"] else ""
+        typer.echo(f"{r['name']:12} {r['kind']:9} {state:24} {r['title']}{flag}")
+
+
 @app.command()
 def gc(
     include_final: Annotated[bool, typer.Option(
@@ -240,9 +314,7 @@ def demo(
     as_json: JsonFlag = False,
 ) -> None:
     """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
-    import anyio
-
-    from a2rl.demo import run_demo
+    from a2rl.demo import DEMO_FIELDS, run_demo
 
     settings = _settings(backend=backend)
     store = _store(settings)
@@ -252,16 +324,23 @@ def demo(
         typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
 
     options = _sandbox_options(gpus, "none", keep_container)
-    summary = anyio.run(lambda: run_demo(settings, store, task=task, backend=backend, say=say,
-                                         **options))
-    if as_json:
-        _print_json(summary.model_dump())
+    try:
+        summary = run_demo(settings, store, task=task, backend=backend, say=say, **options)
+    except (KeyError, ValueError, RuntimeError) as exc:
+        _fail(str(exc).strip("'\""))
         return
+    if as_json:
+        _print_json(summary.model_dump(include=set(DEMO_FIELDS)))
+        return
+    _print_summary(summary)
 
+
+def _print_summary(summary: Any) -> None:
     def pct(x: float | None) -> str:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
-    typer.echo(f"\nrun {summary.run_id} ({summary.task}) in {summary.seconds:.0f} s")
+    agent = f", agent {summary.agent}: {summary.agent_status}" if summary.agent else ""
+    typer.echo(f"\nrun {summary.run_id} ({summary.task}{agent}) in {summary.seconds:.0f} s")
     typer.echo(f"  baseline (test) {pct(summary.baseline_score)} -> best dev "
                f"{pct(summary.best_score)} -> final test {pct(summary.final_score)}")
     typer.echo(f"  {summary.submissions} submissions, {summary.tool_calls} tool calls, "

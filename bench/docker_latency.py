@@ -71,7 +71,8 @@ async def main(n: int) -> None:
     med_mcp, p95_mcp = summary(mcp_ms)
     print(f"n={n}; docker backend, image {TEST_IMAGE}")
     print(f"{'what':44} {'median':>9} {'p95':>9} {'x exec_run':>11}")
-    print(f"{'bare container.exec_run([true]) (ms)':44} {med_exec:9.2f} {p95_exec:9.2f} {1.0:11.2f}")
+    name = "bare container.exec_run([true]) (ms)"
+    print(f"{name:44} {med_exec:9.2f} {p95_exec:9.2f} {1.0:11.2f}")
     print(f"{'MCP run_command(true), docker backend (ms)':44} {med_mcp:9.2f} {p95_mcp:9.2f} "
           f"{med_mcp / med_exec:11.2f}")
     med_start = statistics.median(starts)

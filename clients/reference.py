@@ -93,3 +93,26 @@ class ReferenceAgent:
         budget = await self.tool("budget_status")
         self.say(f"done after {budget['used_s']:.0f} s of budget")
         return {"sft": first_score, "grpo": second_score}
+
+
+class ReferenceConnector:
+    """`--agent reference`: the scripted agent above, run in-process."""
+
+    name = "reference"
+    title = "Reference agent (scripted, deterministic)"
+    kind = "inprocess"
+    experimental = False
+
+    def __init__(self, say: Say = lambda _m: None) -> None:
+        self.say = say
+
+    def installed(self) -> bool:
+        return True
+
+    def version(self) -> str | None:
+        from a2rl import __version__
+
+        return __version__
+
+    async def run(self, client: Client, ctx: Any) -> None:
+        await ReferenceAgent(client, self.say).run()

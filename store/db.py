@@ -20,8 +20,16 @@ from sqlmodel import Session, SQLModel, create_engine, select
 from . import models
 from .models import Blob, Meta
 
+
+def _v1_to_v2(conn: Connection) -> None:
+    """Runs gain the agent process's outcome and transcript."""
+    for column, kind in (("agent_status", "VARCHAR"), ("agent_exit_code", "INTEGER"),
+                         ("agent_transcript_sha", "VARCHAR"), ("agent_stderr_sha", "VARCHAR")):
+        conn.exec_driver_sql(f"ALTER TABLE run ADD COLUMN {column} {kind}")
+
+
 # Each entry upgrades the schema from version n to n + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
 
 
 class StoreVersionError(RuntimeError):

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, LargeBinary
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 def utcnow() -> datetime:
@@ -58,6 +58,11 @@ class Run(SQLModel, table=True):
     final_score: float | None = None
     final_submission_id: str | None = None
     config: dict[str, Any] = _json(dict)  # sandbox and run settings as created
+    # schema v2: the agent process as the orchestrator saw it
+    agent_status: str | None = None  # finished|crashed|budget|interrupted
+    agent_exit_code: int | None = None
+    agent_transcript_sha: str | None = None  # its stdout (a JSONL stream where it emits one)
+    agent_stderr_sha: str | None = None
 
 
 class ToolCall(SQLModel, table=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,3 +85,13 @@ def backend_settings(settings: Settings, backend: str) -> Settings:
         return settings.model_copy(update={"backend": "docker", "docker_image": image})
     require_bwrap()
     return settings
+
+
+@pytest.fixture(scope="session")
+def agent_clis() -> Path:
+    """Install the pinned CLIs once (the script is idempotent); their bin folder."""
+    require(shutil.which("npm") is not None, "npm is not installed (Node >= 20 is needed)")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "agent-clis.sh"
+    p = subprocess.run([str(script)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return Path(p.stdout.strip().splitlines()[-1])

@@ -106,3 +106,25 @@ def test_concurrent_writers_across_processes(settings, store: Store) -> None:  #
     with store.session() as s:
         assert s.exec(select(func.count()).select_from(ToolCall)).one() == 200
         assert s.exec(select(func.count()).select_from(Blob)).one() == 50
+
+
+def test_v1_store_is_migrated_to_v2(tmp_path: Path) -> None:
+    """A store written before runs recorded their agent keeps its rows and gains the columns."""
+    import sqlite3
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    Store(url).close()
+    db = sqlite3.connect(tmp_path / "old.db")
+    for column in ("agent_status", "agent_exit_code", "agent_transcript_sha", "agent_stderr_sha"):
+        db.execute(f"ALTER TABLE run DROP COLUMN {column}")
+    db.execute("INSERT INTO run (id, task_id, status, backend, protocol, workspace, budget_s, "
+               "grading_clock, created_at, config) VALUES ('r-old', 'arith', 'finished', "
+               "'local', 'heldout', '/x', 60, 'counted', '2026-01-01', '{}')")
+    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    db.commit()
+    db.close()
+    store = Store(url)
+    with store.session() as s:
+        run = s.get(Run, "r-old")
+        assert run is not None and run.agent_status is None
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)

@@ -1,0 +1,102 @@
+"""Codex CLI (`codex exec`) as a process connector, with our MCP server as its only tool source.
+
+Everything lives in `CODEX_HOME/config.toml`, checked by `--strict-config` (an unknown key is
+an error, not silently ignored). The shell, patch, image, web and agent built-ins are switched
+off; three MCP-resource helpers remain (no switch exists). Our server is `required` so that
+the first model request waits for its tools, and its tools run without approval prompts. The
+run's token reaches Codex through an environment variable (`bearer_token_env_var`), never the
+config file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .base import SERVER_NAME, AgentContext, AgentLaunch
+from .npm_clis import cli_path, cli_version, launch_path
+
+BINARY = "codex"
+TOKEN_ENV = "A2RL_MCP_TOKEN"
+KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+TOOL_TIMEOUT_S = 120  # our tools long-poll up to 60 s; Codex's default is 60 s
+# Built-in tools and helpers switched off under [features] (Codex 0.171).
+FEATURES_OFF = ("shell_tool", "unified_exec", "view_image", "apps", "plugins",
+                "image_generation", "sleep_tool", "tool_suggest", "skill_search", "browser_use",
+                "computer_use", "goals")
+
+
+def _s(value: str) -> str:
+    """A TOML basic string (JSON's escapes are valid TOML for the ASCII values we write)."""
+    return json.dumps(value)
+
+
+def config_toml(ctx: AgentContext) -> str:
+    base_url = ctx.options.get("openai_base_url") or DEFAULT_BASE_URL
+    lines = []
+    if ctx.model:  # an unknown name shows MCP tools directly; a known one may defer them
+        lines.append(f"model = {_s(ctx.model)}")
+    lines += [
+        'model_provider = "a2rl"',
+        'approval_policy = "never"',
+        'sandbox_mode = "read-only"',
+        'web_search = "disabled"',
+        "check_for_update_on_startup = false",
+        "",
+        "[model_providers.a2rl]",
+        'name = "a2rl"',
+        f"base_url = {_s(base_url)}",
+        'wire_api = "responses"',
+        f"env_key = {_s(KEY_ENV)}",
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[features]",
+        *(f"{name} = false" for name in FEATURES_OFF),
+        "",
+        "[agents]",
+        "enabled = false",
+        "",
+        "[tools]",
+        "experimental_request_user_input = { enabled = false }",
+        "",
+        f"[mcp_servers.{SERVER_NAME}]",
+        f"url = {_s(ctx.endpoint.url)}",
+        f"bearer_token_env_var = {_s(TOKEN_ENV)}",
+        "required = true",
+        'default_tools_approval_mode = "approve"',
+        "startup_timeout_sec = 30",
+        f"tool_timeout_sec = {TOOL_TIMEOUT_S}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class CodexConnector:
+    name = "codex"
+    title = "Codex CLI"
+    kind = "process"
+    experimental = False
+
+    def installed(self) -> bool:
+        return cli_path(BINARY) is not None
+
+    def version(self) -> str | None:
+        return cli_version(BINARY)
+
+    def prepare(self, ctx: AgentContext) -> AgentLaunch:
+        binary = cli_path(BINARY)
+        if binary is None:
+            raise FileNotFoundError("codex is not installed: run scripts/agent-clis.sh")
+        codex_home = ctx.home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(config_toml(ctx))
+        argv = [str(binary), "exec", "--json", "--skip-git-repo-check", "--ephemeral",
+                "--strict-config", ctx.prompt]
+        env = {"HOME": str(ctx.home), "CODEX_HOME": str(codex_home), "PATH": launch_path(),
+               TOKEN_ENV: ctx.endpoint.token}
+        key = ctx.options.get("openai_api_key") or os.environ.get(KEY_ENV)
+        if key:
+            env[KEY_ENV] = key
+        return AgentLaunch(argv=argv, env=env, cwd=ctx.home, transcript="jsonl")

@@ -1,0 +1,383 @@
+"""The `llm` connector: our own minimal tool-calling agent over any OpenAI-compatible endpoint.
+
+Agent CLIs bring their own loop, prompts and context management, which makes them hard to
+compare with a plain model. This loop is deliberately small and fixed, so that a run measures
+the driver model (`--model`, served by vLLM, llama.cpp, a hosted API, ...) rather than the
+scaffold: the MCP server's instructions as the system message, the task prompt as the first user
+message, our MCP tools offered as OpenAI function tools, and nothing else.
+
+The loop (one *turn* is one chat completion request and the tool calls it asks for):
+
+- POST {llm_base_url}/chat/completions, non-streaming, with `tool_choice: "auto"`.
+- Every tool call of the answer goes through the MCP client, in order; its result comes back as a
+  `tool` message (the JSON of the structured result, else the text). Arguments that are not a
+  JSON object and unknown tool names get an error `tool` message instead, so that the model can
+  correct itself: a bad call never ends the run.
+- The loop stops when the model answers without tool calls (it says it is done), after
+  `llm_max_turns` turns, or when the budget ends (a tool says "budget exhausted", the run has
+  ended, or budget_status reports `exhausted`). The orchestrator also cancels it at the deadline.
+
+Context policy (the transcript sent to the model stays bounded, whatever the run's length):
+
+1. Each tool result is cut to `llm_tool_output_chars` characters (default 8000), keeping its head
+   and its tail (the end of a training log matters most) around a "[... N chars truncated ...]"
+   marker.
+2. Before each request, when the messages' total size (characters of their JSON) exceeds
+   `llm_context_chars` (default 100000), the oldest tool results are replaced, one at a time,
+   by "[older tool output elided: N chars]" until the total fits. If that is not enough, the
+   arguments and text of the oldest assistant messages are elided the same way. The system
+   message, the first user message and the last `KEEP_RECENT_TURNS` turns are never touched, so
+   the model always sees the rules, the task and what it just did.
+
+HTTP errors: 429, 5xx and connection errors are retried `llm_retries` times with exponential
+backoff (honouring Retry-After); other errors, or retries running out, raise `LlmAgentError`
+with the status and the start of the body.
+
+Options (`AgentContext.options`, all strings): llm_base_url (required), llm_api_key_env
+(default OPENAI_API_KEY; without that variable no Authorization header is sent, for local
+servers), llm_max_turns, llm_tool_output_chars, llm_context_chars, llm_retries, llm_backoff_s,
+llm_timeout_s, llm_temperature (omitted unless given), llm_max_tokens (omitted unless given).
+
+`LlmConnector.transcript` records what happened, for the orchestrator to store: one event per
+message (`{"kind": "message", "message": ...}`, as sent, before any eliding) and per model
+response (`{"kind": "response", "turn", "elapsed_s", "usage", "finish_reason", "model"}`), one per
+retried request (`{"kind": "retry", ...}`), and a final `{"kind": "stop", "reason", "turns"}` with
+reason done, max_turns, budget, cancelled or error. `stop_reason` and `turns` say the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import anyio
+import httpx
+from mcp import Client
+from pydantic import BaseModel, Field
+
+import a2rl
+
+from .base import AgentContext
+
+KEEP_RECENT_TURNS = 2  # assistant messages (with their tool results) never elided
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+MAX_RETRY_AFTER_S = 60.0
+BUDGET_OVER_MARKERS = ("budget exhausted", "this run has ended")
+
+
+class LlmAgentError(RuntimeError):
+    """A clear, user-facing failure of the llm loop (configuration or model endpoint)."""
+
+
+class LlmOptions(BaseModel):
+    """The loop's knobs, parsed from the string options of `AgentContext.options`."""
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+    max_turns: int = Field(200, ge=1)
+    tool_output_chars: int = Field(8000, ge=200)
+    context_chars: int = Field(100_000, ge=1000)
+    retries: int = Field(4, ge=0)
+    backoff_s: float = Field(1.0, ge=0)
+    timeout_s: float = Field(600.0, gt=0)
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    @classmethod
+    def from_context(cls, ctx: AgentContext) -> LlmOptions:
+        opts = ctx.options
+        if not ctx.model:
+            raise LlmAgentError("the llm agent needs a model: pass --model NAME (the model name "
+                                "the OpenAI-compatible endpoint serves)")
+        base = opts.get("llm_base_url", "").strip()
+        if not base:
+            raise LlmAgentError("the llm agent needs an endpoint: set the llm_base_url option "
+                                "(e.g. http://127.0.0.1:8000/v1)")
+        known = {"llm_api_key_env": "api_key_env", "llm_max_turns": "max_turns",
+                 "llm_tool_output_chars": "tool_output_chars",
+                 "llm_context_chars": "context_chars", "llm_retries": "retries",
+                 "llm_backoff_s": "backoff_s", "llm_timeout_s": "timeout_s",
+                 "llm_temperature": "temperature", "llm_max_tokens": "max_tokens"}
+        values: dict[str, Any] = {k: opts[o] for o, k in known.items() if opts.get(o)}
+        try:
+            return cls(base_url=base.rstrip("/"), model=ctx.model, **values)
+        except ValueError as exc:
+            raise LlmAgentError(f"invalid llm option: {exc}") from exc
+
+
+# --- pure helpers (unit-tested directly) ---------------------------------------------------
+
+def truncate_middle(text: str, limit: int) -> str:
+    """Cut `text` to about `limit` chars, keeping head and tail (a log's end matters most)."""
+    if len(text) <= limit:
+        return text
+    cut = len(text) - limit
+    head = limit // 2
+    return f"{text[:head]}\n[... {cut} chars truncated ...]\n{text[len(text) - (limit - head):]}"
+
+
+def message_size(message: Mapping[str, Any]) -> int:
+    return len(json.dumps(message, ensure_ascii=False))
+
+
+def total_size(messages: list[dict[str, Any]]) -> int:
+    return sum(message_size(m) for m in messages)
+
+
+def trim_context(messages: list[dict[str, Any]], budget_chars: int,
+                 keep_recent_turns: int = KEEP_RECENT_TURNS) -> int:
+    """Elide old content in place until the messages fit `budget_chars`; returns chars saved.
+
+    Replaced messages are new dicts, so that a transcript holding the originals is unchanged.
+    Protected: the leading system/user messages and everything from the
+    `keep_recent_turns`-th last assistant message on.
+    """
+    size = total_size(messages)
+    if size <= budget_chars:
+        return 0
+    start = 0
+    while start < len(messages) and messages[start]["role"] in ("system", "user"):
+        start += 1
+    assistants = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    end = (assistants[-keep_recent_turns] if len(assistants) >= keep_recent_turns
+           else start if keep_recent_turns > 0 else len(messages))
+    saved = 0
+    # pass 1: tool outputs, oldest first; pass 2: assistant arguments and text, oldest first
+    for role in ("tool", "assistant"):
+        for i in range(start, end):
+            if size <= budget_chars:
+                return saved
+            m = messages[i]
+            if m["role"] != role or m.get("_elided"):
+                continue
+            new = _elide(m)
+            delta = message_size(m) - message_size(new)
+            if delta > 0:
+                messages[i] = new
+                size -= delta
+                saved += delta
+    return saved
+
+
+def _elide(m: dict[str, Any]) -> dict[str, Any]:
+    if m["role"] == "tool":
+        n = len(m.get("content") or "")
+        return {**m, "content": f"[older tool output elided: {n} chars]", "_elided": True}
+    new = {**m, "_elided": True}
+    if m.get("content"):
+        new["content"] = f"[older assistant text elided: {len(m['content'])} chars]"
+    if m.get("tool_calls"):
+        new["tool_calls"] = [
+            {**tc, "function": {**tc["function"], "arguments": json.dumps(
+                {"_elided": f"older arguments elided: "
+                            f"{len(tc['function'].get('arguments') or '')} chars"})}}
+            for tc in m["tool_calls"]]
+    return new
+
+
+def wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as sent: our private bookkeeping keys (leading underscore) removed."""
+    return [{k: v for k, v in m.items() if not k.startswith("_")} for m in messages]
+
+
+def result_text(result: Any) -> str:
+    """A tool result as the model reads it: the structured JSON if any, else the text parts."""
+    if getattr(result, "structured_content", None) is not None and not result.is_error:
+        return json.dumps(result.structured_content, ensure_ascii=False)
+    text = "\n".join(getattr(p, "text", "") or "" for p in (result.content or []))
+    return f"Error: {text}" if result.is_error else text
+
+
+def openai_tools(tools: list[Any]) -> list[dict[str, Any]]:
+    """MCP tools as OpenAI function tools (parameters = the MCP input schema)."""
+    return [{"type": "function", "function": {
+        "name": t.name, "description": t.description or t.title or t.name,
+        "parameters": t.input_schema or {"type": "object", "properties": {}}}} for t in tools]
+
+
+def budget_over(name: str, text: str, structured: Any) -> bool:
+    if name == "budget_status" and isinstance(structured, dict) and structured.get("exhausted"):
+        return True
+    low = text.lower()
+    return any(marker in low for marker in BUDGET_OVER_MARKERS)
+
+
+# --- the connector --------------------------------------------------------------------------
+
+class LlmConnector:
+    """Drives a run with any OpenAI-compatible chat model through our own small loop."""
+
+    name = "llm"
+    title = "Built-in tool-calling loop over an OpenAI-compatible endpoint"
+    kind: Literal["inprocess"] = "inprocess"
+    experimental = False
+
+    def __init__(self, http: httpx.AsyncClient | None = None) -> None:
+        self.transcript: list[dict[str, Any]] = []
+        self.stop_reason: str | None = None
+        self.turns = 0
+        self._http = http  # injectable for tests; else one is made per run
+
+    def installed(self) -> bool:
+        return True  # only needs httpx, a dependency
+
+    def version(self) -> str | None:
+        return a2rl.__version__
+
+    # -- the loop --
+
+    async def run(self, client: Client, ctx: AgentContext) -> None:
+        """Drive the run through `client` until the model is done, turns or budget run out."""
+        opts = LlmOptions.from_context(ctx)
+        self.transcript, self.stop_reason, self.turns = [], None, 0
+        tools = await self._list_tools(client)
+        known = {t.name for t in tools}
+        payload_tools = openai_tools(tools)
+        messages: list[dict[str, Any]] = []
+        if client.instructions:
+            self._add(messages, {"role": "system", "content": client.instructions})
+        self._add(messages, {"role": "user", "content": ctx.prompt})
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(opts.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        http = self._http or httpx.AsyncClient(
+            timeout=httpx.Timeout(opts.timeout_s, connect=min(30.0, opts.timeout_s)))
+        try:
+            self.stop_reason = await self._loop(client, opts, http, headers, messages, known,
+                                                payload_tools)
+        except anyio.get_cancelled_exc_class():
+            self.stop_reason = "cancelled"  # the orchestrator's deadline
+            raise
+        finally:
+            if self._http is None:
+                await http.aclose()
+            self.transcript.append({"kind": "stop", "reason": self.stop_reason or "error",
+                                    "turns": self.turns})
+
+    async def _loop(self, client: Client, opts: LlmOptions, http: httpx.AsyncClient,
+                    headers: dict[str, str], messages: list[dict[str, Any]], known: set[str],
+                    tools: list[dict[str, Any]]) -> str:
+        for turn in range(1, opts.max_turns + 1):
+            self.turns = turn
+            trim_context(messages, opts.context_chars)
+            body: dict[str, Any] = {"model": opts.model, "messages": wire(messages),
+                                    "tools": tools, "tool_choice": "auto", "stream": False}
+            if opts.temperature is not None:
+                body["temperature"] = opts.temperature
+            if opts.max_tokens is not None:
+                body["max_tokens"] = opts.max_tokens
+            started = time.monotonic()
+            answer = await self._complete(http, f"{opts.base_url}/chat/completions", headers,
+                                          body, opts)
+            choice = (answer.get("choices") or [None])[0]
+            if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+                raise LlmAgentError(f"the model endpoint answered without a message: "
+                                    f"{json.dumps(answer)[:500]}")
+            self.transcript.append({
+                "kind": "response", "turn": turn, "elapsed_s": round(time.monotonic() - started, 3),
+                "usage": answer.get("usage"), "finish_reason": choice.get("finish_reason"),
+                "model": answer.get("model")})
+            msg = choice["message"]
+            calls = [self._normal_call(tc) for tc in msg.get("tool_calls") or []]
+            assistant: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
+            if calls:
+                assistant["tool_calls"] = calls
+            self._add(messages, assistant)
+            if not calls:
+                return "done"
+            over = False
+            for tc in calls:
+                text, is_over = await self._call(client, tc, known, opts)
+                self._add(messages, {"role": "tool", "tool_call_id": tc["id"], "content": text})
+                over = over or is_over
+            if over:
+                return "budget"
+        return "max_turns"
+
+    @staticmethod
+    def _normal_call(tc: Mapping[str, Any]) -> dict[str, Any]:
+        """Only the standard fields, an id even when the server gives none."""
+        fn = tc.get("function") or {}
+        args = fn.get("arguments")
+        if not isinstance(args, str):  # a few servers send an object instead of a JSON string
+            args = json.dumps(args) if args is not None else ""
+        return {"id": tc.get("id") or f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                "function": {"name": str(fn.get("name") or ""), "arguments": args}}
+
+    async def _call(self, client: Client, tc: dict[str, Any], known: set[str],
+                    opts: LlmOptions) -> tuple[str, bool]:
+        """Run one tool call; returns the tool message's text and whether the budget is over."""
+        name, raw = tc["function"]["name"], tc["function"]["arguments"]
+        if name not in known:
+            return (f"Error: unknown tool {name!r}; the tools are: {', '.join(sorted(known))}",
+                    False)
+        try:
+            args = json.loads(raw) if raw.strip() else {}
+        except json.JSONDecodeError as exc:
+            return (f"Error: the arguments of {name} are not valid JSON ({exc}); send a JSON "
+                    "object matching the tool's parameters", False)
+        if not isinstance(args, dict):
+            return f"Error: the arguments of {name} must be a JSON object", False
+        try:
+            result = await client.call_tool(name, args, read_timeout_seconds=opts.timeout_s)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as exc:  # a protocol error for this call: tell the model, keep going
+            text = f"Error: {name} failed: {exc}"
+            return truncate_middle(text, opts.tool_output_chars), budget_over(name, text, None)
+        text = result_text(result)
+        over = budget_over(name, text, result.structured_content)
+        return truncate_middle(text, opts.tool_output_chars), over
+
+    async def _list_tools(self, client: Client) -> list[Any]:
+        tools: list[Any] = []
+        cursor: str | None = None
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+
+    def _add(self, messages: list[dict[str, Any]], message: dict[str, Any]) -> None:
+        messages.append(message)
+        self.transcript.append({"kind": "message", "message": message})
+
+    async def _complete(self, http: httpx.AsyncClient, url: str, headers: dict[str, str],
+                        body: dict[str, Any], opts: LlmOptions) -> dict[str, Any]:
+        """One chat completion, retrying what is worth retrying (429, 5xx, connection errors)."""
+        last = ""
+        for attempt in range(opts.retries + 1):
+            delay = opts.backoff_s * (2 ** attempt)
+            try:
+                response = await http.post(url, json=body, headers=headers)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    try:
+                        data = response.json()
+                    except ValueError as exc:
+                        raise LlmAgentError(f"the model endpoint {url} answered with invalid "
+                                            f"JSON: {response.text[:500]!r}") from exc
+                    if not isinstance(data, dict):
+                        raise LlmAgentError(f"the model endpoint {url} answered {data!r:.500}")
+                    return data
+                last = f"HTTP {response.status_code}: {response.text[:500]}"
+                if response.status_code not in RETRY_STATUSES:
+                    raise LlmAgentError(f"the model endpoint {url} refused the request ({last})")
+                retry_after = response.headers.get("retry-after", "")
+                if retry_after.replace(".", "", 1).isdigit():
+                    delay = min(float(retry_after), MAX_RETRY_AFTER_S)
+            if attempt < opts.retries:
+                self.transcript.append({"kind": "retry", "attempt": attempt + 1, "error": last,
+                                        "delay_s": delay})
+                await anyio.sleep(delay)
+        raise LlmAgentError(f"the model endpoint {url} failed after {opts.retries + 1} attempts "
+                            f"({last})")

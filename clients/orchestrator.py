@@ -1,0 +1,255 @@
+"""`a2rl run`: one orchestrator for every agent system.
+
+It makes the run (workspace, sandbox settings, baseline), serves MCP to the agent, launches
+the agent headless, enforces the budget (at the deadline the agent's whole process tree is
+stopped, SIGTERM then SIGKILL, and so are its jobs), stores the agent's transcript, finalizes
+and summarizes. Ctrl-C finalizes cleanly too. Process agents (CLIs) reach our server over
+streamable HTTP on loopback with the run's token, from their own sandbox; in-process agents
+(reference, llm) talk to a real `a2rl serve` over stdio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import Client, StdioServerParameters
+from pydantic import BaseModel
+from sqlalchemy import func
+from sqlmodel import select
+
+from a2rl.settings import Settings
+from a2rl.store import Revision, Run, Store, Submission, ToolCall
+from a2rl.store.queries import best_submission
+from a2rl.tools.runtime import aware
+
+from .agent_sandbox import MARKER_VAR, sandboxed_argv
+from .base import AgentContext, McpEndpoint
+from .prompt import task_prompt
+from .registry import get_connector
+
+Say = Callable[[str], None]
+TERM_GRACE_S = 5.0
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    task: str
+    agent: str | None = None
+    agent_status: str | None = None
+    baseline_score: float | None
+    best_score: float | None
+    final_score: float | None
+    submissions: int
+    tool_calls: int
+    revisions: int
+    seconds: float
+
+
+class RunOptions(BaseModel):
+    task: str = "arith"
+    agent: str = "reference"
+    model: str | None = None
+    budget: str | None = None
+    backend: str | None = None
+    protocol: str = "heldout"
+    max_submissions: int | None = None
+    seed: int | None = None
+    sandbox: dict[str, Any] = {}
+    agent_options: dict[str, str] = {}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def http_server(settings: Settings, store: Store) -> Iterator[str]:
+    """Our MCP server over streamable HTTP on loopback, in a thread, for one run's agent."""
+    import uvicorn
+
+    from a2rl.server.transports import http_app
+
+    port = _free_port()
+    config = uvicorn.Config(http_app(settings, store), host="127.0.0.1", port=port,
+                            log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="a2rl-mcp-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the MCP HTTP server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def stdio_params(settings: Settings, run_id: str) -> StdioServerParameters:
+    exe = Path(sys.executable).parent / "a2rl"
+    env = dict(os.environ, A2RL_HOME=str(settings.home_dir), A2RL_DB_URL=settings.database_url)
+    return StdioServerParameters(command=str(exe), args=["serve", "--run", run_id], env=env)
+
+
+def _kill_tree(proc: subprocess.Popen[bytes], marker: str) -> None:
+    """SIGTERM the agent's process group, then SIGKILL it and anything carrying its marker."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(TERM_GRACE_S)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    # daemons that left the group (unsandboxed agents; a sandboxed one dies with its namespace)
+    needle = f"{MARKER_VAR}={marker}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                os.kill(int(pid), signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+class Orchestrator:
+    def __init__(self, settings: Settings, store: Store, say: Say = lambda _m: None) -> None:
+        self.settings, self.store, self.say = settings, store, say
+
+    def run(self, opts: RunOptions) -> RunSummary:
+        from a2rl.server import create_run
+
+        started = time.monotonic()
+        connector = get_connector(opts.agent, **({"say": self.say}
+                                                 if opts.agent == "reference" else {}))
+        if not connector.installed():
+            raise RuntimeError(f"agent {opts.agent!r} is not installed (see a2rl agents)")
+        self.say(f"creating a run of '{opts.task}' and scoring the base model (the baseline)")
+        created = create_run(self.settings, self.store, task_id=opts.task, budget=opts.budget,
+                             backend=opts.backend, start_clock=True, protocol=opts.protocol,
+                             max_submissions=opts.max_submissions, seed=opts.seed,
+                             agent=opts.agent, **opts.sandbox)
+        run = created.run
+        self._update(run.id, agent_version=connector.version(), driver_model=opts.model)
+        self.say(f"run {run.id}: baseline dev {run.baseline_dev}, test {run.baseline_test}; "
+                 f"agent {opts.agent}")
+        home = Path(run.workspace).parent / "agent" / "home"
+        home.mkdir(parents=True)
+        ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,
+                           endpoint=McpEndpoint(url="", token=created.token), model=opts.model,
+                           budget_s=run.budget_s, options=dict(opts.agent_options))
+        status, code = "interrupted", None
+        try:
+            if connector.kind == "inprocess":
+                status, code = anyio.run(self._run_inprocess, connector, ctx, run)
+            else:
+                status, code = self._run_process(connector, ctx, run)
+        except KeyboardInterrupt:
+            self.say("interrupted: finalizing")
+        finally:
+            self._update(run.id, agent_status=status, agent_exit_code=code)
+            reason = {"finished": "agent finished", "budget": "budget exhausted",
+                      "crashed": f"agent crashed (exit {code})",
+                      "interrupted": "interrupted"}.get(status, status)
+            self.say(f"finalizing ({reason}): the best submission is scored on the test split")
+            from a2rl.server import finish_run
+
+            finish_run(self.settings, self.store, run.id, reason=reason)
+        return self.summary(run.id, started)
+
+    def _remaining(self, run: Run) -> float:
+        deadline = aware(run.deadline)
+        assert deadline is not None
+        return max(0.0, deadline.timestamp() - time.time())
+
+    async def _run_inprocess(self, connector: Any, ctx: AgentContext,
+                             run: Run) -> tuple[str, int | None]:
+        status: tuple[str, int | None] = ("budget", None)
+        with anyio.move_on_after(self._remaining(run)):
+            try:
+                async with Client(stdio_params(self.settings, run.id), mode="legacy") as client:
+                    await connector.run(client, ctx)
+                status = ("finished", 0)
+            except Exception as exc:
+                while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+                    exc = exc.exceptions[0]  # type: ignore[assignment]
+                self.say(f"agent failed: {exc}")
+                status = ("crashed", 1)
+        transcript = getattr(connector, "transcript", None)
+        if transcript:
+            import json
+
+            sha = self.store.put_blob("\n".join(json.dumps(m) for m in transcript).encode())
+            self._update(run.id, agent_transcript_sha=sha)
+        return status
+
+    def _run_process(self, connector: Any, ctx: AgentContext, run: Run) -> tuple[str, int | None]:
+        logs = Path(run.workspace).parent / "agent"
+        with http_server(self.settings, self.store) as url:
+            ctx = ctx.model_copy(update={"endpoint": McpEndpoint(url=url,
+                                                                 token=ctx.endpoint.token)})
+            launch = connector.prepare(ctx)
+            marker = secrets.token_hex(8)
+            argv, sandboxed = sandboxed_argv(launch, ctx.home, marker)
+            if not sandboxed:
+                self.say("warning: bubblewrap is missing, the agent runs unsandboxed")
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(ctx.home),
+                   MARKER_VAR: marker, **launch.env}
+            with open(logs / "transcript.jsonl", "wb") as out, \
+                    open(logs / "stderr.log", "wb") as err:
+                proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                        cwd=launch.cwd, env=env, start_new_session=True)
+                self.say(f"agent started (pid {proc.pid}{', sandboxed' if sandboxed else ''})")
+                status: tuple[str, int | None]
+                try:
+                    code = proc.wait(self._remaining(run))
+                    status = ("finished" if code == 0 else "crashed", code)
+                except subprocess.TimeoutExpired:
+                    self.say("the budget is spent: stopping the agent")
+                    status = ("budget", None)
+                except KeyboardInterrupt:
+                    status = ("interrupted", None)
+                    raise
+                finally:
+                    _kill_tree(proc, marker)
+                    self._update(run.id,
+                                 agent_transcript_sha=self.store.put_blob(
+                                     (logs / "transcript.jsonl").read_bytes()),
+                                 agent_stderr_sha=self.store.put_blob(
+                                     (logs / "stderr.log").read_bytes()))
+        return status
+
+    def _update(self, run_id: str, **fields: Any) -> None:
+        with self.store.session() as s:
+            run = s.get(Run, run_id)
+            assert run is not None
+            for key, value in fields.items():
+                setattr(run, key, value)
+            s.add(run)
+
+    def summary(self, run_id: str, started: float) -> RunSummary:
+        with self.store.session() as s:
+            run = s.get(Run, run_id)
+            assert run is not None
+            counts = {m.__name__: s.exec(select(func.count()).select_from(m).where(
+                m.run_id == run_id)).one() for m in (ToolCall, Revision, Submission)}
+        best = best_submission(self.store, run_id, "test" if run.protocol == "paper" else "dev")
+        return RunSummary(
+            run_id=run.id, task=run.task_id, agent=run.agent, agent_status=run.agent_status,
+            baseline_score=run.baseline_test, best_score=best[1].score if best else None,
+            final_score=run.final_score, submissions=counts["Submission"],
+            tool_calls=counts["ToolCall"], revisions=counts["Revision"],
+            seconds=round(time.monotonic() - started, 1))

@@ -1,0 +1,60 @@
+"""Process "agents" that are plain shell scripts: real processes for the orchestrator's tests
+of budgets, crashes and the agent sandbox, without a model."""
+
+from __future__ import annotations
+
+from a2rl import __version__
+from a2rl.clients.base import AgentContext, AgentLaunch
+from a2rl.clients.registry import CONNECTORS
+
+
+class ScriptAgent:
+    kind = "process"
+    experimental = False
+    script = "true"
+
+    def __init__(self) -> None:
+        self.name = self.title = type(self).__name__
+
+    def installed(self) -> bool:
+        return True
+
+    def version(self) -> str:
+        return __version__
+
+    def prepare(self, ctx: AgentContext) -> AgentLaunch:
+        return AgentLaunch(argv=["/bin/bash", "-c", self.script], cwd=ctx.home,
+                           env={"A2RL_TEST_MCP_URL": ctx.endpoint.url}, transcript="text")
+
+
+class NeverStops(ScriptAgent):
+    # a daemonized child that left the process group, and a foreground sleep
+    script = ("(setsid bash -c 'exec -a a2rl-test-daemon sleep 1000' &); echo started; "
+              "exec -a a2rl-test-agent sleep 1000")
+
+
+class Crashes(ScriptAgent):
+    script = "echo 'something went wrong' >&2; exit 3"
+
+
+class Snoops(ScriptAgent):
+    """Tries to read what an agent must never see; prints LEAK for anything it could."""
+
+    script = "\n".join([
+        'for f in "$@"; do :; done',
+        'for target in "$SNOOP_DB" "$SNOOP_HOME_FILE" "$SNOOP_OTHER_RUN"; do',
+        '  if cat "$target" >/dev/null 2>&1; then echo "LEAK $target"; '
+        'else echo "blocked $target"; fi',
+        "done",
+        'env | grep -q A2RL_TEST_SECRET && echo "LEAK env" || echo "blocked env"',
+        'echo "home=$HOME"',
+    ])
+
+    def prepare(self, ctx: AgentContext) -> AgentLaunch:
+        launch = super().prepare(ctx)
+        launch.env.update({k: v for k, v in ctx.options.items() if k.startswith("SNOOP_")})
+        return launch
+
+
+for cls in (NeverStops, Crashes, Snoops):
+    CONNECTORS[f"test-{cls.__name__.lower()}"] = (__name__, cls.__name__)

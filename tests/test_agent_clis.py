@@ -1,0 +1,205 @@
+"""The real agent CLIs, driven headless against our HTTP MCP server and a fake model API.
+
+Each CLI is the pinned npm package (scripts/agent-clis.sh), launched exactly as its connector
+says, with a private HOME, no API key and no network: a local fake of its model protocol
+scripts the tool calls. The tests check what matters for a fair benchmark: the model is offered
+our tools and none of the CLI's built-ins, the calls reach our server and are recorded for the
+run, a refused submission is recorded as refused, and stdout is a JSONL transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from a2rl.clients.base import SERVER_NAME, AgentContext, McpEndpoint, ProcessConnector
+from a2rl.clients.claude_code import ClaudeCodeConnector
+from a2rl.clients.codex import CodexConnector
+from a2rl.clients.gemini import GeminiConnector
+from a2rl.clients.npm_clis import cli_path
+from a2rl.clients.openhands import OpenHandsConnector, write_config
+from a2rl.server import create_run, finish_run
+
+from .conftest import require_bwrap
+from .fake_model_apis import FakeAnthropic, FakeGemini, FakeModelApi, FakeResponses, Step
+from .helpers import calls
+
+pytestmark = pytest.mark.timeout(300)
+ROOT = Path(__file__).resolve().parents[1]
+A2RL = str(Path(sys.executable).parent / "a2rl")
+OURS = {"list_files", "run_command", "budget_status", "submit_checkpoint"}
+SCRIPT = [Step("list_files", {"path": "."}), Step("run_command", {"command": "echo hello"}),
+          Step("budget_status"), Step("submit_checkpoint", {"path": "output/none"})]
+# Built-in tools of the three CLIs that must never reach the model (lower-cased).
+BUILTINS = {"bash", "read", "edit", "write", "multiedit", "glob", "grep", "webfetch",
+            "websearch", "task", "agent", "notebookedit", "todowrite", "shell", "exec_command",
+            "apply_patch", "update_plan", "view_image", "web_search", "run_shell_command",
+            "read_file", "write_file", "replace", "search_file_content",
+            "list_directory", "google_web_search", "web_fetch", "save_memory",
+            "read_many_files", "write_todos"}
+# Codex keeps three MCP-resource helpers that no switch removes (see the brief).
+CODEX_EXTRAS = {"list_mcp_resources", "list_mcp_resource_templates", "read_mcp_resource"}
+
+
+@dataclass
+class Cli:
+    connector: Callable[[], ProcessConnector]
+    fake: Callable[[list[Step]], FakeModelApi]
+    options: Callable[[FakeModelApi], dict[str, str]]
+    ours: Callable[[str], str | None]  # offered name -> our bare tool name, None if not ours
+    extras: frozenset[str] = frozenset()
+
+
+def _strip(prefix: str) -> Callable[[str], str | None]:
+    return lambda name: name[len(prefix):] if name.startswith(prefix) else None
+
+
+CLIS = {
+    "claude-code": Cli(ClaudeCodeConnector, FakeAnthropic,
+                       lambda f: {"anthropic_base_url": f.url},
+                       _strip(f"mcp__{SERVER_NAME}__")),
+    "codex": Cli(CodexConnector, FakeResponses,
+                 lambda f: {"openai_base_url": f.url + "/v1"},
+                 _strip(f"mcp__{SERVER_NAME}/"), frozenset(CODEX_EXTRAS)),
+    "gemini-cli": Cli(GeminiConnector, FakeGemini,
+                      lambda f: {"gemini_base_url": f.url},
+                      _strip(f"mcp_{SERVER_NAME}_")),
+}
+DUMMY_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-dummy", "OPENAI_API_KEY": "sk-dummy",
+              "GEMINI_API_KEY": "dummy"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def mcp_url(settings) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """`a2rl serve --http` as a subprocess on a free port, serving this test's store."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env.update(A2RL_HOME=str(settings.home), A2RL_DB_URL=settings.database_url)
+    port = _free_port()
+    proc = subprocess.Popen([A2RL, "serve", "--http", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stderr.read().decode()[-3000:]  # type: ignore[union-attr]
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _drive(cli: Cli, script: list[Step], settings, store, mcp_url: str,  # type: ignore[no-untyped-def]
+           tmp_path: Path) -> tuple[FakeModelApi, str, subprocess.CompletedProcess[str]]:
+    require_bwrap()
+    created = create_run(settings, store, task_id="fixture", budget="30m", baseline=False)
+    try:
+        with cli.fake(script) as fake:
+            ctx = AgentContext(run_id=created.run.id, prompt="Solve the task in TASK.md.",
+                               home=tmp_path / "agent-home",
+                               endpoint=McpEndpoint(url=mcp_url, token=created.token),
+                               model=fake.model, budget_s=1800, options=cli.options(fake))
+            launch = cli.connector().prepare(ctx)
+            env = {"PATH": "/usr/bin:/bin", **DUMMY_KEYS, **launch.env}
+            started = time.monotonic()
+            p = subprocess.run(launch.argv, env=env, cwd=launch.cwd, capture_output=True,
+                               text=True, timeout=120, stdin=subprocess.DEVNULL)
+            print(f"{ctx.home.name}: {time.monotonic() - started:.1f}s, exit {p.returncode}")
+    finally:
+        finish_run(settings, store, created.run.id)
+    return fake, created.run.id, p
+
+
+def _jsonl(stdout: str) -> list[dict]:  # type: ignore[type-arg]
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    assert lines, "no transcript on stdout"
+    return [json.loads(ln) for ln in lines]
+
+
+@pytest.mark.parametrize("name", list(CLIS))
+def test_cli_uses_only_our_tools(name, agent_clis, settings, store, mcp_url,  # type: ignore[no-untyped-def]
+                                 tmp_path) -> None:
+    cli = CLIS[name]
+    assert cli.connector().installed(), f"{name} is not found after scripts/agent-clis.sh"
+    fake, run_id, p = _drive(cli, SCRIPT, settings, store, mcp_url, tmp_path)
+    detail = f"exit {p.returncode}\nstdout: {p.stdout[-3000:]}\nstderr: {p.stderr[-3000:]}"
+    assert p.returncode == 0, detail
+
+    offered = fake.offered_tools()
+    ours = {cli.ours(n) for n in offered} - {None}
+    assert ours >= OURS, f"our tools missing from {offered}"
+    foreign = [n for n in offered if cli.ours(n) is None and n not in cli.extras]
+    assert not foreign, f"{name} offered tools that are not ours: {foreign}"
+    assert not {n.lower().rpartition("/")[2] for n in foreign} & BUILTINS
+
+    rows = calls(store, run_id)
+    assert [r.tool for r in rows] == [s.tool for s in SCRIPT], detail
+    assert rows[1].arguments["command"] == "echo hello" and not rows[1].is_error
+    assert not rows[0].is_error and not rows[2].is_error
+    assert rows[3].is_error and rows[3].error, "a submission of output/none must be refused"
+    assert all(r.transport == "http" for r in rows)
+
+    results = fake.tool_results()
+    assert len(results) == len(SCRIPT), results
+    assert "hello" in results[1]
+    events = _jsonl(p.stdout)
+    assert fake.final_text in p.stdout, events[-3:]
+
+
+def test_connector_versions(agent_clis) -> None:  # type: ignore[no-untyped-def]
+    for name, cli in CLIS.items():
+        conn = cli.connector()
+        assert conn.name == name and conn.kind == "process" and not conn.experimental
+        version = conn.version()
+        assert version and version[0].isdigit(), f"{name}: {version!r}"
+    for binary in ("claude", "codex", "gemini"):  # the script and npm_clis agree on the folder
+        assert cli_path(binary) == agent_clis / binary
+
+
+@pytest.mark.parametrize("name", list(CLIS))
+def test_prepare_writes_only_under_home(name, agent_clis, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Configs go into the agent's private home; the token stays out of argv."""
+    home = tmp_path / "home"
+    ctx = AgentContext(run_id="r-x", prompt="the prompt", home=home, budget_s=60,
+                       endpoint=McpEndpoint(url="http://127.0.0.1:9/mcp", token="tok-123"),
+                       model="m")
+    before = {p for p in tmp_path.rglob("*")}
+    launch = CLIS[name].connector().prepare(ctx)
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert written and all(p == home or home in p.parents for p in written)
+    assert launch.env["HOME"] == str(home) and "the prompt" in launch.argv
+    assert not any("tok-123" in a for a in launch.argv)
+
+
+def test_openhands_is_experimental(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """OpenHands cannot be installed offline here: only its config is checked."""
+    conn = OpenHandsConnector()
+    assert conn.experimental and conn.kind == "process" and conn.name == "openhands"
+    ctx = AgentContext(run_id="r-x", prompt="p", home=tmp_path / "h", budget_s=60,
+                       endpoint=McpEndpoint(url="http://127.0.0.1:1/mcp", token="t"))
+    path = write_config(ctx)
+    assert path.parent.parent == ctx.home
+    server = json.loads(path.read_text())["mcpServers"][SERVER_NAME]
+    assert server == {"url": "http://127.0.0.1:1/mcp", "transport": "http",
+                      "headers": {"Authorization": "Bearer t"}}
+    if conn.installed():
+        launch = conn.prepare(ctx)
+        assert "--headless" in launch.argv and launch.env["HOME"] == str(ctx.home)

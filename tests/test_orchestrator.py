@@ -1,0 +1,93 @@
+"""`a2rl run`: the orchestrator with real agent processes (a real CLI, shell-script agents)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from a2rl.clients.orchestrator import Orchestrator, RunOptions
+from a2rl.store import Run, Store
+
+from . import fake_agents  # noqa: F401  (registers the test agents)
+from .conftest import require_bwrap
+from .fake_model_apis import FakeAnthropic, Step
+from .helpers import calls
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def run_agent(settings, store, agent: str, budget: str = "5m", **kw):  # type: ignore[no-untyped-def]
+    require_bwrap()
+    return Orchestrator(settings, store).run(RunOptions(task="arith", agent=agent,
+                                                        budget=budget, **kw))
+
+
+def _procs(name: str) -> int:
+    n = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            n += Path(f"/proc/{pid}/cmdline").read_bytes().startswith(name.encode())
+    return n
+
+
+def test_agent_that_never_stops_is_stopped_at_the_deadline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    summary = run_agent(settings, store, "test-neverstops", budget="6s")
+    assert summary.agent_status == "budget"
+    assert _procs("a2rl-test-agent") == 0 and _procs("a2rl-test-daemon") == 0
+    with store.session() as s:
+        run = s.get(Run, summary.run_id)
+    assert run.status == "finished" and run.end_reason == "budget exhausted"
+    assert store.get_blob(run.agent_transcript_sha).strip() == b"started"
+    assert summary.final_score == summary.baseline_score  # no submission: the baseline
+
+
+def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    summary = run_agent(settings, store, "test-crashes")
+    with store.session() as s:
+        run = s.get(Run, summary.run_id)
+    assert run.agent_status == "crashed" and run.agent_exit_code == 3
+    assert "crashed" in run.end_reason and run.final_score == run.baseline_test
+    assert b"something went wrong" in store.get_blob(run.agent_stderr_sha)
+
+
+def test_agent_process_is_sandboxed(settings, store: Store, tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    home_file = Path.home() / f".a2rl-snoop-{os.getpid()}"
+    home_file.write_text("user secret")
+    other = settings.runs_dir / "r-someone" / "workspace" / "code.py"
+    other.parent.mkdir(parents=True, exist_ok=True)
+    other.write_text("other run")
+    monkeypatch.setenv("A2RL_TEST_SECRET", "sk-nope")
+    try:
+        summary = run_agent(settings, store, "test-snoops", agent_options={
+            "SNOOP_DB": settings.database_url.removeprefix("sqlite:///"),
+            "SNOOP_HOME_FILE": str(home_file), "SNOOP_OTHER_RUN": str(other)})
+    finally:
+        home_file.unlink()
+    with store.session() as s:
+        sha = s.get(Run, summary.run_id).agent_transcript_sha
+    out = store.get_blob(sha).decode()
+    assert "LEAK" not in out and out.count("blocked") == 4, out
+    assert summary.agent_status == "finished"
+
+
+def test_claude_code_run_end_to_end(settings, store: Store, agent_clis: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-dummy")
+    script = [Step("list_files", {"path": "."}), Step("run_command", {"command": "echo hi"}),
+              Step("budget_status")]
+    with FakeAnthropic(script) as fake:
+        summary = run_agent(settings, store, "claude-code", model=fake.model,
+                            agent_options={"anthropic_base_url": fake.url})
+    assert summary.agent_status == "finished", summary
+    assert [c.tool for c in calls(store, summary.run_id)] == [
+        "list_files", "run_command", "budget_status"]
+    with store.session() as s:
+        run = s.get(Run, summary.run_id)
+    assert run.agent == "claude-code" and run.agent_version and run.driver_model == fake.model
+    lines = store.get_blob(run.agent_transcript_sha).decode().splitlines()
+    assert lines and all(json.loads(line) for line in lines)
