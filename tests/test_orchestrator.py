@@ -91,3 +91,46 @@ def test_claude_code_run_end_to_end(settings, store: Store, agent_clis: Path,
     assert run.agent == "claude-code" and run.agent_version and run.driver_model == fake.model
     lines = store.get_blob(run.agent_transcript_sha).decode().splitlines()
     assert lines and all(json.loads(line) for line in lines)
+
+
+def test_ctrl_c_finalizes_cleanly(tmp_path: Path) -> None:
+    """SIGINT to the foreground group, as a terminal's Ctrl-C sends it, mid-run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from sqlmodel import select
+
+    from a2rl.store import Job, ToolCall
+
+    require_bwrap()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env["A2RL_HOME"] = str(tmp_path)
+    a2rl = str(Path(sys.executable).parent / "a2rl")
+    proc = subprocess.Popen([a2rl, "run", "--task", "arith", "--agent", "reference", "--json"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    store = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # wait until training runs as a job
+        time.sleep(0.5)
+        with contextlib.suppress(Exception), store.session() as s:
+            if s.exec(select(Job).where(Job.is_background)).first() is not None:
+                break
+    os.killpg(proc.pid, signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    summary = json.loads(out)
+    with store.session() as s:
+        run = s.get(Run, summary["run_id"])
+        jobs = s.exec(select(Job).where(Job.run_id == run.id)).all()
+        n_calls = len(s.exec(select(ToolCall).where(ToolCall.run_id == run.id)).all())
+    assert run.status == "finished" and run.agent_status == "interrupted"
+    assert run.final_score == run.baseline_test and n_calls >= 4
+    assert all(j.state != "running" for j in jobs)
+    leftovers = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if run.id.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                leftovers.append(pid)
+    assert leftovers == []  # no supervisor, job or server of the run is left
