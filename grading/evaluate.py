@@ -79,7 +79,7 @@ def evaluate(
     outputs = engine.generate([task.build_prompt(it) for it in items],
                               max_new_tokens=grader.max_new_tokens, stop=grader.stop)
     scored = task.score_outputs(items, outputs)
-    low, high = wilson_interval(scored.n_correct, scored.n_items)
+    low, high = scored.ci or wilson_interval(scored.n_correct, scored.n_items)
     metrics = {**scored.metrics, "load_s": round(loaded - started, 3),
                "generate_s": round(time.monotonic() - loaded, 3)}
     provenance = {

@@ -41,11 +41,16 @@ class ItemResult(BaseModel):
 
 
 class ScoreResult(BaseModel):
-    """Per-item results and their aggregate (the score is the mean of `correct`)."""
+    """Per-item results and their aggregate.
+
+    By default the score is the mean of `correct` and its 95% interval is Wilson's; a task
+    whose score is something else (a length-controlled win rate) gives its own interval.
+    """
 
     score: float
     n_items: int
     n_correct: int
+    ci: tuple[float, float] | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     items: list[ItemResult] = Field(default_factory=list)
 

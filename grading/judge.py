@@ -1,0 +1,331 @@
+"""A pairwise LLM judge over any OpenAI-compatible chat completions endpoint (AlpacaEval style).
+
+Protocol
+--------
+For each item the judge is shown the instruction and two outputs, the model's and the
+reference's, under the identifiers `m` (shown first) and `M` (shown second). Which of the two is
+shown first is drawn per item from a generator seeded by the sha256 of the item id, so the order
+is random across items (cancelling the judge's position bias) yet identical on every re-grading;
+the position of the model's output is recorded with the verdict.
+
+The prompt is AlpacaEval 2.0's own: the system message and user template of
+`alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt`, the template of the
+`weighted_alpaca_eval_gpt4_turbo` annotator (tatsu-lab/alpaca_eval). AlpacaEval reads the
+log-probabilities of the tokens `m` and `M` (max_tokens=1); endpoints differ in logprob support,
+so this judge asks for a short greedy completion (temperature 0) and parses the **text** strictly:
+after stripping surrounding whitespace the answer must be exactly `m` or `M`; anything else is
+malformed. A malformed answer or an HTTP failure (transport error, 408/409/429/5xx) is retried
+with exponential backoff and jitter; any other HTTP status fails at once. After the retries the
+item is an **error**: it is recorded with every raw answer and never counts as a win (the task
+scores it as a loss). Two shortcuts need no judge: an empty model output loses, and a model output
+identical to the reference is a draw (0.5), as in AlpacaEval.
+
+Cache
+-----
+Successful verdicts are stored in SQLite at `settings.home_dir / "judge-cache" / "judge.sqlite"`,
+keyed by the sha256 of (instruction, sha256(output), sha256(reference), judge model, prompt
+version). That is the issue's key (instruction, output hash, judge model) plus the reference and
+the prompt, so a changed reference or prompt is never answered from a stale entry. Errors are not
+cached: a re-grading asks again for those items only.
+
+Settings (environment variables; `Settings` has no judge fields yet)
+--------------------------------------------------------------------
+- `A2RL_JUDGE_BASE_URL`: base URL of the endpoint, up to `/v1` (default
+  `https://api.openai.com/v1`); requests go to `{base}/chat/completions`.
+- `A2RL_JUDGE_MODEL`: the judge model (default `gpt-4-turbo`, AlpacaEval 2.0's annotator).
+- `A2RL_JUDGE_API_KEY_ENV`: the *name* of the variable holding the API key (default
+  `OPENAI_API_KEY`); no key set means no Authorization header (local servers).
+- `A2RL_JUDGE_MAX_RETRIES` (default 4: five attempts), `A2RL_JUDGE_BACKOFF_S` (default 1.0,
+  doubled per attempt, capped at 60 s), `A2RL_JUDGE_TIMEOUT_S` (default 120),
+  `A2RL_JUDGE_CONCURRENCY` (default 8 requests in flight), `A2RL_JUDGE_MAX_TOKENS` (default 4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from a2rl.settings import Settings
+
+#: Bump when the prompt or the parsing changes (part of the cache key).
+JUDGE_PROMPT_VERSION = "alpaca_eval_clf_gpt4_turbo.1"
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+SYSTEM_PROMPT = (
+    "You are a highly efficient assistant, who evaluates and selects the best large language "
+    "model (LLMs) based on the quality of their responses to a given instruction. This process "
+    "will be used to create a leaderboard reflecting the most accurate and human-preferred "
+    "answers."
+)
+
+USER_TEMPLATE = """I require a leaderboard for various large language models. I'll provide you with prompts given to these models and their corresponding outputs. Your task is to assess these responses, and select the model that produces the best output from a human perspective.
+
+## Instruction
+
+{{
+    "instruction": \"\"\"{instruction}\"\"\",
+}}
+
+## Model Outputs
+
+Here are the unordered outputs from the models. Each output is associated with a specific model, identified by a unique model identifier.
+
+{{
+    {{
+        "model_identifier": "m",
+        "output": \"\"\"{output_1}\"\"\"
+    }},
+    {{
+        "model_identifier": "M",
+        "output": \"\"\"{output_2}\"\"\"
+    }}
+}}
+
+## Task
+
+Evaluate the models based on the quality and relevance of their outputs, and select the model that generated the best output. Answer by providing the model identifier of the best model. We will use your output as the name of the best model, so make sure your output only contains one of the following model identifiers and nothing else (no quotes, no spaces, no new lines, ...): m or M.
+
+## Best Model Identifier"""  # noqa: E501
+
+Winner = Literal["model", "reference", "draw", "error"]
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4-turbo"
+    api_key_env: str = "OPENAI_API_KEY"
+    max_retries: int = 4
+    backoff_s: float = 1.0
+    timeout_s: float = 120.0
+    concurrency: int = 8
+    max_tokens: int = 4
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> JudgeConfig:
+        env = os.environ if environ is None else environ
+        d = cls()
+
+        def get(name: str, default: Any, kind: type) -> Any:
+            raw = env.get(f"A2RL_JUDGE_{name}")
+            return default if raw in (None, "") else kind(raw)
+
+        return cls(
+            base_url=get("BASE_URL", d.base_url, str),
+            model=get("MODEL", d.model, str),
+            api_key_env=get("API_KEY_ENV", d.api_key_env, str),
+            max_retries=get("MAX_RETRIES", d.max_retries, int),
+            backoff_s=get("BACKOFF_S", d.backoff_s, float),
+            timeout_s=get("TIMEOUT_S", d.timeout_s, float),
+            concurrency=get("CONCURRENCY", d.concurrency, int),
+            max_tokens=get("MAX_TOKENS", d.max_tokens, int),
+        )
+
+    def public(self) -> dict[str, Any]:
+        """What provenance may record (no key, only the variable's name)."""
+        return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
+                "max_tokens": self.max_tokens, "prompt_version": JUDGE_PROMPT_VERSION}
+
+
+@dataclass
+class Judgment:
+    """One pairwise judgment, model output vs reference."""
+
+    winner: Winner
+    #: "m" when the model's output was shown first, "M" when second; None when not judged.
+    model_position: Literal["m", "M"] | None
+    raw_answers: list[str] = field(default_factory=list)
+    error: str | None = None
+    attempts: int = 0
+    cached: bool = False
+
+    @property
+    def preference(self) -> float:
+        """1.0 model wins, 0.5 draw, 0.0 reference wins or error (an error is never a win)."""
+        return {"model": 1.0, "draw": 0.5}.get(self.winner, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"winner": self.winner, "model_position": self.model_position,
+                "raw_answers": self.raw_answers, "error": self.error,
+                "attempts": self.attempts, "cached": self.cached}
+
+
+def model_shown_first(item_id: str) -> bool:
+    """The per-item order: a fair coin seeded by the sha256 of the item id (deterministic)."""
+    seed = int.from_bytes(hashlib.sha256(item_id.encode()).digest()[:8], "big")
+    return random.Random(seed).random() < 0.5
+
+
+def parse_verdict(text: str) -> Literal["m", "M"] | None:
+    """Strict: exactly `m` or `M` after stripping whitespace, else None (malformed)."""
+    answer = text.strip()
+    return answer if answer in ("m", "M") else None  # type: ignore[return-value]
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class JudgeCache:
+    """Successful judgments in one SQLite file, keyed by the sha256 of the cache key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        with self._connect() as db:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS judgments (key TEXT PRIMARY KEY, "
+                       "judge_model TEXT, value TEXT NOT NULL, created REAL)")
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    @staticmethod
+    def key(instruction: str, output: str, reference: str, judge_model: str) -> str:
+        parts = [instruction, sha256_text(output), sha256_text(reference), judge_model,
+                 JUDGE_PROMPT_VERSION]
+        return sha256_text(json.dumps(parts))
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock, self._connect() as db:
+            row = db.execute("SELECT value FROM judgments WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, judge_model: str, value: dict[str, Any]) -> None:
+        with self._lock, self._connect() as db:
+            db.execute("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?)",
+                       (key, judge_model, json.dumps(value), time.time()))
+
+
+class Judge:
+    """Pairwise preference of a model output over a reference output, cached."""
+
+    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None,
+                 *, api_key: str | None = None) -> None:
+        self.config = config
+        self.cache = cache
+        key = api_key if api_key is not None else os.environ.get(config.api_key_env, "")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.requests_made = 0
+        self._count_lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Judge:
+        config = JudgeConfig.from_env(environ)
+        env = os.environ if environ is None else environ
+        cache = JudgeCache(settings.home_dir / "judge-cache" / "judge.sqlite")
+        return cls(config, cache, api_key=env.get(config.api_key_env, ""))
+
+    @property
+    def url(self) -> str:
+        return self.config.base_url.rstrip("/") + "/chat/completions"
+
+    def messages(self, instruction: str, first: str, second: str) -> list[dict[str, str]]:
+        user = USER_TEMPLATE.format(instruction=instruction, output_1=first, output_2=second)
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+
+    # --- one request --------------------------------------------------------------------------
+    def _ask(self, client: httpx.Client, messages: list[dict[str, str]]) -> tuple[str | None, str]:
+        """(answer text, "") or (None, error description). Counts every request sent."""
+        body = {"model": self.config.model, "messages": messages, "temperature": 0,
+                "max_tokens": self.config.max_tokens}
+        with self._count_lock:
+            self.requests_made += 1
+        try:
+            resp = client.post(self.url, json=body, headers=self._headers)
+        except httpx.HTTPError as exc:
+            return None, f"transport: {type(exc).__name__}: {exc}"
+        if resp.status_code != 200:
+            return None, f"http {resp.status_code}: {resp.text[:300]}"
+        try:
+            content = resp.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None, f"bad response body: {resp.text[:300]}"
+        return (content if isinstance(content, str) else ""), ""
+
+    def _sleep(self, attempt: int) -> None:
+        delay = min(60.0, self.config.backoff_s * (2 ** attempt))
+        time.sleep(delay * (0.5 + random.random() / 2))
+
+    def judge_one(self, client: httpx.Client, item_id: str, instruction: str, output: str,
+                  reference: str) -> Judgment:
+        """Ask (with retries) which output is better; never raises for judge failures."""
+        if not output.strip():
+            return Judgment(winner="reference", model_position=None, error=None,
+                            raw_answers=["<empty model output: loss without judging>"])
+        if output == reference:
+            return Judgment(winner="draw", model_position=None,
+                            raw_answers=["<identical to reference: draw without judging>"])
+        first_is_model = model_shown_first(item_id)
+        position: Literal["m", "M"] = "m" if first_is_model else "M"
+        first, second = (output, reference) if first_is_model else (reference, output)
+        messages = self.messages(instruction, first, second)
+        raws: list[str] = []
+        error = ""
+        attempts = 0
+        for attempt in range(self.config.max_retries + 1):
+            attempts = attempt + 1
+            text, error = self._ask(client, messages)
+            if text is not None:
+                raws.append(text)
+                verdict = parse_verdict(text)
+                if verdict is not None:
+                    winner: Winner = "model" if verdict == position else "reference"
+                    return Judgment(winner=winner, model_position=position, raw_answers=raws,
+                                    attempts=attempts)
+                error = f"malformed answer: {text[:100]!r}"
+            else:
+                raws.append(f"<error: {error}>")
+                retriable = (error.startswith("transport") or error.startswith("bad response")
+                             or any(error.startswith(f"http {s}") for s in RETRY_STATUSES))
+                if not retriable:
+                    break
+            if attempt < self.config.max_retries:
+                self._sleep(attempt)
+        return Judgment(winner="error", model_position=position, raw_answers=raws,
+                        error=error, attempts=attempts)
+
+    # --- many items ---------------------------------------------------------------------------
+    def judge_many(self, item_ids: Sequence[str], instructions: Sequence[str],
+                   outputs: Sequence[str], references: Sequence[str]) -> list[Judgment]:
+        """Judgments in input order; cached ones cost no request, the rest run concurrently."""
+        n = len(item_ids)
+        if not (len(instructions) == len(outputs) == len(references) == n):
+            raise ValueError("item_ids, instructions, outputs and references differ in length")
+        results: list[Judgment | None] = [None] * n
+        keys = [JudgeCache.key(instructions[i], outputs[i], references[i], self.config.model)
+                for i in range(n)]
+        todo: list[int] = []
+        for i in range(n):
+            hit = self.cache.get(keys[i]) if self.cache else None
+            if hit is not None:
+                results[i] = Judgment(winner=hit["winner"], model_position=hit["model_position"],
+                                      raw_answers=hit["raw_answers"], attempts=0, cached=True)
+            else:
+                todo.append(i)
+        if todo:
+            with httpx.Client(timeout=self.config.timeout_s) as client, ThreadPoolExecutor(
+                    max_workers=max(1, self.config.concurrency)) as pool:
+                futures = {i: pool.submit(self.judge_one, client, item_ids[i], instructions[i],
+                                          outputs[i], references[i]) for i in todo}
+                for i, fut in futures.items():
+                    judgment = fut.result()
+                    results[i] = judgment
+                    if self.cache and judgment.winner != "error":
+                        self.cache.put(keys[i], self.config.model, {
+                            "winner": judgment.winner, "model_position": judgment.model_position,
+                            "raw_answers": judgment.raw_answers})
+        return [r for r in results if r is not None]

@@ -1,0 +1,221 @@
+"""AlpacaEval 2.0 (level 2): instruction following, judged pairwise against reference outputs.
+
+Data (read as plain files; `tatsu-lab/alpaca_eval`'s dataset script no longer loads):
+- test: the 805 AlpacaEval instructions with their reference outputs, the JSON file
+  `alpaca_eval_gpt4_baseline.json` of the dataset `tatsu-lab/alpaca_eval` (AlpacaEval 2.0's
+  reference: gpt4_turbo), fetched with `huggingface_hub.hf_hub_download(repo_type="dataset")`.
+  `A2RL_ALPACAEVAL_REFERENCE_FILE=alpaca_eval.json` selects AlpacaEval 1.0's text-davinci-003
+  references instead (same schema: `instruction`, `output`, `generator`, `dataset`).
+- train (visible): the first `n_train` (2,000) rows of `tatsu-lab/alpaca` (`instruction`,
+  `input`, `output`) with `messages`; dev (hidden): the next `n_dev` (200) rows, judged against
+  the dataset's own outputs.
+- `A2RL_ALPACAEVAL_DIR`: a directory holding the reference JSON file and `alpaca.jsonl` (rows of
+  `tatsu-lab/alpaca`), used instead of the hub (tests point it at fixtures in the real schema).
+
+Scoring: see `a2rl.grading.judge` (protocol, prompt, cache, settings) and `length_control.py`.
+The score is the length-controlled win rate; the raw win rate and both intervals are metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from a2rl.settings import Settings, load_settings
+
+from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..spec import GraderSettings, SplitInfo, TaskSpec
+from .length_control import length_controlled_win_rate, win_rate
+
+N_TRAIN, N_DEV, N_TEST = 2000, 200, 805
+EVAL_REPO = "tatsu-lab/alpaca_eval"
+TRAIN_REPO = "tatsu-lab/alpaca"
+DEFAULT_REFERENCE_FILE = "alpaca_eval_gpt4_baseline.json"
+DATA_DIR_ENV = "A2RL_ALPACAEVAL_DIR"
+REFERENCE_FILE_ENV = "A2RL_ALPACAEVAL_REFERENCE_FILE"
+ALPACA_FIXTURE = "alpaca.jsonl"
+GRADER = GraderSettings(max_new_tokens=1024, stop=["<|im_end|>", "<|endoftext|>", "</s>"],
+                        batch_size=32)
+
+
+def _description() -> str:
+    template = files(__package__).joinpath("description.md").read_text()
+    return template.format(n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST,
+                           max_new_tokens=GRADER.max_new_tokens)
+
+
+def alpaca_prompt(row: dict[str, Any]) -> str:
+    """An alpaca row as one user message: the instruction, then its input after a blank line."""
+    instruction = row["instruction"].strip()
+    extra = (row.get("input") or "").strip()
+    return f"{instruction}\n\n{extra}" if extra else instruction
+
+
+def _data_dir() -> Path | None:
+    raw = os.environ.get(DATA_DIR_ENV, "")
+    return Path(raw).expanduser() if raw else None
+
+
+def _reference_file() -> str:
+    return os.environ.get(REFERENCE_FILE_ENV) or DEFAULT_REFERENCE_FILE
+
+
+def load_eval_rows() -> list[dict[str, Any]]:
+    """The AlpacaEval rows (instruction, output, generator, dataset), from a file or the hub."""
+    name = _reference_file()
+    local = _data_dir()
+    if local is not None:
+        path = local / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{DATA_DIR_ENV}={local} has no {name}")
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(repo_id=EVAL_REPO, filename=name, repo_type="dataset"))
+        except Exception as exc:  # offline and not cached, or the hub refused
+            raise RuntimeError(
+                f"cannot fetch {name} from the dataset {EVAL_REPO} on the Hugging Face hub and "
+                f"no cached copy exists ({type(exc).__name__}: {exc}); connect once, or set "
+                f"{DATA_DIR_ENV} to a directory holding {name}") from exc
+    rows = json.loads(path.read_text())
+    if not isinstance(rows, list) or not all("instruction" in r and "output" in r for r in rows):
+        raise ValueError(f"{path} is not an AlpacaEval JSON file (a list of rows with "
+                         "'instruction' and 'output')")
+    return rows
+
+
+def load_alpaca_rows(n: int) -> list[dict[str, Any]]:
+    """The first `n` rows of tatsu-lab/alpaca (instruction, input, output)."""
+    local = _data_dir()
+    if local is not None:
+        path = local / ALPACA_FIXTURE
+        with path.open() as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return rows[:n]
+    try:
+        from datasets import load_dataset
+
+        ds = load_dataset(TRAIN_REPO, split=f"train[:{n}]")
+    except Exception as exc:
+        raise RuntimeError(
+            f"cannot load {TRAIN_REPO} from the Hugging Face hub and no cached copy exists "
+            f"({type(exc).__name__}: {exc}); connect once, or set {DATA_DIR_ENV}") from exc
+    return [{k: row[k] for k in ("instruction", "input", "output")} for row in ds]
+
+
+class AlpacaEvalTask(Task):
+    """AlpacaEval 2.0 against reference outputs, judged by an OpenAI-compatible model."""
+
+    def __init__(self, n_train: int = N_TRAIN, n_dev: int = N_DEV, judge: Any = None) -> None:
+        self.n_train, self.n_dev = n_train, n_dev
+        #: a `a2rl.grading.judge.Judge`; built from the environment on first use when None.
+        self.judge = judge
+        self._settings: Settings | None = None
+        self.spec = TaskSpec(
+            id="alpacaeval",
+            level=2,
+            title="AlpacaEval 2.0 (instruction following, LLM-judged)",
+            description=_description(),
+            version="1",
+            prompt_version="1",
+            default_base_model="Qwen/Qwen2.5-1.5B",
+            default_budget="2h",
+            splits={
+                "train": SplitInfo(n_items=n_train, visible=True,
+                                   source=f"{TRAIN_REPO} rows 0-{n_train - 1}"),
+                "dev": SplitInfo(n_items=n_dev, visible=False,
+                                 source=f"{TRAIN_REPO} rows {n_train}-{n_train + n_dev - 1}, "
+                                        "judged against the dataset's own outputs"),
+                "test": SplitInfo(n_items=N_TEST, visible=False,
+                                  source=f"{EVAL_REPO} {_reference_file()}"),
+            },
+            grader=GRADER,
+        )
+
+    @cached_property
+    def _alpaca(self) -> list[dict[str, Any]]:
+        return load_alpaca_rows(self.n_train + self.n_dev)
+
+    def train_items(self) -> list[dict[str, Any]]:
+        items = []
+        for i, row in enumerate(self._alpaca[: self.n_train]):
+            prompt = alpaca_prompt(row)
+            items.append({"id": f"train-{i:05d}", "instruction": row["instruction"],
+                          "input": row.get("input", ""), "output": row["output"],
+                          "messages": [{"role": "user", "content": prompt},
+                                       {"role": "assistant", "content": row["output"]}]})
+        return items
+
+    def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
+        self._settings = settings
+        if split == "dev":
+            rows = self._alpaca[self.n_train: self.n_train + self.n_dev]
+            return [{"id": f"dev-{i:04d}", "prompt": alpaca_prompt(r), "reference": r["output"],
+                     "reference_generator": "text-davinci-003", "dataset": TRAIN_REPO}
+                    for i, r in enumerate(rows)]
+        if split == "test":
+            return [{"id": f"test-{i:04d}", "prompt": r["instruction"], "reference": r["output"],
+                     "reference_generator": r.get("generator", ""),
+                     "dataset": r.get("dataset", "")}
+                    for i, r in enumerate(load_eval_rows())]
+        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+
+    def build_prompt(self, item: dict[str, Any]) -> Messages:
+        return [{"role": "user", "content": item["prompt"]}]
+
+    def get_judge(self) -> Any:
+        if self.judge is None:
+            from a2rl.grading.judge import Judge
+
+            self.judge = Judge.from_env(self._settings or load_settings()[0])
+        return self.judge
+
+    def score_outputs(
+        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
+    ) -> ScoreResult:
+        if len(items) != len(outputs):
+            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+        judge = self.get_judge()
+        requests_before = judge.requests_made
+        judgments = judge.judge_many([it["id"] for it in items], [it["prompt"] for it in items],
+                                     list(outputs), [it["reference"] for it in items])
+        results: list[ItemResult] = []
+        for item, output, j in zip(items, outputs, judgments, strict=True):
+            record = {**j.to_dict(), "preference": j.preference,
+                      "model_length": len(output), "reference_length": len(item["reference"])}
+            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
+                                      expected=item["reference"], correct=j.winner == "model",
+                                      parsed=json.dumps(record)))
+        prefs = [j.preference for j in judgments]
+        raw = win_rate(prefs)
+        lc = length_controlled_win_rate(prefs, [len(o) for o in outputs],
+                                        [len(it["reference"]) for it in items])
+        counts = {w: sum(j.winner == w for j in judgments)
+                  for w in ("model", "reference", "draw", "error")}
+        n = len(results)
+        metrics = {
+            "lc_win_rate": lc["lc_win_rate"],
+            "lc_win_rate_ci": lc["ci"],
+            "lc_method": lc["method"],
+            "lc_intercept": lc["intercept"],
+            "lc_length_slope": lc["slope"],
+            "win_rate": raw["win_rate"],
+            "win_rate_ci": raw["ci"],
+            "n_wins": counts["model"],
+            "n_losses": counts["reference"],
+            "n_draws": counts["draw"],
+            "n_judge_errors": counts["error"],
+            "n_cached": sum(j.cached for j in judgments),
+            "n_model_shown_first": sum(j.model_position == "m" for j in judgments),
+            "judge_requests": judge.requests_made - requests_before,
+            "avg_output_length": sum(len(o) for o in outputs) / n if n else 0.0,
+            "judge": judge.config.public(),
+        }
+        return ScoreResult(score=lc["lc_win_rate"], n_items=n, n_correct=counts["model"],
+                           ci=tuple(lc["ci"]), metrics=metrics, items=results)
