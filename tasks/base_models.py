@@ -1,7 +1,8 @@
 """Resolving a base model name (a task's `default_base_model`) to a local directory.
 
-Only the embedded tiny model is built in; real tasks will add resolvers (a Hugging Face snapshot
-on a user's machine). Resolution is by name so a spec stays plain data.
+Names resolve in order: a built-in (the embedded tiny model), a local directory holding a
+`config.json`, then a Hugging Face hub id (`owner/name`, fetched once into `$A2RL_HOME/models/hub`;
+see `hub.py`). Resolution is by name so a spec stays plain data.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from a2rl.settings import Settings
 
+from .hub import ensure_hub_model, is_hub_id
 from .tiny_model import ensure_base_model
 
 BASE_MODELS: dict[str, Callable[[Settings], Path]] = {"tiny-llama": ensure_base_model}
@@ -23,4 +25,6 @@ def resolve_base_model(name: str, settings: Settings) -> Path:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
         return path.resolve()
+    if is_hub_id(name):
+        return ensure_hub_model(name, settings)
     raise KeyError(f"unknown base model {name!r}; known: {', '.join(sorted(BASE_MODELS))}")

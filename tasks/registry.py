@@ -30,9 +30,15 @@ def list_tasks() -> list[Task]:
 
 
 def _register_builtin() -> None:
+    from .alpacaeval.task import AlpacaEvalTask
     from .arith.task import ArithTask
+    from .gsm8k.task import GSM8KTask
+    from .humaneval.task import HumanEvalTask
 
     register("arith", ArithTask)
+    register("gsm8k", GSM8KTask)
+    register("humaneval", HumanEvalTask)
+    register("alpacaeval", AlpacaEvalTask)
 
 
 _register_builtin()

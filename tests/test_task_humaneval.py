@@ -1,0 +1,123 @@
+"""HumanEval: splits, the canonical solutions of all 82 test problems pass, wrong or hostile
+completions fail and are contained (loop, sys.exit, fork bomb, network), and an end-to-end
+evaluation on the tiny model."""
+
+from __future__ import annotations
+
+import shutil
+
+import psutil
+import pytest
+
+from a2rl.grading import evaluate
+from a2rl.settings import Settings
+from a2rl.tasks import get_task
+from a2rl.tasks.humaneval.execution import check_completions, run_program
+from a2rl.tasks.humaneval.task import DEV_IDS, HumanEvalTask
+
+HAS_BWRAP = shutil.which("bwrap") is not None
+SANDBOXES = [pytest.param(True, id="bwrap"), pytest.param(False, id="plain")]
+
+
+@pytest.fixture(scope="module")
+def task() -> HumanEvalTask:
+    return HumanEvalTask(base_model="tiny-llama", timeout_s=4.0)
+
+
+def problem(item: dict) -> dict:
+    return {"prompt": item["code_prompt"], "test": item["test"],
+            "entry_point": item["entry_point"]}
+
+
+def test_splits(task: HumanEvalTask) -> None:
+    train, dev = task.train_items(), task.load_split("dev", Settings())
+    test = task.load_split("test", Settings())
+    assert (len(train), len(dev), len(test)) == (62, 20, 82)
+    assert [it["id"] for it in dev] == [f"HumanEval/{i}" for i in DEV_IDS]
+    assert [it["id"] for it in test] == [f"HumanEval/{i}" for i in range(82, 164)]
+    assert {int(it["id"].split("/")[1]) for it in train} == set(range(82)) - set(DEV_IDS)
+    row = train[0]
+    assert row["prompt"].endswith(row["code_prompt"]) and row["answer"] == row[
+        "canonical_solution"]
+    assert row["messages"][1] == {"role": "assistant", "content": row["answer"]}
+    md = task.task_md()
+    assert "HumanEval/82-163" in md and "prompt version 1" in md
+    assert get_task("humaneval").spec.level == 1
+    assert "\ndef " in task.spec.grader.stop and "\n#" in task.spec.grader.stop
+
+
+def test_canonical_solutions_of_all_test_problems_pass(task: HumanEvalTask) -> None:
+    items = task.load_split("test", Settings())
+    res = task.score_outputs(items, [it["canonical_solution"] for it in items])
+    assert res.n_items == 82
+    failed = [(r.id, r.parsed) for r in res.items if not r.correct]
+    assert res.score == 1.0, failed
+
+
+def test_empty_and_wrong_completions_fail(task: HumanEvalTask) -> None:
+    items = task.load_split("test", Settings())
+    res = task.score_outputs(items, [""] * len(items))
+    assert res.n_correct == 0
+    res = task.score_outputs(items[:20], ["    return None\n"] * 20)
+    assert res.n_correct == 0
+
+
+def test_fenced_and_full_function_replies(task: HumanEvalTask) -> None:
+    item = task.load_split("test", Settings())[0]
+    body = item["canonical_solution"]
+    full = item["code_prompt"] + body
+    res = task.score_outputs([item] * 3, [f"```python\n{body}```", full, f"```python\n{full}"])
+    assert [r.correct for r in res.items] == [True, True, True]
+
+
+HOSTILE = {
+    "loop": "    while True:\n        pass\n",
+    "exit": "    import sys\n    sys.exit(0)\n",
+    "os_exit": "    import os\n    os._exit(0)\n",
+    "exit_at_import": "    pass\nimport sys\nsys.exit(0)\n",
+    "fork": "    import os\n    while True:\n        os.fork()\n",
+    "network": "    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n",
+    "memory": "    x = bytearray(4 << 30)\n",
+}
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_hostile_completions_are_contained_and_fail(task: HumanEvalTask, sandbox: bool) -> None:
+    if sandbox and not HAS_BWRAP:
+        pytest.skip("bwrap not installed")
+    # without bwrap the network is not cut off: the plain path only checks the rest
+    hostile = HOSTILE if sandbox else {k: v for k, v in HOSTILE.items() if k != "network"}
+    item = problem(task.load_split("test", Settings())[0])
+    names = list(hostile)
+    runs = check_completions([item] * len(names), [hostile[n] for n in names],
+                             timeout_s=3.0, sandbox=sandbox)
+    by_name = dict(zip(names, runs, strict=True))
+    assert not any(r.passed for r in runs), {n: r.status for n, r in by_name.items()}
+    assert by_name["loop"].status == "timeout" and by_name["loop"].duration_s < 6
+    assert by_name["exit"].status == "no-sentinel"
+    assert by_name["os_exit"].status == "no-sentinel"
+    assert by_name["fork"].duration_s < 6
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_network_unreachable_in_sandbox() -> None:
+    if not HAS_BWRAP:
+        pytest.skip("bwrap not installed")
+    r = run_program("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), "
+                    "timeout=2)\n    print('CONNECTED')\nexcept OSError:\n    print('NONET')\n",
+                    timeout_s=5)
+    assert r.passed and "NONET" in r.stdout_tail
+
+
+def test_evaluate_dev_on_tiny_model(tmp_path_factory: pytest.TempPathFactory) -> None:
+    settings = Settings(home=tmp_path_factory.mktemp("home"))
+    # The real grader settings except a short generation: 512 tokens of the char-level tiny
+    # model on 20 long prompts take over a minute on two CPU cores.
+    short = HumanEvalTask(base_model="tiny-llama", timeout_s=4.0)
+    short.spec = short.spec.model_copy(
+        update={"grader": short.spec.grader.model_copy(update={"max_new_tokens": 32})})
+    res = evaluate(short, short.base_model_dir(settings), "dev", settings)
+    assert res.n_items == 20 and res.score == 0.0
+    assert res.ci_low == 0.0 < res.ci_high < 0.2
+    assert res.provenance["task_id"] == "humaneval"
+    assert sum(res.metrics["status_counts"].values()) == 20
