@@ -1,0 +1,1 @@
+"""Post-hoc analysis: structured run reports and comparisons, computed from the store."""
