@@ -115,4 +115,6 @@ class ReferenceConnector:
         return __version__
 
     async def run(self, client: Client, ctx: Any) -> None:
-        await ReferenceAgent(client, self.say).run()
+        # extra script arguments (e.g. fewer steps on a fixture-sized task)
+        await ReferenceAgent(client, self.say, sft_args=ctx.options.get("sft_args", ""),
+                             grpo_args=ctx.options.get("grpo_args", "")).run()

@@ -80,6 +80,7 @@ def evaluate(
                               max_new_tokens=grader.max_new_tokens, stop=grader.stop)
     scored = task.score_outputs(items, outputs)
     low, high = scored.ci or wilson_interval(scored.n_correct, scored.n_items)
+    low, high = min(low, scored.score), max(high, scored.score)  # float dust at 0 and 1
     metrics = {**scored.metrics, "load_s": round(loaded - started, 3),
                "generate_s": round(time.monotonic() - loaded, 3)}
     provenance = {

@@ -86,8 +86,12 @@ class Task(ABC):
 
     # --- workspace --------------------------------------------------------------------------
     def base_model_dir(self, settings: Settings) -> Path:
-        """The cached base model (built or fetched on first use)."""
-        return resolve_base_model(self.spec.default_base_model, settings)
+        """The cached base model (built or fetched on first use); `A2RL_<TASK>_BASE_MODEL` or
+        `A2RL_BASE_MODEL` replaces the task's default (a hub id, a folder or `tiny-llama`)."""
+        from .hub import configured_base_model
+
+        name = configured_base_model(self.spec.id, self.spec.default_base_model, None)
+        return resolve_base_model(name, settings)
 
     def task_md(self) -> str:
         return self.spec.description

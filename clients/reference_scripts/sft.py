@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     parser.add_argument("--batch", type=int, default=64, help="per-device batch size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-length", type=int, default=64, help="tokens per example")
     parser.add_argument("--holdout", type=int, default=200,
                         help="train rows held out for a quick accuracy check (0: none)")
     args = parser.parse_args()
@@ -64,7 +65,7 @@ def main() -> None:
         weight_decay=0.0,
         gradient_checkpointing=False,  # twice as slow, and pointless for a tiny model
         bf16=False,
-        max_length=64,
+        max_length=args.max_length,
         logging_steps=max(1, args.steps // 10),
         save_strategy="no",
         report_to=[],

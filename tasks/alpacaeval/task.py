@@ -148,6 +148,7 @@ class AlpacaEvalTask(Task):
             prompt = alpaca_prompt(row)
             items.append({"id": f"train-{i:05d}", "instruction": row["instruction"],
                           "input": row.get("input", ""), "output": row["output"],
+                          "prompt": prompt, "answer": row["output"],  # as every task names them
                           "messages": [{"role": "user", "content": prompt},
                                        {"role": "assistant", "content": row["output"]}]})
         return items
