@@ -292,6 +292,59 @@ def gc(
 
 
 @app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(help="a run id")],
+    fmt: Annotated[str, typer.Option("--format", help="md, html or json")] = "md",
+    out: Annotated[str | None, typer.Option("--out", help="write here instead of stdout")
+                   ] = None,
+    idle_threshold: Annotated[float, typer.Option(
+        help="seconds with no tool call and no job that count as an idle gap")] = 120.0,
+) -> None:
+    """A run's report: summary, timeline, scores, code history, training routes, failures."""
+    from pathlib import Path
+
+    from a2rl.analysis import build_report, render
+
+    if fmt not in ("md", "html", "json"):
+        _fail(f"--format must be md, html or json, not {fmt!r}")
+    settings = _settings()
+    try:
+        doc = build_report(_store(settings), run_id, idle_threshold_s=idle_threshold)
+    except KeyError:
+        _fail(f"run {run_id!r} does not exist (see a2rl runs)")
+        raise
+    text = render(doc, fmt)
+    if out:
+        Path(out).write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {out}", err=True)
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def compare(
+    task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
+    agent: Annotated[str | None, typer.Option(help="only runs of this agent")] = None,
+    as_json: JsonFlag = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="the per-run rows as CSV")] = False,
+) -> None:
+    """Compare runs: one row per run, means and spread over repeats, a leaderboard per task."""
+    from a2rl.analysis import compare as compare_runs
+    from a2rl.analysis import render_csv, render_json, render_text
+
+    settings = _settings()
+    result = compare_runs(_store(settings), task=task, agent=agent)
+    if as_json:
+        sys.stdout.write(render_json(result))
+    elif as_csv:
+        sys.stdout.write(render_csv(result))
+    elif not result.rows:
+        typer.echo("no runs match: try `a2rl demo`")
+    else:
+        sys.stdout.write(render_text(result))
+
+
+@app.command()
 def tasks(as_json: JsonFlag = False) -> None:
     """List the tasks with their levels."""
     from a2rl.tasks import list_tasks

@@ -1,1 +1,33 @@
-"""Post-hoc analysis: structured run reports and comparisons, computed from the store."""
+"""Post-hoc analysis: structured run reports and comparisons, computed from the store.
+
+    from a2rl.analysis import build_report, render_markdown, render_html, compare
+    report = build_report(store, run_id)          # a pydantic `Report` (schema_version inside)
+    report.model_dump_json(indent=2)              # JSON, schema in analysis/report.schema.json
+
+Everything here reads the store and returns values; only callers write files.
+"""
+
+from .compare import Comparison, compare, render_csv, render_json, render_text
+from .render_html import render_html
+from .render_md import render_markdown
+from .report import build_report, improvement_interval
+from .routes import classify
+from .schema import SCHEMA_PATH, SCHEMA_VERSION, Report, json_schema
+
+__all__ = [
+    "SCHEMA_PATH", "SCHEMA_VERSION", "Comparison", "Report", "build_report", "classify",
+    "compare", "improvement_interval", "json_schema", "render", "render_csv", "render_html",
+    "render_json", "render_markdown", "render_text",
+]
+
+
+def render(report: Report, fmt: str) -> str:
+    """The report as `json`, `md` or `html` text."""
+    if fmt == "json":
+        return report.model_dump_json(indent=2) + "\n"
+    if fmt == "md":
+        return render_markdown(report)
+    if fmt == "html":
+        return render_html(report)
+    raise ValueError(f"unknown report format {fmt!r}: json, md or html")
+

@@ -3,6 +3,8 @@
 set -euo pipefail
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
+# headless Chromium renders the HTML run reports in the tests (not needed by make demo)
+[ "${1:-}" = "--optional" ] || command -v chromium >/dev/null || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 # --optional (make demo): the toy task runs without bubblewrap, with a warning.
 if [ "$(id -u)" -ne 0 ] && ! command -v sudo >/dev/null; then

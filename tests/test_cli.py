@@ -93,3 +93,12 @@ def test_gc_keeps_live_runs_and_final_copies(tmp_path: Path) -> None:
     assert doc["bytes_freed"] == 100 and not (ck / "r-gone").exists()
     assert (ck / live / "s-2").exists()
     _a2rl(tmp_path, "finish", live)
+
+
+def test_report_and_compare_commands(tmp_path: Path) -> None:
+    p = _a2rl(tmp_path, "report", "r-missing")
+    assert p.returncode == 2 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+    p = _a2rl(tmp_path, "report", "r-missing", "--format", "pdf")
+    assert p.returncode == 2 and "--format" in p.stderr
+    p = _a2rl(tmp_path, "compare", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["rows"] == []

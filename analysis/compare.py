@@ -1,0 +1,156 @@
+"""`compare(store, task, agent)`: one row per run, grouped means with spread across repeats
+of (task, agent, driver), and a leaderboard per task. CSV and JSON renderers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+from collections import defaultdict
+
+from pydantic import BaseModel
+from sqlmodel import col, select
+
+from a2rl.store import Run, Store
+
+from .report import build_report
+
+
+class RunRow(BaseModel):
+    run_id: str
+    task: str
+    agent: str | None
+    driver: str | None
+    seed: int | None
+    status: str
+    baseline: float | None
+    final: float | None
+    improvement: float | None
+    within_noise: bool | None
+    best_route: str | None
+    submissions: int
+    valid_submissions: int
+    budget_s: float
+    budget_used_s: float | None
+
+
+class Group(BaseModel):
+    task: str
+    agent: str | None
+    driver: str | None
+    runs: int
+    final_mean: float | None
+    final_std: float | None
+    improvement_mean: float | None
+    improvement_std: float | None
+    routes: dict[str, int]
+
+
+class Comparison(BaseModel):
+    rows: list[RunRow]
+    groups: list[Group]
+    leaderboard: dict[str, list[Group]]
+
+
+def run_row(store: Store, run_id: str) -> RunRow:
+    rep = build_report(store, run_id)
+    s = rep.summary
+    route_of = {r.submission_id: r.route for r in rep.routes}
+    # The best submission's route; a run with none graded shows its last attempt's.
+    best = s.final_submission_id or s.best_submission_id or (
+        rep.routes[-1].submission_id if rep.routes else None)
+    return RunRow(run_id=s.run_id, task=s.task, agent=s.agent, driver=s.driver_model,
+                  seed=None, status=s.status, baseline=s.baseline_test, final=s.final_test,
+                  improvement=s.improvement.estimate if s.improvement else (
+                      s.final_test - s.baseline_test
+                      if s.final_test is not None and s.baseline_test is not None else None),
+                  within_noise=s.improvement.within_noise if s.improvement else None,
+                  best_route=route_of.get(best) if best else None,
+                  submissions=s.submissions_total, valid_submissions=s.submissions_valid,
+                  budget_s=s.budget_s, budget_used_s=s.budget_used_s)
+
+
+def _mean_std(xs: list[float | None]) -> tuple[float | None, float | None]:
+    vals = [x for x in xs if x is not None]
+    if not vals:
+        return None, None
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
+
+
+def group_rows(rows: list[RunRow]) -> list[Group]:
+    by: dict[tuple[str, str | None, str | None], list[RunRow]] = defaultdict(list)
+    for r in rows:
+        by[(r.task, r.agent, r.driver)].append(r)
+    out = []
+    for (task, agent, driver), rs in sorted(by.items(), key=lambda kv: tuple(
+            str(x) for x in kv[0])):
+        fm, fs = _mean_std([r.final for r in rs])
+        im, is_ = _mean_std([r.improvement for r in rs])
+        routes: dict[str, int] = defaultdict(int)
+        for r in rs:
+            routes[r.best_route or "none"] += 1
+        out.append(Group(task=task, agent=agent, driver=driver, runs=len(rs), final_mean=fm,
+                         final_std=fs, improvement_mean=im, improvement_std=is_,
+                         routes=dict(routes)))
+    return out
+
+
+def leaderboard(groups: list[Group]) -> dict[str, list[Group]]:
+    out: dict[str, list[Group]] = defaultdict(list)
+    for g in groups:
+        out[g.task].append(g)
+    return {t: sorted(gs, key=lambda g: -(g.improvement_mean if g.improvement_mean is not None
+                                          else float("-inf")))
+            for t, gs in sorted(out.items())}
+
+
+def compare(store: Store, task: str | None = None, agent: str | None = None) -> Comparison:
+    """Every finished (or any, when none finished) run matching the filters, compared."""
+    with store.session() as s:
+        q = select(Run).order_by(col(Run.created_at))
+        if task:
+            q = q.where(Run.task_id == task)
+        if agent:
+            q = q.where(Run.agent == agent)
+        runs = list(s.exec(q).all())
+    rows = []
+    for run in runs:
+        row = run_row(store, run.id)
+        row.seed = run.seed
+        rows.append(row)
+    groups = group_rows(rows)
+    return Comparison(rows=rows, groups=groups, leaderboard=leaderboard(groups))
+
+
+def render_json(c: Comparison) -> str:
+    return c.model_dump_json(indent=2) + "\n"
+
+
+def render_csv(c: Comparison) -> str:
+    """The per-run rows as CSV (the grouped view is in the JSON and the text table)."""
+    buf = io.StringIO()
+    fields = list(RunRow.model_fields)
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    for r in c.rows:
+        w.writerow(r.model_dump())
+    return buf.getvalue()
+
+
+def render_text(c: Comparison) -> str:
+    def f(x: float | None, sign: str = "") -> str:
+        return "–" if x is None else f"{x:{sign}.3f}"
+    out = [f"{'run':14} {'task':10} {'agent':12} {'driver':16} {'baseline':>8} {'final':>8} "
+           f"{'improve':>8} {'route':14} subs"]
+    for r in c.rows:
+        out.append(f"{r.run_id[:14]:14} {r.task:10} {str(r.agent)[:12]:12} "
+                   f"{str(r.driver)[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
+                   f"{f(r.improvement, '+'):>8} {r.best_route or '–':14} {r.submissions}")
+    for task, groups in c.leaderboard.items():
+        out += ["", f"leaderboard {task}: mean improvement ± std over repeats"]
+        for i, g in enumerate(groups, 1):
+            out.append(f"{i:2}. {str(g.agent):12} {str(g.driver):16} n={g.runs:<3} "
+                       f"{f(g.improvement_mean, '+')} ± {f(g.improvement_std)}  final "
+                       f"{f(g.final_mean)}  routes {json.dumps(g.routes)}")
+    return "\n".join(out) + "\n"

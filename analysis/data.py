@@ -1,0 +1,104 @@
+"""Everything one report needs, read from the store in a few queries (no side effects)."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import func
+from sqlmodel import col, select
+
+from a2rl.store import (
+    Blob,
+    BudgetEvent,
+    Evaluation,
+    Job,
+    Revision,
+    Run,
+    SnapshotFile,
+    Store,
+    Submission,
+    ToolCall,
+)
+
+
+def aware(dt: datetime | None) -> datetime | None:
+    """SQLite drops the zone; every stored time is UTC."""
+    if dt is None:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+@dataclass
+class RunData:
+    run: Run
+    calls: list[ToolCall]
+    jobs: list[Job]
+    submissions: list[Submission]
+    evaluations: list[Evaluation]
+    snapshots: dict[int, dict[str, str]]  # snapshot id -> path -> blob sha
+    budget_events: list[BudgetEvent]
+    revisions: int
+    baseline_test_n: int | None
+    blobs: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def origin(self) -> datetime:
+        return aware(self.run.started_at) or aware(self.run.created_at)  # type: ignore[return-value]
+
+    def t(self, dt: datetime | None) -> float | None:
+        """Seconds since the clock's start."""
+        dt = aware(dt)
+        return None if dt is None else (dt - self.origin).total_seconds()
+
+    def text(self, sha: str | None) -> str | None:
+        """A blob as text, or None when missing or binary."""
+        data = self.blobs.get(sha) if sha else None
+        if data is None or b"\0" in data[:8192]:
+            return None
+        return data.decode("utf-8", errors="replace")
+
+
+def _blobs(store: Store, shas: set[str]) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    wanted = sorted(shas)
+    with store.session() as s:
+        for i in range(0, len(wanted), 500):
+            for b in s.exec(select(Blob).where(col(Blob.sha256).in_(wanted[i:i + 500]))).all():
+                out[b.sha256] = zlib.decompress(b.data) if b.encoding == "zlib" else b.data
+    return out
+
+
+def load_run(store: Store, run_id: str) -> RunData:
+    with store.session() as s:
+        run = s.get(Run, run_id)
+        if run is None:
+            raise KeyError(f"run {run_id!r} does not exist")
+        calls = list(s.exec(select(ToolCall).where(ToolCall.run_id == run_id)
+                            .order_by(col(ToolCall.id))).all())
+        jobs = list(s.exec(select(Job).where(Job.run_id == run_id)
+                           .order_by(col(Job.started_at))).all())
+        subs = list(s.exec(select(Submission).where(Submission.run_id == run_id)
+                           .order_by(col(Submission.created_at))).all())
+        evals = list(s.exec(select(Evaluation).where(Evaluation.run_id == run_id)
+                            .order_by(col(Evaluation.started_at))).all())
+        snap_ids = [x.snapshot_id for x in subs if x.snapshot_id is not None]
+        snapshots: dict[int, dict[str, str]] = {i: {} for i in snap_ids}
+        if snap_ids:
+            for f in s.exec(select(SnapshotFile).where(
+                    col(SnapshotFile.snapshot_id).in_(snap_ids))).all():
+                snapshots[f.snapshot_id][f.path] = f.blob_sha
+        events = list(s.exec(select(BudgetEvent).where(BudgetEvent.run_id == run_id)
+                             .order_by(col(BudgetEvent.at))).all())
+        revisions = s.exec(select(func.count()).select_from(Revision)
+                           .where(Revision.run_id == run_id)).one()
+        base = s.exec(select(Evaluation).where(
+            Evaluation.kind == "baseline", Evaluation.split == "test",
+            Evaluation.score == run.baseline_test)).first() if run.baseline_test is not None \
+            else None
+    shas = {sha for files in snapshots.values() for sha in files.values()}
+    shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha}
+    return RunData(run=run, calls=calls, jobs=jobs, submissions=subs, evaluations=evals,
+                   snapshots=snapshots, budget_events=events, revisions=revisions,
+                   baseline_test_n=base.n_items if base else None, blobs=_blobs(store, shas))

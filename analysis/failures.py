@@ -1,0 +1,145 @@
+"""Failures of a run, each typed and backed by evidence from logs and records."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import timedelta
+
+from .data import RunData, aware
+from .schema import Evidence, Failure
+
+TRACEBACK = "Traceback (most recent call last)"
+OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|out of memory|"
+                 r"^Killed$|oom-kill", re.I | re.M)
+LOSS = re.compile(r"(?<![A-Za-z_])['\"]?loss['\"]?\s*[:=]\s*['\"]?"
+                  r"([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf))", re.I)
+RULES = [("base weights", re.compile(r"base model|train before", re.I)),
+         ("adapter without merged weights", re.compile(r"merge|adapter", re.I)),
+         ("outside output/", re.compile(r"output", re.I)),
+         ("missing path", re.compile(r"does not exist|not found", re.I)),
+         ("submission limit", re.compile(r"limit", re.I)),
+         ("deadline passed", re.compile(r"deadline|budget", re.I))]
+DIVERGE_FACTOR = 10.0
+MIN_REFERENCE_LOSS = 0.01
+
+
+def refusal_rule(error: str | None) -> str:
+    for name, pattern in RULES:
+        if error and pattern.search(error):
+            return name
+    return "other"
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def _traceback(job_id: str, log: str, path: str) -> Evidence | None:
+    lines = _lines(log)
+    starts = [i for i, line in enumerate(lines) if TRACEBACK in line]
+    if not starts:
+        return None
+    # The exception line: the first non-indented line after the last traceback's frames.
+    for i in range(starts[-1] + 1, len(lines)):
+        if lines[i] and not lines[i].startswith((" ", "\t")):
+            return Evidence(kind="log", job_id=job_id, file=path, line=i + 1,
+                            text=lines[i].strip()[:300])
+    return Evidence(kind="log", job_id=job_id, file=path, line=starts[-1] + 1,
+                    text=lines[starts[-1]].strip())
+
+
+def loss_values(log: str) -> list[tuple[int, float]]:
+    out = []
+    for no, line in enumerate(_lines(log), 1):
+        for m in LOSS.finditer(line):
+            try:
+                out.append((no, float(m.group(1))))
+            except ValueError:
+                continue
+    return out
+
+
+def _diverged(values: list[tuple[int, float]]) -> tuple[int, float, str] | None:
+    for no, v in values:
+        if math.isnan(v) or math.isinf(v):
+            return no, v, f"loss became {v}"
+    # The reference: the median of the first three values. Losses near zero (RL objectives
+    # often are) make ratios meaningless, so those are only checked for NaN/inf.
+    head = sorted(v for _, v in values[:3])
+    ref = head[len(head) // 2] if head else 0.0
+    if ref < MIN_REFERENCE_LOSS:
+        return None
+    for no, v in values[3:]:
+        if v > DIVERGE_FACTOR * ref:
+            return no, v, f"loss rose from {ref:g} to {v:g} (over {DIVERGE_FACTOR:g}x)"
+    return None
+
+
+def _line_of(log: str, pattern: re.Pattern[str]) -> tuple[int, str]:
+    for no, line in enumerate(_lines(log), 1):
+        if pattern.search(line):
+            return no, line.strip()[:300]
+    return 0, ""
+
+
+def find_failures(d: RunData) -> list[Failure]:
+    out: list[Failure] = []
+    deadline = aware(d.run.deadline)
+    for job in d.jobs:
+        log = d.text(job.log_blob_sha) or ""
+        at = d.t(job.ended_at or job.started_at)
+        cmd = Evidence(kind="command", text=job.command[:300], job_id=job.id)
+        status = Evidence(kind="run", job_id=job.id,
+                          text=f"job {job.id} {job.state} exit_code={job.exit_code}")
+        failed = job.exit_code not in (0, None) or job.state in ("killed", "timeout", "lost")
+        killed9 = job.exit_code in (137, -9)
+        oom_no, oom_line = _line_of(log, OOM)
+        if oom_line or killed9:
+            ev = [cmd, status]
+            if oom_line:
+                ev.insert(0, Evidence(kind="log", job_id=job.id, file=job.log_path, line=oom_no,
+                                      text=oom_line))
+            out.append(Failure(type="out_of_memory", at_s=at, job_id=job.id, evidence=ev,
+                               message="out of memory" + (" (killed by signal 9)" if killed9
+                                                          else "")))
+        elif failed and (tb := _traceback(job.id, log, job.log_path)) is not None:
+            out.append(Failure(type="runtime_error", at_s=at, job_id=job.id,
+                               message=tb.text, evidence=[tb, cmd, status]))
+        ended = aware(job.ended_at)
+        late = deadline is not None and ended is not None and \
+            ended >= deadline - timedelta(seconds=1)
+        if job.state == "timeout" or (job.state in ("killed", "lost") and late):
+            out.append(Failure(type="budget_kill", at_s=at, job_id=job.id, evidence=[cmd, status],
+                               message=f"job {job.state} at the end of the budget"))
+        if (div := _diverged(loss_values(log))) is not None:
+            no, _, why = div
+            line = _lines(log)[no - 1].strip()
+            line = line if len(line) <= 160 else line[:160] + " …"
+            out.append(Failure(type="diverged", at_s=at, job_id=job.id, message=why, evidence=[
+                Evidence(kind="log", job_id=job.id, file=job.log_path, line=no, text=line), cmd]))
+    for sub in d.submissions:
+        if sub.status == "refused":
+            rule = refusal_rule(sub.error)
+            out.append(Failure(type="invalid_checkpoint", at_s=d.t(sub.created_at),
+                               submission_id=sub.id, message=f"{sub.path}: {rule}",
+                               evidence=[Evidence(kind="submission", submission_id=sub.id,
+                                                  text=sub.error or "refused")]))
+    for ev in d.evaluations:
+        if ev.status == "failed":
+            out.append(Failure(type="grader_error", at_s=d.t(ev.ended_at or ev.started_at),
+                               submission_id=ev.submission_id,
+                               message=f"grading on {ev.split} failed",
+                               evidence=[Evidence(kind="evaluation",
+                                                  submission_id=ev.submission_id,
+                                                  text=(ev.error or "failed")[:300])]))
+    accepted = [s for s in d.submissions if s.status != "refused"
+                and (deadline is None or aware(s.created_at) <= deadline)]  # type: ignore[operator]
+    over = d.run.ended_at is not None or (deadline is not None and d.run.status != "running")
+    if not accepted and over:
+        out.append(Failure(type="no_submission", at_s=d.t(d.run.ended_at),
+                           message="no checkpoint was accepted before the deadline",
+                           evidence=[Evidence(kind="run", text=(
+                               f"{len(d.submissions)} submissions, none accepted; run ended: "
+                               f"{d.run.end_reason or d.run.status}"))]))
+    return sorted(out, key=lambda f: (f.at_s is None, f.at_s or 0.0))

@@ -1,0 +1,151 @@
+"""`build_report(store, run_id)`: the structured report of one run, computed from the store.
+
+Pure: reads the store, returns a `Report`; rendering and writing files happen elsewhere.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from datetime import UTC, datetime
+
+from a2rl.store import Store
+
+from .data import RunData, load_run
+from .failures import find_failures
+from .routes import classify
+from .schema import (
+    CodeVersion,
+    FileChange,
+    Interval,
+    Report,
+    Route,
+    ScorePoint,
+    Summary,
+    Trajectory,
+)
+from .timeline import build_metrics, build_timeline
+
+Z95 = 1.959963984540054
+MAX_DIFF_LINES = 400
+
+
+def improvement_interval(p1: float, n1: int, p0: float, n0: int) -> Interval:
+    """p1 - p0 with a 95% normal-approximation interval for two independent proportions."""
+    se = math.sqrt(max(p1 * (1 - p1), 0.0) / n1 + max(p0 * (1 - p0), 0.0) / n0)
+    diff = p1 - p0
+    low, high = diff - Z95 * se, diff + Z95 * se
+    return Interval(estimate=diff, low=low, high=high, within_noise=low <= 0.0 <= high)
+
+
+def _feedback_split(d: RunData) -> str:
+    return "test" if d.run.protocol == "paper" else "dev"
+
+
+def build_trajectory(d: RunData) -> Trajectory:
+    split = _feedback_split(d)
+    baseline = d.run.baseline_test if split == "test" else d.run.baseline_dev
+    when = {s.id: d.t(s.created_at) or 0.0 for s in d.submissions}
+    evs = sorted((e for e in d.evaluations if e.kind == "submission" and e.split == split
+                  and e.status == "done" and e.score is not None and e.submission_id in when),
+                 key=lambda e: when[e.submission_id])  # type: ignore[index]
+    points, best = [], baseline
+    for e in evs:
+        assert e.score is not None and e.submission_id is not None
+        improved = best is None or e.score > best
+        best = e.score if improved else best
+        points.append(ScorePoint(submission_id=e.submission_id, at_s=when[e.submission_id],
+                                 split=split, score=e.score, ci_low=e.ci_low, ci_high=e.ci_high,
+                                 improved_best=improved))
+    return Trajectory(split=split, baseline=baseline, points=points)
+
+
+def _diff(path: str, before: str | None, after: str | None) -> tuple[str, bool]:
+    if (before is None and after is None) or "\0" in (before or "") + (after or ""):
+        return "(binary)", False
+    lines = list(difflib.unified_diff((before or "").splitlines(keepends=True),
+                                      (after or "").splitlines(keepends=True),
+                                      fromfile=f"a/{path}", tofile=f"b/{path}"))
+    truncated = len(lines) > MAX_DIFF_LINES
+    text = "".join(line if line.endswith("\n") else line + "\n"
+                   for line in lines[:MAX_DIFF_LINES])
+    return text, truncated
+
+
+def build_code_history(d: RunData) -> list[CodeVersion]:
+    out, prev = [], {}
+    for sub in d.submissions:
+        files = d.snapshots.get(sub.snapshot_id, {}) if sub.snapshot_id is not None else {}
+        changes = []
+        for path in sorted(set(prev) | set(files)):
+            a, b = prev.get(path), files.get(path)
+            if a == b:
+                continue
+            change = "added" if a is None else "deleted" if b is None else "changed"
+            text, cut = _diff(path, d.text(a) if a else "", d.text(b) if b else "")
+            changes.append(FileChange(path=path, change=change, diff=text, truncated=cut))
+        out.append(CodeVersion(submission_id=sub.id, snapshot_id=sub.snapshot_id, files=files,
+                               changes=changes))
+        if sub.snapshot_id is not None:
+            prev = files
+    return out
+
+
+def build_routes(d: RunData) -> list[Route]:
+    out = []
+    for sub in d.submissions:
+        files = d.snapshots.get(sub.snapshot_id, {}) if sub.snapshot_id is not None else {}
+        texts = {p: d.text(sha) for p, sha in files.items()}
+        created = sub.created_at
+        cmds = [(j.id, j.command) for j in d.jobs if (d.t(j.started_at) or 0.0)
+                <= (d.t(created) or 0.0)]
+        route, also, ev = classify(sub.path, sub.error if sub.status == "refused" else None,
+                                   sub.near_copy, sub.l2_distance, texts, cmds, sub.id)
+        out.append(Route(submission_id=sub.id, path=sub.path, route=route, also=also,
+                         evidence=ev))
+    return out
+
+
+def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
+    run = d.run
+    best = max(trajectory.points, key=lambda p: p.score, default=None)
+    final_ev = next((e for e in d.evaluations if e.submission_id == run.final_submission_id
+                     and e.split == "test" and e.status == "done"), None) \
+        if run.final_submission_id else None
+    improvement = None
+    if run.final_score is not None and run.baseline_test is not None:
+        n1 = final_ev.n_items if final_ev and final_ev.n_items else d.baseline_test_n
+        n0 = d.baseline_test_n or n1
+        if n1 and n0:
+            improvement = improvement_interval(run.final_score, n1, run.baseline_test, n0)
+    end = run.ended_at or (d.calls[-1].started_at if d.calls else None)
+    used = d.t(end) if run.started_at and end else None
+    return Summary(
+        run_id=run.id, task=run.task_id, agent=run.agent, agent_version=run.agent_version,
+        driver_model=run.driver_model, base_model=run.base_model, protocol=run.protocol,
+        status=run.status, end_reason=run.end_reason, budget_s=run.budget_s,
+        budget_used_s=min(used, run.budget_s) if used is not None else None,
+        started_at=run.started_at.isoformat() if run.started_at else None,
+        ended_at=run.ended_at.isoformat() if run.ended_at else None,
+        baseline_dev=run.baseline_dev, baseline_test=run.baseline_test,
+        best_dev=best.score if best else None,
+        best_submission_id=best.submission_id if best else None,
+        final_test=run.final_score, final_submission_id=run.final_submission_id,
+        improvement=improvement,
+        submissions_total=len(d.submissions),
+        submissions_valid=sum(s.status == "graded" for s in d.submissions),
+        submissions_refused=sum(s.status == "refused" for s in d.submissions),
+        submissions_failed=sum(s.status == "failed" for s in d.submissions),
+        final_provenance=dict(final_ev.provenance) if final_ev else {})
+
+
+def build_report(store: Store, run_id: str, idle_threshold_s: float = 120.0) -> Report:
+    """The report of one run. Raises KeyError when the run does not exist."""
+    d = load_run(store, run_id)
+    trajectory = build_trajectory(d)
+    timeline = build_timeline(d, idle_threshold_s)
+    return Report(generated_at=datetime.now(UTC).isoformat(),
+                  summary=build_summary(d, trajectory), timeline=timeline,
+                  trajectory=trajectory, code_history=build_code_history(d),
+                  routes=build_routes(d), failures=find_failures(d),
+                  metrics=build_metrics(d, timeline, trajectory))

@@ -1,0 +1,208 @@
+"""The report's pydantic models: one versioned document, rendered as JSON, Markdown or HTML.
+
+Bump `SCHEMA_VERSION` on any incompatible change and regenerate `report.schema.json`:
+`python -c "from a2rl.analysis.schema import write_schema; write_schema()"`. Times are ISO
+8601 UTC; `*_s` fields are seconds from the budget clock's start (the run's creation when the
+clock never started).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
+
+RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
+                    "distillation", "copy_of_base", "no_training", "unknown"]
+FailureType = Literal["runtime_error", "out_of_memory", "budget_kill", "invalid_checkpoint",
+                      "grader_error", "diverged", "no_submission"]
+
+
+class Evidence(BaseModel):
+    """One line that supports a claim: a code line, a command, a log line or a record."""
+
+    kind: Literal["code", "command", "log", "submission", "evaluation", "run"]
+    text: str
+    file: str | None = None
+    line: int | None = None
+    job_id: str | None = None
+    submission_id: str | None = None
+
+
+class Interval(BaseModel):
+    estimate: float
+    low: float
+    high: float
+    within_noise: bool = Field(description="the 95% interval contains 0")
+    method: str = "difference of two proportions, normal approximation, 95%"
+
+
+class Summary(BaseModel):
+    run_id: str
+    task: str
+    agent: str | None
+    agent_version: str | None
+    driver_model: str | None
+    base_model: str | None
+    protocol: str
+    status: str
+    end_reason: str | None
+    budget_s: float
+    budget_used_s: float | None
+    started_at: str | None
+    ended_at: str | None
+    baseline_dev: float | None
+    baseline_test: float | None
+    best_dev: float | None = Field(description="best graded score on the feedback split "
+                                                 "(dev under heldout, test under paper)")
+    best_submission_id: str | None
+    final_test: float | None
+    final_submission_id: str | None
+    improvement: Interval | None = Field(description="final test minus baseline test")
+    submissions_total: int
+    submissions_valid: int
+    submissions_refused: int
+    submissions_failed: int
+    final_provenance: dict[str, object] = Field(default_factory=dict)
+
+
+class ToolCallEvent(BaseModel):
+    id: int
+    tool: str
+    start_s: float
+    duration_s: float
+    is_error: bool
+
+
+class JobEvent(BaseModel):
+    id: str
+    command: str
+    state: str
+    exit_code: int | None
+    start_s: float
+    end_s: float | None
+
+
+class SubmissionEvent(BaseModel):
+    id: str
+    path: str
+    status: str
+    at_s: float
+
+
+class Span(BaseModel):
+    start_s: float
+    end_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end_s - self.start_s
+
+
+class Timeline(BaseModel):
+    origin: str | None = Field(description="the time every *_s field counts from")
+    end_s: float
+    tool_calls: list[ToolCallEvent]
+    jobs: list[JobEvent]
+    submissions: list[SubmissionEvent]
+    grading: list[Span] = Field(description="evaluations of the run's submissions")
+    idle_gaps: list[Span] = Field(description="no tool call and no job running")
+    idle_threshold_s: float
+    grading_s: float
+    idle_s: float
+
+
+class ScorePoint(BaseModel):
+    submission_id: str
+    at_s: float
+    split: str
+    score: float
+    ci_low: float | None
+    ci_high: float | None
+    improved_best: bool
+
+
+class Trajectory(BaseModel):
+    split: str
+    baseline: float | None
+    points: list[ScorePoint]
+
+
+class FileChange(BaseModel):
+    path: str
+    change: Literal["added", "deleted", "changed"]
+    diff: str = ""
+    truncated: bool = False
+
+
+class CodeVersion(BaseModel):
+    submission_id: str
+    snapshot_id: int | None
+    files: dict[str, str] = Field(description="path -> blob sha256")
+    changes: list[FileChange] = Field(description="since the previous submission's snapshot")
+
+
+class Route(BaseModel):
+    submission_id: str
+    path: str
+    route: RouteName
+    also: list[RouteName] = Field(default_factory=list,
+                                  description="other routes seen in the same code")
+    evidence: list[Evidence]
+
+
+class Failure(BaseModel):
+    type: FailureType
+    message: str
+    at_s: float | None = None
+    job_id: str | None = None
+    submission_id: str | None = None
+    evidence: list[Evidence]
+
+
+class ProcessMetrics(BaseModel):
+    valid_submission_rate: float | None
+    time_to_first_valid_s: float | None
+    time_to_first_improvement_s: float | None
+    time_to_best_s: float | None
+    improving_share: float | None = Field(
+        description="share of graded submissions that beat the previous best (or baseline)")
+    job_running_share: float | None = Field(description="share of the budget with a job running")
+    tool_calls: int
+    tool_errors: int
+    tool_calls_by_kind: dict[str, int]
+    jobs: int
+    revisions: int
+
+
+class Report(BaseModel):
+    schema_version: str = SCHEMA_VERSION
+    generated_at: str
+    summary: Summary
+    timeline: Timeline
+    trajectory: Trajectory
+    code_history: list[CodeVersion]
+    routes: list[Route]
+    failures: list[Failure]
+    metrics: ProcessMetrics
+
+
+def json_schema() -> dict[str, object]:
+    doc = Report.model_json_schema()
+    doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    doc["$id"] = f"a2rl-run-report/{SCHEMA_VERSION}"
+    return doc
+
+
+def write_schema(path: Path = SCHEMA_PATH) -> Path:
+    path.write_text(json.dumps(json_schema(), indent=2, sort_keys=True) + "\n")
+    return path
+
+
+if __name__ == "__main__":
+    print(write_schema())
