@@ -15,6 +15,8 @@ from a2rl.tasks import get_task
 from a2rl.tasks.humaneval.execution import check_completions, run_program
 from a2rl.tasks.humaneval.task import DEV_IDS, HumanEvalTask
 
+from .conftest import require_bwrap
+
 HAS_BWRAP = shutil.which("bwrap") is not None
 SANDBOXES = [pytest.param(True, id="bwrap"), pytest.param(False, id="plain")]
 
@@ -76,18 +78,20 @@ HOSTILE = {
     "os_exit": "    import os\n    os._exit(0)\n",
     "exit_at_import": "    pass\nimport sys\nsys.exit(0)\n",
     "fork": "    import os\n    while True:\n        os.fork()\n",
-    "network": "    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n",
+    # loopback only: inside the sandbox's own network namespace nothing answers there
+    "network": "    import socket\n    socket.create_connection(('127.0.0.1', 22), timeout=2)\n",
     "memory": "    x = bytearray(4 << 30)\n",
 }
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_hostile_completions_are_contained_and_fail(task: HumanEvalTask, sandbox: bool) -> None:
-    if sandbox and not HAS_BWRAP:
-        pytest.skip("bwrap not installed")
+    if sandbox:
+        require_bwrap()
     # without bwrap the network is not cut off: the plain path only checks the rest
     hostile = HOSTILE if sandbox else {k: v for k, v in HOSTILE.items() if k != "network"}
     item = problem(task.load_split("test", Settings())[0])
+    before = {c.pid for c in psutil.Process().children(recursive=True)}  # earlier tests' own
     names = list(hostile)
     runs = check_completions([item] * len(names), [hostile[n] for n in names],
                              timeout_s=3.0, sandbox=sandbox)
@@ -97,15 +101,22 @@ def test_hostile_completions_are_contained_and_fail(task: HumanEvalTask, sandbox
     assert by_name["exit"].status == "no-sentinel"
     assert by_name["os_exit"].status == "no-sentinel"
     assert by_name["fork"].duration_s < 6
-    assert psutil.Process().children(recursive=True) == []
+    left = [c for c in psutil.Process().children(recursive=True)
+            if c.pid not in before and c.status() != psutil.STATUS_ZOMBIE]
+    assert left == []  # nothing a completion started outlives its check
 
 
 def test_network_unreachable_in_sandbox() -> None:
-    if not HAS_BWRAP:
-        pytest.skip("bwrap not installed")
-    r = run_program("import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), "
-                    "timeout=2)\n    print('CONNECTED')\nexcept OSError:\n    print('NONET')\n",
-                    timeout_s=5)
+    import socket
+
+    require_bwrap()
+    with socket.socket() as listener:  # a server the host can reach; the sandbox must not
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        r = run_program(f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}),"
+                        " timeout=2)\n    print('CONNECTED')\nexcept OSError:\n"
+                        "    print('NONET')\n", timeout_s=5)
     assert r.passed and "NONET" in r.stdout_tail
 
 
