@@ -13,28 +13,20 @@ import json
 import os
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
-from .npm_clis import cli_path, cli_version, launch_path
+from .npm_clis import CliConnector, launch_path
 
 BINARY = "claude"
 TOOL_TIMEOUT_MS = 120_000  # our tools long-poll up to 60 s; Claude Code's default is lower
 
 
-class ClaudeCodeConnector:
+class ClaudeCodeConnector(CliConnector):
+    binary_name = BINARY
     name = "claude-code"
     title = "Claude Code"
-    kind = "process"
     experimental = False
 
-    def installed(self) -> bool:
-        return cli_path(BINARY) is not None
-
-    def version(self) -> str | None:
-        return cli_version(BINARY)
-
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
-        binary = cli_path(BINARY)
-        if binary is None:
-            raise FileNotFoundError("claude is not installed: run scripts/agent-clis.sh")
+        binary = self.binary()
         ctx.home.mkdir(parents=True, exist_ok=True)
         config = ctx.home / "a2rl-mcp.json"
         config.write_text(json.dumps({"mcpServers": {SERVER_NAME: {

@@ -14,7 +14,7 @@ import json
 import os
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
-from .npm_clis import cli_path, cli_version, launch_path
+from .npm_clis import CliConnector, launch_path
 
 BINARY = "codex"
 TOKEN_ENV = "A2RL_MCP_TOKEN"
@@ -73,22 +73,14 @@ def config_toml(ctx: AgentContext) -> str:
     return "\n".join(lines) + "\n"
 
 
-class CodexConnector:
+class CodexConnector(CliConnector):
+    binary_name = BINARY
     name = "codex"
     title = "Codex CLI"
-    kind = "process"
     experimental = False
 
-    def installed(self) -> bool:
-        return cli_path(BINARY) is not None
-
-    def version(self) -> str | None:
-        return cli_version(BINARY)
-
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
-        binary = cli_path(BINARY)
-        if binary is None:
-            raise FileNotFoundError("codex is not installed: run scripts/agent-clis.sh")
+        binary = self.binary()
         codex_home = ctx.home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
         (codex_home / "config.toml").write_text(config_toml(ctx))

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
-from .npm_clis import cli_path, cli_version, launch_path
+from .npm_clis import CliConnector, launch_path
 
 BINARY = "gemini"
 KEY_ENV = "GEMINI_API_KEY"
@@ -36,22 +36,14 @@ def settings_json(ctx: AgentContext) -> dict[str, Any]:
     }
 
 
-class GeminiConnector:
+class GeminiConnector(CliConnector):
+    binary_name = BINARY
     name = "gemini-cli"
     title = "Gemini CLI"
-    kind = "process"
     experimental = False
 
-    def installed(self) -> bool:
-        return cli_path(BINARY) is not None
-
-    def version(self) -> str | None:
-        return cli_version(BINARY)
-
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
-        binary = cli_path(BINARY)
-        if binary is None:
-            raise FileNotFoundError("gemini is not installed: run scripts/agent-clis.sh")
+        binary = self.binary()
         conf = ctx.home / ".gemini"
         conf.mkdir(parents=True, exist_ok=True)
         path = conf / "settings.json"

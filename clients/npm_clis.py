@@ -77,3 +77,24 @@ def launch_path() -> str:
     """The PATH an agent CLI gets: the pinned bin folder, node's folder, the system's."""
     dirs = node_path_dirs() + ["/usr/local/bin", "/usr/bin", "/bin"]
     return ":".join(dict.fromkeys(dirs))
+
+
+class CliConnector:
+    """What every CLI connector shares: finding its binary and its version."""
+
+    binary_name: str = ""
+    kind = "process"
+    experimental = False
+
+    def installed(self) -> bool:
+        return cli_path(self.binary_name) is not None
+
+    def version(self) -> str | None:
+        return cli_version(self.binary_name)
+
+    def binary(self) -> Path:
+        path = cli_path(self.binary_name)
+        if path is None:
+            raise FileNotFoundError(f"{self.binary_name} is not installed: run "
+                                    "scripts/agent-clis.sh (or install it on PATH)")
+        return path

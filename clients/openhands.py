@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
-from .npm_clis import cli_path, cli_version, launch_path
+from .npm_clis import CliConnector, launch_path
 
 BINARY = "openhands"
 PASSED_THROUGH = ("LLM_API_KEY", "LLM_MODEL", "LLM_BASE_URL")
@@ -42,22 +42,14 @@ def write_config(ctx: AgentContext) -> Path:
     return path
 
 
-class OpenHandsConnector:
+class OpenHandsConnector(CliConnector):
+    binary_name = BINARY
     name = "openhands"
     title = "OpenHands CLI"
-    kind = "process"
     experimental = True
 
-    def installed(self) -> bool:
-        return cli_path(BINARY) is not None
-
-    def version(self) -> str | None:
-        return cli_version(BINARY)
-
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
-        binary = cli_path(BINARY)
-        if binary is None:
-            raise FileNotFoundError("openhands is not installed (uv tool install openhands)")
+        binary = self.binary()
         write_config(ctx)
         argv = [str(binary), "--headless", "--json", "--override-with-envs", "--always-approve",
                 "-t", ctx.prompt]
