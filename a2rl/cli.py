@@ -57,6 +57,16 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _progress() -> Any:
+    """Progress lines on stderr, stamped with the seconds since the command started."""
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+
+    return say
+
+
 def _print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
 
@@ -228,10 +238,7 @@ def run_cmd(
 
     settings = _settings(backend=backend)
     store = _store(settings)
-    started = time.monotonic()
-
-    def say(message: str) -> None:
-        typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+    say = _progress()
 
     agent_options = {"llm_api_key_env": llm_api_key_env}
     if llm_base_url:
@@ -371,10 +378,7 @@ def demo(
 
     settings = _settings(backend=backend)
     store = _store(settings)
-    started = time.monotonic()
-
-    def say(message: str) -> None:
-        typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+    say = _progress()
 
     options = _sandbox_options(gpus, "none", keep_container)
     try:

@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from a2rl.tools.sandbox.local import ETC_ENTRIES, SYSTEM_DIRS
+from a2rl.tools.sandbox.local import host_system_binds
 
 from .base import AgentLaunch
 
@@ -52,14 +52,7 @@ def sandboxed_argv(launch: AgentLaunch, home: Path, marker: str) -> tuple[list[s
     args.append("--clearenv")
     for key, value in agent_env(launch, home, marker).items():
         args += ["--setenv", key, value]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    for name in ETC_ENTRIES:
-        if os.path.exists(f"/etc/{name}"):
-            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    args += host_system_binds()
     root = str(program_root(launch.argv[0]))
     args += ["--ro-bind", root, root, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
              "--bind", str(home), str(home), "--chdir", str(launch.cwd), "--", *launch.argv]

@@ -89,6 +89,22 @@ def supervisor_python(spec: SandboxSpec) -> str:
     raise SandboxError("no Python interpreter to run the sandbox supervisor")
 
 
+def host_system_binds() -> list[str]:
+    """bubblewrap arguments showing the host's system folders and a few /etc files, read-only:
+    enough to run programs, nothing of anyone's data. Shared with the agent's sandbox."""
+    args: list[str] = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in ETC_ENTRIES:
+        path = f"/etc/{name}"
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
 def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str]) -> list[str]:
     """The bubblewrap command line; mounts are applied in order, later ones over earlier."""
     args = [bwrap, "--unshare-all"]
@@ -101,16 +117,8 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str]) -
     args += ["--new-session", "--clearenv"]
     for key, value in {**sandbox_env(spec), SANDBOX_VAR: nonce}.items():
         args += ["--setenv", key, value]
-    for path in SYSTEM_DIRS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
+    args += host_system_binds()
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for name in ETC_ENTRIES:
-        path = f"/etc/{name}"
-        if os.path.exists(path):
-            args += ["--ro-bind", path, path]
     for prefix in spec.python_prefixes:
         if spec.control_dir.resolve().is_relative_to(prefix.resolve()):
             raise SandboxError(f"python prefix {prefix} would show the sandbox's token inside")
