@@ -85,13 +85,21 @@ class Task(ABC):
         """Score model outputs against items (same order)."""
 
     # --- workspace --------------------------------------------------------------------------
-    def base_model_dir(self, settings: Settings) -> Path:
-        """The cached base model (built or fetched on first use); `A2RL_<TASK>_BASE_MODEL` or
-        `A2RL_BASE_MODEL` replaces the task's default (a hub id, a folder or `tiny-llama`)."""
+    base_model_override: str | None = None  # set by a task constructed with base_model=
+
+    @property
+    def base_model_name(self) -> str:
+        """The base model this task uses: the constructor's override, then
+        `A2RL_<TASK>_BASE_MODEL`, then `A2RL_BASE_MODEL`, then the spec's default (a hub id,
+        a folder or `tiny-llama`)."""
         from .hub import configured_base_model
 
-        name = configured_base_model(self.spec.id, self.spec.default_base_model, None)
-        return resolve_base_model(name, settings)
+        return configured_base_model(self.spec.id, self.spec.default_base_model,
+                                     self.base_model_override)
+
+    def base_model_dir(self, settings: Settings) -> Path:
+        """The cached base model (built or fetched on first use)."""
+        return resolve_base_model(self.base_model_name, settings)
 
     def task_md(self) -> str:
         return self.spec.description

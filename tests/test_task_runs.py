@@ -43,6 +43,7 @@ def _check(summary: dict, store: Store) -> None:
         run = s.get(Run, summary["run_id"])
         evals = s.exec(select(Evaluation).where(Evaluation.run_id == run.id)).all()
     assert run.status == "finished" and run.final_score is not None
+    assert run.base_model == "tiny-llama"  # the model actually used, not the task's default
     assert {e.split for e in evals} == {"dev", "test"}  # feedback, then the final score
     assert all(e.status == "done" and e.ci_low <= e.score <= e.ci_high for e in evals), [
         (e.split, e.status, e.error, e.score, e.ci_low, e.ci_high) for e in evals]

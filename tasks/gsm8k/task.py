@@ -21,8 +21,6 @@ from typing import Any
 from a2rl.settings import Settings
 
 from ..base import ItemResult, Messages, ScoreResult, Split, Task
-from ..base_models import resolve_base_model
-from ..hub import configured_base_model
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .scoring import (
     FALLBACK,
@@ -71,7 +69,7 @@ class GSM8KTask(Task):
     def __init__(self, *, data_dir: Path | str | None = None,
                  base_model: str | None = None) -> None:
         self._data_dir = data_dir
-        self._base_model = base_model
+        self.base_model_override = base_model
         self.spec = TaskSpec(
             id="gsm8k",
             level=1,
@@ -151,13 +149,6 @@ class GSM8KTask(Task):
         raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
 
     # --- model and prompt -------------------------------------------------------------------
-    @property
-    def base_model_name(self) -> str:
-        return configured_base_model("gsm8k", self.spec.default_base_model, self._base_model)
-
-    def base_model_dir(self, settings: Settings) -> Path:
-        return resolve_base_model(self.base_model_name, settings)
-
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": build_user_prompt(item["question"])}]
 

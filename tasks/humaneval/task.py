@@ -21,8 +21,6 @@ from typing import Any
 from a2rl.settings import Settings
 
 from ..base import ItemResult, Messages, ScoreResult, Split, Task
-from ..base_models import resolve_base_model
-from ..hub import configured_base_model
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, check_completions
 
@@ -82,7 +80,7 @@ class HumanEvalTask(Task):
 
     def __init__(self, *, base_model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  sandbox: bool = True) -> None:
-        self._base_model = base_model
+        self.base_model_override = base_model
         self.timeout_s = timeout_s
         self.sandbox = sandbox
         self.spec = TaskSpec(
@@ -135,14 +133,6 @@ class HumanEvalTask(Task):
         return [dict(self._items[i]) for i in self._index_split(split)]
 
     # --- model and prompt -------------------------------------------------------------------
-    @property
-    def base_model_name(self) -> str:
-        return configured_base_model("humaneval", self.spec.default_base_model,
-                                     self._base_model)
-
-    def base_model_dir(self, settings: Settings) -> Path:
-        return resolve_base_model(self.base_model_name, settings)
-
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": build_user_prompt(item["code_prompt"])}]
 
