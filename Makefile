@@ -4,7 +4,8 @@ demo: setup
 	@bash scripts/system-deps.sh --optional || true
 	.venv/bin/a2rl demo
 
-test: setup system-deps
+test: system-deps
+	@A2RL_EXTRAS=dev,docker,fleet,alfworld bash scripts/setup.sh
 	@bash scripts/docker-engine.sh
 	@bash docker/build-test-image.sh >/dev/null
 	.venv/bin/python -m pytest
@@ -20,6 +21,7 @@ lint: setup
 
 bench: setup
 	.venv/bin/python bench/tool_latency.py
+	.venv/bin/python bench/grading.py
 
 # The sandbox image for real runs (CUDA PyTorch with trl); needs a registry to pull its base.
 image:

@@ -20,6 +20,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="a2rl: can LLM agents engineer post-training? An MCP benchmark harness.")
 config_app = typer.Typer(help="Settings.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+alfworld_app = typer.Typer(help="ALFWorld's game files (task alfworld).", no_args_is_help=True)
+app.add_typer(alfworld_app, name="alfworld")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document")]
 GpusOpt = Annotated[str | None, typer.Option(
@@ -84,6 +86,25 @@ def config_show(as_json: JsonFlag = False) -> None:
         return
     for name, row in rows.items():
         typer.echo(f"{name:20} = {row['value']!s:50} [{row['source']}]  # {row['description']}")
+
+
+@alfworld_app.command("download")
+def alfworld_download(
+    force: Annotated[bool, typer.Option(help="download and unpack again")] = False,
+) -> None:
+    """Fetch ALFWorld's games once (needs the network) into alfworld_dir (default
+    $A2RL_HOME/data/alfworld), then compute the task's expert demonstrations (cached)."""
+    from a2rl.tasks.alfworld.download import download, target_dir
+    from a2rl.tasks.alfworld.task import demo_rows
+
+    settings = _settings()
+    typer.echo(f"ALFWorld games -> {target_dir(settings)}", err=True)
+    try:
+        folder = download(settings, force=force)
+    except RuntimeError as exc:
+        _fail(str(exc), code=1)
+    typer.echo("expert demonstrations (once, a few minutes)...", err=True)
+    typer.echo(f"ALFWorld games in {folder}; {len(demo_rows(folder, settings))} demo steps")
 
 
 @app.command()
@@ -231,6 +252,9 @@ def run_cmd(
         help="--agent llm: the variable holding the endpoint's key")] = "OPENAI_API_KEY",
     agent_option: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE passed to the connector, e.g. anthropic_base_url=http://...")] = None,
+    fleet: Annotated[str | None, typer.Option(hidden=True, help="set by a2rl fleet")] = None,
+    fleet_repeat: Annotated[int | None, typer.Option(hidden=True)] = None,
+    fleet_node: Annotated[str | None, typer.Option(hidden=True)] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Run an agent on a task: create, serve MCP, launch headless, budget, finalize, report."""
@@ -253,7 +277,9 @@ def run_cmd(
         opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
                           protocol=protocol, max_submissions=max_submissions,
                           seed=None if seed is None else seed + i, agent_options=agent_options,
-                          sandbox=_sandbox_options(gpus, network, keep_container))
+                          sandbox=_sandbox_options(gpus, network, keep_container),
+                          fleet_id=fleet, fleet_node=fleet_node,
+                          fleet_repeat=None if fleet is None else (fleet_repeat or 0) + i)
         try:
             summaries.append(Orchestrator(settings, store, say).run(opts))
         except (KeyError, ValueError, RuntimeError) as exc:
@@ -306,6 +332,12 @@ def report(
                    ] = None,
     idle_threshold: Annotated[float, typer.Option(
         help="seconds with no tool call and no job that count as an idle gap")] = 120.0,
+    narrative: Annotated[bool, typer.Option(
+        "--narrative", help="add a short LLM-written narrative (narrative_* settings); "
+        "best effort: without it the report is still written")] = False,
+    require_narrative: Annotated[bool, typer.Option(
+        "--require-narrative", help="like --narrative, but exit 1 (after writing the "
+        "report) when no narrative could be generated")] = False,
 ) -> None:
     """A run's report: summary, timeline, scores, code history, training routes, failures."""
     from pathlib import Path
@@ -320,18 +352,30 @@ def report(
     except KeyError:
         _fail(f"run {run_id!r} does not exist (see a2rl runs)")
         raise
+    if narrative or require_narrative:
+        from a2rl.analysis.fmt import narrative_note
+        from a2rl.analysis.narrative import add_narrative
+
+        doc = add_narrative(doc, settings)
+        assert doc.narrative is not None
+        if doc.narrative.status != "generated":
+            typer.echo(f"a2rl: {narrative_note(doc.narrative)}", err=True)
     text = render(doc, fmt)
     if out:
         Path(out).write_text(text, encoding="utf-8")
         typer.echo(f"wrote {out}", err=True)
     else:
         sys.stdout.write(text)
+    if require_narrative and doc.narrative and doc.narrative.status != "generated":
+        raise typer.Exit(1)
 
 
 @app.command()
 def compare(
     task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
     agent: Annotated[str | None, typer.Option(help="only runs of this agent")] = None,
+    fleet: Annotated[str | None, typer.Option(help="only the finished runs of this fleet")
+                     ] = None,
     as_json: JsonFlag = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="the per-run rows as CSV")] = False,
 ) -> None:
@@ -340,7 +384,7 @@ def compare(
     from a2rl.analysis import render_csv, render_json, render_text
 
     settings = _settings()
-    result = compare_runs(_store(settings), task=task, agent=agent)
+    result = compare_runs(_store(settings), task=task, agent=agent, fleet=fleet)
     if as_json:
         sys.stdout.write(render_json(result))
     elif as_csv:
@@ -349,6 +393,135 @@ def compare(
         typer.echo("no runs match: try `a2rl demo`")
     else:
         sys.stdout.write(render_text(result))
+
+
+@app.command()
+def fleet(
+    plan_file: Annotated[str | None, typer.Option(
+        "--plan", help="a TOML plan (see the README); flags given override it")] = None,
+    name: Annotated[str | None, typer.Option(
+        help="the fleet's name; running it again resumes it")] = None,
+    task: Annotated[list[str] | None, typer.Option(help="a task id (repeatable)")] = None,
+    agent: Annotated[list[str] | None, typer.Option(
+        help="NAME or NAME:MODEL (repeatable)")] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="runs per task, agent and model")
+                       ] = None,
+    budget: Annotated[str | None, typer.Option(help="per run, e.g. 2h")] = None,
+    gpus_per_run: Annotated[float | None, typer.Option(help="GPUs each run asks Ray for")
+                            ] = None,
+    resource: Annotated[str | None, typer.Option(
+        help="a custom Ray resource each run takes one unit of (nodes without GPUs)")] = None,
+    backend: Annotated[str | None, typer.Option(help="local or docker, on every node")] = None,
+    seed: Annotated[int | None, typer.Option(help="repeat i runs with seed + i")] = None,
+    agent_option: Annotated[list[str] | None, typer.Option(
+        help="KEY=VALUE passed to every agent's connector")] = None,
+    address: Annotated[str | None, typer.Option(
+        help="auto, ray://HOST:10001 or HOST:6379; default: a local Ray instance")] = None,
+    slots: Annotated[int, typer.Option(
+        help="units of --resource a local Ray instance offers")] = 1,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run a plan (tasks x agents x models x repeats) on a Ray cluster, into one store."""
+    from pathlib import Path
+
+    from pydantic import ValidationError
+
+    from a2rl.fleet import FleetRunner, load_plan, plan_from_flags
+
+    options: dict[str, str] = {}
+    for item in agent_option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"--agent-option takes KEY=VALUE, not {item!r}")
+        options[key] = value
+    fields = {"budget": budget, "gpus_per_run": gpus_per_run, "resource": resource,
+              "backend": backend, "seed": seed}
+    try:
+        if plan_file:
+            plan = load_plan(Path(plan_file), name=name, repeats=repeats, tasks=task, **fields)
+        else:
+            if not (name and task and agent):
+                _fail("give --plan FILE, or --name, --task and --agent")
+            plan = plan_from_flags(name or "", task or [], agent or [], repeats or 1, options,
+                                   **fields)
+    except (OSError, ValueError, ValidationError) as exc:
+        _fail(f"bad plan: {exc}")
+        raise
+    if options and plan_file:
+        for a in plan.agents:
+            a.options.update(options)
+    settings = _settings()
+    store = _store(settings)
+    if address and store.dialect == "sqlite":
+        typer.echo("a2rl: warning: the store is a SQLite file, which nodes on other machines "
+                   "cannot reach; set A2RL_DB_URL to a PostgreSQL URL", err=True)
+    runner = FleetRunner(plan, store, settings.database_url, say=_progress(), address=address,
+                         local_resources={plan.resource: slots} if plan.resource else None)
+    try:
+        result = runner.run()
+    except RuntimeError as exc:
+        _fail(str(exc))
+        raise
+    if as_json:
+        _print_json({**result.model_dump(), "counts": result.counts})
+    else:
+        for r in result.runs:
+            typer.echo(f"{r.label:40} {r.state:12} {r.run_id or '-':14} {r.host or ''}")
+        typer.echo(f"fleet {result.fleet}: {result.planned} planned, {result.already_done} "
+                   f"already finished; this time {result.counts or 'nothing to run'}")
+        typer.echo(f"compare them: a2rl compare --fleet {result.fleet}")
+    if result.stopped or any(r.state == "failed" for r in result.runs):
+        raise typer.Exit(1)
+
+
+@app.command("export")
+def export_cmd(
+    run_id: Annotated[str, typer.Argument(help="a finished run")],
+    out: Annotated[str | None, typer.Option(
+        "--out", help="archive path (default: a2rl-RUN.tar.gz here)")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write one archive with a finished run's rows, blobs, report and a manifest of hashes."""
+    from pathlib import Path
+
+    from a2rl.analysis.archive import ArchiveError, export_run
+
+    settings = _settings()
+    try:
+        result = export_run(_store(settings), run_id, Path(out) if out else None)
+    except KeyError:
+        _fail(f"run {run_id!r} does not exist (see a2rl runs)")
+        raise
+    except (ArchiveError, OSError) as exc:
+        _fail(str(exc))
+        raise
+    if as_json:
+        _print_json(result.model_dump())
+        return
+    typer.echo(f"wrote {result.path} ({result.bytes} bytes: {result.counts['toolcall']} tool "
+               f"calls, {result.counts['submission']} submissions, {result.counts['blob']} blobs)")
+
+
+@app.command("import")
+def import_cmd(
+    archive: Annotated[str, typer.Argument(help="an archive written by a2rl export")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Load a run archive into this installation's store (a run already present is skipped)."""
+    from pathlib import Path
+
+    from a2rl.analysis.archive import ArchiveError, import_run
+
+    settings = _settings()
+    try:
+        result = import_run(_store(settings), Path(archive))
+    except ArchiveError as exc:
+        _fail(str(exc))
+        raise
+    if as_json:
+        _print_json(result.model_dump())
+        return
+    typer.echo(f"run {result.run_id}: {result.detail}")
 
 
 @app.command()

@@ -7,13 +7,15 @@ own, so that a test (or a second server in one process) can hold different setti
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 ENV_PREFIX = "A2RL_"
+_TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
 
 
 class Settings(BaseModel):
@@ -46,8 +48,61 @@ class Settings(BaseModel):
     docker_pids_limit: int = Field(4096, description="process limit of a run's container")
     docker_cpus: float = Field(0.0, description="CPU limit of a run's container (0: none)")
     docker_shm_size: str = Field("2g", description="/dev/shm size of a run's container")
+    base_model: str = Field("", description="base model of every task (hub id, folder or "
+                            "tiny-llama); empty: each task's own default")
+    task_base_models: dict[str, str] = Field(
+        default_factory=dict, description="base model per task, over base_model (env: "
+        "A2RL_<TASK>_BASE_MODEL, or A2RL_TASK_BASE_MODELS=task=model,task=model)")
+    gsm8k_dir: str = Field("", description="folder with GSM8K train.jsonl and test.jsonl "
+                           "(in the dataset's schema) instead of the Hugging Face hub")
+    alpacaeval_dir: str = Field("", description="folder with the AlpacaEval JSON file and "
+                                "alpaca.jsonl instead of the Hugging Face hub")
+    alpacaeval_reference_file: str = Field(
+        "alpaca_eval_gpt4_baseline.json",
+        description="AlpacaEval reference outputs (2.0: gpt4 baseline; 1.0: alpaca_eval.json)")
+    webshop_dir: str = Field("", description="folder with WebShop's data files (items_shuffle*"
+                             ".json, items_ins_v2*.json, items_human_ins.json)")
+    webshop_num_products: int = Field(0, description="WebShop products used, the first N of "
+                                      "the file (the original's num_products; 0: all)")
+    alfworld_dir: str = Field("", description="folder with ALFWorld's json_2.1.1/ games "
+                              "(`a2rl alfworld download`); empty: $A2RL_HOME/data/alfworld")
+    deepsearchqa_dir: str = Field("", description="folder with DeepSearchQA's DSQA-full.csv "
+                                  "instead of the Hugging Face hub")
+    deepsearchqa_corpus: str = Field("", description="DeepSearchQA offline search corpus: a "
+                                     "jsonl file (or folder of them) of {id, title, text}")
+    deepsearchqa_search_url: str = Field("", description="DeepSearchQA web search endpoint "
+                                         "(POST JSON {query, k}); used over the corpus when "
+                                         "its key is set")
+    deepsearchqa_search_key_env: str = Field("A2RL_SEARCH_API_KEY", description="name of the "
+                                             "variable holding the web search endpoint's key")
+    judge_base_url: str = Field("https://api.openai.com/v1",
+                                description="OpenAI-compatible endpoint of the judge, up to /v1")
+    judge_model: str = Field("gpt-4-turbo", description="the judge model (AlpacaEval 2.0's)")
+    judge_api_key_env: str = Field("OPENAI_API_KEY",
+                                   description="name of the variable holding the judge's key")
+    judge_max_retries: int = Field(4, description="judge retries after a failed request")
+    judge_timeout_s: float = Field(120.0, description="timeout of one judge request")
+    judge_concurrency: int = Field(8, description="judge requests in flight")
+    narrative_base_url: str = Field("", description="OpenAI-compatible endpoint for `a2rl "
+                                    "report --narrative`, up to /v1; empty: judge_base_url")
+    narrative_model: str = Field("", description="model writing report narratives; empty: "
+                                 "judge_model")
+    narrative_api_key_env: str = Field("", description="name of the variable holding the "
+                                       "narrative endpoint's key; empty: judge_api_key_env")
+    narrative_timeout_s: float = Field(60.0, description="timeout of one narrative request")
+    grader_max_new_tokens: int = Field(
+        0, description="cap on every task's generation length for smoke runs (0: the task's "
+        "own; a capped evaluation records it in its provenance)")
+    grading_engine: Literal["auto", "transformers", "static", "vllm"] = Field(
+        "auto", description="generation engine of the grader: auto (vLLM if installed and "
+        "CUDA, else static-cache transformers), or force one (grading/engine_select.py)")
 
     model_config = {"extra": "forbid"}
+
+    @field_validator("task_base_models")
+    @classmethod
+    def _task_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        return {task_key(k): v for k, v in value.items()}
 
     @property
     def home_dir(self) -> Path:
@@ -61,13 +116,34 @@ class Settings(BaseModel):
     def runs_dir(self) -> Path:
         return self.home_dir / "runs"
 
+    def base_model_of(self, task_id: str) -> str:
+        """The configured base model of `task_id` ("" when the task's default applies)."""
+        return self.task_base_models.get(task_key(task_id)) or self.base_model
+
+
+def task_key(task_id: str) -> str:
+    """A task id as it appears in variable names: `A2RL_<KEY>_BASE_MODEL`, lower-cased."""
+    return re.sub(r"[^a-z0-9]", "_", task_id.lower())
+
+
+def _pairs(raw: str) -> dict[str, str]:
+    """`a=x,b=y` -> {"a": "x", "b": "y"}."""
+    pairs = (p.split("=", 1) for p in raw.split(",") if "=" in p)
+    return {task_key(k.strip()): v.strip() for k, v in pairs}
+
 
 def _coerce(name: str, raw: str) -> Any:
     field = Settings.model_fields[name]
     if field.annotation is bool:
         return raw.strip().lower() in {"1", "true", "yes", "on"}
+    if field.annotation is int:
+        return int(raw)
+    if field.annotation is float:
+        return float(raw)
     if name == "revision_exclude":
         return [p for p in raw.split(",") if p]
+    if name == "task_base_models":
+        return _pairs(raw)
     return raw
 
 
@@ -89,6 +165,11 @@ def load_settings(
         raw = env.get(ENV_PREFIX + name.upper())
         if raw not in (None, ""):
             values[name], sources[name] = _coerce(name, raw), "env"
+    per_task = {task_key(m.group(1)): v for k, v in env.items()
+                if (m := _TASK_MODEL_VAR.match(k)) and v}
+    if per_task:
+        values["task_base_models"] = {**values.get("task_base_models", {}), **per_task}
+        sources["task_base_models"] = "env"
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key], sources[key] = value, "cli"

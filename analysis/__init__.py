@@ -4,9 +4,11 @@
     report = build_report(store, run_id)          # a pydantic `Report` (schema_version inside)
     report.model_dump_json(indent=2)              # JSON, schema in analysis/report.schema.json
 
-Everything here reads the store and returns values; only callers write files.
+Everything here reads the store and returns values; only callers write files, except
+`export_run`/`import_run` (run archives, `archive.py`), whose job is a file and a store load.
 """
 
+from .archive import ArchiveError, export_run, import_run
 from .compare import Comparison, compare, render_csv, render_json, render_text
 from .render_html import render_html
 from .render_md import render_markdown
@@ -15,9 +17,9 @@ from .routes import classify
 from .schema import SCHEMA_PATH, SCHEMA_VERSION, Report, json_schema
 
 __all__ = [
-    "SCHEMA_PATH", "SCHEMA_VERSION", "Comparison", "Report", "build_report", "classify",
-    "compare", "improvement_interval", "json_schema", "render", "render_csv", "render_html",
-    "render_json", "render_markdown", "render_text",
+    "SCHEMA_PATH", "SCHEMA_VERSION", "ArchiveError", "Comparison", "Report", "build_report",
+    "classify", "compare", "export_run", "import_run", "improvement_interval", "json_schema",
+    "render", "render_csv", "render_html", "render_json", "render_markdown", "render_text",
 ]
 
 

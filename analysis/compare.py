@@ -105,10 +105,17 @@ def leaderboard(groups: list[Group]) -> dict[str, list[Group]]:
             for t, gs in sorted(out.items())}
 
 
-def compare(store: Store, task: str | None = None, agent: str | None = None) -> Comparison:
-    """Every finished (or any, when none finished) run matching the filters, compared."""
+def compare(store: Store, task: str | None = None, agent: str | None = None,
+            fleet: str | None = None) -> Comparison:
+    """Every finished (or any, when none finished) run matching the filters, compared.
+
+    With `fleet`, only that fleet's finished runs: a run lost with its node is marked failed
+    and replaced when the fleet resumes, so it must not count as a repeat.
+    """
     with store.session() as s:
         q = select(Run).order_by(col(Run.created_at))
+        if fleet:
+            q = q.where(Run.fleet_id == fleet, Run.status == "finished")
         if task:
             q = q.where(Run.task_id == task)
         if agent:

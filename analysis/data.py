@@ -21,6 +21,7 @@ from a2rl.store import (
     Submission,
     ToolCall,
 )
+from a2rl.store.queries import baseline_evaluation
 
 
 def aware(dt: datetime | None) -> datetime | None:
@@ -93,10 +94,7 @@ def load_run(store: Store, run_id: str) -> RunData:
                              .order_by(col(BudgetEvent.at))).all())
         revisions = s.exec(select(func.count()).select_from(Revision)
                            .where(Revision.run_id == run_id)).one()
-        base = s.exec(select(Evaluation).where(
-            Evaluation.kind == "baseline", Evaluation.split == "test",
-            Evaluation.score == run.baseline_test)).first() if run.baseline_test is not None \
-            else None
+        base = baseline_evaluation(s, run, "test")
     shas = {sha for files in snapshots.values() for sha in files.values()}
     shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha}
     return RunData(run=run, calls=calls, jobs=jobs, submissions=subs, evaluations=evals,

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from html import escape
 
-from .fmt import FAILURE_LABELS, ROUTE_LABELS, dur, evidence, metric_rows, summary_rows
+from .fmt import (
+    FAILURE_LABELS,
+    ROUTE_LABELS,
+    dur,
+    evidence,
+    metric_rows,
+    narrative_note,
+    summary_rows,
+)
 from .schema import Report, Timeline, Trajectory
 
 CSS = """
@@ -18,7 +26,8 @@ table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ddd;padding:
 code,pre{font:12px/1.35 ui-monospace,Menlo,Consolas,monospace}
 pre{background:#f8f8f8;border:1px solid #e3e3e3;padding:8px;overflow-x:auto;max-height:480px}
 .muted{color:#777}.ev{margin:2px 0 2px 18px}.noise{color:#a60}.good{color:#080}.bad{color:#b00}
-.add{color:#080}.del{color:#b00}.hunk{color:#06c}
+.narrative blockquote{border-left:3px solid #c9b;margin:6px 0;padding:2px 10px;
+ white-space:pre-wrap}.add{color:#080}.del{color:#b00}.hunk{color:#06c}
 svg{background:#fff;border:1px solid #e3e3e3}svg text{font:11px sans-serif;fill:#444}
 """
 COLORS = {"graded": "#2a7", "refused": "#c33", "failed": "#e80", "queued": "#888",
@@ -168,7 +177,13 @@ def render_html(r: Report) -> str:
         f"{e(k)}: <code>{e(str(v)[:200])}</code>" for k, v in s.final_provenance.items()) or "–"])
     parts = [f"<h1>Run report: {e(s.run_id)}</h1>",
              f'<div class="muted">schema {e(r.schema_version)} · generated {e(r.generated_at)}'
-             "</div>", "<h2>Summary</h2>", _table(["", ""], rows)]
+             "</div>"]
+    if r.narrative is not None:
+        paras = [x.strip() for x in (r.narrative.text or "").split("\n\n") if x.strip()]
+        parts += ['<section class="narrative"><h2>Narrative (LLM-generated)</h2>',
+                  f'<p class="muted generated">{e(narrative_note(r.narrative))}</p>',
+                  *(f"<blockquote>{e(x)}</blockquote>" for x in paras), "</section>"]
+    parts += ["<h2>Summary</h2>", _table(["", ""], rows)]
     parts += ["<h2>Score trajectory</h2>", score_svg(r.trajectory, t.end_s),
               "<h2>Timeline</h2>", timeline_svg(t),
               f'<p class="muted">{len(t.tool_calls)} tool calls, {len(t.jobs)} jobs, '

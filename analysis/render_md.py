@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .fmt import FAILURE_LABELS, ROUTE_LABELS, dur, evidence, metric_rows, num, summary_rows
+from .fmt import (
+    FAILURE_LABELS,
+    ROUTE_LABELS,
+    dur,
+    evidence,
+    metric_rows,
+    narrative_note,
+    num,
+    summary_rows,
+)
 from .schema import Report
 
 SECTIONS = ["Summary", "Score trajectory", "Training routes", "Failures", "Timeline",
@@ -19,7 +28,12 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
     s, m, t = r.summary, r.metrics, r.timeline
     out = [f"# Run report: {s.run_id}", "",
-           f"_schema {r.schema_version}, generated {r.generated_at}_", "", "## Summary", ""]
+           f"_schema {r.schema_version}, generated {r.generated_at}_", ""]
+    if r.narrative is not None:
+        out += ["## Narrative (LLM-generated)", "", f"_{narrative_note(r.narrative)}_", ""]
+        out += [f"> {line}" if line else ">" for line in (r.narrative.text or "").splitlines()]
+        out += [""] if r.narrative.text else []
+    out += ["## Summary", ""]
     out += _table(["field", "value"], [list(row) for row in summary_rows(r)])
     if s.final_provenance:
         prov = ", ".join(f"{k}={v}" for k, v in s.final_provenance.items()

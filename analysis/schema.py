@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: the optional `narrative`
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -180,6 +180,24 @@ class ProcessMetrics(BaseModel):
     revisions: int
 
 
+class Narrative(BaseModel):
+    """Prose an LLM wrote over the computed report, asked for with `--narrative`.
+
+    Never an input to any other field: the report is computed first and the narrative only
+    reads it. When the endpoint is not configured or fails, `text` is null and `reason` says
+    why in one line.
+    """
+
+    status: Literal["generated", "failed", "not_configured"]
+    text: str | None = Field(None, description="the generated prose; null unless generated")
+    model: str | None = Field(None, description="the model that wrote it, as the endpoint "
+                                                "named it")
+    endpoint: str | None = Field(None, description="scheme://host[:port] of the endpoint")
+    prompt_version: str
+    generated_at: str | None = None
+    reason: str | None = Field(None, description="why there is no text (one line)")
+
+
 class Report(BaseModel):
     schema_version: str = SCHEMA_VERSION
     generated_at: str
@@ -190,6 +208,8 @@ class Report(BaseModel):
     routes: list[Route]
     failures: list[Failure]
     metrics: ProcessMetrics
+    narrative: Narrative | None = Field(
+        None, description="optional LLM-written prose, marked as generated (schema 1.1)")
 
 
 def json_schema() -> dict[str, object]:

@@ -68,6 +68,10 @@ class RunOptions(BaseModel):
     seed: int | None = None
     sandbox: dict[str, Any] = {}
     agent_options: dict[str, str] = {}
+    # set by `a2rl fleet` on the node: the run's fleet, repeat index (the resume key) and node
+    fleet_id: str | None = None
+    fleet_repeat: int | None = None
+    fleet_node: str | None = None
 
 
 def _free_port() -> int:
@@ -143,7 +147,9 @@ class Orchestrator:
                              max_submissions=opts.max_submissions, seed=opts.seed,
                              agent=opts.agent, **opts.sandbox)
         run = created.run
-        self._update(run.id, agent_version=connector.version(), driver_model=opts.model)
+        self._update(run.id, agent_version=connector.version(), driver_model=opts.model,
+                     fleet_id=opts.fleet_id, fleet_repeat=opts.fleet_repeat,
+                     fleet_node=opts.fleet_node)
         self.say(f"run {run.id}: baseline dev {run.baseline_dev}, test {run.baseline_test}; "
                  f"agent {opts.agent}")
         home = Path(run.workspace).parent / "agent" / "home"

@@ -3,13 +3,13 @@
 It sees only what any agent sees (the tools, TASK.md, the workspace) and follows one plan:
 read the task, look at the data, write a TRL SFT script, train in the background while
 polling, submit, read the score, then try one improvement (GRPO with an exact-match reward
-on top of the SFT model), submit again and stop. Nothing in it depends on a seed or on one
-data file, so it improves any `arith` run.
+on top of the SFT model; on an interactive task whose workspace has `env/`, online GRPO
+with rollouts through the environment API instead), submit again and stop. Nothing in it
+depends on a seed or on one data file, so it improves any `arith` run.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -17,6 +17,8 @@ from typing import Any
 from mcp import Client
 
 Say = Callable[[str], None]
+#: SFT settings for the demonstrations of an interactive task (longer prompts, fewer rows).
+SFT_ENV_ARGS = "--max-length 128 --holdout 0 --steps 100 --batch 32"
 
 
 class AgentError(RuntimeError):
@@ -29,9 +31,10 @@ def script(name: str) -> str:
 
 class ReferenceAgent:
     def __init__(self, client: Client, say: Say = lambda _m: None,
-                 sft_args: str = "", grpo_args: str = "") -> None:
+                 sft_args: str = "", grpo_args: str = "", sft_only: bool = False) -> None:
         self.client, self.say = client, say
         self.sft_args, self.grpo_args = sft_args, grpo_args
+        self.sft_only = sft_only  # stop after the first submission (short runs for tests)
 
     async def tool(self, name: str, **args: Any) -> dict[str, Any]:
         result = await self.client.call_tool(name, args, read_timeout_seconds=120)
@@ -73,22 +76,35 @@ class ReferenceAgent:
         self.say(f"read TASK.md ({len(getattr(task, 'text', ''))} chars)")
         files = await self.tool("list_files", path=".", depth=2)
         self.say(f"workspace has {len(files['entries'])} entries")
-        head = await self.tool("read_file", path="data/train.jsonl", limit=2)
-        first = json.loads(head["content"].splitlines()[0].split("\t", 1)[1])
-        self.say(f"training data fields: {sorted(first)}")
+        # an interactive (level-3) task ships its environment API in env/: learn online there
+        interactive = any(e["path"] == "env/" for e in files["entries"])
+        # the fields of the first row; a row can be longer than read_file shows of a line
+        fields = await self.tool("run_command", wait_s=30, command=(
+            "head -n 1 data/train.jsonl | python -c "
+            "'import json, sys; print(sorted(json.load(sys.stdin)))'"))
+        self.say(f"training data fields: {fields['output'].strip()}")
 
         await self.tool("edit_file", path="code/sft.py", new_text=script("sft.py"))
         self.say("wrote code/sft.py; training SFT in the background")
+        extra = SFT_ENV_ARGS if interactive else ""
         ok = await self.train("python code/sft.py --base base_model --data data/train.jsonl "
-                              f"--out output/sft {self.sft_args}")
+                              f"--out output/sft {extra} {self.sft_args}")
         if not ok:
             raise AgentError("SFT training failed")
         first_score = await self.submit("output/sft", "SFT on the training split")
+        if self.sft_only:
+            return {"sft": first_score, "grpo": None}
 
-        await self.tool("edit_file", path="code/grpo.py", new_text=script("grpo.py"))
-        self.say("wrote code/grpo.py; GRPO with an exact-match reward on top of SFT")
-        ok = await self.train("python code/grpo.py --init output/sft --data data/train.jsonl "
-                              f"--out output/grpo {self.grpo_args}")
+        if interactive:
+            await self.tool("edit_file", path="code/grpo_env.py", new_text=script("grpo_env.py"))
+            self.say("wrote code/grpo_env.py; online GRPO through env/ on top of SFT")
+            ok = await self.train("python code/grpo_env.py --init output/sft --out output/grpo "
+                                  f"{self.grpo_args}")
+        else:
+            await self.tool("edit_file", path="code/grpo.py", new_text=script("grpo.py"))
+            self.say("wrote code/grpo.py; GRPO with an exact-match reward on top of SFT")
+            ok = await self.train("python code/grpo.py --init output/sft --data data/train.jsonl "
+                                  f"--out output/grpo {self.grpo_args}")
         second_score = await self.submit("output/grpo", "GRPO on top of SFT") if ok else None
         budget = await self.tool("budget_status")
         self.say(f"done after {budget['used_s']:.0f} s of budget")
@@ -115,6 +131,8 @@ class ReferenceConnector:
         return __version__
 
     async def run(self, client: Client, ctx: Any) -> None:
-        # extra script arguments (e.g. fewer steps on a fixture-sized task)
+        # extra script arguments (e.g. fewer steps on a fixture-sized task); stages=sft
+        # stops after the SFT submission
         await ReferenceAgent(client, self.say, sft_args=ctx.options.get("sft_args", ""),
-                             grpo_args=ctx.options.get("grpo_args", "")).run()
+                             grpo_args=ctx.options.get("grpo_args", ""),
+                             sft_only=ctx.options.get("stages") == "sft").run()

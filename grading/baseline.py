@@ -18,22 +18,25 @@ from a2rl.store import BaselineCache, Evaluation, Store, utcnow
 from a2rl.tasks import Split, Task
 
 from .device_lock import device_lock
-from .engine import TransformersEngine, transformers_engine_version
-from .evaluate import GRADER_VERSION, evaluate
+from .engine import GenerationEngine
+from .engine_select import chosen_engine, cuda_available, engine_identity
+from .evaluate import GRADER_VERSION, evaluate, make_engine
 from .hashing import tree_digest, tree_hashes
 
 SPLITS: tuple[Split, ...] = ("dev", "test")
 
 
-def baseline_key(task: Task, base_dir: Path) -> str:
+def baseline_key(task: Task, base_dir: Path, settings: Settings) -> str:
+    engine, engine_version = engine_identity(chosen_engine(settings), cuda=cuda_available())
     parts = {
+        "generation": task.spec.grader.capped(settings.grader_max_new_tokens).model_dump(),
         "task": task.spec.id,
         "task_version": task.spec.version,
         "prompt_version": task.spec.prompt_version,
         "base_model": tree_digest(tree_hashes(Path(base_dir))),
         "grader_version": GRADER_VERSION,
-        "engine": TransformersEngine.engine_name,
-        "engine_version": transformers_engine_version(),
+        "engine": engine,
+        "engine_version": engine_version,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -52,29 +55,43 @@ def ensure_baseline(
     store: Store, task: Task, base_dir: Path, settings: Settings
 ) -> dict[str, Evaluation]:
     """The baseline `Evaluation` of each hidden split, computing the missing ones."""
-    key = baseline_key(task, base_dir)
+    key = baseline_key(task, base_dir, settings)
     found = _cached(store, key)
     if len(found) == len(SPLITS):
         return found
     with device_lock(settings):
         found = _cached(store, key)  # another process may have computed it meanwhile
-        for split in SPLITS:
-            if split in found:
-                continue
-            started = utcnow()
-            result = evaluate(task, Path(base_dir), split, settings)
-            ev = Evaluation(kind="baseline", split=split, status="done", score=result.score,
-                            ci_low=result.ci_low, ci_high=result.ci_high,
-                            n_items=result.n_items, metrics=result.metrics,
-                            items=[it.model_dump() for it in result.items],
-                            provenance={**result.provenance, "baseline_key": key},
-                            started_at=started, ended_at=utcnow())
-            try:
-                with store.session() as s:
-                    s.add(ev)
-                    s.flush()
-                    assert ev.id is not None
-                    s.add(BaselineCache(key=key, split=split, evaluation_id=ev.id))
-            except IntegrityError:  # a concurrent writer on another device won; use theirs
-                pass
+        missing = [split for split in SPLITS if split not in found]
+        if not missing:
+            return found
+        # One engine for the missing splits, closed at the end: this runs in the caller's
+        # process (not a grading worker), which must give the device memory back.
+        engine = make_engine(task, Path(base_dir), settings)
+        try:
+            for split in missing:
+                _evaluate_split(store, task, Path(base_dir), settings, key, split, engine)
+        finally:
+            close = getattr(engine, "close", None)
+            if close is not None:
+                close()
         return _cached(store, key)
+
+
+def _evaluate_split(store: Store, task: Task, base_dir: Path, settings: Settings, key: str,
+                    split: Split, engine: GenerationEngine) -> None:
+    started = utcnow()
+    result = evaluate(task, base_dir, split, settings, engine=engine)
+    ev = Evaluation(kind="baseline", split=split, status="done", score=result.score,
+                    ci_low=result.ci_low, ci_high=result.ci_high,
+                    n_items=result.n_items, metrics=result.metrics,
+                    items=[it.model_dump() for it in result.items],
+                    provenance={**result.provenance, "baseline_key": key},
+                    started_at=started, ended_at=utcnow())
+    try:
+        with store.session() as s:
+            s.add(ev)
+            s.flush()
+            assert ev.id is not None
+            s.add(BaselineCache(key=key, split=split, evaluation_id=ev.id))
+    except IntegrityError:  # a concurrent writer on another device won; use theirs
+        pass

@@ -1,9 +1,12 @@
 """Generation engines: how the grader turns prompts into outputs.
 
-A small `GenerationEngine` protocol so a faster engine (vLLM, compiled transformers on a GPU)
-can replace the plain transformers one without touching scoring. Every engine is greedy and
-batched, so a score is a deterministic function of the checkpoint and the prompts, and reports
-`engine_name` / `engine_version` for provenance.
+A small `GenerationEngine` protocol so a faster engine (`engine_static.StaticCacheEngine`,
+`engine_vllm.VllmEngine`; chosen in `engine_select`) can replace the plain transformers one
+without touching scoring. Every engine is greedy and batched, so a score is a deterministic
+function of the checkpoint and the prompts, and reports `engine_name` / `engine_version` for
+provenance. Engines may have `close()` to give the device memory back before the process ends.
+The prompt rendering and completion decoding below are shared, so that the scored text is
+built identically whichever engine produced the tokens.
 """
 
 from __future__ import annotations
@@ -41,6 +44,52 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
+def load_tokenizer(model_dir: Path, chat_template: str | None = None) -> Any:
+    """The checkpoint's tokenizer, left-padding, with `chat_template` (if given) in place of
+    its own, so that every engine renders and decodes a prompt identically."""
+    from transformers import AutoTokenizer
+
+    tokenizer: Any = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
+    """A string prompt becomes one user message when there is a chat template (raw otherwise);
+    a list of messages is always rendered with the template."""
+    if isinstance(prompt, str):
+        if not tokenizer.chat_template:
+            return prompt
+        prompt = [{"role": "user", "content": prompt}]
+    return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+
+def decode_completion(tokenizer: Any, ids: Any, stop: Sequence[str]) -> str:
+    """Cut at the first stop string (special tokens such as `</s>` included), then drop any
+    remaining special tokens (padding after an early end of sequence)."""
+    text = cut_at_stop(tokenizer.decode(ids, skip_special_tokens=False), stop)
+    for special in tokenizer.all_special_tokens:
+        text = text.replace(special, "")
+    return text
+
+
+def release_model(engine: Any) -> None:
+    """Delete `engine.model` and give cached device memory back to the driver."""
+    import gc
+
+    import torch
+
+    if getattr(engine, "model", None) is not None:
+        engine.model = None
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 class TransformersEngine:
     """Plain `model.generate`: left-padded batches, greedy, prompts sorted by length.
 
@@ -61,29 +110,19 @@ class TransformersEngine:
         chat_template: str | None = None,
     ) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         self.engine_version = transformers_engine_version()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
-        if chat_template is not None:
-            self.tokenizer.chat_template = chat_template
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer: Any = load_tokenizer(model_dir, chat_template)
         self.model: Any = AutoModelForCausalLM.from_pretrained(
             model_dir, trust_remote_code=False, dtype=dtype).to(self.device)
         self.model.eval()
         self.batch_size = batch_size
 
     def render(self, prompt: Prompt) -> str:
-        if isinstance(prompt, str):
-            if not self.tokenizer.chat_template:
-                return prompt
-            prompt = [{"role": "user", "content": prompt}]
-        return self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
-                                                  tokenize=False)
+        return render_prompt(self.tokenizer, prompt)
 
     def generate(
         self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = ()
@@ -94,24 +133,37 @@ class TransformersEngine:
         lengths = [len(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: lengths[i])
         outputs: list[str] = [""] * len(texts)
+        self._before_batches(max(lengths, default=0), max_new_tokens)
         for start in range(0, len(order), self.batch_size):
             idx = order[start: start + self.batch_size]
-            enc = self.tokenizer([texts[i] for i in idx], return_tensors="pt", padding=True,
-                                 add_special_tokens=False).to(self.device)
+            enc = self._encode([texts[i] for i in idx], max(lengths[i] for i in idx),
+                               max_new_tokens)
             with torch.inference_mode():
                 out = self.model.generate(
                     **enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
                     temperature=None, top_p=None, top_k=None,
-                    pad_token_id=self.tokenizer.pad_token_id)
-            new = out[:, enc["input_ids"].shape[1]:]
+                    pad_token_id=self.tokenizer.pad_token_id, **self._generate_options())
+            new = out[:len(idx), enc["input_ids"].shape[1]:]
             for i, ids in zip(idx, new, strict=True):
                 outputs[i] = self._decode(ids, stop)
         return outputs
 
+    def _before_batches(self, longest: int, max_new_tokens: int) -> None:
+        """Called once per `generate` with the longest prompt (a subclass fixes shapes)."""
+
+    def _encode(self, texts: list[str], longest: int, max_new_tokens: int) -> Any:
+        """One left-padded batch; a subclass may pad further (to fixed shapes)."""
+        return self.tokenizer(texts, return_tensors="pt", padding=True,
+                              add_special_tokens=False).to(self.device)
+
+    def _generate_options(self) -> dict[str, Any]:
+        """Extra `generate` arguments of a subclass (cache implementation, compilation)."""
+        return {}
+
     def _decode(self, ids: Any, stop: Sequence[str]) -> str:
-        """Cut at the first stop string (special tokens such as `</s>` included), then drop any
-        remaining special tokens (padding after an early end of sequence)."""
-        text = cut_at_stop(self.tokenizer.decode(ids, skip_special_tokens=False), stop)
-        for special in self.tokenizer.all_special_tokens:
-            text = text.replace(special, "")
-        return text
+        return decode_completion(self.tokenizer, ids, stop)
+
+    def close(self) -> None:
+        """Drop the weights and return the device memory (the caching allocator keeps freed
+        blocks for this process otherwise, which an agent's job on the same GPU cannot use)."""
+        release_model(self)

@@ -18,8 +18,10 @@ from pydantic import BaseModel, Field
 import a2rl
 from a2rl.settings import Settings
 from a2rl.tasks import ItemResult, Split, Task
+from a2rl.tasks.interactive import InteractiveTask
 
-from .engine import GenerationEngine, TransformersEngine
+from .engine import GenerationEngine
+from .engine_select import build_engine, chosen_engine
 from .hashing import data_hash, tree_hashes
 
 #: Bump when scoring, prompting or generation settings of the grader change.
@@ -53,12 +55,15 @@ def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, flo
 
 
 def make_engine(task: Task, checkpoint_dir: Path, settings: Settings) -> GenerationEngine:
-    """The default engine, prompting with the base model's chat template (see TASK.md)."""
+    """The engine `settings.grading_engine` selects (see `engine_select`), prompting with the
+    base model's chat template (see TASK.md)."""
     from transformers import AutoTokenizer
 
     base_template = AutoTokenizer.from_pretrained(task.base_model_dir(settings)).chat_template
-    return TransformersEngine(checkpoint_dir, batch_size=task.spec.grader.batch_size,
-                              chat_template=base_template)
+    grader = task.spec.grader.capped(settings.grader_max_new_tokens)
+    return build_engine(chosen_engine(settings), checkpoint_dir, settings,
+                        batch_size=grader.batch_size, max_new_tokens=grader.max_new_tokens,
+                        chat_template=base_template)
 
 
 def evaluate(
@@ -75,10 +80,15 @@ def evaluate(
     items = task.load_split(split, settings)
     engine = engine or make_engine(task, checkpoint_dir, settings)
     loaded = time.monotonic()
-    grader = task.spec.grader
-    outputs = engine.generate([task.build_prompt(it) for it in items],
-                              max_new_tokens=grader.max_new_tokens, stop=grader.stop)
-    scored = task.score_outputs(items, outputs)
+    grader = task.spec.grader.capped(settings.grader_max_new_tokens)
+    if isinstance(task, InteractiveTask):  # level 3: play the instances (grading/rollout.py)
+        from .rollout import run_rollouts
+
+        scored = run_rollouts(task, items, engine, grader)
+    else:
+        outputs = engine.generate([task.build_prompt(it) for it in items],
+                                  max_new_tokens=grader.max_new_tokens, stop=grader.stop)
+        scored = task.score_outputs(items, outputs)
     low, high = scored.ci or wilson_interval(scored.n_correct, scored.n_items)
     low, high = min(low, scored.score), max(high, scored.score)  # float dust at 0 and 1
     metrics = {**scored.metrics, "load_s": round(loaded - started, 3),

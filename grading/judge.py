@@ -28,16 +28,16 @@ version). That is the issue's key (instruction, output hash, judge model) plus t
 the prompt, so a changed reference or prompt is never answered from a stale entry. Errors are not
 cached: a re-grading asks again for those items only.
 
-Settings (environment variables; `Settings` has no judge fields yet)
---------------------------------------------------------------------
-- `A2RL_JUDGE_BASE_URL`: base URL of the endpoint, up to `/v1` (default
-  `https://api.openai.com/v1`); requests go to `{base}/chat/completions`.
-- `A2RL_JUDGE_MODEL`: the judge model (default `gpt-4-turbo`, AlpacaEval 2.0's annotator).
-- `A2RL_JUDGE_API_KEY_ENV`: the *name* of the variable holding the API key (default
+Settings (`a2rl config show`; each also an `A2RL_` variable)
+-----------------------------------------------------------
+- `judge_base_url`: base URL of the endpoint, up to `/v1` (default `https://api.openai.com/v1`);
+  requests go to `{base}/chat/completions`.
+- `judge_model`: the judge model (default `gpt-4-turbo`, AlpacaEval 2.0's annotator).
+- `judge_api_key_env`: the *name* of the variable holding the API key (default
   `OPENAI_API_KEY`); no key set means no Authorization header (local servers).
-- `A2RL_JUDGE_MAX_RETRIES` (default 4: five attempts), `A2RL_JUDGE_BACKOFF_S` (default 1.0,
-  doubled per attempt, capped at 60 s), `A2RL_JUDGE_TIMEOUT_S` (default 120),
-  `A2RL_JUDGE_CONCURRENCY` (default 8 requests in flight), `A2RL_JUDGE_MAX_TOKENS` (default 4).
+- `judge_max_retries` (default 4: five attempts), `judge_timeout_s` (default 120),
+  `judge_concurrency` (default 8 requests in flight). Backoff (1 s, doubled per attempt, capped
+  at 60 s) and the answer's token limit (4) are fixed by `JudgeConfig`.
 """
 
 from __future__ import annotations
@@ -114,24 +114,11 @@ class JudgeConfig:
     max_tokens: int = 4
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> JudgeConfig:
-        env = os.environ if environ is None else environ
-        d = cls()
-
-        def get(name: str, default: Any, kind: type) -> Any:
-            raw = env.get(f"A2RL_JUDGE_{name}")
-            return default if raw in (None, "") else kind(raw)
-
-        return cls(
-            base_url=get("BASE_URL", d.base_url, str),
-            model=get("MODEL", d.model, str),
-            api_key_env=get("API_KEY_ENV", d.api_key_env, str),
-            max_retries=get("MAX_RETRIES", d.max_retries, int),
-            backoff_s=get("BACKOFF_S", d.backoff_s, float),
-            timeout_s=get("TIMEOUT_S", d.timeout_s, float),
-            concurrency=get("CONCURRENCY", d.concurrency, int),
-            max_tokens=get("MAX_TOKENS", d.max_tokens, int),
-        )
+    def from_settings(cls, settings: Settings) -> JudgeConfig:
+        return cls(base_url=settings.judge_base_url, model=settings.judge_model,
+                   api_key_env=settings.judge_api_key_env,
+                   max_retries=settings.judge_max_retries, timeout_s=settings.judge_timeout_s,
+                   concurrency=settings.judge_concurrency)
 
     def public(self) -> dict[str, Any]:
         """What provenance may record (no key, only the variable's name)."""
@@ -223,8 +210,9 @@ class Judge:
         self._count_lock = threading.Lock()
 
     @classmethod
-    def from_env(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Judge:
-        config = JudgeConfig.from_env(environ)
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Judge:
+        """The configured judge; its key is read from the variable `judge_api_key_env` names."""
+        config = JudgeConfig.from_settings(settings)
         env = os.environ if environ is None else environ
         cache = JudgeCache(settings.home_dir / "judge-cache" / "judge.sqlite")
         return cls(config, cache, api_key=env.get(config.api_key_env, ""))

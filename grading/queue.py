@@ -53,13 +53,17 @@ def claim(store: Store, owner: str, lease_s: float) -> GradeRequest | None:
     """Lease the oldest queued request (or one whose lease expired), or return None.
 
     The conditional UPDATE is the atomic step: two claimers can read the same candidate, but
-    only one UPDATE matches it; the other moves on to the next candidate.
+    only one UPDATE matches it; the other moves on to the next candidate. On PostgreSQL the
+    candidate is also row-locked with `FOR UPDATE SKIP LOCKED`, so claimers on several nodes
+    pass over each other's candidates instead of queueing behind them (SQLite ignores the
+    clause; its `BEGIN IMMEDIATE` already admits one writer at a time).
     """
     now = utcnow()
     with store.session() as s:
         for _ in range(10):
             cand = s.exec(select(GradeRequest.id).where(_claimable(now))
-                          .order_by(GradeRequest.id).limit(1)).first()
+                          .order_by(GradeRequest.id).limit(1)
+                          .with_for_update(skip_locked=True)).first()
             if cand is None:
                 return None
             res = s.exec(update(GradeRequest)  # type: ignore[call-overload]

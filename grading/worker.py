@@ -8,7 +8,12 @@ The worker never writes to the store. It reads its job either from a JSON spec
 (`--spec '{"task_id": ..., "checkpoint_dir": ..., "split": ..., "settings": {...}}'`) or from
 the store (`--db URL --request ID`: the grade request's submission copy), and writes the
 `EvalResult` as JSON to `--out FILE` (or stdout). Exit 0 on success, 2 on a usage error,
-1 on an evaluation error (the traceback goes to stderr).
+1 on an evaluation error (the traceback goes to stderr), 3 when the model does not fit in the
+GPU's free memory beside the agent's job (one line on stderr saying how much is needed and
+free; see `gpu_memory`).
+
+One evaluation per process also keeps the GPU clean: whatever the engine allocated goes back
+to the device when the worker exits, whichever way it exits.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from a2rl.settings import Settings
+
+from .gpu_memory import GpuMemoryUnavailable
 
 
 class WorkerSpec(BaseModel):
@@ -75,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec_from_store(args.db, args.request, json.loads(args.settings))
     else:
         parser.error("give --spec, or --db and --request")
-    text = run_spec(spec)
+    try:
+        text = run_spec(spec)
+    except GpuMemoryUnavailable as exc:  # a plain status for the agent, not a traceback
+        sys.stderr.write(f"{exc}\n")
+        return 3
     if args.out:
         tmp = Path(args.out + ".tmp")
         tmp.write_text(text)

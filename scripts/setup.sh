@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-key=$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)
+# Extras: `make test` adds alfworld (two C/C++ sdists, about 4 minutes cold); `make demo` does not.
+extras=${A2RL_EXTRAS:-dev,docker,fleet}
+key=$( (cat constraints.txt pyproject.toml; echo "$extras") | sha256sum | cut -c1-16)
 stamp=.venv/.a2rl-setup-$key
 if [ -f "$stamp" ]; then exit 0; fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
@@ -23,7 +25,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     "${pip[@]}" install "$torch_pin"
   fi
 fi
-"${pip[@]}" install -c constraints.txt -e ".[dev,docker]"
+"${pip[@]}" install -c constraints.txt -e ".[$extras]"
 rm -f .venv/.a2rl-setup-*
 touch "$stamp"
 echo "setup: .venv ready"

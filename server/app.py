@@ -27,6 +27,7 @@ from .auth import RunTokenVerifier
 from .grading_pump import GradingPump
 from .instructions import instructions_for
 from .recording import end_call, start_call, summarize
+from .services import ServiceHost, start_run_services
 
 ALWAYS_ALLOWED = {"budget_status", "get_score"}
 
@@ -37,6 +38,7 @@ class RunRegistry:
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings, self.store = settings, store
         self._runtimes: dict[str, RunRuntime] = {}
+        self._services: dict[str, list[ServiceHost]] = {}
         # its thread starts on the first wake()
         self.pump = GradingPump(settings, store, on_deadline=self._deadline_moved)
 
@@ -45,6 +47,17 @@ class RunRegistry:
         rt = self._runtimes.get(run_id)
         if rt is not None and rt.has_sandbox():
             rt.sandbox().set_deadline(deadline.timestamp())
+
+    def _start_services(self, rt: RunRuntime, run: Run) -> None:
+        """The task's per-run services (sockets in `services/`); a failure is logged and the
+        run goes on without them (the env code inside then reports the missing socket)."""
+        if run.ended_at is not None:
+            return
+        try:
+            self._services[run.id] = start_run_services(self.settings, self.store, run,
+                                                        rt.dir / "services")
+        except Exception:
+            rt.log.exception("the task's services could not start")
 
     def get(self, run_id: str) -> RunRuntime:
         if run_id not in self._runtimes:
@@ -55,6 +68,7 @@ class RunRegistry:
             rt = RunRuntime(self.settings, self.store, run)
             rt.grading_pump = self.pump
             self._runtimes[run_id] = rt
+            self._start_services(rt, run)
         return self._runtimes[run_id]
 
 

@@ -83,7 +83,7 @@ def create_run(
         id=run_id, task_id=task_id, backend=backend, protocol=protocol,
         workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
         max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
-        base_model=task.base_model_name,
+        base_model=task.base_model_name(settings),
         baseline_dev=scores["dev"].score if scores else None,
         baseline_test=scores["test"].score if scores else None,
         config={"network": network, "allow_unisolated": unsafe or task.spec.toy,

@@ -1,8 +1,12 @@
-"""Opening the store: engine setup, SQLite concurrency settings and schema versioning.
+"""Opening the store: engine setup per dialect, concurrency settings and schema versioning.
 
 SQLite runs in WAL mode with a busy timeout and `BEGIN IMMEDIATE` transactions, so that writers
 in several threads and processes queue for the write lock instead of failing on a lock upgrade.
-Keep transactions short: a session is opened per operation, never held across a tool call.
+PostgreSQL (a fleet's shared store) runs plain READ COMMITTED transactions: the few places that
+race use row locks (the grading queue's `FOR UPDATE SKIP LOCKED`), `ON CONFLICT DO NOTHING`
+(blobs) or a transaction-scoped advisory lock (schema creation and migration, which several
+nodes may attempt at once). Keep transactions short: a session is opened per operation, never
+held across a tool call.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Connection, event, inspect
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlmodel import Session, SQLModel, create_engine, select
 
 from . import models
@@ -28,12 +33,43 @@ def _v1_to_v2(conn: Connection) -> None:
         conn.exec_driver_sql(f"ALTER TABLE run ADD COLUMN {column} {kind}")
 
 
+def _v2_to_v3(conn: Connection) -> None:
+    """Runs gain their fleet membership (`a2rl fleet`: the resume key and the node)."""
+    for column, kind in (("fleet_id", "VARCHAR"), ("fleet_repeat", "INTEGER"),
+                         ("fleet_node", "VARCHAR")):
+        conn.exec_driver_sql(f"ALTER TABLE run ADD COLUMN {column} {kind}")
+    conn.exec_driver_sql("CREATE INDEX ix_run_fleet_id ON run (fleet_id)")
+
+
 # Each entry upgrades the schema from version n to n + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+#: pg_advisory_xact_lock key serializing schema creation and migration across processes.
+SCHEMA_LOCK_KEY = 0x61327266  # "a2rf"
+
+
+def blob_row(data: bytes) -> Blob:
+    """The `Blob` row for some bytes: zlib-compressed unless that does not make them smaller."""
+    packed, encoding = zlib.compress(data, 1), "zlib"
+    if len(packed) >= len(data):
+        packed, encoding = data, "raw"
+    return Blob(sha256=hashlib.sha256(data).hexdigest(), size=len(data), encoding=encoding,
+                data=packed)
 
 
 class StoreVersionError(RuntimeError):
     """The database was written by a different, incompatible version of a2rl."""
+
+
+def _engine_options(dialect: str) -> dict[str, Any]:
+    if dialect == "sqlite":
+        return {"connect_args": {"check_same_thread": False, "timeout": 30}}
+    if dialect == "postgresql":
+        # Sessions in UTC, as a2rl keeps every time (timestamptz columns), so that psql and
+        # date functions agree with it; pre-ping replaces connections that a restarted
+        # server or an idle timeout closed.
+        return {"pool_pre_ping": True, "connect_args": {"options": "-c timezone=UTC"}}
+    return {}
 
 
 def _sqlite_setup(engine: Engine) -> None:
@@ -51,21 +87,31 @@ def _sqlite_setup(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _dialect_insert(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
+
+
 class Store:
     """A handle on one database. Cheap to share between threads; open one per process."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        is_sqlite = url.startswith("sqlite")
-        kwargs = {"connect_args": {"check_same_thread": False, "timeout": 30}} if is_sqlite else {}
-        self.engine = create_engine(url, **kwargs)
-        if is_sqlite:
+        #: the SQLAlchemy backend name: "sqlite", "postgresql", ...
+        self.dialect = make_url(url).get_backend_name()
+        self.engine = create_engine(url, **_engine_options(self.dialect))
+        if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
         self._blob_lock = threading.Lock()
         self._ensure_schema()
 
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:
+            if self.dialect == "postgresql":  # nodes opening a new store at once take turns
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
             fresh = not inspect(conn).has_table("meta")
             SQLModel.metadata.create_all(conn)
             if fresh:
@@ -101,15 +147,20 @@ class Store:
 
     def put_blob(self, data: bytes) -> str:
         """Store bytes once and return their sha256."""
-        sha = hashlib.sha256(data).hexdigest()
-        packed = zlib.compress(data, 1)
-        encoding = "zlib"
-        if len(packed) >= len(data):
-            packed, encoding = data, "raw"
+        blob = blob_row(data)
+        if self.dialect in ("sqlite", "postgresql"):
+            # One atomic statement: concurrent writers of the same content (two nodes
+            # storing one file) cannot collide on the primary key.
+            insert = _dialect_insert(self.dialect)
+            values = blob.model_dump()
+            with self.session() as s:
+                s.execute(insert(Blob).values(**values).on_conflict_do_nothing(
+                    index_elements=["sha256"]))
+            return blob.sha256
         with self._blob_lock, self.session() as s:
-            if s.get(Blob, sha) is None:
-                s.add(Blob(sha256=sha, size=len(data), encoding=encoding, data=packed))
-        return sha
+            if s.get(Blob, blob.sha256) is None:
+                s.add(blob)
+        return blob.sha256
 
     def get_blob(self, sha: str) -> bytes:
         with self.session() as s:

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, LargeBinary
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 def utcnow() -> datetime:
@@ -63,6 +63,11 @@ class Run(SQLModel, table=True):
     agent_exit_code: int | None = None
     agent_transcript_sha: str | None = None  # its stdout (a JSONL stream where it emits one)
     agent_stderr_sha: str | None = None
+    # schema v3: membership of an `a2rl fleet` (the resume key is fleet, task, agent, driver
+    # model and repeat index) and the node that ran it
+    fleet_id: str | None = Field(default=None, index=True)
+    fleet_repeat: int | None = None
+    fleet_node: str | None = None
 
 
 class ToolCall(SQLModel, table=True):
@@ -195,3 +200,24 @@ class BudgetEvent(SQLModel, table=True):
     kind: str  # clock_start|grading_start|grading_end|exhausted|finished|...
     at: datetime = Field(default_factory=utcnow)
     detail: dict[str, Any] = _json(dict)
+
+
+def _defer_foreign_keys() -> None:
+    """Check foreign keys at commit, not per statement.
+
+    Why: a session flushes the rows of different tables in an order of SQLAlchemy's choosing
+    (the models declare no relationships), so a run and its first budget event added in one
+    transaction may reach the database child first. SQLite does not enforce foreign keys by
+    default; PostgreSQL does, and with deferred constraints it checks them when the
+    transaction commits, where the order no longer matters.
+    """
+    for table in SQLModel.metadata.tables.values():
+        if table.name in _OURS:
+            for fk in table.foreign_key_constraints:
+                fk.deferrable, fk.initially = True, "DEFERRED"
+
+
+_OURS = {m.__tablename__ for m in (Meta, Run, ToolCall, Blob, Revision, Snapshot, SnapshotFile,
+                                   Job, Submission, Evaluation, GradeRequest, BaselineCache,
+                                   BudgetEvent)}
+_defer_foreign_keys()

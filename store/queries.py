@@ -8,7 +8,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from .db import Store
-from .models import Job, Revision, Run, Submission, ToolCall
+from .models import Evaluation, Job, Revision, Run, Submission, ToolCall
 
 
 def _count(s: Any, model: Any, run_id: str) -> int:
@@ -39,10 +39,23 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any] | None:
     return doc
 
 
+def baseline_evaluation(s: Any, run: Run, split: str) -> Evaluation | None:
+    """The baseline evaluation a run's `baseline_<split>` came from.
+
+    Runs record the baseline's score, not its row (it is cached across runs), so this is the
+    oldest baseline evaluation of that split with that score. Reports take the test split's
+    sample size from it, and exports carry it along.
+    """
+    score = run.baseline_test if split == "test" else run.baseline_dev
+    if score is None:
+        return None
+    return s.exec(select(Evaluation).where(
+        Evaluation.kind == "baseline", Evaluation.split == split, Evaluation.score == score)
+        .order_by(Evaluation.id)).first()  # type: ignore[arg-type]
+
+
 def best_submission(store: Store, run_id: str, split: str) -> tuple[Submission, Any] | None:
     """The best graded submission of a run on `split`; ties go to the earliest."""
-    from .models import Evaluation
-
     with store.session() as s:
         rows = s.exec(select(Submission, Evaluation).join(
             Evaluation, Evaluation.submission_id == Submission.id).where(  # type: ignore[arg-type]

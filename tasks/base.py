@@ -38,6 +38,9 @@ class ItemResult(BaseModel):
     expected: str
     correct: bool
     parsed: str | None = None
+    #: Interactive (level-3) tasks: the episode record (actions, observations, rewards,
+    #: success, error); `output` then holds its transcript. See docs/level3.md.
+    episode: dict[str, Any] | None = None
 
 
 class ScoreResult(BaseModel):
@@ -67,7 +70,7 @@ class Task(ABC):
 
     # --- data -------------------------------------------------------------------------------
     @abstractmethod
-    def train_items(self) -> list[dict[str, Any]]:
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         """The visible train split, as written to data/train.jsonl."""
 
     @abstractmethod
@@ -87,19 +90,16 @@ class Task(ABC):
     # --- workspace --------------------------------------------------------------------------
     base_model_override: str | None = None  # set by a task constructed with base_model=
 
-    @property
-    def base_model_name(self) -> str:
-        """The base model this task uses: the constructor's override, then
-        `A2RL_<TASK>_BASE_MODEL`, then `A2RL_BASE_MODEL`, then the spec's default (a hub id,
-        a folder or `tiny-llama`)."""
-        from .hub import configured_base_model
-
-        return configured_base_model(self.spec.id, self.spec.default_base_model,
-                                     self.base_model_override)
+    def base_model_name(self, settings: Settings) -> str:
+        """The base model this task uses: the constructor's override, then the settings'
+        `task_base_models[<task>]`, then `base_model`, then the spec's default (a hub id, a
+        folder or `tiny-llama`)."""
+        return (self.base_model_override or settings.base_model_of(self.spec.id)
+                or self.spec.default_base_model)
 
     def base_model_dir(self, settings: Settings) -> Path:
         """The cached base model (built or fetched on first use)."""
-        return resolve_base_model(self.base_model_name, settings)
+        return resolve_base_model(self.base_model_name(settings), settings)
 
     def task_md(self) -> str:
         return self.spec.description
@@ -124,7 +124,7 @@ class Task(ABC):
         if train.exists():
             train.chmod(0o644)
         with train.open("w") as f:
-            for item in self.train_items():
+            for item in self.train_items(settings):
                 f.write(json.dumps(item) + "\n")
         train.chmod(0o444)
         copy_tree_readonly(self.base_model_dir(settings), workspace / "base_model",

@@ -8,13 +8,13 @@ without touching the network. When the hub cannot be reached and nothing is cach
 says so in one line (`BaseModelUnavailable`, a `RuntimeError` the command line reports plainly).
 
 Overrides (documented in each task's TASK.md): a task constructed with `base_model=...` uses it;
-otherwise the environment variable `A2RL_<TASK>_BASE_MODEL` (e.g. `A2RL_GSM8K_BASE_MODEL`), then
-`A2RL_BASE_MODEL`, then the spec's `default_base_model`. Tests set `A2RL_BASE_MODEL=tiny-llama`.
+otherwise the settings `task_base_models` (env `A2RL_<TASK>_BASE_MODEL`, e.g.
+`A2RL_GSM8K_BASE_MODEL`), then `base_model` (`A2RL_BASE_MODEL`), then the spec's
+`default_base_model`. Tests set `A2RL_BASE_MODEL=tiny-llama`.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -76,11 +76,3 @@ def ensure_hub_model(
     partial.rename(dest)
     (dest / COMPLETE_MARKER).write_text(f"{repo_id}@{revision or 'main'}\n")
     return dest
-
-
-def configured_base_model(task_id: str, default: str, override: str | None = None) -> str:
-    """The base model name a task uses: explicit override, then per-task env, then
-    `A2RL_BASE_MODEL`, then the task's default (see the module docstring)."""
-    env_key = f"A2RL_{re.sub(r'[^A-Za-z0-9]', '_', task_id).upper()}_BASE_MODEL"
-    return (override or os.environ.get(env_key) or os.environ.get("A2RL_BASE_MODEL")
-            or default)

@@ -30,15 +30,23 @@ def list_tasks() -> list[Task]:
 
 
 def _register_builtin() -> None:
+    from .alfworld.task import AlfWorldTask
     from .alpacaeval.task import AlpacaEvalTask
     from .arith.task import ArithTask
+    from .deepsearchqa.task import DeepSearchQATask
     from .gsm8k.task import GSM8KTask
     from .humaneval.task import HumanEvalTask
+    from .textquest.task import TextQuestTask
+    from .webshop.task import WebShopTask
 
     register("arith", ArithTask)
     register("gsm8k", GSM8KTask)
     register("humaneval", HumanEvalTask)
     register("alpacaeval", AlpacaEvalTask)
+    register("textquest", TextQuestTask)
+    register("webshop", WebShopTask)
+    register("alfworld", AlfWorldTask)
+    register("deepsearchqa", DeepSearchQATask)
 
 
 _register_builtin()

@@ -24,6 +24,13 @@ class GraderSettings(BaseModel):
     stop: list[str] = Field(default_factory=list, description="output is cut at the first stop")
     batch_size: int = Field(256, description="prompts per generate call")
 
+    def capped(self, max_new_tokens: int) -> GraderSettings:
+        """These settings with the generation length cut to `max_new_tokens` (0: unchanged),
+        for smoke runs on hardware that cannot afford the task's own length."""
+        if max_new_tokens <= 0 or max_new_tokens >= self.max_new_tokens:
+            return self
+        return self.model_copy(update={"max_new_tokens": max_new_tokens})
+
 
 class TaskSpec(BaseModel):
     """The static description of a task."""

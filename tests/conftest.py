@@ -30,6 +30,11 @@ def require_bwrap() -> None:
             "bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
 
 
+# PostgreSQL on loopback (`postgres`) and a store URL per dialect (`db_url`); after `require`,
+# which tests/pg.py imports.
+from .pg import db_url, postgres  # noqa: E402, F401
+
+
 @pytest.fixture(scope="session")
 def a2rl_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One home per test session, so that the tiny base model is built once."""

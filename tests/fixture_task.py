@@ -15,7 +15,7 @@ class FixtureTask(Task):
                     description="# fixture\nA task that only tests use.\n", version="1",
                     default_budget="30m")
 
-    def train_items(self) -> list[dict[str, Any]]:
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return [{"id": f"t{i}", "prompt": f"{i}+1", "answer": str(i + 1)} for i in range(5)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:

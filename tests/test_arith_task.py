@@ -28,7 +28,7 @@ def test_generation_is_deterministic() -> None:
 
 def test_splits_are_disjoint_and_sized(settings: Settings) -> None:
     task = get_task("arith")
-    train = {it["prompt"] for it in task.train_items()}
+    train = {it["prompt"] for it in task.train_items(settings)}
     dev = task.load_split("dev", settings)
     test = task.load_split("test", settings)
     assert (len(train), len(dev), len(test)) == (6000, 200, 500)

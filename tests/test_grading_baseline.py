@@ -25,6 +25,6 @@ def test_baseline_is_cached(tmp_path: Path) -> None:
         evs = list(s.exec(select(Evaluation)))
         cache = list(s.exec(select(BaselineCache)))
     assert len(evs) == 2 and {e.kind for e in evs} == {"baseline"}
-    assert len(cache) == 2 and {c.key for c in cache} == {baseline_key(task, base)}
+    assert len(cache) == 2 and {c.key for c in cache} == {baseline_key(task, base, settings)}
     assert first["dev"].score is not None and first["dev"].score <= 0.05
     assert first["test"].n_items == 500

@@ -1,7 +1,13 @@
-"""The grading queue: leases, ordering, and failures (timeout, crash) recorded as evaluations."""
+"""The grading queue: leases, ordering, and failures (timeout, crash) recorded as evaluations.
+
+Each test runs on SQLite and on PostgreSQL (the `db_url` fixture, tests/pg.py), except the
+worker-failure tests: what they check (how a dead or crashing grader process is recorded) does
+not depend on the database, and each costs a grader process, so they run on SQLite only.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -33,9 +39,12 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path]:
     return settings, copy
 
 
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
+def store(db_url: str, tmp_path: Path) -> Store:
+    s = Store(db_url)
     with s.session() as sess:
         sess.add(Run(id="r1", task_id="arith", workspace=str(tmp_path), budget_s=600))
     return s
@@ -65,6 +74,32 @@ def test_claim_is_fifo_and_reclaims_expired_leases(store: Store) -> None:
     assert claim(store, "w4", lease_s=60) is None
 
 
+def _claim_all(url: str, owner: str, out: multiprocessing.Queue) -> None:
+    store = Store(url)
+    got = []
+    while (req := claim(store, owner, lease_s=600)) is not None:
+        got.append(req.id)
+    out.put(got)
+
+
+def test_concurrent_claimers_take_each_request_once(store: Store) -> None:
+    """Four processes (grader workers on several nodes) drain one queue: no request is
+    claimed twice and none is left."""
+    ids = [enqueue(store, "r1", f"s{i}", "dev") for i in range(60)]
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_claim_all, args=(store.url, f"w{n}", out)) for n in range(4)]
+    for p in procs:
+        p.start()
+    claimed = [i for _ in procs for i in out.get(timeout=120)]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert sorted(claimed) == ids
+    reqs = rows(store, GradeRequest)
+    assert all(r.state == "leased" and r.attempts == 1 for r in reqs)
+
+
 def test_two_requests_processed_in_order(store: Store, ckpt) -> None:
     settings, copy = ckpt
     r1, r2 = submit(store, "s1", copy), submit(store, "s2", copy, split="test")
@@ -87,6 +122,7 @@ def rows_subs(store: Store) -> list[Submission]:
         return list(s.exec(select(Submission)))
 
 
+@SQLITE_ONLY
 def test_killed_worker_fails_and_next_is_processed(store: Store, ckpt) -> None:
     settings, copy = ckpt
     submit(store, "slow", copy)
@@ -104,6 +140,7 @@ def test_killed_worker_fails_and_next_is_processed(store: Store, ckpt) -> None:
     assert [r.state for r in rows(store, GradeRequest)] == ["failed", "done"]
 
 
+@SQLITE_ONLY
 def test_crashing_worker_reports_stderr(store: Store, ckpt, tmp_path: Path) -> None:
     settings, _ = ckpt
     submit(store, "broken", tmp_path / "does-not-exist")
@@ -114,6 +151,7 @@ def test_crashing_worker_reports_stderr(store: Store, ckpt, tmp_path: Path) -> N
     assert "does-not-exist" in ev.error or "Error" in ev.error
 
 
+@SQLITE_ONLY
 def test_worker_reads_its_job_from_the_store(store: Store, ckpt, tmp_path: Path) -> None:
     from a2rl.grading.evaluate import EvalResult
     from a2rl.grading.worker import main

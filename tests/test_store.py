@@ -1,16 +1,28 @@
-"""The store: blobs, schema versioning, and concurrent writers in threads and processes."""
+"""The store: blobs, schema versioning, and concurrent writers in threads and processes.
+
+Every test that takes `db_url` or `store` runs on SQLite and on PostgreSQL (tests/pg.py).
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func
+from sqlalchemy import func, text
 from sqlmodel import select
 
 from a2rl.store import SCHEMA_VERSION, Blob, Meta, Run, Store, StoreVersionError, ToolCall
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = Store(db_url)
+    yield s
+    s.close()
 
 
 def _run(store: Store, run_id: str = "r-test") -> None:
@@ -30,14 +42,42 @@ def test_blobs_are_deduplicated_and_round_trip(store: Store) -> None:
         store.get_blob("0" * 64)
 
 
-def test_sqlite_is_in_wal_mode(store: Store) -> None:
+def test_a_run_and_its_rows_in_one_transaction(store: Store) -> None:
+    """Flush order is SQLAlchemy's; foreign keys are checked at commit (PostgreSQL enforces
+    them), so a child added with its parent in one session is fine, and an orphan is not."""
+    from sqlalchemy.exc import IntegrityError
+
+    from a2rl.store import BudgetEvent
+
+    with store.session() as s:
+        s.add(Run(id="r-1", task_id="arith", workspace="/x", budget_s=60))
+        s.add(BudgetEvent(run_id="r-1", kind="clock_start"))
+    if store.dialect == "postgresql":
+        with pytest.raises(IntegrityError), store.session() as s:
+            s.add(BudgetEvent(run_id="r-missing", kind="clock_start"))
+
+
+def test_sqlite_is_in_wal_mode(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30000
 
 
-def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'x.db'}"
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_postgres_sessions_run_in_utc(db_url: str) -> None:
+    store = Store(db_url)
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW timezone").scalar() == "UTC"
+    _run(store)
+    with store.session() as s:
+        stored = s.exec(select(Run.created_at)).one()
+        drift = abs((stored - datetime.now(UTC)).total_seconds())
+        assert stored.utcoffset().total_seconds() == 0 and drift < 60  # aware, in UTC
+
+
+def test_newer_schema_is_a_clear_error(db_url: str) -> None:
+    url = db_url
     Store(url).close()
     s = Store(url)
     with s.session() as session:
@@ -49,10 +89,10 @@ def test_newer_schema_is_a_clear_error(tmp_path: Path) -> None:
         Store(url)
 
 
-def test_older_schema_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_older_schema_is_migrated(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from a2rl.store import db, models
 
-    url = f"sqlite:///{tmp_path / 'x.db'}"
+    url = db_url
     Store(url).close()
     applied = []
     monkeypatch.setattr(models, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
@@ -93,10 +133,11 @@ def _write_in_process(url: str, n: int) -> None:
         store.put_blob(f"shared blob {i}".encode())
 
 
-def test_concurrent_writers_across_processes(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_writers_across_processes(store: Store) -> None:
+    """Four processes write rows and the same 50 blobs (same content: one row each)."""
     _run(store)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_write_in_process, args=(settings.database_url, n))
+    procs = [ctx.Process(target=_write_in_process, args=(store.url, n))
              for n in range(4)]
     for p in procs:
         p.start()
@@ -108,23 +149,53 @@ def test_concurrent_writers_across_processes(settings, store: Store) -> None:  #
         assert s.exec(select(func.count()).select_from(Blob)).one() == 50
 
 
-def test_v1_store_is_migrated_to_v2(tmp_path: Path) -> None:
-    """A store written before runs recorded their agent keeps its rows and gains the columns."""
-    import sqlite3
-
-    url = f"sqlite:///{tmp_path / 'old.db'}"
+def _open(url: str) -> None:
     Store(url).close()
-    db = sqlite3.connect(tmp_path / "old.db")
-    for column in ("agent_status", "agent_exit_code", "agent_transcript_sha", "agent_stderr_sha"):
-        db.execute(f"ALTER TABLE run DROP COLUMN {column}")
-    db.execute("INSERT INTO run (id, task_id, status, backend, protocol, workspace, budget_s, "
-               "grading_clock, created_at, config) VALUES ('r-old', 'arith', 'finished', "
-               "'local', 'heldout', '/x', 60, 'counted', '2026-01-01', '{}')")
-    db.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    db.commit()
-    db.close()
+
+
+def test_processes_opening_a_new_store_at_once(db_url: str) -> None:
+    """Nodes starting together all create (or find) the schema; none fails on a race."""
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open, args=(db_url,)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    store = Store(db_url)
+    with store.session() as s:
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
+
+
+# the columns each schema version added to `run`
+_ADDED = {2: ("agent_status", "agent_exit_code", "agent_transcript_sha", "agent_stderr_sha"),
+          3: ("fleet_id", "fleet_repeat", "fleet_node")}
+
+
+def test_v1_store_is_migrated(db_url: str) -> None:
+    """A store written before runs recorded their agent (v1) and their fleet (v2) keeps its
+    rows and gains the columns."""
+    url = db_url
+    Store(url).close()
+    old = Store(url)
+    with old.engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_run_fleet_id"))
+        for columns in _ADDED.values():
+            for column in columns:
+                conn.execute(text(f"ALTER TABLE run DROP COLUMN {column}"))
+        conn.execute(text(
+            "INSERT INTO run (id, task_id, status, backend, protocol, workspace, budget_s, "
+            "grading_clock, created_at, config) VALUES ('r-old', 'arith', 'finished', "
+            "'local', 'heldout', '/x', 60, 'counted', '2026-01-01', '{}')"))
+        conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
+    old.close()
     store = Store(url)
     with store.session() as s:
         run = s.get(Run, "r-old")
-        assert run is not None and run.agent_status is None
+        assert run is not None and run.agent_status is None and run.fleet_id is None
         assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
+    _run(store, "r-new")
+    with store.session() as s:
+        s.get(Run, "r-new").fleet_id = "f1"
+    with store.session() as s:
+        assert s.exec(select(Run.id).where(Run.fleet_id == "f1")).all() == ["r-new"]

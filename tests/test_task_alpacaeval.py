@@ -18,19 +18,13 @@ from a2rl.grading.judge import (
     model_shown_first,
     parse_verdict,
 )
-from a2rl.settings import Settings
+from a2rl.settings import Settings, load_settings
 from a2rl.tasks.alpacaeval import AlpacaEvalTask
 from a2rl.tasks.alpacaeval.length_control import length_controlled_win_rate, win_rate
 
 from .fake_judge import FakeJudge, always, answer, shown_outputs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
-
-
-@pytest.fixture(autouse=True)
-def _fixture_data(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("A2RL_ALPACAEVAL_DIR", str(FIXTURES))
-    monkeypatch.delenv("A2RL_ALPACAEVAL_REFERENCE_FILE", raising=False)
 
 
 @pytest.fixture
@@ -41,7 +35,7 @@ def fake() -> Iterator[FakeJudge]:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Settings:
-    return Settings(home=tmp_path / "home")
+    return Settings(home=tmp_path / "home", alpacaeval_dir=str(FIXTURES))
 
 
 def make_judge(server: FakeJudge, cache: JudgeCache | None = None, **kw: Any) -> Judge:
@@ -60,7 +54,7 @@ def outputs_for(items: Sequence[dict[str, Any]], good: set[int]) -> list[str]:
 def test_splits_from_fixtures(home: Settings) -> None:
     task = AlpacaEvalTask(n_train=8, n_dev=4)
     assert (task.spec.id, task.spec.level) == ("alpacaeval", 2)
-    train = task.train_items()
+    train = task.train_items(home)
     dev = task.load_split("dev", home)
     test = task.load_split("test", home)
     assert (len(train), len(dev), len(test)) == (8, 4, 12)
@@ -76,13 +70,13 @@ def test_splits_from_fixtures(home: Settings) -> None:
         task.load_split("train", home)  # type: ignore[arg-type]
 
 
-def test_reference_file_override(home: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("A2RL_ALPACAEVAL_REFERENCE_FILE", "alpaca_eval.json")
-    test = AlpacaEvalTask(n_train=8, n_dev=4).load_split("test", home)
+def test_reference_file_override(home: Settings) -> None:
+    v1 = home.model_copy(update={"alpacaeval_reference_file": "alpaca_eval.json"})
+    test = AlpacaEvalTask(n_train=8, n_dev=4).load_split("test", v1)
     assert test[0]["reference_generator"] == "text_davinci_003"
-    monkeypatch.setenv("A2RL_ALPACAEVAL_REFERENCE_FILE", "missing.json")
+    missing = home.model_copy(update={"alpacaeval_reference_file": "missing.json"})
     with pytest.raises(FileNotFoundError):
-        AlpacaEvalTask().load_split("test", home)
+        AlpacaEvalTask().load_split("test", missing)
 
 
 def test_hub_loading_calls(home: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,7 +86,7 @@ def test_hub_loading_calls(home: Settings, monkeypatch: pytest.MonkeyPatch) -> N
 
     import huggingface_hub
 
-    monkeypatch.delenv("A2RL_ALPACAEVAL_DIR")
+    home = home.model_copy(update={"alpacaeval_dir": ""})
     calls: list[dict[str, Any]] = []
 
     def download(**kw: Any) -> str:
@@ -110,7 +104,7 @@ def test_hub_loading_calls(home: Settings, monkeypatch: pytest.MonkeyPatch) -> N
     assert len(task.load_split("test", home)) == 12
     assert calls[0] == {"repo_id": "tatsu-lab/alpaca_eval",
                         "filename": "alpaca_eval_gpt4_baseline.json", "repo_type": "dataset"}
-    assert len(task.train_items()) == 5 and len(task.load_split("dev", home)) == 3
+    assert len(task.train_items(home)) == 5 and len(task.load_split("dev", home)) == 3
     assert calls[1] == {"name": "tatsu-lab/alpaca", "split": "train[:8]"}
 
     def offline(**kw: Any) -> str:
@@ -253,11 +247,14 @@ def test_errors_are_not_cached(fake: FakeJudge, home: Settings) -> None:
     assert j.winner == "model" and not j.cached and len(fake.requests) == 3
 
 
-def test_judge_from_env(fake: FakeJudge, home: Settings) -> None:
-    env = {"A2RL_JUDGE_BASE_URL": fake.base_url, "A2RL_JUDGE_MODEL": "judge-x",
-           "A2RL_JUDGE_API_KEY_ENV": "MY_JUDGE_KEY", "MY_JUDGE_KEY": "sk-env",
-           "A2RL_JUDGE_MAX_RETRIES": "0"}
-    judge = Judge.from_env(home, env)
+def test_judge_from_settings(fake: FakeJudge, home: Settings) -> None:
+    """The judge's settings come from `A2RL_JUDGE_*` variables like every other setting."""
+    env = {"A2RL_HOME": str(home.home_dir), "A2RL_JUDGE_BASE_URL": fake.base_url,
+           "A2RL_JUDGE_MODEL": "judge-x", "A2RL_JUDGE_API_KEY_ENV": "MY_JUDGE_KEY",
+           "MY_JUDGE_KEY": "sk-env", "A2RL_JUDGE_MAX_RETRIES": "0"}
+    settings, sources = load_settings(environ=env)
+    assert sources["judge_model"] == "env" and settings.judge_max_retries == 0
+    judge = Judge.from_settings(settings, env)
     assert judge.config.model == "judge-x" and judge.config.max_retries == 0
     assert judge.cache and judge.cache.path == home.home_dir / "judge-cache" / "judge.sqlite"
     judge.judge_many(["a"], ["q"], ["GOOD"], ["r"])

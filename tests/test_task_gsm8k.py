@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from a2rl.grading import evaluate
-from a2rl.settings import Settings
+from a2rl.settings import Settings, load_settings
 from a2rl.tasks import get_task, list_tasks
 from a2rl.tasks.base_models import resolve_base_model
 from a2rl.tasks.gsm8k.scoring import (
@@ -25,11 +25,11 @@ from a2rl.tasks.gsm8k.task import GSM8KDataUnavailable, GSM8KTask
 from a2rl.tasks.hub import (
     COMPLETE_MARKER,
     BaseModelUnavailable,
-    configured_base_model,
     ensure_hub_model,
     hub_model_dir,
     is_hub_id,
 )
+from a2rl.tasks.humaneval.task import HumanEvalTask
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
 UNREACHABLE = "http://127.0.0.1:9"
@@ -98,7 +98,7 @@ def test_fixture_is_in_the_real_schema() -> None:
 
 def test_splits_sizes_and_disjoint() -> None:
     task = GSM8KTask(data_dir=FIXTURE, base_model="tiny-llama")
-    train, dev = task.train_items(), task.load_split("dev", Settings())
+    train, dev = task.train_items(Settings()), task.load_split("dev", Settings())
     test = task.load_split("test", Settings())
     n_rows = len(fixture_rows("train"))
     assert (len(train), len(dev), len(test)) == (n_rows - n_rows // 4, n_rows // 4, 4)
@@ -128,21 +128,24 @@ def test_task_md_states_prompt_and_listing() -> None:
     assert task.spec.default_base_model == "Qwen/Qwen2.5-1.5B"
 
 
-def test_env_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("A2RL_BASE_MODEL", raising=False)
-    monkeypatch.delenv("A2RL_GSM8K_BASE_MODEL", raising=False)
-    assert GSM8KTask().base_model_name == "Qwen/Qwen2.5-1.5B"
-    monkeypatch.setenv("A2RL_BASE_MODEL", "tiny-llama")
-    assert GSM8KTask().base_model_name == "tiny-llama"
-    monkeypatch.setenv("A2RL_GSM8K_BASE_MODEL", "/models/x")
-    assert GSM8KTask().base_model_name == "/models/x"
-    assert GSM8KTask(base_model="a/b").base_model_name == "a/b"
-    assert configured_base_model("humaneval", "d") == "tiny-llama"
-    monkeypatch.setenv("A2RL_GSM8K_DIR", str(FIXTURE))
-    assert len(GSM8KTask().load_split("test", Settings())) == 4
-    monkeypatch.setenv("A2RL_GSM8K_DIR", str(tmp_path))
+def test_settings_overrides(tmp_path: Path) -> None:
+    """Base model and data folder come from settings: `A2RL_BASE_MODEL`, then the per-task
+    `A2RL_GSM8K_BASE_MODEL` over it, and the constructor's override over both."""
+    def settings(**env: str) -> Settings:
+        return load_settings(environ={"A2RL_HOME": str(tmp_path), **env})[0]
+
+    assert GSM8KTask().base_model_name(settings()) == "Qwen/Qwen2.5-1.5B"
+    assert GSM8KTask().base_model_name(settings(A2RL_BASE_MODEL="tiny-llama")) == "tiny-llama"
+    both = settings(A2RL_BASE_MODEL="tiny-llama", A2RL_GSM8K_BASE_MODEL="/models/x")
+    assert GSM8KTask().base_model_name(both) == "/models/x"
+    assert HumanEvalTask().base_model_name(both) == "tiny-llama"
+    assert GSM8KTask(base_model="a/b").base_model_name(both) == "a/b"
+    listed = settings(A2RL_TASK_BASE_MODELS="gsm8k=/m/g, humaneval=/m/h")
+    assert listed.task_base_models == {"gsm8k": "/m/g", "humaneval": "/m/h"}
+    assert HumanEvalTask().base_model_name(listed) == "/m/h"
+    assert len(GSM8KTask().load_split("test", settings(A2RL_GSM8K_DIR=str(FIXTURE)))) == 4
     with pytest.raises(GSM8KDataUnavailable, match="test.jsonl not found"):
-        GSM8KTask().load_split("test", Settings())
+        GSM8KTask().load_split("test", settings(A2RL_GSM8K_DIR=str(tmp_path)))
 
 
 def test_score_outputs_perfect_and_empty() -> None:
@@ -200,7 +203,7 @@ def test_prepare_workspace_writes_sft_ready_train(tmp_path: Path) -> None:
     task = GSM8KTask(data_dir=FIXTURE, base_model="tiny-llama")
     task.prepare_workspace(tmp_path / "ws", settings)
     rows = [json.loads(line) for line in (tmp_path / "ws" / "data" / "train.jsonl").open()]
-    assert len(rows) == len(task.train_items())
+    assert len(rows) == len(task.train_items(settings))
     assert {"prompt", "answer", "messages", "question", "target"} <= set(rows[0])
     assert (tmp_path / "ws" / "base_model" / "config.json").is_file()
     assert "Question: <question>" in (tmp_path / "ws" / "TASK.md").read_text()

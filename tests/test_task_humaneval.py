@@ -32,7 +32,7 @@ def problem(item: dict) -> dict:
 
 
 def test_splits(task: HumanEvalTask) -> None:
-    train, dev = task.train_items(), task.load_split("dev", Settings())
+    train, dev = task.train_items(Settings()), task.load_split("dev", Settings())
     test = task.load_split("test", Settings())
     assert (len(train), len(dev), len(test)) == (62, 20, 82)
     assert [it["id"] for it in dev] == [f"HumanEval/{i}" for i in DEV_IDS]

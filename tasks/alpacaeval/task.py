@@ -19,9 +19,7 @@ The score is the length-controlled win rate; the raw win rate and both intervals
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
-from functools import cached_property
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -37,7 +35,6 @@ EVAL_REPO = "tatsu-lab/alpaca_eval"
 TRAIN_REPO = "tatsu-lab/alpaca"
 DEFAULT_REFERENCE_FILE = "alpaca_eval_gpt4_baseline.json"
 DATA_DIR_ENV = "A2RL_ALPACAEVAL_DIR"
-REFERENCE_FILE_ENV = "A2RL_ALPACAEVAL_REFERENCE_FILE"
 ALPACA_FIXTURE = "alpaca.jsonl"
 GRADER = GraderSettings(max_new_tokens=1024, stop=["<|im_end|>", "<|endoftext|>", "</s>"],
                         batch_size=32)
@@ -56,19 +53,14 @@ def alpaca_prompt(row: dict[str, Any]) -> str:
     return f"{instruction}\n\n{extra}" if extra else instruction
 
 
-def _data_dir() -> Path | None:
-    raw = os.environ.get(DATA_DIR_ENV, "")
-    return Path(raw).expanduser() if raw else None
+def _data_dir(settings: Settings) -> Path | None:
+    return Path(settings.alpacaeval_dir).expanduser() if settings.alpacaeval_dir else None
 
 
-def _reference_file() -> str:
-    return os.environ.get(REFERENCE_FILE_ENV) or DEFAULT_REFERENCE_FILE
-
-
-def load_eval_rows() -> list[dict[str, Any]]:
+def load_eval_rows(settings: Settings) -> list[dict[str, Any]]:
     """The AlpacaEval rows (instruction, output, generator, dataset), from a file or the hub."""
-    name = _reference_file()
-    local = _data_dir()
+    name = settings.alpacaeval_reference_file
+    local = _data_dir(settings)
     if local is not None:
         path = local / name
         if not path.is_file():
@@ -90,9 +82,9 @@ def load_eval_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def load_alpaca_rows(n: int) -> list[dict[str, Any]]:
+def load_alpaca_rows(n: int, settings: Settings) -> list[dict[str, Any]]:
     """The first `n` rows of tatsu-lab/alpaca (instruction, input, output)."""
-    local = _data_dir()
+    local = _data_dir(settings)
     if local is not None:
         path = local / ALPACA_FIXTURE
         with path.open() as f:
@@ -133,18 +125,23 @@ class AlpacaEvalTask(Task):
                                  source=f"{TRAIN_REPO} rows {n_train}-{n_train + n_dev - 1}, "
                                         "judged against the dataset's own outputs"),
                 "test": SplitInfo(n_items=N_TEST, visible=False,
-                                  source=f"{EVAL_REPO} {_reference_file()}"),
+                                  source=f"{EVAL_REPO} {DEFAULT_REFERENCE_FILE} (setting "
+                                         "alpacaeval_reference_file)"),
             },
             grader=GRADER,
         )
 
-    @cached_property
-    def _alpaca(self) -> list[dict[str, Any]]:
-        return load_alpaca_rows(self.n_train + self.n_dev)
+    def _alpaca(self, settings: Settings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(train rows, dev rows). A source with fewer rows than both need (a small offline
+        copy) keeps its last quarter as dev, as GSM8K does, so dev is never empty."""
+        rows = load_alpaca_rows(self.n_train + self.n_dev, settings)
+        cut = self.n_train if len(rows) == self.n_train + self.n_dev else \
+            len(rows) - max(1, len(rows) // 4)
+        return rows[:cut], rows[cut:]
 
-    def train_items(self) -> list[dict[str, Any]]:
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         items = []
-        for i, row in enumerate(self._alpaca[: self.n_train]):
+        for i, row in enumerate(self._alpaca(settings)[0]):
             prompt = alpaca_prompt(row)
             items.append({"id": f"train-{i:05d}", "instruction": row["instruction"],
                           "input": row.get("input", ""), "output": row["output"],
@@ -156,7 +153,7 @@ class AlpacaEvalTask(Task):
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         self._settings = settings
         if split == "dev":
-            rows = self._alpaca[self.n_train: self.n_train + self.n_dev]
+            rows = self._alpaca(settings)[1]
             return [{"id": f"dev-{i:04d}", "prompt": alpaca_prompt(r), "reference": r["output"],
                      "reference_generator": "text-davinci-003", "dataset": TRAIN_REPO}
                     for i, r in enumerate(rows)]
@@ -164,7 +161,7 @@ class AlpacaEvalTask(Task):
             return [{"id": f"test-{i:04d}", "prompt": r["instruction"], "reference": r["output"],
                      "reference_generator": r.get("generator", ""),
                      "dataset": r.get("dataset", "")}
-                    for i, r in enumerate(load_eval_rows())]
+                    for i, r in enumerate(load_eval_rows(settings))]
         raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:
@@ -174,7 +171,7 @@ class AlpacaEvalTask(Task):
         if self.judge is None:
             from a2rl.grading.judge import Judge
 
-            self.judge = Judge.from_env(self._settings or load_settings()[0])
+            self.judge = Judge.from_settings(self._settings or load_settings()[0])
         return self.judge
 
     def score_outputs(

@@ -61,7 +61,7 @@ class ArithTask(Task):
     def _train(self) -> list[dict[str, Any]]:
         return make_items(TRAIN_SEED, N_TRAIN, "train")
 
-    def train_items(self) -> list[dict[str, Any]]:
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return [with_messages(item) for item in self._train]
 
     def hidden_items(self, settings: Settings) -> dict[str, list[dict[str, Any]]]:

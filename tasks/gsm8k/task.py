@@ -1,19 +1,19 @@
 """The GSM8K task (level 1).
 
 Data: `openai/gsm8k` config `main` through `datasets.load_dataset` (Hugging Face cache), or,
-when `data_dir` is given or `A2RL_GSM8K_DIR` is set, the files `train.jsonl` / `test.jsonl` of
-that folder in the dataset's own schema (`{"question", "answer"}`): the test fixtures use this,
-and so can a user with an offline copy. Splits: visible train = the dataset's train split minus
-its last `N_DEV` rows, which are the hidden dev split; hidden test = the dataset's test split.
+when `data_dir` is given or the setting `gsm8k_dir` (`A2RL_GSM8K_DIR`) is set, the files
+`train.jsonl` / `test.jsonl` of that folder in the dataset's own schema
+(`{"question", "answer"}`): the test fixtures use this, and so can a user with an offline copy.
+Splits: visible train = the dataset's train split minus its last `N_DEV` rows, which are the
+hidden dev split; hidden test = the dataset's test split.
 (With fewer than `2 * N_DEV` train rows, as in the small test fixtures, dev is the last quarter.)
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
-from functools import cached_property
+from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,35 @@ def build_user_prompt(question: str) -> str:
     return PROMPT_TEMPLATE.format(question=question)
 
 
+@lru_cache(maxsize=8)
+def load_rows(folder: str | None, split: str) -> list[dict[str, Any]]:
+    """GSM8K's rows of `split` ("train" or "test") from `folder` or the hub, checked against
+    the dataset's schema. Cached per (folder, split): the grader asks for a split repeatedly."""
+    if folder is not None:
+        path = Path(folder) / f"{split}.jsonl"
+        if not path.is_file():
+            raise GSM8KDataUnavailable(f"GSM8K: {path} not found (setting gsm8k_dir)")
+        with path.open() as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    else:
+        try:
+            from datasets import load_dataset
+
+            ds = load_dataset(DATASET, CONFIG, split=split)
+        except Exception as exc:
+            raise GSM8KDataUnavailable(
+                f"GSM8K: could not load {DATASET} ({CONFIG}) split {split!r} from the "
+                f"Hugging Face hub ({type(exc).__name__}). Connect to the hub once (it is "
+                "cached) or set A2RL_GSM8K_DIR to a folder with train.jsonl and test.jsonl."
+            ) from None
+        rows = [dict(r) for r in ds]
+    for row in rows:
+        if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer")):
+            raise GSM8KDataUnavailable(f"GSM8K {split}: row not in the dataset's schema: "
+                                       f"{str(row)[:200]}")
+    return rows
+
+
 def dev_size(n_train_rows: int) -> int:
     return N_DEV if n_train_rows >= 2 * N_DEV else max(1, n_train_rows // 4)
 
@@ -92,60 +121,38 @@ class GSM8KTask(Task):
         )
 
     # --- data -------------------------------------------------------------------------------
-    @property
-    def data_dir(self) -> Path | None:
-        raw = self._data_dir or os.environ.get("A2RL_GSM8K_DIR")
+    def data_dir(self, settings: Settings) -> Path | None:
+        raw = self._data_dir or settings.gsm8k_dir
         return Path(raw).expanduser() if raw else None
 
-    def _rows(self, split: str) -> list[dict[str, Any]]:
+    def _rows(self, split: str, settings: Settings) -> list[dict[str, Any]]:
         """The dataset's rows of `split` ("train" or "test"), in the dataset's order."""
-        folder = self.data_dir
-        if folder is not None:
-            path = folder / f"{split}.jsonl"
-            if not path.is_file():
-                raise GSM8KDataUnavailable(f"GSM8K: {path} not found (A2RL_GSM8K_DIR)")
-            with path.open() as f:
-                rows = [json.loads(line) for line in f if line.strip()]
-        else:
-            try:
-                from datasets import load_dataset
-
-                ds = load_dataset(DATASET, CONFIG, split=split)
-            except Exception as exc:
-                raise GSM8KDataUnavailable(
-                    f"GSM8K: could not load {DATASET} ({CONFIG}) split {split!r} from the "
-                    f"Hugging Face hub ({type(exc).__name__}). Connect to the hub once (it is "
-                    "cached) or set A2RL_GSM8K_DIR to a folder with train.jsonl and test.jsonl."
-                ) from None
-            rows = [dict(r) for r in ds]
-        for row in rows:
-            if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer")):
-                raise GSM8KDataUnavailable(f"GSM8K {split}: row not in the dataset's schema: "
-                                           f"{str(row)[:200]}")
-        return rows
+        folder = self.data_dir(settings)
+        return load_rows(str(folder) if folder else None, split)
 
     def _item(self, split: str, index: int, row: dict[str, Any]) -> dict[str, Any]:
         return {"id": f"{split}-{index:05d}", "question": row["question"],
                 "answer": row["answer"], "target": target_of(row["answer"]),
                 "prompt": build_user_prompt(row["question"])}
 
-    @cached_property
-    def _train_and_dev(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        rows = self._rows("train")
+    def _train_and_dev(self, settings: Settings) -> tuple[list[dict[str, Any]],
+                                                           list[dict[str, Any]]]:
+        rows = self._rows("train", settings)
         items = [self._item("train", i, r) for i, r in enumerate(rows)]
         cut = len(items) - dev_size(len(items))
         return items[:cut], items[cut:]
 
-    def train_items(self) -> list[dict[str, Any]]:
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return [{**item, "messages": [{"role": "user", "content": item["prompt"]},
                                       {"role": "assistant", "content": item["answer"]}]}
-                for item in self._train_and_dev[0]]
+                for item in self._train_and_dev(settings)[0]]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split == "dev":
-            return list(self._train_and_dev[1])
+            return list(self._train_and_dev(settings)[1])
         if split == "test":
-            return [self._item("test", i, r) for i, r in enumerate(self._rows("test"))]
+            return [self._item("test", i, r)
+                    for i, r in enumerate(self._rows("test", settings))]
         raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
 
     # --- model and prompt -------------------------------------------------------------------

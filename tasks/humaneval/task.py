@@ -121,7 +121,7 @@ class HumanEvalTask(Task):
             return list(range(N_VISIBLE_POOL, N_TOTAL))
         raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
 
-    def train_items(self) -> list[dict[str, Any]]:
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return [{**self._items[i],
                  "messages": [{"role": "user", "content": self._items[i]["prompt"]},
                               {"role": "assistant", "content": self._items[i]["answer"]}]}

@@ -1,0 +1,65 @@
+"""What the store knows about a fleet: which of its runs are done, which are under way, and
+marking the runs whose node was lost.
+
+The store is the fleet's only ledger: a run belongs to a fleet through its `fleet_id`,
+`fleet_repeat` and `fleet_node` columns (written by `a2rl run --fleet ...` on the node), so a
+resumed fleet, `a2rl compare --fleet` and a second machine all see the same thing.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import select
+
+from a2rl.store import Run, Store, utcnow
+
+from .plan import RunSpec
+
+#: Run states that count as done for resuming: the run was finalized (whatever the agent did).
+DONE = "finished"
+#: The state of a run whose node died or whose fleet stopped before it could finalize.
+FAILED = "failed"
+
+
+def _key(run: Run) -> tuple[str, str, str, int]:
+    return (run.task_id, run.agent or "", run.driver_model or "", run.fleet_repeat or 0)
+
+
+def fleet_runs(store: Store, fleet: str) -> list[Run]:
+    with store.session() as s:
+        return list(s.exec(select(Run).where(Run.fleet_id == fleet)
+                           .order_by(Run.created_at)))  # type: ignore[arg-type]
+
+
+def done_keys(store: Store, fleet: str) -> set[tuple[str, str, str, int]]:
+    """Resume keys of the fleet's runs that finished; they are not run again."""
+    return {_key(r) for r in fleet_runs(store, fleet) if r.status == DONE}
+
+
+def started_keys(store: Store, fleet: str) -> set[tuple[str, str, str, int]]:
+    """Resume keys with a run that has a row and has not failed (running, or done)."""
+    return {_key(r) for r in fleet_runs(store, fleet) if r.status != FAILED}
+
+
+def open_runs(store: Store, fleet: str, spec: RunSpec | None = None) -> list[Run]:
+    """The fleet's runs that neither finished nor failed (optionally: of one spec)."""
+    return [r for r in fleet_runs(store, fleet) if r.status not in (DONE, FAILED)
+            and (spec is None or _key(r) == spec.key)]
+
+
+def latest_run(store: Store, fleet: str, spec: RunSpec) -> Run | None:
+    """The newest run of the fleet for `spec`'s key, in whatever state."""
+    runs = [r for r in fleet_runs(store, fleet) if _key(r) == spec.key]
+    return runs[-1] if runs else None
+
+
+def mark_failed(store: Store, run_ids: list[str], reason: str) -> None:
+    """Close runs that cannot finalize themselves (their node is gone). They keep everything
+    recorded so far; resuming the fleet makes a new run for their key."""
+    now = utcnow()
+    with store.session() as s:
+        for run_id in run_ids:
+            run = s.get(Run, run_id)
+            if run is None or run.status in (DONE, FAILED):
+                continue
+            run.status, run.end_reason, run.ended_at = FAILED, reason, now
+            s.add(run)

@@ -1,0 +1,127 @@
+"""Which generation engine grades: automatic choice, the override, and building it safely.
+
+Why one place: the grader, the baseline cache key and the benchmark must agree on the engine,
+and the choice depends on the machine (CUDA, vLLM installed), so it is a pure function of those
+facts and of the `grading_engine` setting (env `A2RL_GRADING_ENGINE`):
+
+- `auto`: vLLM when it is importable and CUDA is present; else the compiled static-cache
+  transformers engine on CUDA; on CPU the *eager* static-cache engine: on the tiny model it
+  measured 1.22-1.29x plain `generate`'s tokens/s, outputs identical, while compiling on CPU
+  made a first evaluation slower (0.75x) and pays off only once the compile cache is warm
+  and the workload large, which CPU grading jobs are not (`bench/RESULTS.md`, "Grading
+  engines"). Greedy outputs agree with plain `generate` (`tests/test_engines.py`).
+- `transformers`: plain `generate` (the reference), `static`, `vllm`: forced; forcing vLLM
+  where it is not installed is a clear error, never a silent fallback, because the engine is
+  part of every score's provenance.
+
+Before a model is loaded on CUDA, the free device memory is checked against an estimate
+(`gpu_memory`), so a grader that cannot fit beside the agent's job waits and then says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Literal
+
+from a2rl.settings import Settings
+
+from .engine import GenerationEngine, TransformersEngine, transformers_engine_version
+from .engine_static import StaticCacheEngine, compile_cache_dir, static_engine_version
+from .gpu_memory import (
+    DEFAULT_WAIT_S,
+    GIB,
+    MemoryQuery,
+    cuda_mem_get_info,
+    estimate_need,
+    wait_for_memory,
+)
+
+EngineKind = Literal["transformers", "static", "vllm"]
+#: Prompt tokens assumed per sequence when sizing the KV cache before loading.
+PROMPT_TOKENS_ESTIMATE = 1024
+#: The CPU choice of `auto` (see the module docstring for the measurement behind it).
+CPU_AUTO: EngineKind = "static"
+
+
+class EngineUnavailable(RuntimeError):
+    """The requested engine cannot run on this machine."""
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def choose_engine(requested: str, *, cuda: bool, vllm: bool) -> EngineKind:
+    """The engine for `requested` ("auto" or a kind) on a machine with/without CUDA and vLLM."""
+    if requested == "auto":
+        if cuda and vllm:
+            return "vllm"
+        return "static" if cuda else CPU_AUTO
+    if requested == "vllm":
+        if not vllm:
+            raise EngineUnavailable("grading_engine=vllm but vLLM is not installed here "
+                                    "(pip install vllm on a CUDA machine, or choose auto)")
+        if not cuda:
+            raise EngineUnavailable("grading_engine=vllm needs a CUDA GPU, and none is visible")
+        return "vllm"
+    if requested in ("transformers", "static"):
+        return requested  # type: ignore[return-value]
+    raise EngineUnavailable(f"unknown grading_engine {requested!r}: use auto, transformers, "
+                            "static or vllm")
+
+
+def chosen_engine(settings: Settings) -> EngineKind:
+    return choose_engine(settings.grading_engine, cuda=cuda_available(),
+                         vllm=vllm_available())
+
+
+def engine_identity(kind: EngineKind, *, cuda: bool) -> tuple[str, str]:
+    """(engine_name, engine_version) of `kind` without loading a model (baseline cache key)."""
+    if kind == "vllm":
+        from .engine_vllm import vllm_engine_version
+
+        return "vllm", vllm_engine_version()
+    if kind == "static":
+        return StaticCacheEngine.engine_name, static_engine_version(compiled=cuda)
+    return TransformersEngine.engine_name, transformers_engine_version()
+
+
+def build_engine(
+    kind: EngineKind,
+    checkpoint_dir: Path,
+    settings: Settings,
+    *,
+    batch_size: int,
+    max_new_tokens: int,
+    chat_template: str | None,
+    cuda: bool | None = None,
+    memory_query: MemoryQuery | None = None,
+    memory_wait_s: float = DEFAULT_WAIT_S,
+) -> GenerationEngine:
+    """Load `kind` on `checkpoint_dir`, after checking on CUDA that it fits in free memory."""
+    cuda = cuda_available() if cuda is None else cuda
+    fraction = 0.85
+    if cuda:
+        need = estimate_need(checkpoint_dir, batch_size, PROMPT_TOKENS_ESTIMATE + max_new_tokens)
+        fit = wait_for_memory(need, memory_query or cuda_mem_get_info, wait_s=memory_wait_s)
+        # vLLM takes a fraction of the whole device: enough for the estimate with room for
+        # its KV cache, never more than is free now (the agent's job holds the rest).
+        fraction = min(0.9, max(1.5 * need, need + 2 * GIB) / fit.total_bytes,
+                       (fit.free_bytes - GIB // 2) / fit.total_bytes)
+    if kind == "vllm":
+        from .engine_vllm import VllmEngine
+
+        return VllmEngine(checkpoint_dir, chat_template=chat_template,
+                          gpu_memory_utilization=fraction)
+    if kind == "static":
+        return StaticCacheEngine(checkpoint_dir, batch_size=batch_size,
+                                 chat_template=chat_template,
+                                 compile_cache=compile_cache_dir(settings.home_dir))
+    return TransformersEngine(checkpoint_dir, batch_size=batch_size, chat_template=chat_template)

@@ -1,0 +1,156 @@
+"""Per-run services: unix sockets in the run's `services/` folder, served by the serving process.
+
+Why: a sandbox has no network, yet some environments need something from outside it (a search
+engine with a key, a large index). The sandbox mounts `<run dir>/services/` (both backends), so a
+socket there is the one door out, and this process holds the key and the data behind it.
+
+Protocol (what `env/` code speaks): a unix stream socket `<services dir>/<name>.sock`; each
+request is one JSON object on one line, each answer one JSON line: `{"ok": true, "result": ...}`
+or `{"ok": false, "error": "..."}`. A connection may carry many requests.
+
+Every request is recorded as a `ToolCall` row (tool `service.<name>`, the request as arguments,
+a summary of the answer, its duration and error), written by the same recording functions as MCP
+tool calls, so reports and `a2rl show` count service use with the agent's tool calls. The
+services of a run are the task's (`InteractiveTask.services`), started by `RunRegistry` when this
+process first serves the run; they live as long as the process (a restarted server binds them
+again).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from a2rl.settings import Settings
+from a2rl.store import Run, Store
+
+from .recording import end_call, start_call
+
+log = logging.getLogger(__name__)
+
+#: One service: a request (parsed JSON object) -> a JSON-able result; raise ValueError for a
+#: refused request (its message goes back to the caller).
+Handler = Callable[[dict[str, Any]], Any]
+MAX_REQUEST_BYTES = 1_000_000
+SUMMARY_CHARS = 2_000
+
+
+def socket_path(services_dir: Path, name: str) -> Path:
+    return services_dir / f"{name}.sock"
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class ServiceHost:
+    """One named service of one run, on its socket, in daemon threads."""
+
+    def __init__(self, store: Store | None, run_id: str, services_dir: Path, name: str,
+                 handler: Handler) -> None:
+        self.store, self.run_id, self.name, self.handler = store, run_id, name, handler
+        self.path = socket_path(services_dir, name)
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def handle(self, request: Any) -> dict[str, Any]:
+        """Answer one request (recorded); never raises."""
+        started = time.perf_counter()
+        args = request if isinstance(request, dict) else {"request": request}
+        call_id = (start_call(self.store, self.run_id, f"service.{self.name}", args, "unix")
+                   if self.store is not None else None)
+        error: str | None = None
+        try:
+            if not isinstance(request, dict):
+                raise ValueError("a request is one JSON object per line")
+            answer: dict[str, Any] = {"ok": True, "result": self.handler(request)}
+            summary = json.dumps(answer["result"], default=str)
+        except ValueError as exc:
+            error = str(exc)
+            answer, summary = {"ok": False, "error": error}, error
+        except Exception as exc:  # noqa: BLE001 - the caller gets the error, the host survives
+            error = f"{type(exc).__name__}: {exc}"
+            log.exception("service %s failed", self.name)
+            answer, summary = {"ok": False, "error": error}, error
+        if call_id is not None:
+            end_call(self.store, call_id, started, summary[:SUMMARY_CHARS], error)
+        return answer
+
+    def start(self) -> ServiceHost:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists() or self.path.is_symlink():
+            self.path.unlink()  # a socket left by an earlier server process
+        host = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                while True:
+                    line = self.rfile.readline(MAX_REQUEST_BYTES)
+                    if not line:
+                        return
+                    try:
+                        request = json.loads(line)
+                    except ValueError:
+                        answer = host.handle(line.decode(errors="replace")[:200])
+                    else:
+                        answer = host.handle(request)
+                    self.wfile.write((json.dumps(answer, default=str) + "\n").encode())
+                    self.wfile.flush()
+
+        self._server = _Server(str(self.path), Handler)
+        os.chmod(self.path, 0o666)  # a container's user must be able to connect
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.2},
+                                        name=f"a2rl-service-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self.path.exists():
+            self.path.unlink()
+
+
+def call(path: Path | str, request: dict[str, Any], timeout: float = 60.0) -> Any:
+    """A client (tests, host tools): send one request, return its result or raise."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall((json.dumps(request) + "\n").encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    answer = json.loads(data)
+    if not answer.get("ok"):
+        raise RuntimeError(answer.get("error", "service error"))
+    return answer["result"]
+
+
+def start_run_services(settings: Settings, store: Store, run: Run,
+                       services_dir: Path) -> list[ServiceHost]:
+    """Start the services the run's task declares (none for most tasks)."""
+    from a2rl.tasks import get_task  # heavy: only when a run is served
+    from a2rl.tasks.interactive import InteractiveTask
+
+    task = get_task(run.task_id)
+    if not isinstance(task, InteractiveTask):
+        return []
+    hosts = []
+    for name, handler in task.services(settings).items():
+        hosts.append(ServiceHost(store, run.id, services_dir, name, handler).start())
+    return hosts

@@ -1,0 +1,1 @@
+"""ALFWorld: household tasks in a text world (level 3, interactive)."""

@@ -1,0 +1,187 @@
+"""ALFWorld (level 3): household tasks in a text world, graded by rollouts.
+
+Graded by rollouts (`a2rl.grading.rollout`) of the real ALFWorld TextWorld games (`game.py`):
+one episode per hidden game, up to `MAX_STEPS` actions, success = the game is won. The score is
+the success rate with its Wilson interval, with the success rate per task type (pick, look,
+clean, heat, cool, pick_two) as a metric. Splits: train = ALFWorld's train games (visible in the
+workspace under `data/alfworld/`, playable through `env/`), dev = valid_seen, test =
+valid_unseen (134 games); the game files come from `a2rl alfworld download` (`data.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from a2rl.settings import Settings
+
+from ..base import Split
+from ..envapi.a2rl_env import Env, EnvPool, render_prompt
+from ..interactive import InteractiveTask, RolloutSettings
+from ..spec import GraderSettings, SplitInfo, TaskSpec
+from . import game
+from .data import N_DEV, N_TEST, data_dir, game_dir, list_games
+from .workspace import write_train_games
+
+#: ALFWorld's usual step limit per episode (the original evaluation's max_nb_steps_per_episode).
+MAX_STEPS = 50
+#: Training games with an expert demonstration in data/train.jsonl (at most; spread over the
+#: task types). Demonstrations are computed once per data folder and cached under $A2RL_HOME.
+N_DEMO_GAMES = 600
+#: Demonstrations of this many games or more are computed in worker processes.
+PARALLEL_FROM = 16
+GRADER = GraderSettings(max_new_tokens=32, stop=["\n", "<|im_end|>", "<|endoftext|>", "</s>"],
+                        batch_size=128)
+INSTRUCTION = ("You are in a household (ALFWorld). Complete the task by typing one of the "
+               "admissible actions.")
+ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=MAX_STEPS, history_window=2)
+
+
+def demo_episode(gdir: Path, iid: str) -> list[dict[str, Any]]:
+    """The handcoded expert's steps on one game, as the grader's prompts and the expert's
+    actions; [] when the expert does not win within the step limit."""
+    pool = EnvPool([iid], [lambda: game.AlfWorldEnv(gdir, expert=True)],
+                   instruction=ROLLOUT.instruction, window=ROLLOUT.history_window,
+                   max_steps=ROLLOUT.max_steps)
+    pool.reset()
+    rows: list[dict[str, Any]] = []
+    while pool.active():
+        last = pool.last[0]
+        action = last.info.get("expert_action") if last is not None else None
+        if not action:
+            return []
+        prompt = pool.prompts([0])[0]
+        k = len(rows)
+        rows.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k, "prompt": prompt,
+                     "answer": action,
+                     "messages": [{"role": "user", "content": prompt},
+                                  {"role": "assistant", "content": action}]})
+        pool.step({0: action})
+    return rows if pool.episodes[0].success else []
+
+
+def _demo_job(job: tuple[str, str]) -> list[dict[str, Any]]:
+    try:
+        return demo_episode(Path(job[0]), job[1])
+    except Exception:  # noqa: BLE001 - a game the expert cannot play has no demonstration
+        return []
+
+
+def demo_games(ids: list[str], n: int) -> list[str]:
+    """`n` training games spread evenly over the sorted list (so over the task types)."""
+    if n <= 0 or n >= len(ids):
+        return list(ids)
+    return [ids[i * len(ids) // n] for i in range(n)]
+
+
+def demo_rows(root: Path, settings: Settings) -> list[dict[str, Any]]:
+    """Expert demonstrations of up to `N_DEMO_GAMES` training games, cached under
+    $A2RL_HOME/cache/alfworld (computed once per data folder: `a2rl alfworld download` does
+    it, else the first run's workspace)."""
+    ids = demo_games([g.id for g in list_games(root, "train")], N_DEMO_GAMES)
+    key = hashlib.sha256(json.dumps([str(root.resolve()), ids, game.GAME_VERSION,
+                                     ROLLOUT.model_dump()]).encode()).hexdigest()[:16]
+    cache = settings.home_dir / "cache" / "alfworld" / f"demos-{key}.jsonl"
+    if cache.is_file():
+        return [json.loads(line) for line in cache.read_text().splitlines() if line.strip()]
+    jobs = [(str(game_dir(root, iid)), iid) for iid in ids]
+    if len(jobs) < PARALLEL_FROM:
+        results: Iterable[list[dict[str, Any]]] = map(_demo_job, jobs)
+        rows = [row for rs in results for row in rs]
+    else:  # real games: about a second each, so spread over processes
+        workers = min(8, os.cpu_count() or 1)
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+            rows = [row for rs in ex.map(_demo_job, jobs, chunksize=8) for row in rs]
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(cache)
+    return rows
+
+
+def _description() -> str:
+    template = resources.files(__package__).joinpath("description.md").read_text()
+    example = render_prompt(
+        INSTRUCTION,
+        [("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a "
+          "countertop 1, and a toilet 1. Your task is to: put some spraybottle on toilet.",
+          "go to cabinet 1")],
+        "You arrive at cabinet 1. The cabinet 1 is closed. Your task is to: put some "
+        "spraybottle on toilet.", ["examine cabinet 1", "go to countertop 1", "go to toilet 1",
+                                   "inventory", "look", "open cabinet 1"], 1)
+    return template.format(n_test=N_TEST, n_dev=N_DEV, max_steps=MAX_STEPS,
+                           max_new_tokens=GRADER.max_new_tokens, instruction=INSTRUCTION,
+                           n_demo=N_DEMO_GAMES, window=ROLLOUT.history_window, example=example)
+
+
+class AlfWorldTask(InteractiveTask):
+    """ALFWorld's text games (AlfredTWEnv); see description.md."""
+
+    rollout = ROLLOUT
+    backend_name = "alfworld_env"
+
+    def __init__(self) -> None:
+        self._root: Path | None = None
+        self.spec = TaskSpec(
+            id="alfworld",
+            level=3,
+            title="ALFWorld: household tasks in a text world (interactive)",
+            description=_description(),
+            version=f"1.g{game.GAME_VERSION}",
+            prompt_version="1",
+            default_base_model="Qwen/Qwen2.5-1.5B",
+            default_budget="12h",
+            splits={
+                "train": SplitInfo(n_items=0, visible=True,
+                                   source="ALFWorld train games (json_2.1.1/train, 3,553); "
+                                          "environment in env/, expert demonstrations"),
+                "dev": SplitInfo(n_items=N_DEV, visible=False,
+                                 source="ALFWorld valid_seen games"),
+                "test": SplitInfo(n_items=N_TEST, visible=False,
+                                  source="ALFWorld valid_unseen games (out of distribution)"),
+            },
+            grader=GRADER,
+            readonly_paths=["base_model", "data", "env"],
+        )
+
+    # --- data -----------------------------------------------------------------------------
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
+        return demo_rows(data_dir(settings), settings)
+
+    def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
+        """`{"id", "task_type"}` per game; the id is its folder under json_2.1.1."""
+        if split not in ("dev", "test"):
+            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        root = data_dir(settings)
+        self._root = root  # make_env's folder (items stay plain JSON)
+        return [g.model_dump() for g in list_games(root, split)]
+
+    def make_env(self, item: dict[str, Any]) -> Env:
+        if self._root is None:
+            raise RuntimeError("load_split must be called before make_env")
+        return game.AlfWorldEnv(game_dir(self._root, item["id"]))
+
+    def episode_group(self, item: dict[str, Any]) -> str | None:
+        return game.TASK_GROUPS.get(item.get("task_type", ""), item.get("task_type") or None)
+
+    # --- workspace ------------------------------------------------------------------------
+    def env_backend_files(self) -> dict[str, str]:
+        here = resources.files(__package__)
+        return {f"{self.backend_name}.py": here.joinpath("backend.py").read_text(),
+                "alfworld_game.py": here.joinpath("game.py").read_text()}
+
+    def prepare_workspace(self, workspace: Path, settings: Settings, *,
+                          link_base_model: bool = False) -> None:
+        """The shared layout and env/, plus data/alfworld/: the train games only (dev and
+        test games are never written there)."""
+        root = data_dir(settings)
+        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
+        write_train_games(root, list_games(root, "train"), workspace / "data" / "alfworld",
+                          link=link_base_model)

@@ -1,0 +1,65 @@
+"""DeepSearchQA's questions and the paper's split.
+
+Source: the dataset `google/deepsearchqa` on the Hugging Face hub, file `DSQA-full.csv` (900
+rows: `problem`, `problem_category`, `answer`, `answer_type` = `Single Answer` or
+`Set Answer`), or `deepsearchqa_dir` holding that file. Split (the paper's): the rows are
+shuffled with `random.Random(42)`; the first 100 are the visible train split, the next 200 the
+test split, and dev is the next 100 of the 600 left over. A smaller copy (a fixture) keeps the
+proportions: a quarter each for train, test and dev.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+from typing import Any
+
+from a2rl.settings import Settings
+
+REPO = "google/deepsearchqa"
+FILE = "DSQA-full.csv"
+SHUFFLE_SEED = 42
+N_TRAIN, N_TEST, N_DEV = 100, 200, 100
+COLUMNS = ("problem", "answer")
+
+
+def csv_path(settings: Settings) -> Path:
+    if settings.deepsearchqa_dir:
+        path = Path(settings.deepsearchqa_dir).expanduser() / FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"deepsearchqa_dir={settings.deepsearchqa_dir} has no {FILE}")
+        return path
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(repo_id=REPO, filename=FILE, repo_type="dataset"))
+    except Exception as exc:  # offline and not cached, or the hub refused
+        raise RuntimeError(
+            f"cannot fetch {FILE} from the dataset {REPO} on the Hugging Face hub and no cached "
+            f"copy exists ({type(exc).__name__}); connect once, or set deepsearchqa_dir "
+            f"(A2RL_DEEPSEARCHQA_DIR) to a folder holding {FILE}") from None
+
+
+def load_rows(settings: Settings) -> list[dict[str, Any]]:
+    """Every row, in file order, with `row_index` (its position in the file)."""
+    with csv_path(settings).open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or any(c not in rows[0] for c in COLUMNS):
+        raise ValueError(f"{FILE} must have the columns {', '.join(COLUMNS)}")
+    return [{"row_index": i, "problem": r["problem"], "answer": r["answer"],
+             "answer_type": r.get("answer_type") or "Single Answer",
+             "problem_category": r.get("problem_category") or ""} for i, r in enumerate(rows)]
+
+
+def split_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    order = list(range(len(rows)))
+    random.Random(SHUFFLE_SEED).shuffle(order)
+    n = len(rows)
+    n_train, n_test, n_dev = (N_TRAIN, N_TEST, N_DEV) if n >= 900 else (n // 4,) * 3
+    bounds = {"train": (0, n_train), "test": (n_train, n_train + n_test),
+              "dev": (n_train + n_test, n_train + n_test + n_dev)}
+    if split not in bounds:
+        raise ValueError(f"DeepSearchQA splits are train, dev and test, not {split!r}")
+    lo, hi = bounds[split]
+    return [{"id": f"{split}-{k:03d}", **rows[i]} for k, i in enumerate(order[lo:hi])]

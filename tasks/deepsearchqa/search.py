@@ -1,0 +1,139 @@
+"""DeepSearchQA's search backends, host side: an offline BM25 index or a web search endpoint.
+
+Which one (`make_search`): when `deepsearchqa_search_url` is set and the variable named by
+`deepsearchqa_search_key_env` holds a key, the web endpoint; else the offline corpus
+(`deepsearchqa_corpus`: a jsonl file, or a folder of them, of `{"id", "title", "text"}`).
+Neither configured is a one-line error.
+
+The web protocol is deliberately small so any provider can sit behind a thin adapter:
+`POST <url>` with JSON `{"query": str, "k": int}` and `Authorization: Bearer <key>`, answered
+by `{"results": [{"title", "url", "snippet"}]}`. The sandbox never calls either: it reaches
+search only through the run's service socket (`task.DeepSearchQATask.services`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from pydantic import BaseModel
+
+from a2rl.settings import Settings
+
+DEFAULT_K = 5
+MAX_K = 20
+STOPWORDS = frozenset([
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "in", "is", "it", "of", "on", "or",
+    "the", "to", "was", "were", "what", "which", "who", "with",
+])
+
+
+class SearchResult(BaseModel):
+    id: str = ""
+    title: str = ""
+    url: str = ""
+    snippet: str = ""
+
+
+class SearchBackend(Protocol):
+    name: str
+
+    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]: ...
+
+
+def _tokens(text: str) -> list[str]:
+    return [t for t in re.findall(r"\w+", text.lower()) if t not in STOPWORDS]
+
+
+class CorpusSearch:
+    """BM25 (`bm25s`) over a local corpus of `{"id", "title", "text"}` rows."""
+
+    name = "bm25"
+
+    def __init__(self, path: Path) -> None:
+        files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+        if not files or not all(f.is_file() for f in files):
+            raise FileNotFoundError(f"deepsearchqa_corpus={path}: no jsonl file")
+        self.docs: list[dict[str, Any]] = []
+        for f in files:
+            with f.open() as fh:
+                self.docs += [json.loads(line) for line in fh if line.strip()]
+        import bm25s
+
+        self._bm25 = bm25s.BM25()
+        self._bm25.index([_tokens(f"{d.get('title', '')} {d.get('text', '')}")
+                          for d in self.docs], show_progress=False)
+        self._vocab = set(self._bm25.vocab_dict)
+
+    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]:
+        tokens = [t for t in _tokens(query) if t in self._vocab]
+        if not tokens or not self.docs:
+            return []
+        scores = list(self._bm25.get_scores(tokens))
+        order = sorted((i for i, s in enumerate(scores) if s > 0), key=lambda i: (-scores[i], i))
+        return [SearchResult(id=str(self.docs[i].get("id", i)),
+                             title=str(self.docs[i].get("title", "")),
+                             url=str(self.docs[i].get("url", "")),
+                             snippet=str(self.docs[i].get("text", ""))[:1000])
+                for i in order[:k]]
+
+
+class WebSearch:
+    """A JSON web search endpoint (see the module docstring for the protocol)."""
+
+    name = "web"
+
+    def __init__(self, url: str, api_key: str, timeout_s: float = 30.0) -> None:
+        self.url, self.timeout_s = url, timeout_s
+        self._headers = {"Authorization": f"Bearer {api_key}"}
+
+    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]:
+        resp = httpx.post(self.url, json={"query": query, "k": k}, headers=self._headers,
+                          timeout=self.timeout_s)
+        if resp.status_code != 200:
+            raise RuntimeError(f"search endpoint answered http {resp.status_code}: "
+                               f"{resp.text[:200]}")
+        try:
+            rows = resp.json()["results"]
+            return [SearchResult(**{f: str(r.get(f, "")) for f in ("id", "title", "url",
+                                                                    "snippet")})
+                    for r in rows][:k]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RuntimeError(f"search endpoint sent a malformed body: {resp.text[:200]}") \
+                from exc
+
+
+_CORPORA: dict[str, CorpusSearch] = {}
+
+
+def make_search(settings: Settings, environ: Mapping[str, str] | None = None) -> SearchBackend:
+    env = os.environ if environ is None else environ
+    key = env.get(settings.deepsearchqa_search_key_env, "")
+    if settings.deepsearchqa_search_url and key:
+        return WebSearch(settings.deepsearchqa_search_url, key)
+    if settings.deepsearchqa_corpus:
+        path = str(Path(settings.deepsearchqa_corpus).expanduser().resolve())
+        if path not in _CORPORA:
+            _CORPORA[path] = CorpusSearch(Path(path))
+        return _CORPORA[path]
+    raise RuntimeError(
+        "DeepSearchQA has no search backend: set deepsearchqa_corpus (A2RL_DEEPSEARCHQA_CORPUS) "
+        "to a jsonl corpus, or deepsearchqa_search_url with a key in "
+        f"${settings.deepsearchqa_search_key_env}")
+
+
+def search_request(backend: SearchBackend, request: dict[str, Any]) -> dict[str, Any]:
+    """The service's handler body: validate `{"query", "k"}`, search, answer plain JSON."""
+    query = request.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("a search request needs a non-empty 'query' string")
+    k = request.get("k", DEFAULT_K)
+    if not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ValueError(f"'k' must be an integer from 1 to {MAX_K}")
+    results = backend.search(query.strip()[:500], k)
+    return {"backend": backend.name, "results": [r.model_dump() for r in results]}

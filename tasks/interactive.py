@@ -1,0 +1,140 @@
+"""`InteractiveTask`: the base of level-3 tasks, graded by rollouts in an environment.
+
+Why a separate base: a level-3 task has no fixed outputs to score. Its hidden split is a list of
+environment instances; the grader (`a2rl.grading.rollout`) plays each one with the submitted
+model and scores the episodes. The task also writes the environment API into the workspace
+(`env/`, read-only) so the agent can roll out on training instances. The contract is in
+docs/level3.md.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from a2rl.settings import Settings
+
+from .base import ItemResult, Messages, ScoreResult, Task
+from .envapi.a2rl_env import Env, Episode, render_prompt
+
+#: Files of the generic API written into every interactive workspace's env/.
+API_FILES = ("a2rl_env.py",)
+
+
+class RolloutSettings(BaseModel):
+    """How episodes are played, for the grader and (through env/manifest.json) the agent."""
+
+    instruction: str = Field(description="task-wide text that starts every prompt")
+    max_steps: int = Field(10, ge=1, description="actions per episode at most")
+    history_window: int = Field(1, ge=0, description="earlier (observation, action) pairs shown")
+
+
+class InteractiveTask(Task):
+    """A level-3 task. Subclasses set `spec` (level 3, readonly_paths with "env"), `rollout`,
+    `backend_name`, and implement the data methods and `make_env`."""
+
+    rollout: RolloutSettings
+    #: The backend module's name inside env/ (env/<backend_name>.py).
+    backend_name: str
+
+    @abstractmethod
+    def make_env(self, item: dict[str, Any]) -> Env:
+        """The environment of one instance of any split (`item` from `load_split`)."""
+
+    @abstractmethod
+    def env_backend_files(self) -> dict[str, str]:
+        """File name -> text of the backend written into env/ (besides the generic API)."""
+
+    def episode_group(self, item: dict[str, Any]) -> str | None:
+        """A group name for per-group success rates (ALFWorld: the task type); None: none."""
+        return None
+
+    def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """Per-run services the env code inside the sandbox reaches over unix sockets
+        (`<run dir>/services/<name>.sock`, JSON lines; `a2rl.server.services`): name ->
+        handler of one request. Every request is recorded. None by default."""
+        return {}
+
+    def env_readme(self) -> str:
+        return resources.files("a2rl.tasks.envapi").joinpath("README.md").read_text()
+
+    def manifest(self) -> dict[str, Any]:
+        return {"task": self.spec.id, "backend": self.backend_name,
+                "prompt_version": self.spec.prompt_version,
+                "max_new_tokens": self.spec.grader.max_new_tokens,
+                **self.rollout.model_dump()}
+
+    # --- prompts --------------------------------------------------------------------------
+    def build_prompt(self, item: dict[str, Any]) -> Messages:
+        """The grader's chat messages for one step: `item` holds `observation`, `history`
+        (earlier (observation, action) pairs) and optionally `admissible`."""
+        text = render_prompt(self.rollout.instruction, item.get("history", []),
+                             item["observation"], item.get("admissible"),
+                             self.rollout.history_window)
+        return [{"role": "user", "content": text}]
+
+    def score_outputs(self, items: Sequence[dict[str, Any]],
+                      outputs: Sequence[str]) -> ScoreResult:
+        raise TypeError(f"{self.spec.id} is interactive: it is scored by rollouts "
+                        "(a2rl.grading.rollout.run_rollouts), not by single outputs")
+
+    def score_episodes(self, items: Sequence[dict[str, Any]],
+                       episodes: Sequence[Episode]) -> ScoreResult:
+        """Success rate (Wilson interval by the caller), mean reward and steps, errors, and
+        per-group success; one `ItemResult` per episode with its full record."""
+        results: list[ItemResult] = []
+        groups: dict[str, list[int]] = {}
+        for item, ep in zip(items, episodes, strict=True):
+            results.append(ItemResult(
+                id=ep.id, prompt=ep.observations[0] if ep.observations else "",
+                output=ep.transcript(), expected="success", correct=ep.success,
+                parsed=ep.actions[-1] if ep.actions else None, episode=ep.to_dict()))
+            group = self.episode_group(item)
+            if group is not None:
+                groups.setdefault(group, []).append(int(ep.success))
+        n = len(results)
+        n_ok = sum(r.correct for r in results)
+        metrics: dict[str, Any] = {
+            "success_rate": n_ok / n if n else 0.0,
+            "mean_reward": sum(e.total_reward for e in episodes) / n if n else 0.0,
+            "mean_steps": sum(e.steps for e in episodes) / n if n else 0.0,
+            "n_errors": sum(e.error is not None for e in episodes),
+            "rollout": self.rollout.model_dump(),
+        }
+        if groups:
+            metrics["success_by_group"] = {g: sum(v) / len(v) for g, v in sorted(groups.items())}
+        return ScoreResult(score=metrics["success_rate"], n_items=n, n_correct=n_ok,
+                           metrics=metrics, items=results)
+
+    # --- workspace ------------------------------------------------------------------------
+    def prepare_workspace(self, workspace: Path, settings: Settings, *,
+                          link_base_model: bool = False) -> None:
+        """The shared layout, plus env/: the generic API, the backend, the manifest and the
+        README, all read-only. Nothing of the hidden splits goes there."""
+        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
+        env = workspace / "env"
+        files = {name: resources.files("a2rl.tasks.envapi").joinpath(name).read_text()
+                 for name in API_FILES}
+        files.update(self.env_backend_files())
+        files["manifest.json"] = json.dumps(self.manifest(), indent=1) + "\n"
+        files["README.md"] = self.env_readme()
+        write_readonly(env, files)
+
+
+def write_readonly(folder: Path, files: dict[str, str]) -> None:
+    """Replace `folder`'s files with `files`, each left 0444 (idempotent over earlier runs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.iterdir():
+        if old.is_file():
+            old.chmod(0o644)
+            old.unlink()
+    for name, text in files.items():
+        path = folder / name
+        path.write_text(text)
+        path.chmod(0o444)

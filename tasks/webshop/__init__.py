@@ -1,0 +1,1 @@
+"""WebShop (level 3): a text-mode simulator of the WebShop site, graded by rollouts."""

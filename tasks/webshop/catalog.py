@@ -1,0 +1,182 @@
+"""The WebShop data, host side: the official files read as `web_agent_site/engine/engine.py`
+(`load_products`) and `engine/goal.py` (`get_human_goals`) read them, and the goal splits.
+
+Files (princeton-nlp/WebShop's `data/` folder, fetched by its setup.sh; setting `webshop_dir`):
+- `items_shuffle.json` (or `items_shuffle_1000.json`): the products, a JSON list of rows with
+  `asin`, `name`, `full_description`, `small_description`, `pricing`, `customization_options`,
+  `category`, `query`, `product_category`, `images`;
+- `items_ins_v2.json` (or `items_ins_v2_1000.json`): `{asin: {"attributes": [...], ...}}`;
+- `items_human_ins.json`: `{asin: [{"instruction", "instruction_attributes",
+  "instruction_options", ...}]}`, the human goals;
+- `reviews.json` (optional): `[{"asin", "reviews", "average_rating"}]`.
+
+Goals are the human goals in product order, shuffled with `random.seed(233)` as the original
+`SimServer` does; the splits are the original baseline's (`baseline_models/env.py`): test =
+goals 0-499, dev ("eval" there) = 500-1499, train = the rest. A copy with fewer than 1,501
+goals (a fixture) is split in quarters: test, dev, then train the remaining half.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from decimal import Decimal
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from a2rl.settings import Settings
+
+from .sim import PRICE_RANGE
+
+GOAL_SHUFFLE_SEED = 233
+#: The original draws product prices and price caps from an unseeded `random`; here they come
+#: from this seed, so every process (grader, workspace) sees the same prices.
+PRICE_SEED = 20220701
+N_TEST, N_DEV = 500, 1000
+PRODUCT_FILES = ("items_shuffle.json", "items_shuffle_1000.json")
+ATTRIBUTE_FILES = ("items_ins_v2.json", "items_ins_v2_1000.json")
+HUMAN_FILE = "items_human_ins.json"
+REVIEW_FILE = "reviews.json"
+
+
+class WebShopData(BaseModel):
+    """Processed products (what the site shows and the reward reads) and the shuffled goals."""
+
+    products: list[dict[str, Any]]
+    goals: list[dict[str, Any]]
+    source: str
+
+    def split_range(self, split: str) -> range:
+        n = len(self.goals)
+        n_test, n_dev = (N_TEST, N_DEV) if n > N_TEST + N_DEV else (n // 4, n // 4)
+        ranges = {"test": range(0, n_test), "dev": range(n_test, n_test + n_dev),
+                  "train": range(n_test + n_dev, n)}
+        if split not in ranges:
+            raise ValueError(f"WebShop splits are train, dev and test, not {split!r}")
+        return ranges[split]
+
+    def split_goals(self, split: str) -> list[dict[str, Any]]:
+        """`{"id", "goal_index", "goal"}` per goal of the split (index into the shuffle)."""
+        return [{"id": f"{split}-{i:05d}", "goal_index": i, "goal": self.goals[i]}
+                for i in self.split_range(split)]
+
+
+def _first(folder: Path, names: tuple[str, ...]) -> Path:
+    for name in names:
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(f"webshop_dir={folder} has none of {', '.join(names)}")
+
+
+def data_dir(settings: Settings) -> Path:
+    if not settings.webshop_dir:
+        raise RuntimeError(
+            "WebShop needs its data files (items_shuffle*.json, items_ins_v2*.json, "
+            "items_human_ins.json from princeton-nlp/WebShop's setup.sh); set webshop_dir "
+            "(A2RL_WEBSHOP_DIR) to the folder holding them")
+    folder = Path(settings.webshop_dir).expanduser()
+    if not folder.is_dir():
+        raise RuntimeError(f"webshop_dir={folder} is not a folder")
+    return folder
+
+
+def _pricing(raw: Any) -> tuple[list[float], str]:
+    if not raw:
+        return [100.0], "$100.0"
+    values = [float(Decimal(re.sub(r"[^\d.]", "", p))) for p in str(raw).split("$")[1:]]
+    if len(values) == 1:
+        return values, f"${values[0]}"
+    return values[:2], f"${values[0]} to ${values[1]}"
+
+
+def process_products(raw: list[dict[str, Any]], attributes: dict[str, Any],
+                     reviews: dict[str, dict[str, Any]], rng: random.Random
+                     ) -> list[dict[str, Any]]:
+    """`load_products` minus images and flask: one dict per distinct valid asin, with its
+    price drawn as `generate_product_prices` does (from `rng`)."""
+    seen: set[str] = set()
+    out = []
+    for p in raw:
+        asin = p["asin"]
+        if asin == "nan" or len(asin) > 10 or asin in seen:
+            continue
+        seen.add(asin)
+        pricing, tag = _pricing(p.get("pricing"))
+        options: dict[str, list[str]] = {}
+        for name, contents in (p.get("customization_options") or {}).items():
+            if contents is None:
+                continue
+            options[name.lower()] = [c["value"].strip().replace("/", " | ").lower()
+                                     for c in contents]
+        small = p.get("small_description")
+        review = reviews.get(asin, {})
+        out.append({
+            "asin": asin, "name": p["name"], "Title": p["name"],
+            "Description": p.get("full_description") or "",
+            "BulletPoints": small if isinstance(small, list) else [small or ""],
+            "pricing": pricing, "Price": tag, "options": options,
+            "Attributes": attributes.get(asin, {}).get("attributes") or ["DUMMY_ATTR"],
+            "category": p.get("category", ""), "query": (p.get("query") or "").lower().strip(),
+            "product_category": p.get("product_category") or "",
+            "Rating": review.get("average_rating", "N.A."),
+            "Reviews": [{"score": r.get("score", r.get("stars", "")),
+                         "body": r.get("body", r.get("review", ""))}
+                        for r in review.get("reviews", [])],
+        })
+    for prod in out:  # generate_product_prices, after every product is read (as there)
+        pricing = prod["pricing"]
+        prod["price"] = pricing[0] if len(pricing) == 1 else rng.uniform(*pricing[:2])
+    return out
+
+
+def human_goals(products: list[dict[str, Any]], human: dict[str, list[dict[str, Any]]],
+                rng: random.Random) -> list[dict[str, Any]]:
+    """`get_human_goals`: one goal per human instruction with attributes, in product order."""
+    goals = []
+    for item in products:
+        for ins in human.get(item["asin"], []):
+            attributes = ins.get("instruction_attributes") or []
+            if not attributes:
+                continue
+            price_range = [p for p in PRICE_RANGE if p > item["price"]][:4]
+            if len(price_range) >= 2:
+                _, upper = sorted(rng.sample(price_range, 2))
+                price_text = f", and price lower than {upper:.2f} dollars"
+            else:
+                upper, price_text = 1000000.0, ""
+            goals.append({
+                "asin": item["asin"], "category": item["category"], "query": item["query"],
+                "name": item["name"], "product_category": item["product_category"],
+                "instruction_text": ins["instruction"].strip(".") + price_text,
+                "attributes": attributes, "price_upper": upper,
+                "goal_options": ins.get("instruction_options") or [], "weight": 1,
+            })
+    return goals
+
+
+@lru_cache(maxsize=2)
+def _load(folder: str, num_products: int) -> WebShopData:
+    root = Path(folder)
+    products_file = _first(root, PRODUCT_FILES)
+    raw = json.loads(products_file.read_text())
+    if num_products > 0:
+        raw = raw[:num_products]
+    attributes = json.loads(_first(root, ATTRIBUTE_FILES).read_text())
+    human = json.loads(_first(root, (HUMAN_FILE,)).read_text())
+    reviews: dict[str, dict[str, Any]] = {}
+    if (root / REVIEW_FILE).is_file():
+        reviews = {r["asin"]: r for r in json.loads((root / REVIEW_FILE).read_text())}
+    rng = random.Random(PRICE_SEED)
+    products = process_products(raw, attributes, reviews, rng)
+    goals = human_goals(products, human, rng)
+    random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
+    return WebShopData(products=products, goals=goals, source=products_file.name)
+
+
+def load_data(settings: Settings) -> WebShopData:
+    """The processed catalog and goals (cached per folder and product limit)."""
+    return _load(str(data_dir(settings).resolve()), settings.webshop_num_products)

@@ -1,0 +1,165 @@
+"""WebShop (level 3): buy the product an instruction describes on a simulated shopping site.
+
+Graded by rollouts (`a2rl.grading.rollout`) of the text site `sim.py` over the official data
+(`catalog.py`): one episode per hidden goal, up to `MAX_STEPS` actions. The score is the success
+rate (reward exactly 1, the original's rule) with its Wilson interval; the mean reward (the
+original's "score" / 100) is a metric. The workspace gets the catalog and the training goals
+under `data/webshop/`, the site under `env/`, and expert demonstrations in `data/train.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from a2rl.settings import Settings
+
+from ..base import Split
+from ..envapi.a2rl_env import Env, EnvPool
+from ..interactive import InteractiveTask, RolloutSettings, write_readonly
+from ..spec import GraderSettings, SplitInfo, TaskSpec
+from . import sim
+from .catalog import N_DEV, N_TEST, WebShopData, load_data
+
+MAX_STEPS = 15
+#: Training goals with an expert demonstration in data/train.jsonl (at most).
+N_DEMO_GOALS = 200
+GRADER = GraderSettings(max_new_tokens=48, stop=["\n", "<|im_end|>", "<|endoftext|>", "</s>"],
+                        batch_size=64)
+INSTRUCTION = ("You are shopping on WebShop. Act with search[query] or click[button]; "
+               "buy the product the instruction asks for.")
+ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=MAX_STEPS, history_window=1)
+
+
+def expert_actions(catalog: sim.Catalog, goal: dict[str, Any]) -> list[str]:
+    """A scripted expert: search the target's name, open it, pick the goal's options, buy.
+    Used for demonstrations only (kept when it earns reward 1)."""
+    product = catalog.products[goal["asin"]]
+    query = " ".join(sim.clean(goal["name"]).lower().split()[:12])
+    actions = [f"search[{query}]", f"click[{goal['asin'].lower()}]"]
+    goal_opts = goal["goal_options"]
+    wanted = list(goal_opts.values()) if isinstance(goal_opts, dict) else list(goal_opts)
+    for values in product["options"].values():
+        pick = next((v for v in values for w in wanted
+                     if sim.normalize_color(v) == sim.normalize_color(w.lower())
+                     or sim.token_set_ratio(w, v) > 85), None)
+        if pick is not None:
+            actions.append(f"click[{pick}]")
+    return actions + ["click[buy now]"]
+
+
+def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per expert step of the first training goals the expert solves: the grader's
+    prompt there, the action, and the chat form of the pair."""
+    rows: list[dict[str, Any]] = []
+    for item in goals:
+        if len({r["instance_id"] for r in rows}) >= N_DEMO_GOALS:
+            break
+        goal, iid = item["goal"], item["id"]
+        if goal["asin"] not in catalog.products:
+            continue
+        pool = EnvPool([iid], [lambda g=goal: sim.WebShopEnv(catalog, g)],
+                       instruction=ROLLOUT.instruction, window=ROLLOUT.history_window,
+                       max_steps=ROLLOUT.max_steps)
+        pool.reset()
+        steps = []
+        for k, action in enumerate(expert_actions(catalog, goal)):
+            if not pool.active():
+                break
+            prompt = pool.prompts([0])[0]
+            steps.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k, "prompt": prompt,
+                          "answer": action,
+                          "messages": [{"role": "user", "content": prompt},
+                                       {"role": "assistant", "content": action}]})
+            pool.step({0: action})
+        if pool.episodes[0].success:
+            rows += steps
+    return rows
+
+
+def _description() -> str:
+    template = resources.files(__package__).joinpath("description.md").read_text()
+    return template.format(n_test=N_TEST, n_dev=N_DEV, max_steps=MAX_STEPS,
+                           max_new_tokens=GRADER.max_new_tokens, instruction=INSTRUCTION,
+                           n_demo=N_DEMO_GOALS)
+
+
+class WebShopTask(InteractiveTask):
+    """WebShop with the human instructions; see description.md for every deviation."""
+
+    rollout = ROLLOUT
+    backend_name = "webshop_env"
+
+    def __init__(self) -> None:
+        self._catalogs: dict[int, sim.Catalog] = {}
+        self._graded: sim.Catalog | None = None
+        self.spec = TaskSpec(
+            id="webshop",
+            level=3,
+            title="WebShop: buy what the instruction asks on a simulated shop (interactive)",
+            description=_description(),
+            version=f"1.s{sim.SIM_VERSION}",
+            prompt_version="1",
+            default_base_model="Qwen/Qwen2.5-1.5B",
+            default_budget="4h",
+            splits={
+                "train": SplitInfo(n_items=0, visible=True,
+                                   source="human goals 1500 to the end (of the seed-233 "
+                                          "shuffle); environment in env/, demonstrations"),
+                "dev": SplitInfo(n_items=N_DEV, visible=False, source="human goals 500-1499"),
+                "test": SplitInfo(n_items=N_TEST, visible=False,
+                                  source="human goals 0-499: the original test goals"),
+            },
+            grader=GRADER,
+            readonly_paths=["base_model", "data", "env"],
+        )
+
+    # --- data -----------------------------------------------------------------------------
+    def data(self, settings: Settings) -> WebShopData:
+        return load_data(settings)
+
+    def catalog(self, data: WebShopData) -> sim.Catalog:
+        """The site's catalog and search index, built once per data."""
+        key = id(data)
+        if key not in self._catalogs:
+            self._catalogs = {key: sim.Catalog(data.products)}
+        return self._catalogs[key]
+
+    def train_items(self, settings: Settings) -> list[dict[str, Any]]:
+        data = self.data(settings)
+        return demo_rows(self.catalog(data), data.split_goals("train"))
+
+    def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
+        if split not in ("dev", "test"):
+            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        data = self.data(settings)
+        self._graded = self.catalog(data)  # make_env's catalog (items stay plain JSON)
+        return data.split_goals(split)
+
+    def make_env(self, item: dict[str, Any]) -> Env:
+        if self._graded is None:
+            raise RuntimeError("load_split must be called before make_env")
+        return sim.WebShopEnv(self._graded, item["goal"])
+
+    def episode_group(self, item: dict[str, Any]) -> str | None:
+        return item["goal"].get("category") or None
+
+    # --- workspace ------------------------------------------------------------------------
+    def env_backend_files(self) -> dict[str, str]:
+        here = resources.files(__package__)
+        return {"webshop_env.py": here.joinpath("backend.py").read_text(),
+                "webshop_sim.py": here.joinpath("sim.py").read_text()}
+
+    def prepare_workspace(self, workspace: Path, settings: Settings, *,
+                          link_base_model: bool = False) -> None:
+        """The shared layout and env/, plus data/webshop/: every product (public) and the
+        training goals only."""
+        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
+        data = self.data(settings)
+        products = "".join(json.dumps(p) + "\n" for p in data.products)
+        goals = "".join(json.dumps({"id": g["id"], "goal": g["goal"]}) + "\n"
+                        for g in data.split_goals("train"))
+        write_readonly(workspace / "data" / "webshop",
+                       {"products.jsonl": products, "train_goals.jsonl": goals})

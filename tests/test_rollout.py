@@ -1,0 +1,162 @@
+"""The rollout engine (grading/rollout.py) with a scripted engine: batching by step, episode
+records stored as items, crash isolation, and the dispatch from `evaluate`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from a2rl.grading.evaluate import evaluate
+from a2rl.grading.rollout import play
+from a2rl.settings import Settings
+from a2rl.tasks import get_task
+from a2rl.tasks.envapi.a2rl_env import EnvPool, Step, parse_action, render_prompt
+from a2rl.tasks.textquest import game
+from a2rl.tasks.textquest.task import TextQuestTask
+
+LAMP = re.compile(r"Now: Room \d/\d: a (\w+) lamp\.")
+
+
+class ScriptedEngine:
+    """A deterministic policy: follows the game's rule except for `wrong` colours (answers
+    'up'), and records every generate call."""
+
+    engine_name, engine_version = "scripted", "1"
+
+    def __init__(self, wrong: Sequence[str] = ()) -> None:
+        self.wrong = set(wrong)
+        self.calls: list[int] = []
+        self.prompts: list[str] = []
+
+    def generate(self, prompts: Sequence[Any], max_new_tokens: int,
+                 stop: Sequence[str] = ()) -> list[str]:
+        self.calls.append(len(prompts))
+        out = []
+        for p in prompts:
+            text = p[-1]["content"]
+            self.prompts.append(text)
+            color = LAMP.search(text).group(1)  # type: ignore[union-attr]
+            out.append("  UP\nx" if color in self.wrong else f" {game.RULE[color].upper()} ")
+        return out
+
+
+class CrashingQuest(TextQuestTask):
+    """Instance dev-0001 cannot be made; dev-0002 raises at its second step."""
+
+    def make_env(self, item: dict[str, Any]) -> Any:
+        if item["id"] == "dev-0001":
+            raise OSError("game file is corrupt")
+        env = super().make_env(item)
+        if item["id"] == "dev-0002":
+            real_step = env.step
+            calls = {"n": 0}
+
+            def step(action: str) -> Step:
+                calls["n"] += 1
+                if calls["n"] == 2:
+                    raise RuntimeError("the engine crashed")
+                return real_step(action)
+
+            env.step = step  # type: ignore[method-assign]
+        return env
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings(home=tmp_path_factory.mktemp("home"))
+
+
+@pytest.fixture
+def checkpoint(tmp_path: Path) -> Path:
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    return tmp_path / "ckpt"
+
+
+def test_prompt_and_action_format() -> None:
+    text = render_prompt("Go.", [("a", "x"), ("b", "y")], "c", ["x", "z"], window=1)
+    assert text == "Go. | b > y | Now: c | Actions: x, z"
+    assert render_prompt("", [("a", "x")], "b", None, window=0) == "Now: b"
+    assert parse_action("  North  Gate \nmore") == "north gate"
+    assert parse_action("") == ""
+
+
+def test_perfect_policy_batches_by_step(settings: Settings) -> None:
+    task = get_task("textquest")
+    items = task.load_split("dev", settings)
+    engine = ScriptedEngine()
+    pool = play(task, items, engine)  # type: ignore[arg-type]
+    # every episode is 3 rooms: one generate call per step, over all episodes at once
+    assert engine.calls == [len(items)] * game.N_ROOMS
+    assert all(ep.success and ep.steps == game.N_ROOMS and ep.error is None
+               for ep in pool.episodes)
+    ep = pool.episodes[0]
+    assert ep.actions == game.expert_actions(items[0]["rooms"])
+    assert ep.observations[-1] == "You escaped!" and ep.total_reward == 1.0
+    # the second prompt shows the first room and the action taken there
+    second = [p for p in engine.prompts if "Room 2/3" in p.split("Now:")[1]][0]
+    assert second.startswith("Escape the maze. | Room 1/3: a ") and " > " in second
+
+
+def test_evaluate_dispatches_to_rollouts(settings: Settings, checkpoint: Path) -> None:
+    task = get_task("textquest")
+    items = task.load_split("dev", settings)
+    result = evaluate(task, checkpoint, "dev", settings, engine=ScriptedEngine(wrong=["pink"]))
+    expected = sum("pink" not in it["rooms"] for it in items)
+    assert result.n_items == len(items) == 200
+    assert result.score == pytest.approx(expected / len(items))
+    assert result.ci_low < result.score < result.ci_high  # Wilson 95%
+    assert result.metrics["n_errors"] == 0 and result.metrics["rollout"]["max_steps"] == 4
+    assert set(result.metrics["success_by_group"]) == {"demo", "new"}
+    assert result.metrics["success_by_group"]["demo"] == 1.0
+    by_id = {it.id: it for it in result.items}
+    for item in items:
+        rec = by_id[item["id"]]
+        assert rec.correct == ("pink" not in item["rooms"]) == rec.episode["success"]
+        assert rec.prompt.startswith("Room 1/3") and rec.expected == "success"
+        if "pink" in item["rooms"]:  # the trap ends the episode at the pink room
+            assert rec.episode["actions"][-1] == "up"
+            assert rec.episode["observations"][-1] == "Unknown action. A trap!"
+            passed = item["rooms"].index("pink")  # a share of reward per room passed
+            assert rec.episode["total_reward"] == pytest.approx(passed / game.N_ROOMS)
+            assert len(rec.episode["actions"]) == passed + 1
+    assert "> " in by_id[items[0]["id"]].output  # the transcript
+
+
+def test_a_crashing_instance_loses_only_its_episode(settings: Settings,
+                                                    checkpoint: Path) -> None:
+    task = CrashingQuest()
+    result = evaluate(task, checkpoint, "dev", settings, engine=ScriptedEngine())
+    by_id = {it.id: it for it in result.items}
+    assert result.metrics["n_errors"] == 2 and result.n_items == 200
+    assert result.score == pytest.approx(198 / 200)
+    broken, mid = by_id["dev-0001"].episode, by_id["dev-0002"].episode
+    assert not broken["success"] and "game file is corrupt" in broken["error"]
+    assert broken["actions"] == [] and broken["observations"] == []
+    assert not mid["success"] and "the engine crashed" in mid["error"]
+    assert len(mid["actions"]) == 2 and mid["rewards"] == [pytest.approx(1 / 3), 0.0]
+    assert all(by_id[f"dev-{i:04d}"].correct for i in range(200) if i not in (1, 2))
+
+
+def test_step_limit_ends_an_episode() -> None:
+    class Loop:
+        def reset(self) -> Step:
+            return Step("a corridor", admissible=["wait", "go"])
+
+        def step(self, action: str) -> Step:
+            return Step("a corridor", admissible=["wait", "go"])
+
+    pool = EnvPool(["x"], [Loop], instruction="Go.", window=2, max_steps=3)
+    pool.reset()
+    assert pool.prompts() == ["Go. | Now: a corridor | Actions: wait, go"]
+    while active := pool.active():
+        pool.step({i: "wait" for i in active})
+    ep = pool.episodes[0]
+    assert ep.steps == 3 and not ep.done and not ep.success and ep.error is None
+    assert pool.prompts([0])[0].count("a corridor > wait") == 2  # window of 2
+    with pytest.raises(ValueError):
+        EnvPool(["x", "y"], [Loop])

@@ -1,0 +1,207 @@
+"""WebShop on a fixture catalog written in the real schema (items_shuffle_1000.json,
+items_ins_v2_1000.json, items_human_ins.json): loading, the goal split, search, navigation,
+options, the reward on hand-computed cases, the workspace's environment API, and an `a2rl run`
+with the reference agent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlmodel import select
+
+from a2rl.settings import Settings
+from a2rl.store import Evaluation, Store
+from a2rl.tasks.webshop import sim
+from a2rl.tasks.webshop.catalog import load_data
+from a2rl.tasks.webshop.task import WebShopTask
+
+from .conftest import require_bwrap
+
+FIXTURE = Path(__file__).parent / "fixtures" / "webshop"
+
+
+@pytest.fixture
+def shop(settings: Settings) -> Settings:
+    return settings.model_copy(update={"webshop_dir": str(FIXTURE), "base_model": "tiny-llama"})
+
+
+@pytest.fixture
+def catalog(shop: Settings) -> sim.Catalog:
+    return sim.Catalog(load_data(shop).products)
+
+
+def goal(**overrides: Any) -> dict[str, Any]:
+    base = {"asin": "B0WS000002", "query": "men t shirts", "name": "Mens Cotton Crew T-Shirt",
+            "product_category": "Clothing, Shoes & Jewelry › Men › Clothing › Shirts › T-Shirts",
+            "instruction_text": "i want a navy blue cotton t-shirt in large",
+            "attributes": ["machine wash", "cotton"], "goal_options": ["navy blue", "large"],
+            "price_upper": 30.0, "category": "fashion"}
+    return {**base, **overrides}
+
+
+def test_products_goals_and_splits(shop: Settings) -> None:
+    data = load_data(shop)
+    # the duplicate asin and the 'nan' asin are skipped, as in load_products
+    assert len(data.products) == 8
+    tee = next(p for p in data.products if p["asin"] == "B0WS000002")
+    assert tee["options"] == {"size": ["small", "medium", "large"],
+                              "color": ["navy blue", "white"]}
+    assert tee["Price"] == "$12.0 to $18.0" and 12.0 <= tee["price"] <= 18.0
+    assert tee["query"] == "men t shirts" and tee["Attributes"] == ["machine wash", "cotton"]
+    # 13 human instructions, one without attributes (skipped): 12 goals, in quarters
+    assert len(data.goals) == 12
+    sizes = [len(data.split_goals(s)) for s in ("test", "dev", "train")]
+    assert sizes == [3, 3, 6]
+    assert all("price lower than" in g["instruction_text"] for g in data.goals)
+    assert load_data(shop).goals == data.goals  # the same on every load (seeded)
+
+
+def test_search_pages_navigation_and_options(catalog: sim.Catalog) -> None:
+    env = sim.WebShopEnv(catalog, goal())
+    first = env.reset()
+    assert first.observation.startswith("WebShop [SEP] Instruction: [SEP] i want a navy")
+    assert first.info["available_actions"] == {"has_search_bar": True, "clickables": []}
+    assert env.step("click[buy now]").observation == first.observation  # invalid: no-op
+    results = env.step("search[cotton t-shirt men]")
+    assert "Page 1 (Total results:" in results.observation
+    assert results.observation.split(" [SEP] ")[4] == "B0WS000002"  # the best hit first
+    item = env.step("click[b0ws000002]")
+    assert "size [SEP] small [SEP] medium [SEP] large" in item.observation
+    assert "Price: $12.0 to $18.0" in item.observation
+    env.step("click[large]")
+    chosen = env.step("click[navy blue]")
+    assert chosen.observation.startswith("You have clicked large. [SEP] You have clicked navy")
+    desc = env.step("click[description]")
+    assert desc.observation.endswith("A classic crew neck tee in soft cotton.")
+    back = env.step("click[< prev]")
+    assert "Buy Now" in back.observation
+    assert "Page 1" in env.step("click[< prev]").observation  # the item's < prev: results
+    assert env.step("click[back to search]").info["available_actions"]["has_search_bar"]
+
+
+def test_result_pages_next_and_prev(catalog: sim.Catalog) -> None:
+    many = {f"B0PG{i:06d}": {**catalog.products["B0WS000006"], "asin": f"B0PG{i:06d}"}
+            for i in range(23)}
+    env = sim.WebShopEnv(sim.Catalog(list(many.values())), goal())
+    env.reset()
+    page1 = env.step("search[organic green tea]")
+    assert "(Total results: 23)" in page1.observation and "Next >" in page1.observation
+    assert "< Prev" not in page1.observation
+    page3 = env.step("click[next >]")
+    page3 = env.step("click[next >]")
+    assert "Page 3 (Total results: 23)" in page3.observation
+    assert "Next >" not in page3.observation and page3.observation.count("B0PG") == 3
+    assert "Page 2" in env.step("click[< prev]").observation
+
+
+def test_reward_hand_computed(catalog: sim.Catalog) -> None:
+    tee = catalog.products["B0WS000002"]
+    # everything right: (2 attributes + 2 options + price) / 5 * r_type 1
+    reward, parts = sim.get_reward(tee, goal(), 15.0, {"size": "large", "color": "navy blue"})
+    assert reward == 1.0 and parts["r_type"] == 1.0
+    # wrong size (exact match), price over the cap: (2 + 1 + 0) / 5
+    reward, _ = sim.get_reward(tee, goal(), 35.0, {"size": "small", "color": "navy blue"})
+    assert reward == pytest.approx(3 / 5)
+    # no option chosen: (2 + 0 + 1) / 5
+    assert sim.get_reward(tee, goal(), 15.0, {})[0] == pytest.approx(3 / 5)
+    # a different product type: the boots share no name word -> r_type 0
+    boots = catalog.products["B0WS000005"]
+    reward, parts = sim.get_reward(boots, goal(), 15.0, {})
+    assert parts["title_score"] == 0.0 and reward == 0.0
+    # query and category differ, half the name words match -> r_type 1 (title_score > 0.2)
+    other = {**tee, "query": "x", "product_category": "A › B", "name": "Cotton Tank Top"}
+    _, parts = sim.get_reward(other, goal(), 15.0, {})
+    assert parts["title_score"] == pytest.approx(1 / 4) and parts["r_type"] == 1.0
+    # fuzzy attribute match (token_set_ratio > 85) and colour normalization
+    assert sim.token_set_ratio("machine washable", "machine wash") == 86  # 2*12/28
+    assert sim.token_set_ratio("cotton", "100% cotton fabric") == 100
+    assert sim.normalize_color("dark navy blue") == "blue"  # COLOR_SET order, not text order
+
+
+def test_buy_ends_with_the_reward_and_success_rule(catalog: sim.Catalog) -> None:
+    env = sim.WebShopEnv(catalog, goal())
+    env.reset()
+    env.step("search[mens cotton crew t-shirt]")
+    env.step("click[b0ws000002]")
+    env.step("click[small]")
+    done = env.step("click[buy now]")
+    assert done.done and done.reward == pytest.approx(3 / 5)  # 2 attributes + price, of 5
+    assert done.info["success"] is False  # success only at reward 1
+    with pytest.raises(RuntimeError):
+        env.step("click[buy now]")
+
+
+def test_workspace_env_api_trains_only(shop: Settings, tmp_path: Path) -> None:
+    task = WebShopTask()
+    ws = tmp_path / "ws"
+    task.prepare_workspace(ws, shop)
+    assert (ws / "env" / "webshop_sim.py").read_text() == Path(sim.__file__).read_text()
+    hidden = [g["goal"]["instruction_text"] for s in ("dev", "test")
+              for g in load_data(shop).split_goals(s)]
+    text = "".join(p.read_text() for p in (ws / "data").rglob("*") if p.is_file())
+    assert not any(h in text for h in hidden)
+    demos = [json.loads(line) for line in (ws / "data" / "train.jsonl").open()]
+    assert demos and demos[0]["answer"].startswith("search[")
+    script = (
+        "import sys; sys.path.insert(0, 'env'); import a2rl_env\n"
+        "ids = a2rl_env.train_ids(); print('N', len(ids))\n"
+        "import json\n"
+        "rows = [json.loads(l) for l in open('data/train.jsonl')]\n"
+        "first = [r for r in rows if r['instance_id'] == rows[0]['instance_id']]\n"
+        "pool = a2rl_env.make_pool([first[0]['instance_id']] * 2)\n"
+        "pool.reset()\n"
+        "assert pool.prompts([0])[0] == first[0]['prompt']\n"
+        "for r in first: pool.step({0: r['answer'], 1: 'click[nothing]'})\n"
+        "print('R', pool.episodes[0].total_reward, pool.episodes[0].success)\n"
+        "for bad in (lambda: a2rl_env.make('test-00000'), lambda: a2rl_env.train_ids('test')):\n"
+        "    try:\n"
+        "        bad()\n"
+        "    except a2rl_env.SplitError:\n"
+        "        print('REFUSED')\n")
+    p = subprocess.run([sys.executable, "-c", script], cwd=ws, capture_output=True, text=True,
+                       timeout=120, env={"PATH": os.environ.get("PATH", "")})
+    assert p.returncode == 0, p.stderr
+    assert "N 6" in p.stdout and "R 1.0 True" in p.stdout and p.stdout.count("REFUSED") == 2
+
+
+def test_grader_items_are_plain_json(shop: Settings) -> None:
+    task = WebShopTask()
+    items = task.load_split("test", shop)
+    json.dumps(items)
+    env = task.make_env(items[0])
+    assert env.reset().observation.startswith("WebShop [SEP] Instruction:")
+    assert task.spec.splits["test"].n_items == 500
+
+
+A2RL = str(Path(sys.executable).parent / "a2rl")
+QUICK = ["--agent-option", "sft_args=--steps 3 --holdout 0 --batch 4 --max-length 512",
+         "--agent-option", "grpo_args=--iters 1 --instances 2 --group 2"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_webshop_run_with_the_reference_agent(tmp_path: Path) -> None:
+    require_bwrap()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env.update(A2RL_HOME=str(tmp_path), A2RL_BASE_MODEL="tiny-llama",
+               A2RL_GRADER_MAX_NEW_TOKENS="8", A2RL_WEBSHOP_DIR=str(FIXTURE))
+    p = subprocess.run([A2RL, "run", "--task", "webshop", "--agent", "reference", "--budget",
+                        "15m", *QUICK, "--json"], env=env, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads(p.stdout)
+    store = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
+    with store.session() as s:
+        evals = s.exec(select(Evaluation).where(Evaluation.run_id == summary["run_id"])).all()
+    assert {e.split for e in evals} == {"dev", "test"}
+    assert all(e.status == "done" and e.n_items == 3 for e in evals), [
+        (e.split, e.status, e.error) for e in evals]
+    assert all(it["episode"] is not None and "mean_reward" in e.metrics
+               for e in evals for it in e.items)
