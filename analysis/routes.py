@@ -28,6 +28,10 @@ PATTERNS: list[tuple[RouteName, re.Pattern[str]]] = [
 # A generic trainer or a hand-written loop: SFT unless a more specific route matched.
 GENERIC_TRAINING = re.compile(
     r"\bTrainer\s*\(|\.backward\(\)|\boptimizer\.step\(|\bcross_entropy\b|\bSeq2SeqTrainer\b")
+# A hand-written policy-gradient loop turns rewards into advantages; normalized within a group
+# of samples of one prompt it is GRPO, otherwise REINFORCE-style.
+ADVANTAGE = re.compile(r"\badvantages?\b")
+GROUP = re.compile(r"\bgroups?\b")
 TRL_ROUTES: dict[str, RouteName] = {
     "sft": "sft", "grpo": "grpo", "dpo": "dpo", "kto": "dpo", "orpo": "dpo", "ppo": "ppo",
     "rloo": "rloo_reinforce", "reward": "reward_model", "gkd": "distillation"}
@@ -86,6 +90,12 @@ def code_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
+def _lines(paths: list[str], texts: Mapping[str, str], pattern: re.Pattern[str]
+           ) -> list[Evidence]:
+    return [Evidence(kind="code", file=p, line=no, text=line.strip()[:200])
+            for p in paths for no, line in code_lines(texts[p]) if pattern.search(line)]
+
+
 def _generic(path: str, text: str) -> list[Evidence]:
     return [Evidence(kind="code", file=path, line=no, text=line.strip()[:200])
             for no, line in code_lines(text) if GENERIC_TRAINING.search(line)]
@@ -140,6 +150,11 @@ def classify(target: str, submission_error: str | None, near_copy: bool,
         return order[0], order[1:], hits[order[0]][:8] + cmd_ev[:3]
     generic = [e for p in chosen for e in _generic(p, texts[p])]
     if generic:
+        policy = _lines(chosen, texts, ADVANTAGE)
+        if policy:
+            route: RouteName = ("grpo" if any(GROUP.search(e.text) for e in policy)
+                                else "rloo_reinforce")
+            return route, [], policy[:6] + generic[:2] + cmd_ev[:3]
         return "sft", [], generic[:8] + cmd_ev[:3]
     if copy_ev:
         return "copy_of_base", [], copy_ev

@@ -336,6 +336,15 @@ def test_route_markers() -> None:
     loop = "loss = F.cross_entropy(logits, y)\nloss.backward()\nmodel.save_pretrained(o)\n"
     assert route({"code/d.py": dpo}, ["python code/d.py --out output/x"]) == "dpo"
     assert route({"code/l.py": loop}, ["python code/l.py output/x"]) == "sft"
+    # a hand-written policy gradient: group-normalized advantages are GRPO, plain ones REINFORCE
+    pg = "adv = r - baseline\nloss = -(logp * advantages).mean()\nloss.backward()\n"
+    grouped = "advantages += [(r - m) / s for r in group]\n" + pg
+    assert route({"code/g.py": grouped}, ["python code/g.py --out output/x"]) == "grpo"
+    assert route({"code/p.py": pg}, ["python code/p.py --out output/x"]) == "rloo_reinforce"
+    from a2rl.clients.reference import script  # the reference agent's online GRPO (level 3)
+
+    assert route({"code/grpo_env.py": script("grpo_env.py")},
+                 ["python code/grpo_env.py --init output/sft --out output/x"]) == "grpo"
     assert route({"code/n.py": "m.save_pretrained('output/x')\n"}, []) == "no_training"
     assert route({}, ["trl grpo --output_dir output/x"]) == "grpo"
     assert route({}, ["cp -r base_model output/x"]) == "copy_of_base"
