@@ -152,12 +152,12 @@ def render_text(c: Comparison) -> str:
            f"{'improve':>8} {'route':14} subs"]
     for r in c.rows:
         out.append(f"{r.run_id[:14]:14} {r.task:10} {str(r.agent)[:12]:12} "
-                   f"{str(r.driver)[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
+                   f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
                    f"{f(r.improvement, '+'):>8} {r.best_route or '–':14} {r.submissions}")
     for task, groups in c.leaderboard.items():
         out += ["", f"leaderboard {task}: mean improvement ± std over repeats"]
         for i, g in enumerate(groups, 1):
-            out.append(f"{i:2}. {str(g.agent):12} {str(g.driver):16} n={g.runs:<3} "
+            out.append(f"{i:2}. {str(g.agent):12} {g.driver or '–':16} n={g.runs:<3} "
                        f"{f(g.improvement_mean, '+')} ± {f(g.improvement_std)}  final "
                        f"{f(g.final_mean)}  routes {json.dumps(g.routes)}")
     return "\n".join(out) + "\n"
