@@ -49,15 +49,17 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 
 from a2rl.settings import Settings
+
+T = TypeVar("T")
 
 #: Bump when the prompt or the parsing changes (part of the cache key).
 JUDGE_PROMPT_VERSION = "alpaca_eval_clf_gpt4_turbo.1"
@@ -287,33 +289,45 @@ class Judge:
                         error=error, attempts=attempts)
 
     # --- many items ---------------------------------------------------------------------------
+    def cached_map(self, keys: Sequence[str | None], ask: Callable[[httpx.Client, int], T],
+                   save: Callable[[T], dict[str, Any] | None],
+                   load: Callable[[dict[str, Any]], T]) -> list[T]:
+        """`ask(client, i)` for every i without a cached answer, concurrently; results in input
+        order. `keys[i]` None: never cached. `save` gives what to cache (None: nothing, as for
+        errors, which are asked again next time); `load` rebuilds a result from the cache."""
+        results: list[T | None] = [None] * len(keys)
+        todo: list[int] = []
+        for i, key in enumerate(keys):
+            hit = self.cache.get(key) if self.cache and key is not None else None
+            if hit is not None:
+                results[i] = load(hit)
+            else:
+                todo.append(i)
+        if todo:
+            with httpx.Client(timeout=self.config.timeout_s) as client, ThreadPoolExecutor(
+                    max_workers=max(1, self.config.concurrency)) as pool:
+                futures = {i: pool.submit(ask, client, i) for i in todo}
+                for i, fut in futures.items():
+                    results[i] = result = fut.result()
+                    value = save(result)
+                    if self.cache and keys[i] is not None and value is not None:
+                        self.cache.put(keys[i], self.config.model, value)  # type: ignore[arg-type]
+        return [r for r in results if r is not None]
+
     def judge_many(self, item_ids: Sequence[str], instructions: Sequence[str],
                    outputs: Sequence[str], references: Sequence[str]) -> list[Judgment]:
         """Judgments in input order; cached ones cost no request, the rest run concurrently."""
         n = len(item_ids)
         if not (len(instructions) == len(outputs) == len(references) == n):
             raise ValueError("item_ids, instructions, outputs and references differ in length")
-        results: list[Judgment | None] = [None] * n
         keys = [JudgeCache.key(instructions[i], outputs[i], references[i], self.config.model)
                 for i in range(n)]
-        todo: list[int] = []
-        for i in range(n):
-            hit = self.cache.get(keys[i]) if self.cache else None
-            if hit is not None:
-                results[i] = Judgment(winner=hit["winner"], model_position=hit["model_position"],
-                                      raw_answers=hit["raw_answers"], attempts=0, cached=True)
-            else:
-                todo.append(i)
-        if todo:
-            with httpx.Client(timeout=self.config.timeout_s) as client, ThreadPoolExecutor(
-                    max_workers=max(1, self.config.concurrency)) as pool:
-                futures = {i: pool.submit(self.judge_one, client, item_ids[i], instructions[i],
-                                          outputs[i], references[i]) for i in todo}
-                for i, fut in futures.items():
-                    judgment = fut.result()
-                    results[i] = judgment
-                    if self.cache and judgment.winner != "error":
-                        self.cache.put(keys[i], self.config.model, {
-                            "winner": judgment.winner, "model_position": judgment.model_position,
-                            "raw_answers": judgment.raw_answers})
-        return [r for r in results if r is not None]
+        return self.cached_map(
+            keys,
+            lambda client, i: self.judge_one(client, item_ids[i], instructions[i], outputs[i],
+                                             references[i]),
+            lambda j: None if j.winner == "error" else {
+                "winner": j.winner, "model_position": j.model_position,
+                "raw_answers": j.raw_answers},
+            lambda hit: Judgment(winner=hit["winner"], model_position=hit["model_position"],
+                                 raw_answers=hit["raw_answers"], attempts=0, cached=True))

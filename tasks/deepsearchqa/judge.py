@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -110,26 +109,14 @@ class CorrectnessJudge:
 
     def grade_many(self, questions: Sequence[str], golds: Sequence[str],
                    types: Sequence[str], responses: Sequence[str]) -> list[Grade]:
-        """Grades in input order; cached verdicts cost nothing, errors are never cached."""
-        cache: JudgeCache | None = self.judge.cache
-        keys = [JudgeCache.key(f"{q}\n{t}", r, g, self.model_key)
+        """Grades in input order; cached verdicts cost nothing, errors are never cached, and an
+        empty response is graded without the cache (it needs no request)."""
+        keys = [JudgeCache.key(f"{q}\n{t}", r, g, self.model_key) if r.strip() else None
                 for q, g, t, r in zip(questions, golds, types, responses, strict=True)]
-        out: list[Grade | None] = [None] * len(keys)
-        todo = []
-        for i, key in enumerate(keys):
-            hit = cache.get(key) if cache and responses[i].strip() else None
-            if hit is not None:
-                out[i] = Grade(hit["verdict"], hit["raw_answers"], cached=True)
-            else:
-                todo.append(i)
-        if todo:
-            with httpx.Client(timeout=self.config.timeout_s) as client, ThreadPoolExecutor(
-                    max_workers=max(1, self.config.concurrency)) as pool:
-                futures = {i: pool.submit(self.grade_one, client, questions[i], golds[i],
-                                          types[i], responses[i]) for i in todo}
-                for i, fut in futures.items():
-                    grade = out[i] = fut.result()
-                    if cache and grade.verdict != "error" and responses[i].strip():
-                        cache.put(keys[i], self.model_key, {"verdict": grade.verdict,
-                                                            "raw_answers": grade.raw_answers})
-        return [g for g in out if g is not None]
+        return self.judge.cached_map(
+            keys,
+            lambda client, i: self.grade_one(client, questions[i], golds[i], types[i],
+                                             responses[i]),
+            lambda g: None if g.verdict == "error" else {"verdict": g.verdict,
+                                                         "raw_answers": g.raw_answers},
+            lambda hit: Grade(hit["verdict"], hit["raw_answers"], cached=True))
