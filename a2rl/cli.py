@@ -116,6 +116,8 @@ def create(
     protocol: Annotated[str, typer.Option(
         help="heldout: dev scores during the run, test at the end; paper: test every time")
     ] = "heldout",
+    profile: Annotated[str, typer.Option(
+        help="evaluation profile: a2rl (ours) or paper (docs/paper-fidelity.md)")] = "a2rl",
     grading_clock: Annotated[str, typer.Option(
         help="counted: grading time uses the budget; paused: the deadline moves by it")
     ] = "counted",
@@ -135,13 +137,14 @@ def create(
     try:
         created = create_run(settings, store, task_id=task, budget=budget,
                              max_submissions=max_submissions, unsafe_local=unsafe_local or None,
-                             protocol=protocol, grading_clock=grading_clock,
+                             protocol=protocol, grading_clock=grading_clock, profile=profile,
                              **_sandbox_options(gpus, network, keep_container))
     except (KeyError, ValueError, SandboxError) as exc:
         _fail(str(exc).strip("'\""))
         return
     run = created.run
     doc = {"run_id": run.id, "token": created.token, "task": run.task_id,
+           "profile": run.profile,
            "workspace": run.workspace, "budget_s": run.budget_s,
            "mcp_url": f"http://{settings.http_host}:{settings.http_port}/mcp"}
     if as_json:
@@ -242,6 +245,8 @@ def run_cmd(
     network: NetworkOpt = "none",
     keep_container: KeepOpt = False,
     protocol: Annotated[str, typer.Option(help="heldout or paper")] = "heldout",
+    profile: Annotated[str, typer.Option(
+        help="evaluation profile: a2rl (ours) or paper (docs/paper-fidelity.md)")] = "a2rl",
     max_submissions: Annotated[int | None, typer.Option(help="default: unlimited")] = None,
     seed: Annotated[int | None, typer.Option(help="seed of the first run")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="runs one after another, seeds S, S+1..")
@@ -275,7 +280,7 @@ def run_cmd(
     summaries = []
     for i in range(repeats):
         opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
-                          protocol=protocol, max_submissions=max_submissions,
+                          protocol=protocol, profile=profile, max_submissions=max_submissions,
                           seed=None if seed is None else seed + i, agent_options=agent_options,
                           sandbox=_sandbox_options(gpus, network, keep_container),
                           fleet_id=fleet, fleet_node=fleet_node,
@@ -413,6 +418,8 @@ def fleet(
         help="a custom Ray resource each run takes one unit of (nodes without GPUs)")] = None,
     backend: Annotated[str | None, typer.Option(help="local or docker, on every node")] = None,
     seed: Annotated[int | None, typer.Option(help="repeat i runs with seed + i")] = None,
+    profile: Annotated[str | None, typer.Option(
+        help="evaluation profile: a2rl (ours) or paper (docs/paper-fidelity.md)")] = None,
     agent_option: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE passed to every agent's connector")] = None,
     address: Annotated[str | None, typer.Option(
@@ -435,7 +442,7 @@ def fleet(
             _fail(f"--agent-option takes KEY=VALUE, not {item!r}")
         options[key] = value
     fields = {"budget": budget, "gpus_per_run": gpus_per_run, "resource": resource,
-              "backend": backend, "seed": seed}
+              "backend": backend, "seed": seed, "profile": profile}
     try:
         if plan_file:
             plan = load_plan(Path(plan_file), name=name, repeats=repeats, tasks=task, **fields)
@@ -525,12 +532,36 @@ def import_cmd(
 
 
 @app.command()
-def tasks(as_json: JsonFlag = False) -> None:
-    """List the tasks with their levels."""
+def tasks(
+    profile: Annotated[str | None, typer.Option(
+        help="show the evaluation settings in force under this profile (a2rl or paper)")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the tasks with their levels; with --profile, each task's evaluation settings."""
     from a2rl.tasks import list_tasks
 
+    try:
+        found = list_tasks(profile)
+    except ValueError as exc:
+        _fail(str(exc))
+        return
+    if profile is not None:
+        docs = [t.profile_settings(_settings()) for t in found]
+        if as_json:
+            _print_json(docs)
+            return
+        for doc in docs:
+            typer.echo(f"{doc.pop('task')} ({doc.pop('profile')} profile)")
+            for key, value in doc.items():
+                if key == "splits":
+                    value = "; ".join(
+                        f"{name} {s['n_items']} ({'visible' if s['visible'] else 'hidden'}, "
+                        f"{s['source']})" for name, s in value.items())
+                typer.echo(f"  {key:16} {value}")
+        return
     rows = [{"id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
-             "default_budget": t.spec.default_budget} for t in list_tasks()]
+             "default_budget": t.spec.default_budget} for t in found]
     if as_json:
         _print_json(rows)
         return

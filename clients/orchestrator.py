@@ -64,6 +64,7 @@ class RunOptions(BaseModel):
     budget: str | None = None
     backend: str | None = None
     protocol: str = "heldout"
+    profile: str = "a2rl"  # the evaluation profile (a2rl.tasks.profiles)
     max_submissions: int | None = None
     seed: int | None = None
     sandbox: dict[str, Any] = {}
@@ -144,6 +145,7 @@ class Orchestrator:
         self.say(f"creating a run of '{opts.task}' and scoring the base model (the baseline)")
         created = create_run(self.settings, self.store, task_id=opts.task, budget=opts.budget,
                              backend=opts.backend, start_clock=True, protocol=opts.protocol,
+                             profile=opts.profile,
                              max_submissions=opts.max_submissions, seed=opts.seed,
                              agent=opts.agent, **opts.sandbox)
         run = created.run

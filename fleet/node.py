@@ -47,7 +47,7 @@ def run_argv(spec: RunSpec, node_id: str, gpu_ids: list[str]) -> list[str]:
     """The `a2rl run` command line for `spec` on this node."""
     exe = str(Path(sys.executable).parent / "a2rl")
     argv = [exe, "run", "--task", spec.task, "--agent", spec.agent, "--json",
-            "--protocol", spec.protocol, "--fleet", spec.fleet,
+            "--protocol", spec.protocol, "--profile", spec.profile, "--fleet", spec.fleet,
             "--fleet-repeat", str(spec.repeat), "--fleet-node", node_id]
     for flag, value in (("--model", spec.model), ("--budget", spec.budget),
                         ("--backend", spec.backend), ("--seed", spec.seed),

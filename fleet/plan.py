@@ -44,6 +44,7 @@ class FleetPlan(BaseModel):
         None, description="a custom Ray resource each run asks one unit of (nodes without GPUs)")
     backend: str | None = Field(None, description="local or docker; default: the node's setting")
     protocol: str = "heldout"
+    profile: str = Field("a2rl", description="evaluation profile: a2rl or paper")
     max_submissions: int | None = None
     seed: int | None = Field(None, description="repeat i runs with seed + i")
 
@@ -67,6 +68,8 @@ class FleetPlan(BaseModel):
     def _valid_protocol(self) -> FleetPlan:
         if self.protocol not in ("heldout", "paper"):
             raise ValueError(f"protocol must be heldout or paper, not {self.protocol!r}")
+        if self.profile not in ("a2rl", "paper"):  # a2rl.tasks.profiles (not imported: heavy)
+            raise ValueError(f"profile must be a2rl or paper, not {self.profile!r}")
         return self
 
     def runs(self) -> list[RunSpec]:
@@ -79,6 +82,7 @@ class FleetPlan(BaseModel):
                         out.append(RunSpec(
                             fleet=self.name, task=task, agent=agent.name, model=model, repeat=i,
                             budget=self.budget, backend=self.backend, protocol=self.protocol,
+                            profile=self.profile,
                             max_submissions=self.max_submissions,
                             seed=None if self.seed is None else self.seed + i,
                             options=dict(agent.options)))
@@ -96,6 +100,7 @@ class RunSpec(BaseModel):
     budget: str | None = None
     backend: str | None = None
     protocol: str = "heldout"
+    profile: str = "a2rl"
     max_submissions: int | None = None
     seed: int | None = None
     options: dict[str, str] = Field(default_factory=dict)

@@ -38,6 +38,9 @@ def baseline_key(task: Task, base_dir: Path, settings: Settings) -> str:
         "engine": engine,
         "engine_version": engine_version,
     }
+    profile = getattr(task, "profile", "a2rl")
+    if profile != "a2rl":  # only then: the a2rl profile's existing cache keys stay valid
+        parts["profile"] = profile
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

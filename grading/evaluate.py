@@ -96,6 +96,7 @@ def evaluate(
     provenance = {
         "a2rl_version": a2rl.__version__,
         "task_id": task.spec.id,
+        "profile": getattr(task, "profile", "a2rl"),
         "task_version": task.spec.version,
         "prompt_version": task.spec.prompt_version,
         "grader_version": GRADER_VERSION,

@@ -170,7 +170,8 @@ def process_one(
         elif sub is None or run is None or not sub.checkpoint_dir:
             error = "the submission has no stored checkpoint copy to evaluate"
         else:
-            spec = {"task_id": run.task_id, "checkpoint_dir": sub.checkpoint_dir,
+            spec = {"task_id": run.task_id, "profile": run.profile,
+                    "checkpoint_dir": sub.checkpoint_dir,
                     "split": req.split, "settings": settings.model_dump(mode="json")}
             result, error, elapsed = run_worker(spec, timeout_s)
             if result is not None:

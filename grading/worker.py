@@ -33,6 +33,7 @@ from .gpu_memory import GpuMemoryUnavailable
 
 class WorkerSpec(BaseModel):
     task_id: str
+    profile: str = "a2rl"  # the run's evaluation profile (a2rl.tasks.profiles)
     checkpoint_dir: str
     split: str
     settings: dict[str, Any] = {}
@@ -51,7 +52,8 @@ def spec_from_store(db_url: str, request_id: int, settings: dict[str, Any]) -> W
             run = s.get(Run, req.run_id)
             if sub is None or not sub.checkpoint_dir or run is None:
                 raise SystemExit(f"grade request {request_id} has no stored checkpoint")
-            return WorkerSpec(task_id=run.task_id, checkpoint_dir=sub.checkpoint_dir,
+            return WorkerSpec(task_id=run.task_id, profile=run.profile,
+                              checkpoint_dir=sub.checkpoint_dir,
                               split=req.split, settings=settings)
     finally:
         store.close()
@@ -62,7 +64,8 @@ def run_spec(spec: WorkerSpec) -> str:
 
     from .evaluate import evaluate
 
-    result = evaluate(get_task(spec.task_id), Path(spec.checkpoint_dir), spec.split,  # type: ignore[arg-type]
+    task = get_task(spec.task_id, spec.profile)
+    result = evaluate(task, Path(spec.checkpoint_dir), spec.split,  # type: ignore[arg-type]
                       Settings(**spec.settings))
     return result.model_dump_json()
 

@@ -49,11 +49,13 @@ def create_run(
     max_submissions: int | None = None, seed: int | None = None, agent: str | None = None,
     network: bool = False, unsafe_local: bool | None = None, baseline: bool = True,
     grading_clock: str = "counted", gpus: list[str] | None = None, share_gpus: bool = False,
-    keep_container: bool = False,
+    keep_container: bool = False, profile: str = "a2rl",
 ) -> CreatedRun:
     """Make a run: its folder, a workspace with the task's visible files, a token and a row.
 
     The budget clock starts now with `start_clock` (a2rl run), else at the first tool call.
+    `profile` is the evaluation profile (`a2rl.tasks.profiles`): the task is built for it, so
+    the workspace, the default budget and base model and every evaluation follow it.
     """
     from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
 
@@ -61,7 +63,7 @@ def create_run(
         raise ValueError(f"grading clock must be 'counted' or 'paused', not {grading_clock!r}")
     if protocol not in ("heldout", "paper"):
         raise ValueError(f"protocol must be 'heldout' or 'paper', not {protocol!r}")
-    task = get_task(task_id)
+    task = get_task(task_id, profile)
     budget_s = parse_duration(budget or task.spec.default_budget or settings.default_budget)
     backend = backend or settings.backend
     run_id = new_run_id()
@@ -80,7 +82,7 @@ def create_run(
     token, token_hash = new_token()
     now = utcnow()
     run = Run(
-        id=run_id, task_id=task_id, backend=backend, protocol=protocol,
+        id=run_id, task_id=task_id, backend=backend, protocol=protocol, profile=profile,
         workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
         max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
         base_model=task.base_model_name(settings),
@@ -100,7 +102,8 @@ def create_run(
             s.add(BudgetEvent(run_id=run_id, kind="clock_start", at=now,
                               detail={"budget_s": budget_s}))
     run_logger(run_id, root / "run.log").info(
-        "run created: task=%s backend=%s budget=%.0fs", task_id, backend, budget_s)
+        "run created: task=%s profile=%s backend=%s budget=%.0fs", task_id, profile, backend,
+        budget_s)
     return CreatedRun(run=run, token=token)
 
 

@@ -147,7 +147,7 @@ def start_run_services(settings: Settings, store: Store, run: Run,
     from a2rl.tasks import get_task  # heavy: only when a run is served
     from a2rl.tasks.interactive import InteractiveTask
 
-    task = get_task(run.task_id)
+    task = get_task(run.task_id, run.profile)
     if not isinstance(task, InteractiveTask):
         return []
     hosts = []

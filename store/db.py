@@ -41,8 +41,15 @@ def _v2_to_v3(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX ix_run_fleet_id ON run (fleet_id)")
 
 
+def _v3_to_v4(conn: Connection) -> None:
+    """Runs gain their evaluation profile; every earlier run was evaluated as `a2rl`."""
+    conn.exec_driver_sql("ALTER TABLE run ADD COLUMN profile VARCHAR DEFAULT 'a2rl'")
+    conn.exec_driver_sql("UPDATE run SET profile = 'a2rl' WHERE profile IS NULL")
+
+
 # Each entry upgrades the schema from version n to n + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3,
+                                                        3: _v3_to_v4}
 
 #: pg_advisory_xact_lock key serializing schema creation and migration across processes.
 SCHEMA_LOCK_KEY = 0x61327266  # "a2rf"

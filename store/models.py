@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, Column, LargeBinary
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 def utcnow() -> datetime:
@@ -68,6 +68,9 @@ class Run(SQLModel, table=True):
     fleet_id: str | None = Field(default=None, index=True)
     fleet_repeat: int | None = None
     fleet_node: str | None = None
+    # schema v4: the evaluation profile (a2rl.tasks.profiles): a2rl (ours) or paper (the
+    # reference harness's evaluation); independent of `protocol`
+    profile: str = "a2rl"
 
 
 class ToolCall(SQLModel, table=True):

@@ -7,6 +7,7 @@ same for every task, so `prepare_workspace` is shared here; tasks add their own 
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ from pydantic import BaseModel, Field
 from a2rl.settings import Settings
 
 from .base_models import resolve_base_model
+from .profiles import PAPER_BUDGET, PAPER_TASKS, check_profile
 from .spec import TaskSpec
 
 Split = Literal["dev", "test"]
@@ -62,6 +64,47 @@ class Task(ABC):
     """Base class of a task. Subclasses set `spec` and implement the data and scoring."""
 
     spec: TaskSpec
+    #: The evaluation profile this instance is configured for (`a2rl.tasks.profiles`); tasks
+    #: branch on it in their data, prompt and scoring methods.
+    profile: str = "a2rl"
+
+    def with_profile(self, profile: str) -> Task:
+        """A copy of this task configured for `profile` (this task when it already is).
+
+        The base switches the profile and, for `paper`, the default budget to the paper's; a
+        task overrides this to swap the rest of its spec (grader settings, splits, default
+        base model) and calls it first. Tasks the reference harness does not have refuse
+        `paper`: there is nothing to be faithful to.
+        """
+        profile = check_profile(profile)
+        if profile == self.profile:
+            return self
+        if self.profile != "a2rl":
+            raise ValueError(f"{self.spec.id}: build a profile from the a2rl task "
+                             "(get_task(task_id, profile)), not from another profile")
+        if profile == "paper" and self.spec.id not in PAPER_TASKS:
+            raise ValueError(f"task {self.spec.id!r} has no paper profile (the reference "
+                             f"harness has no such task; it has {', '.join(sorted(PAPER_TASKS))})")
+        task = copy.copy(self)
+        task.profile = profile
+        if profile == "paper":
+            task.spec = self.spec.model_copy(update={"default_budget": PAPER_BUDGET,
+                                                      "profile": profile})
+        return task
+
+    def profile_settings(self, settings: Settings | None = None) -> dict[str, Any]:
+        """The evaluation settings in force for this profile, as `a2rl tasks --profile` shows
+        them: splits, generation, budget and base model, and the task's own notes (prompt
+        format, answer extraction, success threshold...)."""
+        spec = self.spec
+        base_model = (self.base_model_name(settings) if settings is not None
+                      else self.base_model_override or spec.default_base_model)
+        return {"task": spec.id, "profile": self.profile,
+                "splits": {name: {"n_items": info.n_items, "visible": info.visible,
+                                  "source": info.source} for name, info in spec.splits.items()},
+                "max_new_tokens": spec.grader.max_new_tokens, "stop": list(spec.grader.stop),
+                "default_budget": spec.default_budget, "base_model": base_model,
+                **spec.notes}
 
     @property
     def readonly_paths(self) -> list[str]:

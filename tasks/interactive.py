@@ -61,6 +61,10 @@ class InteractiveTask(Task):
         handler of one request. Every request is recorded. None by default."""
         return {}
 
+    def profile_settings(self, settings: Settings | None = None) -> dict[str, Any]:
+        return {**super().profile_settings(settings), "max_steps": self.rollout.max_steps,
+                "history_window": self.rollout.history_window}
+
     def env_readme(self) -> str:
         return resources.files("a2rl.tasks.envapi").joinpath("README.md").read_text()
 

@@ -48,3 +48,8 @@ class TaskSpec(BaseModel):
     sandbox_image: str = "a2rl-sandbox"
     toy: bool = Field(False, description="offline toy task: may run unisolated with a warning")
     readonly_paths: list[str] = Field(default_factory=lambda: ["base_model", "data"])
+    profile: str = Field("a2rl", description="the evaluation profile (a2rl.tasks.profiles)")
+    notes: dict[str, str] = Field(
+        default_factory=dict,
+        description="named facts of the evaluation shown by `a2rl tasks --profile` (prompt "
+                    "format, answer extraction, success threshold, judge...)")

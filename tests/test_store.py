@@ -169,7 +169,8 @@ def test_processes_opening_a_new_store_at_once(db_url: str) -> None:
 
 # the columns each schema version added to `run`
 _ADDED = {2: ("agent_status", "agent_exit_code", "agent_transcript_sha", "agent_stderr_sha"),
-          3: ("fleet_id", "fleet_repeat", "fleet_node")}
+          3: ("fleet_id", "fleet_repeat", "fleet_node"),
+          4: ("profile",)}
 
 
 def test_v1_store_is_migrated(db_url: str) -> None:
@@ -193,9 +194,37 @@ def test_v1_store_is_migrated(db_url: str) -> None:
     with store.session() as s:
         run = s.get(Run, "r-old")
         assert run is not None and run.agent_status is None and run.fleet_id is None
+        assert run.profile == "a2rl"
         assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
     _run(store, "r-new")
     with store.session() as s:
         s.get(Run, "r-new").fleet_id = "f1"
     with store.session() as s:
         assert s.exec(select(Run.id).where(Run.fleet_id == "f1")).all() == ["r-new"]
+
+
+def test_v3_store_is_migrated(db_url: str) -> None:
+    """A store written before runs recorded their evaluation profile (v3) keeps its rows, and
+    each of them reads as evaluated under the `a2rl` profile (the only one there was)."""
+    url = db_url
+    Store(url).close()
+    old = Store(url)
+    with old.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE run DROP COLUMN profile"))
+        conn.execute(text(
+            "INSERT INTO run (id, task_id, status, backend, protocol, workspace, budget_s, "
+            "grading_clock, created_at, config, fleet_id) VALUES ('r-v3', 'gsm8k', "
+            "'finished', 'local', 'paper', '/x', 60, 'counted', '2026-01-01', '{}', 'f0')"))
+        conn.execute(text("UPDATE meta SET value = '3' WHERE key = 'schema_version'"))
+    old.close()
+    store = Store(url)
+    with store.session() as s:
+        run = s.get(Run, "r-v3")
+        assert run is not None and run.profile == "a2rl" and run.protocol == "paper"
+        assert run.fleet_id == "f0"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "4"
+    _run(store, "r-paper")
+    with store.session() as s:
+        s.get(Run, "r-paper").profile = "paper"
+    with store.session() as s:
+        assert s.exec(select(Run.id).where(Run.profile == "paper")).all() == ["r-paper"]

@@ -207,3 +207,77 @@ def test_prepare_workspace_writes_sft_ready_train(tmp_path: Path) -> None:
     assert {"prompt", "answer", "messages", "question", "target"} <= set(rows[0])
     assert (tmp_path / "ws" / "base_model" / "config.json").is_file()
     assert "Question: <question>" in (tmp_path / "ws" / "TASK.md").read_text()
+
+
+# --- the paper profile (OpenCompass gsm8k_gen_1d7fe4, as the reference harness runs it) ------
+# Each row: a model output, the prediction OpenCompass 0.5.1 extracts from it
+# (extract_non_reasoning_content, then gsm8k_postprocess), and whether Gsm8kEvaluator counts it
+# equal to the reference. The expected columns were produced by running OpenCompass 0.5.1's own
+# functions (opencompass/datasets/gsm8k.py, opencompass/utils/text_postprocessors.py) on these
+# outputs; they are facts about the harness, not about our code.
+PAPER_TABLE = [
+    ("She sells 9 * 2 = 18 dollars.\nThe answer is 18\n", "18", "18", True),
+    ("The answer is 18.0", "18.0", "18", True),
+    ("The answer is 1,234", "234", "1234", False),   # commas split the number
+    ("So the total is -7 degrees.", "-7", "-7", True),
+    ("It costs 12.50 dollars.", "12.50", "12", False),
+    ("The answer is 42\n\nQuestion: Tom has 3 apples?\nLet's think step by step\nAnswer: 3",
+     "42", "42", True),                               # text after 'Question:' is ignored
+    ("<think>maybe 5</think>The answer is 6", "6", "6", True),
+    ("reasoning 11</think> final 12", "12", "12", True),
+    ("no digits here", "NULL", "5", False),
+    ("#### 72", "72", "72", True),
+    ("The answer is $5.", "5", "5", True),
+    ("answer: .5", "5", "5", True),                   # '.5' is read as 5
+    ("Question: what? 8", "NULL", "8", False),
+]
+
+
+@pytest.mark.parametrize(("output", "pred", "reference", "equal"), PAPER_TABLE)
+def test_paper_extraction_matches_opencompass(output: str, pred: str, reference: str,
+                                              equal: bool) -> None:
+    from a2rl.tasks.gsm8k import paper
+
+    assert paper.paper_answer(output) == pred
+    assert paper.is_equal(pred, reference) is equal
+
+
+def test_paper_reference_and_scoring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The paper profile: every train row visible, the chat from the OpenCompass config (few
+    shots, then the question in place of `{question}`), OpenCompass's reference and scores."""
+    from a2rl.tasks import opencompass as oc
+    from a2rl.tasks.gsm8k import paper
+
+    from .opencompass_fixture import build_wheel
+
+    assert paper.gsm8k_dataset_postprocess("x = <<1+2=3>>3\n#### 1,234") == "1234"
+    wheel = build_wheel(tmp_path)
+    task = GSM8KTask(data_dir=FIXTURE, opencompass_wheel=wheel).with_profile("paper")
+    settings = Settings(home=tmp_path)
+    train, dev = task.train_items(settings), task.load_split("dev", settings)
+    test = task.load_split("test", settings)
+    assert len(train) == len(fixture_rows("train")) and len(test) == len(fixture_rows("test"))
+    assert {it["id"] for it in dev} <= {it["id"] for it in train}  # harness: no dev held back
+    chat = task.build_prompt(test[0])
+    assert [m["role"] for m in chat] == ["user", "assistant", "user", "assistant", "user"]
+    assert chat[2]["content"].startswith("Question: Bo has {10} coins")  # only {question} filled
+    assert chat[-1]["content"] == (f"Question: {fixture_rows('test')[0]['question']}\n"
+                                   "Let's think step by step\nAnswer:")
+    assert task.spec.grader.max_new_tokens == 512
+    targets = [it["target"] for it in test]
+    outputs = [f"Step.\nThe answer is {t}\n\nQuestion: 99" for t in targets]
+    outputs[0] = "I think it is 3.5"
+    res = task.score_outputs(test, outputs)
+    assert res.n_correct == len(test) - 1 and res.items[0].parsed == "3.5"
+    assert res.metrics["scorer"].startswith("opencompass 0.5.1")
+    # the a2rl profile scores the same outputs its own way (strict '#### N' or last number)
+    assert GSM8KTask(data_dir=FIXTURE).score_outputs(
+        GSM8KTask(data_dir=FIXTURE).load_split("test", settings), outputs).n_correct == 0
+    # the downloaded wheel is checked: a wheel that is not OpenCompass 0.5.1's is refused
+    home = tmp_path / "home"
+    build_wheel(home / "opencompass")
+    with pytest.raises(oc.OpenCompassUnavailable, match="is not OpenCompass 0.5.1's wheel"):
+        GSM8KTask(data_dir=FIXTURE).with_profile("paper").load_split("test", Settings(home=home))
+    with pytest.raises(oc.OpenCompassUnavailable, match="pip download opencompass==0.5.1"):
+        GSM8KTask(data_dir=FIXTURE).with_profile("paper").load_split(
+            "test", Settings(home=tmp_path / "empty"))

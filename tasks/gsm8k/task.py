@@ -7,6 +7,10 @@ when `data_dir` is given or the setting `gsm8k_dir` (`A2RL_GSM8K_DIR`) is set, t
 Splits: visible train = the dataset's train split minus its last `N_DEV` rows, which are the
 hidden dev split; hidden test = the dataset's test split.
 (With fewer than `2 * N_DEV` train rows, as in the small test fixtures, dev is the last quarter.)
+
+Under the `paper` profile (`paper.py`) every train row is visible (the dev rows too: the harness
+has no dev split), the prompt is OpenCompass's 4-shot chat prompt read from its wheel, and the
+answer is scored with OpenCompass's postprocessors; see docs/paper-fidelity.md.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from typing import Any
 
 from a2rl.settings import Settings
 
+from .. import opencompass
 from ..base import ItemResult, Messages, ScoreResult, Split, Task
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from . import paper
 from .scoring import (
     FALLBACK,
     extract_answer,
@@ -39,6 +45,10 @@ DEFAULT_BASE_MODEL = "Qwen/Qwen2.5-1.5B"
 GRADER = GraderSettings(max_new_tokens=256,
                         stop=["Question:", "</s>", "<|im_end|>", "<|endoftext|>"],
                         batch_size=64)
+#: The harness's generation: gsm8k_gen_1d7fe4's GenInferencer max_out_len=512; greedy; ended
+#: by the model's end-of-sequence token (VLLMwithChatTemplate's stop words). Our stop at
+#: "Question:" changes no score: gsm8k_postprocess reads only the text before the first one.
+PAPER_GRADER = GraderSettings(max_new_tokens=512, stop=["Question:"], batch_size=64)
 
 
 class GSM8KDataUnavailable(RuntimeError):
@@ -96,8 +106,12 @@ class GSM8KTask(Task):
     """GSM8K with lm-evaluation-harness's prompt and answer extraction (see `scoring.py`)."""
 
     def __init__(self, *, data_dir: Path | str | None = None,
-                 base_model: str | None = None) -> None:
+                 base_model: str | None = None,
+                 opencompass_wheel: Path | str | None = None) -> None:
         self._data_dir = data_dir
+        #: The OpenCompass wheel the paper profile reads its prompt from; None: the downloaded
+        #: one in $A2RL_HOME (digest-checked). Tests pass a fixture wheel in the same layout.
+        self._oc_wheel = Path(opencompass_wheel) if opencompass_wheel else None
         self.base_model_override = base_model
         self.spec = TaskSpec(
             id="gsm8k",
@@ -118,7 +132,42 @@ class GSM8KTask(Task):
                                   source=f"{DATASET} ({CONFIG}) test"),
             },
             grader=GRADER,
+            notes={"prompt_format": "zero-shot chat: 'Question: <question>\\nAnswer:' "
+                                    "(lm-evaluation-harness gsm8k)",
+                   "answer_extraction": "lm-eval gsm8k v3.0: strict '#### N', else the "
+                                        "last number; numeric normalization"},
         )
+
+    def with_profile(self, profile: str) -> GSM8KTask:
+        task = super().with_profile(profile)
+        assert isinstance(task, GSM8KTask)
+        if task.profile == "paper":
+            task.spec = task.spec.model_copy(update={
+                "grader": PAPER_GRADER,
+                "prompt_version": "paper-1",
+                "description": _paper_description(),
+                "splits": {
+                    "train": SplitInfo(n_items=N_TRAIN_ALL, visible=True,
+                                       source=f"{DATASET} ({CONFIG}) train, all rows (the "
+                                              "harness's gsm8k/data.py)"),
+                    "dev": SplitInfo(n_items=N_DEV, visible=True,
+                                     source=f"the last {N_DEV} train rows, also in "
+                                            "data/train.jsonl (the harness has no dev split)"),
+                    "test": SplitInfo(n_items=N_TEST, visible=False,
+                                      source=f"{DATASET} ({CONFIG}) test, all rows "
+                                             "(OpenCompass test_range [:])"),
+                },
+                "notes": {
+                    "prompt_format": f"OpenCompass {opencompass.VERSION} gsm8k_gen_1d7fe4: "
+                                     "4-shot chain of thought in chat form, the model's "
+                                     "chat template",
+                    "answer_extraction": "extract-non-reasoning-content, then "
+                                         "gsm8k_postprocess (last number before 'Question:')",
+                    "correct_if": "Gsm8kEvaluator.is_equal: |float(pred) - int(ref)| < 1e-6",
+                    "prompt_source": opencompass.DOWNLOAD,
+                },
+            })
+        return task
 
     # --- data -------------------------------------------------------------------------------
     def data_dir(self, settings: Settings) -> Path | None:
@@ -130,20 +179,42 @@ class GSM8KTask(Task):
         folder = self.data_dir(settings)
         return load_rows(str(folder) if folder else None, split)
 
-    def _item(self, split: str, index: int, row: dict[str, Any]) -> dict[str, Any]:
+    def paper_config(self, settings: Settings) -> opencompass.GenConfig:
+        """OpenCompass's gsm8k_gen_1d7fe4 prompt (the paper profile), from its wheel."""
+        if self._oc_wheel is not None:
+            return opencompass.load_gen_config(self._oc_wheel, *paper.CONFIG,
+                                               expect_sha256=None)
+        return opencompass.load_gen_config(opencompass.default_wheel(settings), *paper.CONFIG,
+                                           expect_sha256=opencompass.WHEEL_SHA256)
+
+    def _item(self, split: str, index: int, row: dict[str, Any],
+              config: opencompass.GenConfig | None = None) -> dict[str, Any]:
+        if config is not None:  # paper: the chat OpenCompass sends, and its reference
+            chat = opencompass.render(config, paper.COLUMN, row["question"])
+            return {"id": f"{split}-{index:05d}", "question": row["question"],
+                    "answer": row["answer"],
+                    "target": paper.gsm8k_dataset_postprocess(row["answer"]),
+                    "prompt": chat[-1]["content"], "chat": chat}
         return {"id": f"{split}-{index:05d}", "question": row["question"],
                 "answer": row["answer"], "target": target_of(row["answer"]),
                 "prompt": build_user_prompt(row["question"])}
 
+    def _config(self, settings: Settings) -> opencompass.GenConfig | None:
+        return self.paper_config(settings) if self.profile == "paper" else None
+
     def _train_and_dev(self, settings: Settings) -> tuple[list[dict[str, Any]],
                                                            list[dict[str, Any]]]:
+        """(visible train, dev). Under `paper` the train split is every row, dev included."""
         rows = self._rows("train", settings)
-        items = [self._item("train", i, r) for i, r in enumerate(rows)]
+        config = self._config(settings)
+        items = [self._item("train", i, r, config) for i, r in enumerate(rows)]
         cut = len(items) - dev_size(len(items))
-        return items[:cut], items[cut:]
+        return (items if self.profile == "paper" else items[:cut]), items[cut:]
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
-        return [{**item, "messages": [{"role": "user", "content": item["prompt"]},
+        """The visible rows with their chat form: the grader's messages, then the answer."""
+        return [{**item, "messages": [*item.get("chat", [{"role": "user",
+                                                          "content": item["prompt"]}]),
                                       {"role": "assistant", "content": item["answer"]}]}
                 for item in self._train_and_dev(settings)[0]]
 
@@ -151,12 +222,15 @@ class GSM8KTask(Task):
         if split == "dev":
             return list(self._train_and_dev(settings)[1])
         if split == "test":
-            return [self._item("test", i, r)
+            config = self._config(settings)
+            return [self._item("test", i, r, config)
                     for i, r in enumerate(self._rows("test", settings))]
         raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
 
     # --- model and prompt -------------------------------------------------------------------
     def build_prompt(self, item: dict[str, Any]) -> Messages:
+        if self.profile == "paper":
+            return [dict(m) for m in item["chat"]]
         return [{"role": "user", "content": build_user_prompt(item["question"])}]
 
     # --- scoring ----------------------------------------------------------------------------
@@ -165,6 +239,8 @@ class GSM8KTask(Task):
     ) -> ScoreResult:
         if len(items) != len(outputs):
             raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+        if self.profile == "paper":
+            return _score_paper(items, outputs)
         results: list[ItemResult] = []
         how_counts = {"strict": 0, "flexible": 0, "none": 0}
         lm_strict = lm_flexible = 0
@@ -190,3 +266,28 @@ class GSM8KTask(Task):
         }
         return ScoreResult(score=metrics["accuracy"], n_items=n, n_correct=n_correct,
                            metrics=metrics, items=results)
+
+
+def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> ScoreResult:
+    """OpenCompass's GSM8K accuracy (`paper.py`): postprocess, then `is_equal`."""
+    results = []
+    for item, output in zip(items, outputs, strict=True):
+        pred = paper.paper_answer(output)
+        results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
+                                  expected=item["target"], parsed=pred,
+                                  correct=paper.is_equal(pred, item["target"])))
+    n = len(results)
+    n_correct = sum(r.correct for r in results)
+    metrics = {"accuracy": n_correct / n if n else 0.0, "n_correct": n_correct,
+               "n_unparsed": sum(r.parsed == paper.NULL for r in results),
+               "scorer": f"opencompass {opencompass.VERSION} gsm8k_postprocess + "
+                         "Gsm8kEvaluator"}
+    return ScoreResult(score=metrics["accuracy"], n_items=n, n_correct=n_correct,
+                       metrics=metrics, items=results)
+
+
+def _paper_description() -> str:
+    return files(__package__).joinpath("description_paper.md").read_text().format(
+        n_train=N_TRAIN_ALL, n_dev=N_DEV, n_test=N_TEST, dev_start=N_TRAIN_ALL - N_DEV,
+        dev_end=N_TRAIN_ALL - 1, max_new_tokens=PAPER_GRADER.max_new_tokens,
+        oc_version=opencompass.VERSION, base_model=DEFAULT_BASE_MODEL)

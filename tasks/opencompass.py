@@ -1,0 +1,170 @@
+"""OpenCompass's dataset configs, read from its wheel at run time (the `paper` profile).
+
+Why read a wheel instead of installing OpenCompass: the reference harness evaluates GSM8K and
+HumanEval with OpenCompass 0.5.1 (autorl_bench/requirements.txt: `opencompass==0.5.1`), but
+OpenCompass requires `datasets<4` and `numpy<2`, outside our pinned set (datasets 5.2), so it
+cannot be a dependency. Its prompts (GSM8K's four worked examples, HumanEval's instruction)
+belong to OpenCompass and are not copied into a2rl: the user downloads the wheel once,
+
+    pip download opencompass==0.5.1 --no-deps --only-binary=:all: -d "$A2RL_HOME/opencompass"
+
+and we read the config files out of the zip (checked against `WHEEL_SHA256`), parsing them with
+`ast` (never executing them). The postprocessors the configs name are a few lines each; they
+are reproduced in `a2rl.tasks.gsm8k.paper` and `a2rl.tasks.humaneval.paper`.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import zipfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from a2rl.settings import Settings
+
+VERSION = "0.5.1"
+WHEEL = f"opencompass-{VERSION}-py3-none-any.whl"
+#: SHA-256 of the wheel above as the package index serves it.
+WHEEL_SHA256 = "c047ceb957bf93154cc3ebef79e93f100bbdbbdf1cd157bab6e6efb41f1954da"
+DOWNLOAD = (f'pip download opencompass=={VERSION} --no-deps --only-binary=:all: '
+            f'-d "$A2RL_HOME/opencompass"')
+CONFIGS = "opencompass/configs/datasets"
+
+#: OpenCompass's role names -> chat roles (models/huggingface_above_v4_33.py:
+#: `_convert_chat_messages`, used by VLLMwithChatTemplate, the harness's model type).
+ROLES = {"HUMAN": "user", "BOT": "assistant", "SYSTEM": "system"}
+
+
+class OpenCompassUnavailable(RuntimeError):
+    """The OpenCompass wheel is missing, altered, or lacks the config asked for."""
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    """What the `paper` profile needs from one `*_gen_*` dataset config."""
+
+    rounds: tuple[tuple[str, str], ...]  # (chat role, prompt text); the last holds `{column}`
+    max_out_len: int | None  # the GenInferencer's, when the config sets it
+
+
+def default_wheel(settings: Settings) -> Path:
+    return settings.home_dir / "opencompass" / WHEEL
+
+
+def _missing(path: Path) -> OpenCompassUnavailable:
+    return OpenCompassUnavailable(
+        f"the paper profile reads OpenCompass {VERSION}'s prompts from its wheel, not found at "
+        f"{path}; download it once: {DOWNLOAD}")
+
+
+@lru_cache(maxsize=4)
+def _checked(path: str, expect_sha256: str | None) -> None:
+    if expect_sha256 is None:
+        return
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    if digest != expect_sha256:
+        raise OpenCompassUnavailable(f"{path} is not OpenCompass {VERSION}'s wheel (SHA-256 "
+                                     f"{digest[:16]}..., expected {expect_sha256[:16]}...)")
+
+
+def read_member(wheel: Path, member: str, expect_sha256: str | None = WHEEL_SHA256) -> str:
+    """The text of `member` inside the wheel (after checking the wheel's digest)."""
+    if not wheel.is_file():
+        raise _missing(wheel)
+    _checked(str(wheel), expect_sha256)
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            return zf.read(member).decode()
+    except KeyError:
+        raise OpenCompassUnavailable(f"{wheel.name} has no {member}") from None
+    except zipfile.BadZipFile:
+        raise OpenCompassUnavailable(f"{wheel} is not a wheel (zip)") from None
+
+
+def _dict_call(node: ast.AST) -> dict[str, ast.expr] | None:
+    """The keywords of a `dict(...)` call node, else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"):
+        return {kw.arg: kw.value for kw in node.keywords if kw.arg}
+    return None
+
+
+def parse_gen_config(source: str) -> GenConfig | None:
+    """The prompt rounds and max_out_len of a config's `*_infer_cfg`, or None when the file
+    has none (it re-exports another config: see `load_gen_config`). Only literals are read."""
+    for stmt in ast.parse(source).body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)
+                and stmt.targets[0].id.endswith("_infer_cfg")):
+            continue
+        found: list[tuple[int, int, str, str]] = []
+        max_out_len: int | None = None
+        for node in ast.walk(stmt.value):
+            kw = _dict_call(node)
+            if kw is None:
+                continue
+            role, prompt = kw.get("role"), kw.get("prompt")
+            if isinstance(role, ast.Constant) and isinstance(prompt, ast.Constant):
+                found.append((node.lineno, node.col_offset, ROLES[role.value],
+                              str(prompt.value)))
+            limit = kw.get("max_out_len")
+            if isinstance(limit, ast.Constant):
+                max_out_len = int(limit.value)
+        found.sort()  # ast.walk is breadth-first: put the rounds back in source order
+        return GenConfig(rounds=tuple((r, p) for _, _, r, p in found), max_out_len=max_out_len)
+    return None
+
+
+def _reexported(source: str) -> str | None:
+    """The module a config re-exports (`from .other import x_datasets` in `read_base()`)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            return node.module
+    return None
+
+
+def load_gen_config(wheel: Path, dataset: str, name: str,
+                    expect_sha256: str | None = WHEEL_SHA256) -> GenConfig:
+    """The config `opencompass.configs.datasets.<dataset>.<name>`, following re-exports (as
+    `humaneval_gen` re-exports `humaneval_openai_sample_evals_gen_dcae0e`)."""
+    for _ in range(4):
+        source = read_member(wheel, f"{CONFIGS}/{dataset}/{name}.py", expect_sha256)
+        config = parse_gen_config(source)
+        if config is not None and config.rounds:
+            return config
+        nxt = _reexported(source)
+        if nxt is None:
+            break
+        name = nxt
+    raise OpenCompassUnavailable(f"{dataset}/{name}: no prompt template found in {wheel.name}")
+
+
+def render(config: GenConfig, column: str, value: str) -> list[dict[str, str]]:
+    """The chat messages of one item: OpenCompass's PromptTemplate puts the input column's
+    value in place of `{column}`; VLLMwithChatTemplate maps roles and merges consecutive
+    messages of one role with a newline (`_convert_chat_messages`, skip_empty_prompt)."""
+    messages: list[dict[str, str]] = []
+    for role, prompt in config.rounds:
+        text = prompt.replace("{" + column + "}", value)
+        if not text:
+            continue
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"] += "\n" + text
+        else:
+            messages.append({"role": role, "content": text})
+    return messages
+
+
+def extract_non_reasoning_content(text: str, think_start_token: str = "<think>",
+                                  think_end_token: str = "</think>") -> str:
+    """OpenCompass 0.5.1 `extract_non_reasoning_content` (opencompass/utils/
+    text_postprocessors.py), the harness models' pred_postprocessor (RD-Agent
+    rdagent/components/benchmark/configs/models.yaml `default`: use_cot_postprocessor true):
+    drop `<think>...</think>` spans (or all up to a lone end tag), then strip."""
+    if think_start_token not in text and think_end_token in text:
+        return text.split(think_end_token)[-1].strip()
+    reasoning = re.compile(rf"{think_start_token}(.*?){think_end_token}", re.DOTALL)
+    return reasoning.sub("", text).strip()

@@ -1,0 +1,36 @@
+"""Evaluation profiles: `a2rl` (ours, the default) and `paper` (the reference harness's).
+
+Why two: a user wants numbers they can set beside the paper's (microsoft/RD-Agent,
+`rdagent/scenarios/rl/autorl_bench`), and our stricter default protocol (a dev split held back
+from the visible data, our prompts and extraction). A task is built for one profile with
+`get_task(task_id, profile)` (`Task.with_profile`); the profile is recorded on the run and in
+every evaluation's provenance. The `paper` settings of each task, and every difference that
+remains, are listed in docs/paper-fidelity.md.
+
+The profile is independent of the run *protocol* (`heldout`: dev scores during the run, test
+at the end; `paper`: test every time), which governs what the agent learns while it works.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, cast, get_args
+
+Profile = Literal["a2rl", "paper"]
+PROFILES: tuple[str, ...] = get_args(Profile)
+DEFAULT_PROFILE: Profile = "a2rl"
+
+#: The reference harness's tasks (autorl_bench/benchmarks/__init__.py: BENCHMARKS, minus the
+#: `smith-*` ones discovered at run time). Our other tasks (arith, textquest) are ours alone.
+PAPER_TASKS = frozenset({"gsm8k", "humaneval", "alpacaeval", "alfworld", "webshop",
+                         "deepsearchqa"})
+
+#: The paper's time budget per run (the issue; the harness's README runs use --timeout 41600 s,
+#: about 11.5 h).
+PAPER_BUDGET = "12h"
+
+
+def check_profile(profile: str) -> Profile:
+    """`profile` as a `Profile`, or a one-line ValueError naming the choices."""
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {', '.join(PROFILES)}, not {profile!r}")
+    return cast(Profile, profile)

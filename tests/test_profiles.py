@@ -1,0 +1,136 @@
+"""Evaluation profiles (`a2rl` and `paper`): the registry builds each task per profile, the
+profile travels from the CLI and fleet plans to the run, the grader worker and every
+evaluation's provenance, and the baseline cache keeps profiles apart."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from a2rl.fleet import FleetPlan
+from a2rl.fleet.node import run_argv
+from a2rl.grading import evaluate
+from a2rl.grading.baseline import baseline_key
+from a2rl.grading.worker import WorkerSpec
+from a2rl.settings import Settings
+from a2rl.store import Run, Store
+from a2rl.tasks import get_task, list_tasks
+from a2rl.tasks import opencompass as oc
+from a2rl.tasks.profiles import PAPER_BUDGET, PAPER_TASKS, check_profile
+
+from .opencompass_fixture import build_wheel
+
+GSM8K_FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
+A2RL = str(Path(sys.executable).parent / "a2rl")
+
+
+@pytest.fixture
+def paper_home(a2rl_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """Settings whose home (the session's: the tiny model is built once) holds the fixture
+    OpenCompass wheel where the paper profile looks, its digest the one the check expects
+    (the real wheel's on a user's machine)."""
+    wheel = build_wheel(a2rl_home / "opencompass")
+    monkeypatch.setattr(oc, "WHEEL_SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
+    return Settings(home=a2rl_home, gsm8k_dir=str(GSM8K_FIXTURE),
+                    base_model="tiny-llama", grader_max_new_tokens=8)
+
+
+def test_registry_builds_one_task_per_profile() -> None:
+    a2rl, paper = get_task("gsm8k"), get_task("gsm8k", "paper")
+    assert a2rl is get_task("gsm8k", "a2rl") and paper is get_task("gsm8k", "paper")
+    assert (a2rl.profile, paper.profile) == ("a2rl", "paper")
+    assert (a2rl.spec.profile, paper.spec.profile) == ("a2rl", "paper")
+    # the a2rl task is untouched by building its paper twin
+    assert a2rl.spec.default_budget == "10h" and a2rl.spec.grader.max_new_tokens == 256
+    assert paper.spec.default_budget == PAPER_BUDGET == "12h"
+    assert {t.spec.id for t in list_tasks("paper")} == PAPER_TASKS
+    assert all(t.profile == "paper" for t in list_tasks("paper"))
+    assert {t.spec.id for t in list_tasks()} >= PAPER_TASKS | {"arith", "textquest"}
+
+
+def test_bad_profiles_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="profile must be one of a2rl, paper, not 'papr'"):
+        get_task("gsm8k", "papr")
+    with pytest.raises(ValueError, match="'arith' has no paper profile"):
+        get_task("arith", "paper")
+    with pytest.raises(ValueError, match="build a profile from the a2rl task"):
+        get_task("gsm8k", "paper").with_profile("a2rl")
+    assert check_profile("paper") == "paper"
+
+
+def test_fleet_plan_and_node_carry_the_profile() -> None:
+    plan = FleetPlan(name="f", tasks=["gsm8k"], agents=[{"name": "reference"}],
+                     profile="paper", protocol="heldout")
+    (spec,) = plan.runs()
+    assert spec.profile == "paper" and spec.protocol == "heldout"
+    argv = run_argv(spec, "node-1", [])
+    assert argv[argv.index("--profile") + 1] == "paper"
+    assert FleetPlan(name="f", tasks=["gsm8k"], agents=[{"name": "x"}]).runs()[0].profile \
+        == "a2rl"
+    with pytest.raises(ValueError, match="profile must be a2rl or paper"):
+        FleetPlan(name="f", tasks=["gsm8k"], agents=[{"name": "x"}], profile="both")
+
+
+def test_paper_run_records_profile_and_writes_paper_workspace(paper_home: Settings) -> None:
+    from a2rl.server import create_run
+
+    store = Store(f"sqlite:///{paper_home.home / 'profiles.db'}")
+    created = create_run(paper_home, store, task_id="gsm8k", profile="paper", baseline=False)
+    run = created.run
+    with store.session() as s:
+        row = s.get(Run, run.id)
+        assert row is not None and row.profile == "paper" and row.protocol == "heldout"
+    assert run.budget_s == 12 * 3600
+    ws = Path(run.workspace)
+    rows = [json.loads(line) for line in (ws / "data" / "train.jsonl").open()]
+    assert len(rows) == 12  # every train row of the fixture: no dev held back under paper
+    assert rows[0]["messages"][:-1] == rows[0]["chat"] and len(rows[0]["chat"]) == 5
+    assert "paper profile" in (ws / "TASK.md").read_text()
+    a2rl_run = create_run(paper_home, store, task_id="gsm8k", baseline=False).run
+    assert a2rl_run.profile == "a2rl" and a2rl_run.budget_s == 10 * 3600
+    assert len((Path(a2rl_run.workspace) / "data" / "train.jsonl").read_text().splitlines()) \
+        == 9
+    # the grading worker's spec, as grading/queue.py builds it from the run
+    spec = WorkerSpec.model_validate({"task_id": row.task_id, "profile": row.profile,
+                                      "checkpoint_dir": "/nowhere", "split": "dev"})
+    assert get_task(spec.task_id, spec.profile).profile == "paper"
+    with pytest.raises(ValueError, match="profile must be"):
+        create_run(paper_home, store, task_id="gsm8k", profile="nope", baseline=False)
+
+
+def test_provenance_and_baseline_key_follow_the_profile(paper_home: Settings) -> None:
+    from a2rl.tasks.gsm8k.task import GSM8KTask
+
+    a2rl = GSM8KTask(data_dir=GSM8K_FIXTURE, base_model="tiny-llama")
+    paper = a2rl.with_profile("paper")
+    base = paper.base_model_dir(paper_home)
+    res = evaluate(paper, base, "dev", paper_home)
+    assert res.provenance["profile"] == "paper" and res.n_items == 3
+    assert res.provenance["generation"]["stop"] == ["Question:"]
+    assert res.items[0].prompt.startswith("Question: ") and "step by step" in res.items[0].prompt
+    assert evaluate(a2rl, base, "dev", paper_home).provenance["profile"] == "a2rl"
+    assert baseline_key(a2rl, base, paper_home) != baseline_key(paper, base, paper_home)
+
+
+def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env["A2RL_HOME"] = str(tmp_path)
+    out = subprocess.run([A2RL, "tasks", "--profile", "paper", "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    docs = {d["task"]: d for d in json.loads(out.stdout)}
+    assert set(docs) == PAPER_TASKS
+    gsm8k = docs["gsm8k"]
+    assert gsm8k["profile"] == "paper" and gsm8k["max_new_tokens"] == 512
+    assert gsm8k["splits"]["train"]["n_items"] == 7473 and gsm8k["default_budget"] == "12h"
+    assert docs["humaneval"]["splits"]["test"]["n_items"] == 82
+    bad = subprocess.run([A2RL, "tasks", "--profile", "papr"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "profile must be one of" in bad.stderr
+    assert "Traceback" not in bad.stderr
