@@ -236,3 +236,80 @@ def test_deepsearchqa_run_with_the_reference_agent(tmp_path: Path) -> None:
         (e.split, e.status, e.error) for e in evals]
     assert all(it["episode"] is not None and "steps" in it["episode"]
                for e in evals for it in e.items)
+
+
+# --- the paper profile (autorl_bench/benchmarks/deepsearchqa) --------------------------------
+def _write_900(folder: Path) -> Path:
+    """900 rows in DSQA-full.csv's schema (the size of the real file), our own placeholder
+    questions."""
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / data.FILE).open("w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["problem", "problem_category", "answer", "answer_type"])
+        for i in range(900):
+            writer.writerow([f"Placeholder question number {i}?", f"cat{i % 17}",
+                             f"item{i}, other{i}" if i % 3 == 0 else f"answer{i}",
+                             "Set Answer" if i % 3 == 0 else "Single Answer"])
+    return folder
+
+
+def test_paper_split_is_the_harness_datasets_shuffle(settings: Settings, tmp_path: Path) -> None:
+    """Our paper split equals what the harness's `split_dataset` computes with the real
+    `datasets` library (deepsearchqa/data.py: `dataset.shuffle(seed=SPLIT_SEED)`, then rows
+    0-99 train and 100-299 eval), on a 900-row file loaded as `load_dataset` loads a CSV."""
+    from datasets import load_dataset
+
+    folder = _write_900(tmp_path / "dsqa")
+    dsqa = settings.model_copy(update={"deepsearchqa_dir": str(folder)})
+    shuffled = load_dataset("csv", data_files=str(folder / data.FILE),
+                            split="train").shuffle(seed=42)
+    harness_train = shuffled.select(range(0, 100))["problem"]
+    harness_eval = shuffled.select(range(100, 300))["problem"]
+    task = DeepSearchQATask().with_profile("paper")
+    assert [r["problem"] for r in task.train_rows(dsqa)] == harness_train
+    test = task.load_split("test", dsqa)
+    assert [r["problem"] for r in test] == harness_eval
+    dev = {r["problem"] for r in task.load_split("dev", dsqa)}
+    assert len(dev) == 100 and not dev & (set(harness_train) | set(harness_eval))
+    # the a2rl profile keeps its own random.Random(42) split: a different one
+    a2rl_test = [r["problem"] for r in DeepSearchQATask().load_split("test", dsqa)]
+    assert len(a2rl_test) == 200 and a2rl_test != harness_eval
+    assert (task.rollout.max_steps, task.rollout.history_window) == (6, 6)
+    assert task.spec.grader.max_new_tokens == 256
+    assert "Dataset.shuffle(seed=42)" in task.task_md() and "6 actions" in task.task_md()
+
+
+def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings) -> None:
+    from a2rl.grading.judge import Judge
+    from a2rl.tasks.deepsearchqa.judge import string_match
+
+    # deepsearchqa/eval.py `_string_match`: containment for a single answer, every
+    # comma-separated gold item for a set
+    assert string_match("It is Saturn.", "Saturn", "Single Answer")
+    assert string_match("saturn", "Saturn, the planet", "Single Answer")  # pred in gold
+    assert string_match("spain, austria, france, italy", "Austria, France, Spain", "Set Answer")
+    assert not string_match("austria, spain", "Austria, France, Spain", "Set Answer")
+    items = data.split_rows(data.load_rows(dsqa), "test")
+    with FakeJudge(policy=lambda _outputs: "CORRECT") as fake:
+        settings = dsqa.model_copy(update={"judge_base_url": fake.base_url,
+                                           "judge_model": "fake-judge"})
+        task = DeepSearchQATask(CorrectnessJudge(Judge.from_settings(settings, environ={})))
+        paper = task.with_profile("paper")
+        assert paper.get_judge().rules == "paper" and task.get_judge().rules == "a2rl"
+        gold = items[0]["answer"].lower()
+        ok = paper.score_episodes([items[0]], [_episode("a", [f"answer[{gold}, extra]"])])
+        user = fake.requests[-1]["messages"][-1]["content"]
+        assert ok.items[0].correct and "ALL items of the gold answer" in user
+        assert ok.metrics["judge"]["prompt_version"] == "dsqa-correctness.paper.1"
+        # a failed judge call: the harness's string match decides (a2rl: incorrect)
+        fake.fail(500, times=2)
+        fell = paper.score_episodes(items[:2], [_episode("b", [f"answer[{gold} indeed]"]),
+                                                _episode("c", ["answer[nothing like it]"])])
+        assert [r.correct for r in fell.items] == [True, False]
+        assert fell.metrics["n_string_match_fallbacks"] == 2
+        assert fell.metrics["n_judge_errors"] == 2
+        fake.fail(500, times=1)
+        strict = task.score_episodes([items[0]], [_episode("b", [f"answer[{gold} indeed]"])])
+        assert not strict.items[0].correct

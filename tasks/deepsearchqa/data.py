@@ -2,9 +2,12 @@
 
 Source: the dataset `google/deepsearchqa` on the Hugging Face hub, file `DSQA-full.csv` (900
 rows: `problem`, `problem_category`, `answer`, `answer_type` = `Single Answer` or
-`Set Answer`), or `deepsearchqa_dir` holding that file. Split (the paper's): the rows are
-shuffled with `random.Random(42)`; the first 100 are the visible train split, the next 200 the
-test split, and dev is the next 100 of the 600 left over. A smaller copy (a fixture) keeps the
+`Set Answer`), or `deepsearchqa_dir` holding that file. Split, `a2rl` profile: the rows are
+shuffled with `random.Random(42)` (our own shuffle: not the harness's, despite the same seed);
+the first 100 are the visible train split, the next 200 the test split, and dev is the next 100
+of the 600 left over. `paper` profile: the reference harness's shuffle, `datasets`'
+`Dataset.shuffle(seed=42)` (autorl_bench/benchmarks/deepsearchqa/data.py: `split_dataset`), the
+same 100 / 200 boundaries, and dev again the next 100. A smaller copy (a fixture) keeps the
 proportions: a quarter each for train, test and dev.
 """
 
@@ -52,9 +55,21 @@ def load_rows(settings: Settings) -> list[dict[str, Any]]:
              "problem_category": r.get("problem_category") or ""} for i, r in enumerate(rows)]
 
 
-def split_rows(rows: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
-    order = list(range(len(rows)))
-    random.Random(SHUFFLE_SEED).shuffle(order)
+def paper_order(n: int) -> list[int]:
+    """The harness's order of `n` rows: `Dataset.shuffle(seed=42)` of the `datasets` library
+    (autorl_bench/benchmarks/deepsearchqa/data.py: SPLIT_SEED = 42), as row positions."""
+    from datasets import Dataset
+
+    return list(Dataset.from_dict({"i": list(range(n))}).shuffle(seed=SHUFFLE_SEED)["i"])
+
+
+def split_rows(rows: list[dict[str, Any]], split: str,
+               profile: str = "a2rl") -> list[dict[str, Any]]:
+    if profile == "paper":
+        order = paper_order(len(rows))
+    else:
+        order = list(range(len(rows)))
+        random.Random(SHUFFLE_SEED).shuffle(order)
     n = len(rows)
     n_train, n_test, n_dev = (N_TRAIN, N_TEST, N_DEV) if n >= 900 else (n // 4,) * 3
     bounds = {"train": (0, n_train), "test": (n_train, n_train + n_test),

@@ -8,6 +8,12 @@ differs. The judge sees the question, the gold answer, its type (`Single Answer`
 Rules the scorer relies on: an empty answer is incorrect without asking; a judge failure
 (transport, HTTP error, malformed verdict after the retries) is an **error**, never correct; a
 set answer is correct only when it names every item of the gold set (the prompt says so).
+
+The `paper` profile's rules are the reference harness's (autorl_bench/benchmarks/deepsearchqa/
+eval.py, `_judge_answer`), in our words: a single answer is correct when it holds the gold
+answer's key information; a set answer when it contains every gold item, in any order, with
+minor wording variations, extra items allowed. Where its judge call fails the harness falls back
+to a string match (`string_match`); so does the paper profile.
 """
 
 from __future__ import annotations
@@ -41,6 +47,24 @@ Rules:
 
 Reply with exactly one word: CORRECT or INCORRECT."""
 
+PAPER_PROMPT_VERSION = "dsqa-correctness.paper.1"
+USER_PAPER = """Question: {question}
+
+Gold answer: {gold}
+Answer type: {answer_type}
+
+Response to grade: {response}
+
+Rules:
+- Single Answer: the response is CORRECT when it carries the same key information as the gold
+  answer.
+- Set Answer: the response is CORRECT when it contains ALL items of the gold answer, in any
+  order; minor differences in wording are fine, and items beyond the gold ones do not make it
+  incorrect.
+- Anything else is INCORRECT.
+
+Reply with exactly one word: CORRECT or INCORRECT."""
+
 Verdict = Literal["correct", "incorrect", "error"]
 
 
@@ -65,20 +89,24 @@ def parse_grade(text: str) -> Literal["correct", "incorrect"] | None:
 class CorrectnessJudge:
     """Grades (question, gold, type, response) with a `Judge`'s endpoint, retries and cache."""
 
-    def __init__(self, judge: Judge) -> None:
+    def __init__(self, judge: Judge, rules: str = "a2rl") -> None:
         # a copy sharing the endpoint, key and cache; the verdict needs more tokens than m/M
         self.judge = copy.copy(judge)
         self.judge.config = self.config = dataclasses.replace(judge.config, max_tokens=8)
         self.requests_made = 0
+        #: "a2rl" (extra set items fail) or "paper" (the harness's rules)
+        self.rules = rules
+        self.prompt_version = PAPER_PROMPT_VERSION if rules == "paper" else PROMPT_VERSION
 
     @property
     def model_key(self) -> str:
-        return f"{self.config.model}|{PROMPT_VERSION}"
+        return f"{self.config.model}|{self.prompt_version}"
 
     def messages(self, question: str, gold: str, answer_type: str, response: str
                  ) -> list[dict[str, str]]:
-        user = USER.format(question=question, gold=gold, answer_type=answer_type or
-                           "Single Answer", response=response)
+        template = USER_PAPER if self.rules == "paper" else USER
+        user = template.format(question=question, gold=gold,
+                               answer_type=answer_type or "Single Answer", response=response)
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
     def grade_one(self, client: httpx.Client, question: str, gold: str, answer_type: str,
@@ -120,3 +148,13 @@ class CorrectnessJudge:
             lambda g: None if g.verdict == "error" else {"verdict": g.verdict,
                                                          "raw_answers": g.raw_answers},
             lambda hit: Grade(hit["verdict"], hit["raw_answers"], cached=True))
+
+
+def string_match(predicted: str, gold: str, answer_type: str) -> bool:
+    """The harness's fallback when its judge call fails (deepsearchqa/eval.py,
+    `_string_match`): lower-cased containment either way for a single answer; for a set,
+    every comma-separated gold item is a substring of the prediction."""
+    pred, gold = predicted.strip().lower(), gold.strip().lower()
+    if answer_type == "Single Answer":
+        return gold in pred or pred in gold
+    return all(item in pred for item in (x.strip() for x in gold.split(",")))

@@ -4,6 +4,12 @@ The episode (`game.py`) is ReAct-style: `search[query]` actions, then one `answe
 grader rolls the model out with its host-side search backend (`search.py`) and then asks the
 judge (`judge.py`) about every final answer at once; the agent's training code reaches search
 only through the run's service socket (`services`), each search recorded in the store.
+
+Under the `paper` profile: the harness's split (`datasets`' shuffle, `data.paper_order`), its 6
+steps with the whole history in every prompt, 256 new tokens, and its judge's rules (a set
+answer holding every gold item is correct, extra items allowed; a failed judge call falls back
+to its string match). Its Thought/Action completion loop and web search are not reproduced:
+docs/paper-fidelity.md.
 """
 
 from __future__ import annotations
@@ -29,13 +35,33 @@ GRADER = GraderSettings(max_new_tokens=128,
 INSTRUCTION = ("Answer the question. Act with search[query] to search, then answer[text] once; "
                "list every item when many are asked.")
 ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=8, history_window=2)
+#: The harness (autorl_bench/benchmarks/__init__.py: eval_config max_steps 6; deepsearchqa/
+#: eval.py: SamplingParams max_tokens 256, and the whole conversation in every prompt).
+PAPER_STEPS, PAPER_MAX_NEW_TOKENS = 6, 256
+PAPER_ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=PAPER_STEPS,
+                                history_window=PAPER_STEPS)
+PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": PAPER_MAX_NEW_TOKENS})
 
 
-def _description() -> str:
+def _description(paper: bool = False) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
+    rollout, grader = (PAPER_ROLLOUT, PAPER_GRADER) if paper else (ROLLOUT, GRADER)
+    if paper:
+        history = "every earlier observation with its action"
+        set_rule = ("a **Set Answer** is correct when it contains every item of the gold set "
+                    "(extra items allowed), as in the paper's harness; when the judge call "
+                    "fails, a string match decides (every gold item must appear in the answer).")
+        shuffle = ("in the order of `datasets`' `Dataset.shuffle(seed=42)` (the paper "
+                   "harness's split)")
+    else:
+        history = "the last two observations with their actions"
+        set_rule = ("a **Set Answer** is correct only when it names every item of the gold "
+                    "set and nothing else. The judge's failure is never counted as correct.")
+        shuffle = "shuffled with `random.Random(42)` (our split, not the paper harness's)"
     return template.format(n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST,
-                           max_steps=ROLLOUT.max_steps, max_new_tokens=GRADER.max_new_tokens,
-                           instruction=INSTRUCTION, k=DEFAULT_K)
+                           max_steps=rollout.max_steps, max_new_tokens=grader.max_new_tokens,
+                           instruction=INSTRUCTION, k=DEFAULT_K, history=history,
+                           set_rule=set_rule, shuffle=shuffle)
 
 
 def search_fn(backend: SearchBackend) -> Callable[[str], list[dict[str, Any]]]:
@@ -77,14 +103,48 @@ class DeepSearchQATask(InteractiveTask):
             },
             grader=GRADER,
             readonly_paths=["base_model", "data", "env"],
+            notes={"judge": "LLM judge; a set answer must name every gold item and no other",
+                   "success_if": "judged correct"},
         )
+
+    def with_profile(self, profile: str) -> DeepSearchQATask:
+        task = super().with_profile(profile)
+        assert isinstance(task, DeepSearchQATask)
+        if task.profile == "paper":
+            from .judge import CorrectnessJudge
+
+            task.rollout = PAPER_ROLLOUT
+            if isinstance(task.judge, CorrectnessJudge):
+                task.judge = CorrectnessJudge(task.judge.judge, rules="paper")
+            task.spec = task.spec.model_copy(update={
+                "grader": PAPER_GRADER,
+                "prompt_version": "paper-1",
+                "description": _description(paper=True),
+                "splits": {
+                    "train": SplitInfo(n_items=N_TRAIN, visible=True,
+                                       source=f"{REPO} rows 0-99 of datasets' "
+                                              "Dataset.shuffle(seed=42) (the harness's)"),
+                    "dev": SplitInfo(n_items=N_DEV, visible=False,
+                                     source="rows 300-399 of that shuffle (from the 600 the "
+                                            "harness leaves unused)"),
+                    "test": SplitInfo(n_items=N_TEST, visible=False,
+                                      source="rows 100-299 of that shuffle: the harness's "
+                                             "200 eval questions"),
+                },
+                "notes": {"judge": "LLM judge with the harness's rules: a set answer holding "
+                                   "every gold item is correct (extra items allowed); on a "
+                                   "judge failure, the harness's string match",
+                          "success_if": "judged correct",
+                          "history": "the whole episode (every earlier step)"},
+            })
+        return task
 
     # --- data -----------------------------------------------------------------------------
     def _settings_or_default(self) -> Settings:
         return self._settings or load_settings()[0]
 
     def train_rows(self, settings: Settings) -> list[dict[str, Any]]:
-        return split_rows(load_rows(settings), "train")
+        return split_rows(load_rows(settings), "train", self.profile)
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         """Demonstrations: search the question's first words, then answer with the gold."""
@@ -95,8 +155,9 @@ class DeepSearchQATask(InteractiveTask):
             actions = [f"search[{query}]", f"answer[{game.clean(row['answer']).lower()}]"]
             pool = EnvPool([row["id"]], [lambda r=row: game.QAEnv(r["problem"],
                                                                  search_fn(backend))],
-                           instruction=ROLLOUT.instruction, window=ROLLOUT.history_window,
-                           max_steps=ROLLOUT.max_steps)
+                           instruction=self.rollout.instruction,
+                           window=self.rollout.history_window,
+                           max_steps=self.rollout.max_steps)
             pool.reset()
             for k, action in enumerate(actions):
                 prompt = pool.prompts([0])[0]
@@ -111,7 +172,7 @@ class DeepSearchQATask(InteractiveTask):
         if split not in ("dev", "test"):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
         self._settings = settings
-        return split_rows(load_rows(settings), split)
+        return split_rows(load_rows(settings), split, self.profile)
 
     def make_env(self, item: dict[str, Any]) -> Env:
         backend = make_search(self._settings_or_default())
@@ -127,7 +188,8 @@ class DeepSearchQATask(InteractiveTask):
 
             from .judge import CorrectnessJudge
 
-            self.judge = CorrectnessJudge(Judge.from_settings(self._settings_or_default()))
+            self.judge = CorrectnessJudge(Judge.from_settings(self._settings_or_default()),
+                                          rules=self.profile)
         return self.judge
 
     def score_episodes(self, items: Sequence[dict[str, Any]],
@@ -144,6 +206,17 @@ class DeepSearchQATask(InteractiveTask):
                                   [items[i].get("answer_type", "") for i in todo],
                                   [answers[i] or "" for i in todo]) if todo else []
         verdicts: dict[int, Any] = dict(zip(todo, grades, strict=True))
+        n_fallback = 0
+        if self.profile == "paper":  # the harness: a failed judge call -> its string match
+            from .judge import Grade, string_match
+
+            for i, grade in verdicts.items():
+                if grade.verdict == "error":
+                    match = string_match(answers[i] or "", items[i]["answer"],
+                                         items[i].get("answer_type", "Single Answer"))
+                    verdicts[i] = Grade("correct" if match else "incorrect",
+                                        grade.raw_answers, grade.error, grade.attempts)
+                    n_fallback += 1
         for i, ep in enumerate(episodes):
             grade = verdicts.get(i)
             ep.success = bool(grade and grade.correct)
@@ -161,8 +234,10 @@ class DeepSearchQATask(InteractiveTask):
             "n_empty_answers": sum(a == "" for a in answers),
             "n_judge_errors": sum(g.verdict == "error" for g in grades),
             "judge_requests": judge.requests_made - before,
-            "judge": {**judge.config.public(), "prompt_version": "dsqa-correctness.1"},
+            "judge": {**judge.config.public(), "prompt_version": judge.prompt_version},
         })
+        if self.profile == "paper":
+            result.metrics["n_string_match_fallbacks"] = n_fallback
         return result
 
     # --- workspace and services ------------------------------------------------------------
