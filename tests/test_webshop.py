@@ -18,9 +18,10 @@ from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, Store
+from a2rl.tasks.envapi.a2rl_env import EnvPool
 from a2rl.tasks.webshop import sim
 from a2rl.tasks.webshop.catalog import load_data
-from a2rl.tasks.webshop.task import WebShopTask
+from a2rl.tasks.webshop.task import WebShopTask, expert_actions
 
 from .conftest import require_bwrap
 
@@ -205,3 +206,57 @@ def test_webshop_run_with_the_reference_agent(tmp_path: Path) -> None:
         (e.split, e.status, e.error) for e in evals]
     assert all(it["episode"] is not None and "mean_reward" in e.metrics
                for e in evals for it in e.items)
+
+
+# --- the paper profile (autorl_bench/benchmarks/webshop) -------------------------------------
+def harness_success(done: bool, reward: float) -> bool:
+    """webshop/eval.py `webshop_run`: on `done`, `success = reward >= 0.5`; an episode that
+    reaches max_steps returns (0.0, max_steps, False)."""
+    return done and reward >= 0.5
+
+
+def _play(task: WebShopTask, items: list[dict[str, Any]],
+          scripts: list[list[str]]) -> list[Any]:
+    pool = EnvPool([it["id"] for it in items], [lambda it=it: task.make_env(it) for it in items],
+                   instruction=task.rollout.instruction, window=task.rollout.history_window,
+                   max_steps=task.rollout.max_steps)
+    pool.reset()
+    while active := pool.active():
+        pool.step({i: (scripts[i][len(pool.episodes[i].actions)]
+                       if len(pool.episodes[i].actions) < len(scripts[i]) else "click[nothing]")
+                   for i in active})
+    return pool.episodes
+
+
+def test_paper_verdicts_match_the_harness(shop: Settings) -> None:
+    paper = WebShopTask().with_profile("paper")
+    assert (paper.rollout.max_steps, paper.rollout.history_window) == (50, 5)
+    assert paper.spec.grader.max_new_tokens == 100 and paper.spec.grader.stop[0] == "\n"
+    assert paper.spec.splits["test"].n_items == 100
+    items = paper.load_split("test", shop)
+    catalog = paper.catalog(paper.data(shop))
+    assert [it["id"] for it in items] == [f"test-{i:05d}" for i in range(3)]
+    expert = [expert_actions(catalog, it["goal"]) for it in items]
+    no_options = [[e[0], e[1], "click[buy now]"] for e in expert]
+    cases = [items[0], items[0], items[1], items[2], items[2]]
+    scripts = [expert[0],                         # reward 1
+               no_options[0],                     # reward 2/3
+               no_options[1],                     # reward 0.5 exactly: a success there
+               [expert[2][0], "click[b0ws000005]", "click[buy now]"],  # another product
+               [expert[2][0]]]                    # never buys: cut at 50 steps
+    cases = [{**it, "id": f"{it['id']}#{k}"} for k, it in enumerate(cases)]
+    episodes = _play(paper, cases, scripts)
+    rewards = [ep.rewards[-1] if ep.done else 0.0 for ep in episodes]
+    assert rewards[:3] == [1.0, pytest.approx(2 / 3), 0.5] and rewards[3] < 0.5
+    assert episodes[4].steps == 50 and not episodes[4].done
+    expected = [harness_success(ep.done, r) for ep, r in zip(episodes, rewards, strict=True)]
+    assert expected == [True, True, True, False, False]
+    scored = paper.score_episodes(cases, episodes)
+    assert [r.correct for r in scored.items] == expected and scored.score == 0.6
+    assert scored.metrics["success_rule"] == "reward >= 0.5"
+    # the a2rl profile keeps the original's rule (success only at reward 1), its 15 steps
+    a2rl = WebShopTask()
+    a2rl.load_split("test", shop)
+    again = a2rl.score_episodes(cases, _play(a2rl, cases, scripts))
+    assert [r.correct for r in again.items] == [True, False, False, False, False]
+    assert "reward 0.5 or more" in paper.task_md() and "reward 1" in a2rl.task_md()

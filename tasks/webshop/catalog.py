@@ -177,6 +177,8 @@ def _load(folder: str, num_products: int) -> WebShopData:
     return WebShopData(products=products, goals=goals, source=products_file.name)
 
 
-def load_data(settings: Settings) -> WebShopData:
-    """The processed catalog and goals (cached per folder and product limit)."""
-    return _load(str(data_dir(settings).resolve()), settings.webshop_num_products)
+def load_data(settings: Settings, num_products: int | None = None) -> WebShopData:
+    """The processed catalog and goals (cached per folder and product limit); `num_products`
+    overrides the setting (the paper profile's 1,000)."""
+    limit = settings.webshop_num_products if num_products is None else num_products
+    return _load(str(data_dir(settings).resolve()), limit)

@@ -5,19 +5,25 @@ Graded by rollouts (`a2rl.grading.rollout`) of the text site `sim.py` over the o
 rate (reward exactly 1, the original's rule) with its Wilson interval; the mean reward (the
 original's "score" / 100) is a metric. The workspace gets the catalog and the training goals
 under `data/webshop/`, the site under `env/`, and expert demonstrations in `data/train.jsonl`.
+
+Under the `paper` profile the settings are the reference harness's (autorl_bench/benchmarks/
+webshop): the first 100 goals, a 1,000-product catalog, 50 steps, the 5 earlier steps in every
+prompt, 100 new tokens, and success = reward >= 0.5 (`paper_success`). Its prompt wording and
+action list are not reproduced: docs/paper-fidelity.md.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
 
-from ..base import Split
-from ..envapi.a2rl_env import Env, EnvPool
+from ..base import ScoreResult, Split
+from ..envapi.a2rl_env import Env, EnvPool, Episode
 from ..interactive import InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import sim
@@ -31,6 +37,23 @@ GRADER = GraderSettings(max_new_tokens=48, stop=["\n", "<|im_end|>", "<|endoftex
 INSTRUCTION = ("You are shopping on WebShop. Act with search[query] or click[button]; "
                "buy the product the instruction asks for.")
 ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=MAX_STEPS, history_window=1)
+
+# The reference harness (microsoft/RD-Agent, rdagent/scenarios/rl/autorl_bench/benchmarks/):
+# __init__.py eval_config max_steps 50, num_instructions 100; webshop/eval.py: num_products
+# 1000, build_react_prompt history_window=5, SamplingParams max_tokens=100 stop ["\n"],
+# and `success = reward >= 0.5` when the episode ends by a purchase (else reward 0, failure).
+PAPER_STEPS, PAPER_HISTORY, PAPER_GOALS, PAPER_PRODUCTS = 50, 5, 100, 1000
+PAPER_SUCCESS_AT = 0.5
+PAPER_ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=PAPER_STEPS,
+                                history_window=PAPER_HISTORY)
+PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 100})
+
+
+def paper_success(episode: Episode) -> bool:
+    """The harness's verdict: the episode ended (a purchase) with reward >= 0.5. An episode
+    cut at the step limit, or ended by an error, fails."""
+    return (episode.done and episode.error is None and bool(episode.rewards)
+            and episode.rewards[-1] >= PAPER_SUCCESS_AT)
 
 
 def expert_actions(catalog: sim.Catalog, goal: dict[str, Any]) -> list[str]:
@@ -50,7 +73,8 @@ def expert_actions(catalog: sim.Catalog, goal: dict[str, Any]) -> list[str]:
     return actions + ["click[buy now]"]
 
 
-def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]],
+              rollout: RolloutSettings = ROLLOUT) -> list[dict[str, Any]]:
     """One row per expert step of the first training goals the expert solves: the grader's
     prompt there, the action, and the chat form of the pair."""
     rows: list[dict[str, Any]] = []
@@ -61,8 +85,8 @@ def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]]) -> list[dict[st
         if goal["asin"] not in catalog.products:
             continue
         pool = EnvPool([iid], [lambda g=goal: sim.WebShopEnv(catalog, g)],
-                       instruction=ROLLOUT.instruction, window=ROLLOUT.history_window,
-                       max_steps=ROLLOUT.max_steps)
+                       instruction=rollout.instruction, window=rollout.history_window,
+                       max_steps=rollout.max_steps)
         pool.reset()
         steps = []
         for k, action in enumerate(expert_actions(catalog, goal)):
@@ -79,11 +103,24 @@ def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]]) -> list[dict[st
     return rows
 
 
-def _description() -> str:
+def _description(paper: bool = False) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
-    return template.format(n_test=N_TEST, n_dev=N_DEV, max_steps=MAX_STEPS,
-                           max_new_tokens=GRADER.max_new_tokens, instruction=INSTRUCTION,
-                           n_demo=N_DEMO_GOALS)
+    if paper:
+        fields = {"success_rule": f"An episode **succeeds at reward {PAPER_SUCCESS_AT} or "
+                                  "more** (the paper harness's rule).",
+                  "history": f"the last {PAPER_HISTORY} pages with their actions",
+                  "test_goals": f"goals 0-{PAPER_GOALS - 1} of a catalog of the first "
+                                f"{PAPER_PRODUCTS} products (the paper harness's "
+                                f"{PAPER_GOALS})",
+                  "max_steps": PAPER_STEPS, "max_new_tokens": PAPER_GRADER.max_new_tokens}
+    else:
+        fields = {"success_rule": "An episode **succeeds only at reward 1** (the original's "
+                                  "success rule).",
+                  "history": "the previous page and action",
+                  "test_goals": f"goals 0-499 (the original test goals, {N_TEST})",
+                  "max_steps": MAX_STEPS, "max_new_tokens": GRADER.max_new_tokens}
+    return template.format(n_test=N_TEST, n_dev=N_DEV, instruction=INSTRUCTION,
+                           n_demo=N_DEMO_GOALS, **fields)
 
 
 class WebShopTask(InteractiveTask):
@@ -114,11 +151,34 @@ class WebShopTask(InteractiveTask):
             },
             grader=GRADER,
             readonly_paths=["base_model", "data", "env"],
+            notes={"success_if": "reward == 1 (the original WebShop's rule)"},
         )
+
+    def with_profile(self, profile: str) -> WebShopTask:
+        task = super().with_profile(profile)
+        assert isinstance(task, WebShopTask)
+        if task.profile == "paper":
+            task.rollout = PAPER_ROLLOUT
+            task._catalogs, task._graded = {}, None
+            task.spec = task.spec.model_copy(update={
+                "grader": PAPER_GRADER,
+                "prompt_version": "paper-1",
+                "description": _description(paper=True),
+                "splits": {
+                    **task.spec.splits,
+                    "test": SplitInfo(n_items=PAPER_GOALS, visible=False,
+                                      source=f"human goals 0-{PAPER_GOALS - 1} over the first "
+                                             f"{PAPER_PRODUCTS} products (the harness's)"),
+                },
+                "notes": {"success_if": f"reward >= {PAPER_SUCCESS_AT} at the purchase (the "
+                                        "paper harness's rule)",
+                          "catalog": f"the first {PAPER_PRODUCTS} products"},
+            })
+        return task
 
     # --- data -----------------------------------------------------------------------------
     def data(self, settings: Settings) -> WebShopData:
-        return load_data(settings)
+        return load_data(settings, PAPER_PRODUCTS if self.profile == "paper" else None)
 
     def catalog(self, data: WebShopData) -> sim.Catalog:
         """The site's catalog and search index, built once per data."""
@@ -129,14 +189,15 @@ class WebShopTask(InteractiveTask):
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         data = self.data(settings)
-        return demo_rows(self.catalog(data), data.split_goals("train"))
+        return demo_rows(self.catalog(data), data.split_goals("train"), self.rollout)
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split not in ("dev", "test"):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
         data = self.data(settings)
         self._graded = self.catalog(data)  # make_env's catalog (items stay plain JSON)
-        return data.split_goals(split)
+        goals = data.split_goals(split)
+        return goals[:PAPER_GOALS] if self.profile == "paper" and split == "test" else goals
 
     def make_env(self, item: dict[str, Any]) -> Env:
         if self._graded is None:
@@ -145,6 +206,18 @@ class WebShopTask(InteractiveTask):
 
     def episode_group(self, item: dict[str, Any]) -> str | None:
         return item["goal"].get("category") or None
+
+    def score_episodes(self, items: Sequence[dict[str, Any]],
+                       episodes: Sequence[Episode]) -> ScoreResult:
+        """The shared scoring; under the paper profile each episode's success is first
+        re-decided by the harness's rule (`paper_success`)."""
+        if self.profile == "paper":
+            for ep in episodes:
+                ep.success = paper_success(ep)
+        result = super().score_episodes(items, episodes)
+        if self.profile == "paper":
+            result.metrics["success_rule"] = f"reward >= {PAPER_SUCCESS_AT}"
+        return result
 
     # --- workspace ------------------------------------------------------------------------
     def env_backend_files(self) -> dict[str, str]:
