@@ -134,3 +134,25 @@ def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "profile must be one of" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_worker_reads_the_runs_profile_from_the_store(tmp_path: Path) -> None:
+    """`python -m a2rl.grading.worker --db --request`: the spec carries the run's profile."""
+    from a2rl.grading.worker import spec_from_store
+    from a2rl.store import GradeRequest, Submission
+
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    with store.session() as s:
+        for run_id, profile in (("r-a", "a2rl"), ("r-p", "paper")):
+            s.add(Run(id=run_id, task_id="gsm8k", workspace="/nonexistent", budget_s=60,
+                      profile=profile))
+            s.add(Submission(id=f"s-{run_id}", run_id=run_id, path="output/x",
+                             checkpoint_dir="/nonexistent/ckpt"))
+    with store.session() as s:
+        for run_id in ("r-a", "r-p"):
+            s.add(GradeRequest(run_id=run_id, submission_id=f"s-{run_id}", split="test"))
+    store.close()
+    specs = [spec_from_store(url, i, {}) for i in (1, 2)]
+    assert [(sp.task_id, sp.profile, sp.split) for sp in specs] == [
+        ("gsm8k", "a2rl", "test"), ("gsm8k", "paper", "test")]
