@@ -144,8 +144,9 @@ def load_gen_config(wheel: Path, dataset: str, name: str,
 
 def render(config: GenConfig, column: str, value: str) -> list[dict[str, str]]:
     """The chat messages of one item: OpenCompass's PromptTemplate puts the input column's
-    value in place of `{column}`; VLLMwithChatTemplate maps roles and merges consecutive
-    messages of one role with a newline (`_convert_chat_messages`, skip_empty_prompt)."""
+    value in place of `{column}` by plain replacement (utils/prompt.py `safe_format`: other
+    braces stay); VLLMwithChatTemplate maps roles and merges consecutive messages of one role
+    with a newline (models/huggingface_above_v4_33.py `_convert_chat_messages`)."""
     messages: list[dict[str, str]] = []
     for role, prompt in config.rounds:
         text = prompt.replace("{" + column + "}", value)
