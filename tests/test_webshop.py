@@ -21,7 +21,7 @@ from a2rl.store import Evaluation, Store
 from a2rl.tasks.envapi.a2rl_env import EnvPool
 from a2rl.tasks.webshop import sim
 from a2rl.tasks.webshop.catalog import load_data
-from a2rl.tasks.webshop.task import WebShopTask, expert_actions
+from a2rl.tasks.webshop.task import WebShopTask, expert_actions, paper_success
 
 from .conftest import require_bwrap
 
@@ -260,3 +260,10 @@ def test_paper_verdicts_match_the_harness(shop: Settings) -> None:
     again = a2rl.score_episodes(cases, _play(a2rl, cases, scripts))
     assert [r.correct for r in again.items] == [True, False, False, False, False]
     assert "reward 0.5 or more" in paper.task_md() and "reward 1" in a2rl.task_md()
+    # the harness's action clean-up: an `Action:` prefix and `choose[` are accepted
+    wordy = [f"action: {expert[0][0]}", expert[0][1].replace("click[", "choose[", 1),
+             "Action: click[buy now]".lower()]
+    (ep,) = _play(paper, [cases[1]], [wordy])
+    assert ep.done and ep.rewards[-1] == pytest.approx(2 / 3) and paper_success(ep)
+    (ep,) = _play(a2rl, [cases[1]], [wordy])
+    assert not ep.done  # the a2rl profile takes actions as they are

@@ -8,8 +8,9 @@ under `data/webshop/`, the site under `env/`, and expert demonstrations in `data
 
 Under the `paper` profile the settings are the reference harness's (autorl_bench/benchmarks/
 webshop): the first 100 goals, a 1,000-product catalog, 50 steps, the 5 earlier steps in every
-prompt, 100 new tokens, and success = reward >= 0.5 (`paper_success`). Its prompt wording and
-action list are not reproduced: docs/paper-fidelity.md.
+prompt, 100 new tokens, its action clean-up (`PaperActions`) and success = reward >= 0.5
+(`paper_success`). Its prompt wording and action list are not reproduced:
+docs/paper-fidelity.md.
 """
 
 from __future__ import annotations
@@ -47,6 +48,25 @@ PAPER_SUCCESS_AT = 0.5
 PAPER_ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=PAPER_STEPS,
                                 history_window=PAPER_HISTORY)
 PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 100})
+
+
+class PaperActions:
+    """The harness's clean-up of an action before stepping (webshop/eval.py `webshop_run`): an
+    `Action:` prefix is dropped and `choose[` becomes `click[`. Our pool hands actions over
+    lower-cased (`a2rl_env.parse_action`), so the prefix is matched in lower case."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+
+    def reset(self) -> Any:
+        return self.env.reset()
+
+    def step(self, action: str) -> Any:
+        if action.startswith("action:"):
+            action = action[len("action:"):].strip()
+        if action.startswith("choose["):
+            action = "click[" + action[len("choose["):]
+        return self.env.step(action)
 
 
 def paper_success(episode: Episode) -> bool:
@@ -202,7 +222,8 @@ class WebShopTask(InteractiveTask):
     def make_env(self, item: dict[str, Any]) -> Env:
         if self._graded is None:
             raise RuntimeError("load_split must be called before make_env")
-        return sim.WebShopEnv(self._graded, item["goal"])
+        env = sim.WebShopEnv(self._graded, item["goal"])
+        return PaperActions(env) if self.profile == "paper" else env
 
     def episode_group(self, item: dict[str, Any]) -> str | None:
         return item["goal"].get("category") or None
