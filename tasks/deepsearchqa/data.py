@@ -1,4 +1,4 @@
-"""DeepSearchQA's questions and the paper's split.
+"""DeepSearchQA's questions and their splits (ours, and the paper harness's).
 
 Source: the dataset `google/deepsearchqa` on the Hugging Face hub, file `DSQA-full.csv` (900
 rows: `problem`, `problem_category`, `answer`, `answer_type` = `Single Answer` or

@@ -95,11 +95,12 @@ class DeepSearchQATask(InteractiveTask):
             default_budget="4h",
             splits={
                 "train": SplitInfo(n_items=N_TRAIN, visible=True,
-                                   source=f"{REPO} rows 0-99 of the seed-42 shuffle"),
+                                   source=f"{REPO} rows 0-99 of our seed-42 shuffle"),
                 "dev": SplitInfo(n_items=N_DEV, visible=False,
                                  source="rows 300-399 of the shuffle (from the 600 unused)"),
                 "test": SplitInfo(n_items=N_TEST, visible=False,
-                                  source="rows 100-299 of the shuffle: the paper's 200"),
+                                  source="rows 100-299 of our random.Random(42) shuffle "
+                                         "(not the paper harness's split)"),
             },
             grader=GRADER,
             readonly_paths=["base_model", "data", "env"],
