@@ -8,7 +8,9 @@ its download at the fixture copy (tests/fixtures/alpacaeval/df_gamed.csv, the fi
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -107,3 +109,113 @@ def test_length_control_discounts_verbosity(library_lc: Any) -> None:
 def test_df_gamed_missing_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="df_gamed.csv"):
         load_df_gamed(tmp_path)
+
+
+# --- the task under the paper profile, judged through a real local HTTP judge -------------
+SHOWN_RE = re.compile(r'"model": "(m|M)",\s*"output": """(.*?)"""\s*}', re.DOTALL)
+
+
+def rank_by_marker(messages: list[dict[str, Any]]) -> Any:
+    """The judge's function call: the output containing GOOD ranks first (else the longer);
+    a reply the parser cannot read for the instruction marked UNPARSABLE."""
+    from .fake_openai import Call
+
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    if "UNPARSABLE" in user:
+        return "I prefer the first one."
+    shown = dict(SHOWN_RE.findall(user))
+    good = {k: "GOOD" in v for k, v in shown.items()}
+    best = (("m" if good["m"] else "M") if good["m"] != good["M"]
+            else ("m" if len(shown["m"]) >= len(shown["M"]) else "M"))
+    other = "M" if best == "m" else "m"
+    return Call("make_partial_leaderboard",
+                {"ordered_models": [{"model": best, "rank": 1}, {"model": other, "rank": 2}]})
+
+
+def paper_task(server: Any, cache: Any = None) -> Any:
+    from a2rl.grading.judge import Judge, JudgeConfig
+    from a2rl.tasks.alpacaeval import AlpacaEvalTask
+
+    judge = Judge(JudgeConfig(base_url=server.base_url, model="fake-judge", backoff_s=0.001,
+                              timeout_s=10), cache, api_key="sk-test")
+    task = AlpacaEvalTask(n_train=8, n_dev=4, judge=judge)
+    task.profile = "paper"  # what with_profile("paper") does
+    task.spec = task.paper_spec
+    return task
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Any:
+    from a2rl.settings import Settings
+
+    return Settings(home=tmp_path / "home", alpacaeval_dir=str(FIXTURES))
+
+
+def test_paper_task_judges_with_the_package_annotator(home: Any, library_lc: Any) -> None:
+    from a2rl.tasks.alpacaeval import paper_annotator
+
+    from .fake_openai import FakeOpenAI
+
+    with FakeOpenAI([rank_by_marker] * 40) as server:
+        task = paper_task(server)
+        assert task.spec.grader.max_new_tokens == 512 and task.spec.default_budget == "12h"
+        items = task.load_split("test", home)
+        good = {0, 2, 3, 7, 11}
+        outputs = [(f"  GOOD answer to: {it['prompt']}\n" if i in good else "meh")
+                   for i, it in enumerate(items)]
+        outputs[5] = items[5]["reference"]  # identical: a draw, no request
+        items[9] = {**items[9], "prompt": items[9]["prompt"] + " UNPARSABLE"}
+        scored = task.score_outputs(items, outputs)
+        bodies = list(server.requests)
+    records = [json.loads(r.parsed or "{}") for r in scored.items]
+    assert [r["preference"] for r in records] == [
+        2.0 if i in good else 1.5 if i == 5 else None if i == 9 else 1.0 for i in range(12)]
+    assert len(bodies) == 11 and scored.metrics["judge_requests"] == 11  # unparsable: no retry
+    assert scored.metrics["n_judge_errors"] == 1 and scored.metrics["n_draws"] == 1
+    assert scored.items[0].output == outputs[0].strip()  # outputs are stripped, as the harness
+    # the request is the package's config: its prompt, its function call, 100 tokens, greedy
+    config = paper_annotator.annotator_config()
+    template = paper_annotator.prompt_template()
+    for body in bodies:
+        assert body["model"] == "fake-judge" and body["temperature"] == 0
+        assert body["max_tokens"] == 100 and body["tools"] == config["completions_kwargs"]["tools"]
+        assert body["tool_choice"] == config["completions_kwargs"]["tool_choice"]
+        system = template.split("<|im_start|>system\n", 1)[1].split("<|im_end|>", 1)[0].strip()
+        assert body["messages"][0] == {"role": "system", "content": system}
+    # the order of each pair is alpaca_eval's switch: the model's output is `m` when switched
+    for i, (item, record) in enumerate(zip(items, records, strict=True)):
+        if i in (5,):
+            continue
+        body = next(b for b in bodies if item["prompt"] in b["messages"][1]["content"]
+                    and item["reference"] in b["messages"][1]["content"])
+        shown = dict(SHOWN_RE.findall(body["messages"][1]["content"]))
+        assert shown["m" if record["is_switched_outputs"] else "M"] == outputs[i].strip()
+    assert {r["is_switched_outputs"] for r in records} == {True, False}
+    # the score is alpaca_eval's own LC win rate on these annotations
+    frame = annotations_frame(range(12), [it["prompt"] for it in items],
+                              [o.strip() for o in outputs], [it["reference"] for it in items],
+                              [None if r["preference"] is None else r["preference"] - 1
+                               for r in records])
+    assert scored.score * 100 == pytest.approx(library_lc(frame)["length_controlled_winrate"],
+                                               abs=1e-9)
+    low, high = scored.ci or (0, 0)
+    assert 0.0 <= low <= scored.score <= high <= 1.0
+    assert scored.metrics["judge"]["annotator"] == "alpaca_eval_gpt4_turbo_fn"
+    assert scored.metrics["judge"]["harness_model"] == "gpt-5.2"
+
+
+def test_paper_judgments_are_cached(home: Any) -> None:
+    from a2rl.grading.judge import JudgeCache
+
+    from .fake_openai import FakeOpenAI
+
+    cache = JudgeCache(home.home_dir / "judge-cache" / "judge.sqlite")
+    with FakeOpenAI([rank_by_marker] * 24) as server:
+        task = paper_task(server, cache)
+        items = task.load_split("test", home)
+        outputs = [f"GOOD {i}" if i % 3 else "meh" for i in range(12)]
+        first = task.score_outputs(items, outputs)
+        fresh = paper_task(server, JudgeCache(cache.path))
+        again = fresh.score_outputs(fresh.load_split("test", home), outputs)
+        assert len(server.requests) == 12 and again.metrics["n_cached"] == 12
+    assert again.score == first.score and again.metrics["judge_requests"] == 0
