@@ -212,3 +212,17 @@ def test_download_checks_the_hash(tmp_path: Path) -> None:
         server.close()
     # present with the right hash: no request at all (the server is gone)
     assert download_react_prompts(tmp_path, url=server.url, sha256=good) == path
+
+
+def test_raw_text_skips_the_chat_template(a2rl_home: Path) -> None:
+    """The engines render a `RawText` as is, a plain string through the chat template."""
+    from a2rl.grading.engine import RawText, TransformersEngine
+    from a2rl.tasks import get_task
+
+    engine = TransformersEngine(get_task("arith").base_model_dir(Settings(home=a2rl_home)))
+    assert engine.tokenizer.chat_template  # the check below would be vacuous without one
+    text = "Here is the task.\nYou are in the middle of a room.\n>"
+    assert engine.render(RawText(text)) == text
+    assert engine.render(text) != text and text in engine.render(text)
+    out = engine.generate([RawText(text)], max_new_tokens=4, stop=["\n"])
+    assert len(out) == 1 and "\n" not in out[0]
