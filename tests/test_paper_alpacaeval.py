@@ -219,3 +219,39 @@ def test_paper_judgments_are_cached(home: Any) -> None:
         again = fresh.score_outputs(fresh.load_split("test", home), outputs)
         assert len(server.requests) == 12 and again.metrics["n_cached"] == 12
     assert again.score == first.score and again.metrics["judge_requests"] == 0
+
+
+class EchoEngine:
+    """GOOD answers for the first half of the prompts, a short loss for the rest."""
+
+    engine_name, engine_version = "echo", "0"
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def generate(self, prompts: Any, max_new_tokens: int, stop: Any = ()) -> list[str]:
+        self.calls.append({"n": len(prompts), "max_new_tokens": max_new_tokens})
+        half = len(prompts) // 2
+        return [f"GOOD: {p[0]['content']}  " if i < half else "meh"
+                for i, p in enumerate(prompts)]
+
+
+def test_paper_evaluate_end_to_end(home: Any, tmp_path: Path) -> None:
+    from a2rl.grading.evaluate import evaluate
+
+    from .fake_openai import FakeOpenAI
+
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    engine = EchoEngine()
+    with FakeOpenAI([rank_by_marker] * 12) as server:
+        task = paper_task(server)
+        result = evaluate(task, checkpoint, "test", home, engine=engine)  # type: ignore[arg-type]
+    assert engine.calls == [{"n": 12, "max_new_tokens": 512}]
+    assert result.n_items == 12 and result.metrics["n_wins"] == 6
+    assert result.metrics["win_rate"] == pytest.approx(0.5)
+    assert result.score == result.metrics["lc_win_rate"]
+    assert (result.ci_low, result.ci_high) == tuple(result.metrics["lc_win_rate_ci"])
+    assert result.provenance["prompt_version"] == "paper-1"
+    assert result.provenance["generation"]["max_new_tokens"] == 512

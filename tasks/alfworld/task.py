@@ -162,6 +162,14 @@ class AlfWorldTask(InteractiveTask):
     #: The reference harness's evaluation (benchmarks/alfworld/eval.py, and the README's
     #: ALFWorld run: Qwen/Qwen2.5-1.5B-Instruct, --timeout 41600, about 12 h).
     paper_spec = TaskSpec(
+        # fields of the profile plumbing (TaskSpec.profile, .notes)
+        **{"profile": "paper", "notes": {
+            "prompt_format": "raw text (no chat template): ReAct header, the authors' two "
+                             "examples of the task type, the first observation, then the "
+                             "whole history as ' <action>\\n<observation>\\n>'",
+            "action": "completion up to the first newline, stripped; think: -> OK.",
+            "success": "won when the game ends, within 50 steps",
+            "examples": f"{react.PROMPTS_FILE} (ysymyth/ReAct {react.PROMPTS_COMMIT[:8]})"}},
         id="alfworld",
         level=3,
         title="ALFWorld: household tasks in a text world (interactive, ReAct as in the paper)",

@@ -56,8 +56,29 @@ def _description(grader: GraderSettings = GRADER, name: str = "description.md") 
                            max_new_tokens=grader.max_new_tokens)
 
 
+#: What `a2rl tasks --profile` shows beyond the spec (TaskSpec.notes; profile plumbing).
+NOTES = {
+    "prompt_format": "the instruction as one user message, base model's chat template",
+    "judge": "a2rl.grading.judge: alpaca_eval_clf_gpt4_turbo prompt, text answer m/M",
+    "score": "length-controlled win rate: logistic fit on tanh(length difference / sd), "
+             "no instruction-difficulty term (length_control.py)",
+}
+PAPER_NOTES = {
+    "prompt_format": "the instruction as one user message, base model's chat template; "
+                     "output stripped",
+    "judge": "alpaca_eval 0.6.6 annotator alpaca_eval_gpt4_turbo_fn (package prompt, "
+             "make_partial_leaderboard function call); the harness's judge model: gpt-5.2",
+    "score": "alpaca_eval length_controlled_v1 GLM (instruction difficulty, gamed "
+             "baselines): get_length_controlled_winrate",
+    "max_model_len": str(PAPER_MAX_MODEL_LEN),
+}
+
+
 def _spec(n_train: int, n_dev: int, *, paper: bool = False) -> TaskSpec:
+    extra: dict[str, Any] = {"profile": "paper", "notes": PAPER_NOTES} if paper else \
+        {"notes": NOTES}
     return TaskSpec(
+        **extra,  # fields of the profile plumbing (TaskSpec.profile, .notes)
         id="alpacaeval",
         level=2,
         title="AlpacaEval 2.0 (instruction following, LLM-judged)",
