@@ -226,3 +226,35 @@ def test_raw_text_skips_the_chat_template(a2rl_home: Path) -> None:
     assert engine.render(text) != text and text in engine.render(text)
     out = engine.generate([RawText(text)], max_new_tokens=4, stop=["\n"])
     assert len(out) == 1 and "\n" not in out[0]
+
+
+def test_workspace_has_the_graders_react_loop(alf: Settings, tmp_path: Path) -> None:  # noqa: F811
+    """Under `paper` the workspace gets the examples and the grader's own loop: a training game
+    played with it inside the workspace (its own Python, only env/ on the path) is won."""
+    import subprocess
+    import sys
+
+    from a2rl.tasks.alfworld import react
+
+    task = paper_task()
+    ws = tmp_path / "ws"
+    task.prepare_workspace(ws, alf)
+    assert (ws / "env" / "alfworld_react.py").read_text() == Path(react.__file__).read_text()
+    assert json.loads((ws / "data" / "alfworld" / react.PROMPTS_FILE).read_text()) == PROMPTS
+    script = (
+        "import sys; sys.path.insert(0, 'env'); import alfworld_env as b, alfworld_react as r\n"
+        "iid = [i for i in b.train_ids() if 'SprayBottle' in i][0]\n"
+        "env, plan = b.make_expert_env(iid, raw=True), []\n"
+        "step = env.reset()\n"
+        "while not step.done:\n"
+        "    plan.append(step.info['expert_action']); step = env.step(plan[-1])\n"
+        "seen = []\n"
+        "def generate(prompts):\n"
+        "    seen.extend(prompts); return [' ' + plan.pop(0) + '\\nmore'] * len(prompts)\n"
+        "[ep] = r.play([iid], [lambda: b.make_train_env(iid, raw=True)], [b.game_name(iid)],\n"
+        "              r.load_prompts(b.DATA), generate)\n"
+        "print('WON', ep.success, ep.steps, seen[0].startswith(r.HEADER))\n")
+    p = subprocess.run([sys.executable, "-c", script], cwd=ws, capture_output=True, text=True,
+                       timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    assert "WON True" in p.stdout and p.stdout.strip().endswith("True"), p.stdout

@@ -21,6 +21,10 @@ authors' alfworld.ipynb) plays each game so:
 The examples are the ReAct authors' `prompts/alfworld_3prompts.json` (the harness ships the same
 file as `react_prompts.json`); it is not copied here: `a2rl alfworld download` fetches it
 (`download.py`) into the game folder, where `load_prompts` reads it.
+
+No package-relative imports: under the `paper` profile this file is also written into the
+workspace as `env/alfworld_react.py`, so the agent can play training games with the grader's
+very loop (`play`, with its own `generate`).
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..envapi.a2rl_env import Env, Episode, Step
+try:  # inside the workspace (env/alfworld_react.py): env/a2rl_env.py is a sibling module
+    from a2rl_env import Env, Episode, Step  # type: ignore[import-not-found]
+except ImportError:  # inside the harness
+    from a2rl.tasks.envapi.a2rl_env import Env, Episode, Step
 
 PROMPTS_FILE = "alfworld_3prompts.json"
 #: The ReAct authors' file at a fixed commit (ysymyth/ReAct), and its sha256.

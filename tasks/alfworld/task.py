@@ -246,8 +246,11 @@ class AlfWorldTask(InteractiveTask):
     # --- workspace ------------------------------------------------------------------------
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
-        return {f"{self.backend_name}.py": here.joinpath("backend.py").read_text(),
-                "alfworld_game.py": here.joinpath("game.py").read_text()}
+        files = {f"{self.backend_name}.py": here.joinpath("backend.py").read_text(),
+                 "alfworld_game.py": here.joinpath("game.py").read_text()}
+        if getattr(self, "profile", "a2rl") == "paper":  # the grader's ReAct loop
+            files["alfworld_react.py"] = here.joinpath("react.py").read_text()
+        return files
 
     def prepare_workspace(self, workspace: Path, settings: Settings, *,
                           link_base_model: bool = False) -> None:
