@@ -255,3 +255,24 @@ def test_paper_evaluate_end_to_end(home: Any, tmp_path: Path) -> None:
     assert (result.ci_low, result.ci_high) == tuple(result.metrics["lc_win_rate_ci"])
     assert result.provenance["prompt_version"] == "paper-1"
     assert result.provenance["generation"]["max_new_tokens"] == 512
+
+
+def test_paper_judge_failures(home: Any) -> None:
+    """HTTP 5xx is retried; a 4xx or an unusable judge leaves the item out, never a win; when no
+    item has a usable verdict the score is 0 with the reason."""
+    from .fake_openai import FakeOpenAI
+
+    with FakeOpenAI([rank_by_marker] * 30) as server:
+        task = paper_task(server)
+        items = task.load_split("test", home)[:6]
+        server.fail(500, times=2)
+        scored = task.score_outputs(items, [f"GOOD {i}" for i in range(6)])
+        assert scored.metrics["judge_requests"] == 8 and scored.metrics["n_judge_errors"] == 0
+        assert scored.metrics["n_wins"] == 6
+        server.fail(400, times=6)
+        fresh = paper_task(server)
+        fresh.load_split("test", home)
+        down = fresh.score_outputs(items, [f"GOOD again {i}" for i in range(6)])
+    assert down.score == 0.0 and down.n_correct == 0 and down.metrics["n_judge_errors"] == 6
+    assert "nothing to fit" in down.metrics["lc_method"]
+    assert "http 400" in json.loads(down.items[0].parsed or "{}")["error"]

@@ -274,6 +274,20 @@ class AlpacaEvalTask(Task):
         requests_before = annotator.judge.requests_made
         annotations = annotator.annotate([it["prompt"] for it in items], outputs,
                                          [it["reference"] for it in items])
+        if all(a.preference is None for a in annotations):
+            # nothing to fit (the judge never answered usably): no win, and the record says why
+            return ScoreResult(score=0.0, n_items=len(items), n_correct=0, ci=(0.0, 1.0),
+                               metrics={"lc_win_rate": 0.0, "lc_method": "no parsable "
+                                        "annotation: nothing to fit",
+                                        "n_judge_errors": len(items),
+                                        "judge_requests": annotator.judge.requests_made
+                                        - requests_before, "judge": annotator.public()},
+                               items=[ItemResult(id=it["id"], prompt=it["prompt"], output=o,
+                                                 expected=it["reference"], correct=False,
+                                                 parsed=json.dumps({"error": a.error,
+                                                                    "raw_answers": a.raw}))
+                                      for it, o, a in zip(items, outputs, annotations,
+                                                          strict=True)])
         frame = paper_lc.annotations_frame([int(str(it["id"]).rsplit("-", 1)[1]) for it in items],
                                   [it["prompt"] for it in items], outputs,
                                   [it["reference"] for it in items],
