@@ -276,3 +276,53 @@ def test_paper_judge_failures(home: Any) -> None:
     assert down.score == 0.0 and down.n_correct == 0 and down.metrics["n_judge_errors"] == 6
     assert "nothing to fit" in down.metrics["lc_method"]
     assert "http 400" in json.loads(down.items[0].parsed or "{}")["error"]
+
+
+def test_annotator_steps_equal_alpaca_evals_configured_annotator() -> None:
+    """Our switch, messages, request and parsing against the annotator `alpaca_eval` itself
+    builds from the same config (`PairwiseAnnotator(annotators_config=...)`), step by step."""
+    import math
+
+    from alpaca_eval import utils
+    from alpaca_eval.annotators import PairwiseAnnotator
+
+    from a2rl.tasks.alpacaeval import paper_annotator as pa
+
+    theirs = PairwiseAnnotator(annotators_config=pa.ANNOTATOR, is_avoid_reannotations=False,
+                               caching_path=None).annotators[pa.ANNOTATOR]
+    instructions = [f"Instruction number {i}: say {'x' * i}" for i in range(16)]
+    references = [f"reference {i}" for i in range(16)]
+    outputs = [f"model output {i}\n with {{braces}} and \"quotes\"" for i in range(16)]
+    ours = pa.switched(instructions, references, outputs)
+    df = pd.DataFrame({"instruction": instructions, "output_1": references,
+                       "output_2": outputs})
+    pre = theirs._preprocess(df).sort_index()
+    assert list(ours["is_switched_outputs"]) == list(pre["is_switched_outputs"])
+    assert {True, False} == set(ours["is_switched_outputs"])
+    prompts, _ = theirs._make_prompts(pre)
+    for k in range(16):
+        assert pa.messages_for(ours.iloc[k]) == utils.prompt_to_chatml(prompts[k])
+    body = pa.request_body("judge-x", [])
+    kwargs = dict(theirs.completions_kwargs)
+    assert kwargs.pop("model_name") == "gpt-4-1106-preview"  # the harness sets gpt-5.2
+    assert {k: v for k, v in body.items() if k not in ("model", "messages")} == kwargs
+
+    def call(first: str, second: str) -> str:
+        return json.dumps({"ordered_models": [{"model": first, "rank": 1},
+                                              {"model": second, "rank": 2}]})
+
+    for completion in (call("m", "M"), call("M", "m"), "not json", '{"ordered_models": []}',
+                       json.dumps({"ordered_models": [{"model": "m", "rank": 3}]}),
+                       "```json\n" + call("M", "m") + "\n```"):
+        try:
+            expected = theirs.fn_completion_parser(completion)[0]
+        except Exception:  # noqa: BLE001 - alpaca_eval leaves it unannotated
+            expected = math.nan
+        got = pa.parse(completion)
+        assert (got is None and math.isnan(expected)) or got == expected, completion
+    # switching back: alpaca_eval's processor on shown-order preferences
+    shown = pre.assign(preference=[1.0 if k % 3 else 2.0 for k in range(16)])
+    back = theirs.processors[0].postprocess(shown).sort_index()
+    flags = list(pre["is_switched_outputs"])
+    assert list(back["preference"]) == [3.0 - p if s else p
+                                        for p, s in zip(shown["preference"], flags, strict=True)]
