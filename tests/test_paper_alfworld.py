@@ -104,6 +104,7 @@ def test_prompt_text_for_a_fixed_history(items: Any, alf_root: Path) -> None:  #
     script = ["think: I need a mug. \nThen clean it.", "  go to countertop 1",
               "take mug 1 from countertop 1"]
     engine = ScriptEngine({goal: script, "put some pen on shelf.": []})
+    task.rollout = task.rollout.model_copy(update={"max_steps": 5})  # the history shown: 4
     run_rollouts(task, games[1:], engine)
     prefix = ("Interact with a household to solve a task. Here are two examples.\n"
               + PROMPTS["react_clean_1"] + PROMPTS["react_clean_0"] + "\nHere is the task.\n")
