@@ -8,6 +8,7 @@ its download at the fixture copy (tests/fixtures/alpacaeval/df_gamed.csv, the fi
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import re
@@ -24,16 +25,24 @@ from a2rl.tasks.alpacaeval.paper_length_control import (
     load_df_gamed,
 )
 
+from .conftest import require
+
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from alpaca_eval.metrics import glm_winrate
+
+@pytest.fixture(autouse=True)
+def _alpaca_eval_installed() -> None:
+    require(importlib.util.find_spec("alpaca_eval") is not None,
+            "alpaca-eval is not installed: pip install -c constraints.txt alpaca-eval==0.6.6 "
+            "(or scripts/setup.sh)")
 
 
 @pytest.fixture
 def library_lc(monkeypatch: pytest.MonkeyPatch) -> Any:
     """alpaca_eval's own function, its hub download answered by the fixture file."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from alpaca_eval.metrics import glm_winrate
     calls: list[dict[str, Any]] = []
 
     def download(**kw: Any) -> str:
