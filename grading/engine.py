@@ -16,6 +16,13 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 Messages = list[dict[str, str]]
+
+
+class RawText(str):
+    """A prompt the engines send as is, never through a chat template: raw completion, as the
+    reference harness prompts a model under ALFWorld's `paper` profile (ReAct)."""
+
+
 Prompt = str | Messages
 
 
@@ -60,7 +67,9 @@ def load_tokenizer(model_dir: Path, chat_template: str | None = None) -> Any:
 
 def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
     """A string prompt becomes one user message when there is a chat template (raw otherwise);
-    a list of messages is always rendered with the template."""
+    a list of messages is always rendered with the template; a `RawText` is sent as is."""
+    if isinstance(prompt, RawText):
+        return str(prompt)
     if isinstance(prompt, str):
         if not tokenizer.chat_template:
             return prompt

@@ -45,6 +45,11 @@ def play(task: InteractiveTask, items: Sequence[dict[str, Any]], engine: Generat
 
 def run_rollouts(task: InteractiveTask, items: Sequence[dict[str, Any]],
                  engine: GenerationEngine, grader: GraderSettings | None = None) -> ScoreResult:
-    """Play every item and score the episodes (success rate; per-episode records as items)."""
-    pool = play(task, items, engine, grader)
-    return task.score_episodes(items, pool.episodes)
+    """Play every item and score the episodes (success rate; per-episode records as items).
+    A task with its own episode loop for its profile (ALFWorld's `paper` profile: ReAct with
+    the full history) plays through `task.play_episodes`, which returns None to use ours."""
+    own = getattr(task, "play_episodes", None)
+    episodes = own(items, engine, grader) if own is not None else None
+    if episodes is None:
+        episodes = play(task, items, engine, grader).episodes
+    return task.score_episodes(items, episodes)

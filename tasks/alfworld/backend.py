@@ -4,7 +4,10 @@ It plays the **training** games the harness wrote under `data/alfworld/` (`train
 and `json_2.1.1/train/...`) with the real ALFWorld engine of the Python environment
 (`env/alfworld_game.py`, the grader's own code); dev and test games are never written there.
 `make_expert_env(id)` also gives the handcoded expert's next action in
-`step.info["expert_action"]` (for DAgger-style data collection).
+`step.info["expert_action"]` (for DAgger-style data collection). `raw=True` gives TextWorld's
+text unchanged, as the `paper` profile's grader reads it (`env/alfworld_react.py`, written under
+that profile, has its ReAct loop: `alfworld_react.play(ids, [lambda: make_train_env(id,
+raw=True)...], [game_name(id)...], alfworld_react.load_prompts(DATA), generate)`).
 """
 
 from __future__ import annotations
@@ -40,12 +43,18 @@ def task_type(instance_id: str) -> str:
     return _games()[instance_id]
 
 
-def make_train_env(instance_id: str) -> Any:
-    return alfworld_game.AlfWorldEnv(DATA / "json_2.1.1" / instance_id)
+def game_name(instance_id: str) -> str:
+    """`<task folder>/<trial>`: the name whose prefix picks the ReAct examples."""
+    return "/".join(instance_id.split("/")[-2:])
 
 
-def make_expert_env(instance_id: str, seed: int = 0) -> Any:
+def make_train_env(instance_id: str, raw: bool = False) -> Any:
+    return alfworld_game.AlfWorldEnv(DATA / "json_2.1.1" / instance_id, raw=raw)
+
+
+def make_expert_env(instance_id: str, seed: int = 0, raw: bool = False) -> Any:
     """The same game with the handcoded expert's next action in `info["expert_action"]`."""
     if instance_id not in _games():
         raise ValueError(f"{instance_id!r} is not a training game")
-    return alfworld_game.AlfWorldEnv(DATA / "json_2.1.1" / instance_id, expert=True, seed=seed)
+    return alfworld_game.AlfWorldEnv(DATA / "json_2.1.1" / instance_id, expert=True, seed=seed,
+                                     raw=raw)

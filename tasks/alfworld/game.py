@@ -72,15 +72,18 @@ class AlfWorldEnv:
     `reward` is 1 on the step that wins the game; `done` when TextWorld says so (won) — the
     step limit is the rollout's (`max_steps`). `admissible` is ALFWorld's list of valid
     commands. With `expert=True` the handcoded expert's next action is in
-    `info["expert_action"]` (used for demonstrations; the grader never asks for it).
+    `info["expert_action"]` (used for demonstrations; the grader never asks for it). With
+    `raw=True` observations are TextWorld's feedback unchanged (banner, blank lines and all), as
+    the `paper` profile's ReAct loop reads them (`react.py`).
     """
 
-    def __init__(self, game_dir: str | Path, *, expert: bool = False, seed: int = 0) -> None:
+    def __init__(self, game_dir: str | Path, *, expert: bool = False, seed: int = 0,
+                 raw: bool = False) -> None:
         self.game_dir = Path(game_dir)
         self.game_file = self.game_dir / GAME_FILE
         if not self.game_file.is_file():
             raise FileNotFoundError(f"no {GAME_FILE} in {self.game_dir}")
-        self.expert, self.seed = expert, seed
+        self.expert, self.seed, self.raw = expert, seed, raw
         self.task = ""
         self._env: Any = None
 
@@ -97,8 +100,8 @@ class AlfWorldEnv:
 
     def _step(self, state: Any, feedback: str, reward: float, done: bool) -> Step:
         won = bool(state.get("won"))
-        text = one_line(feedback)
-        if self.task and TASK_MARK not in text:
+        text = feedback if self.raw else one_line(feedback)
+        if self.task and TASK_MARK not in text and not self.raw:
             text = f"{text} {TASK_MARK}{self.task}"
         info: dict[str, Any] = {"won": won}
         if done or won:

@@ -6,15 +6,20 @@ the success rate with its Wilson interval, with the success rate per task type (
 clean, heat, cool, pick_two) as a metric. Splits: train = ALFWorld's train games (visible in the
 workspace under `data/alfworld/`, playable through `env/`), dev = valid_seen, test =
 valid_unseen (134 games); the game files come from `a2rl alfworld download` (`data.py`).
+
+Under the `paper` profile (`paper_spec`, `paper_rollout`) the games are played as the reference
+harness plays them: ReAct with the authors' two examples per task type, the full history, raw
+completion (`react.py`); the splits and the success rule are the same.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 from pathlib import Path
@@ -23,10 +28,10 @@ from typing import Any
 from a2rl.settings import Settings
 
 from ..base import Split
-from ..envapi.a2rl_env import Env, EnvPool, render_prompt
+from ..envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
 from ..interactive import InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
-from . import game
+from . import game, react
 from .data import N_DEV, N_TEST, data_dir, game_dir, list_games
 from .workspace import write_train_games
 
@@ -42,6 +47,15 @@ GRADER = GraderSettings(max_new_tokens=32, stop=["\n", "<|im_end|>", "<|endoftex
 INSTRUCTION = ("You are in a household (ALFWorld). Complete the task by typing one of the "
                "admissible actions.")
 ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=MAX_STEPS, history_window=2)
+#: The reference harness's generation (benchmarks/alfworld/eval.py: vLLM SamplingParams
+#: temperature 0, max_tokens 100, stop ["\n"]); the end-of-text strings stop it as the
+#: model's end of sequence stops vLLM.
+PAPER_GRADER = GraderSettings(max_new_tokens=react.MAX_NEW_TOKENS,
+                              stop=["\n", "<|im_end|>", "<|endoftext|>", "</s>"],
+                              batch_size=128)
+#: ReAct keeps every earlier step: the window is the step limit.
+PAPER_ROLLOUT = RolloutSettings(instruction=react.HEADER.strip(), max_steps=react.MAX_STEPS,
+                                history_window=react.MAX_STEPS)
 
 
 def demo_episode(gdir: Path, iid: str) -> list[dict[str, Any]]:
@@ -121,11 +135,54 @@ def _description() -> str:
                            n_demo=N_DEMO_GAMES, window=ROLLOUT.history_window, example=example)
 
 
+def _paper_description() -> str:
+    template = resources.files(__package__).joinpath("description_paper.md").read_text()
+    return template.format(n_test=N_TEST, n_dev=N_DEV, max_steps=react.MAX_STEPS,
+                           max_new_tokens=PAPER_GRADER.max_new_tokens,
+                           prompts_file=react.PROMPTS_FILE, n_demo=N_DEMO_GAMES)
+
+
+def _splits() -> dict[str, SplitInfo]:
+    return {
+        "train": SplitInfo(n_items=0, visible=True,
+                           source="ALFWorld train games (json_2.1.1/train, 3,553); "
+                                  "environment in env/, expert demonstrations"),
+        "dev": SplitInfo(n_items=N_DEV, visible=False, source="ALFWorld valid_seen games"),
+        "test": SplitInfo(n_items=N_TEST, visible=False,
+                          source="ALFWorld valid_unseen games (out of distribution)"),
+    }
+
+
 class AlfWorldTask(InteractiveTask):
-    """ALFWorld's text games (AlfredTWEnv); see description.md."""
+    """ALFWorld's text games (AlfredTWEnv); see description.md (and description_paper.md for
+    the `paper` profile)."""
 
     rollout = ROLLOUT
     backend_name = "alfworld_env"
+    #: The reference harness's evaluation (benchmarks/alfworld/eval.py, and the README's
+    #: ALFWorld run: Qwen/Qwen2.5-1.5B-Instruct, --timeout 41600, about 12 h).
+    paper_spec = TaskSpec(
+        # fields of the profile plumbing (TaskSpec.profile, .notes)
+        **{"profile": "paper", "notes": {
+            "prompt_format": "raw text (no chat template): ReAct header, the authors' two "
+                             "examples of the task type, the first observation, then the "
+                             "whole history as ' <action>\\n<observation>\\n>'",
+            "action": "completion up to the first newline, stripped; think: -> OK.",
+            "success": "won when the game ends, within 50 steps",
+            "examples": f"{react.PROMPTS_FILE} (ysymyth/ReAct {react.PROMPTS_COMMIT[:8]})"}},
+        id="alfworld",
+        level=3,
+        title="ALFWorld: household tasks in a text world (interactive, ReAct as in the paper)",
+        description=_paper_description(),
+        version=f"1.g{game.GAME_VERSION}",
+        prompt_version="paper-react-1",
+        default_base_model="Qwen/Qwen2.5-1.5B-Instruct",
+        default_budget="12h",
+        splits=_splits(),
+        grader=PAPER_GRADER,
+        readonly_paths=["base_model", "data", "env"],
+    )
+    paper_rollout = PAPER_ROLLOUT
 
     def __init__(self) -> None:
         self._root: Path | None = None
@@ -138,15 +195,7 @@ class AlfWorldTask(InteractiveTask):
             prompt_version="1",
             default_base_model="Qwen/Qwen2.5-1.5B",
             default_budget="12h",
-            splits={
-                "train": SplitInfo(n_items=0, visible=True,
-                                   source="ALFWorld train games (json_2.1.1/train, 3,553); "
-                                          "environment in env/, expert demonstrations"),
-                "dev": SplitInfo(n_items=N_DEV, visible=False,
-                                 source="ALFWorld valid_seen games"),
-                "test": SplitInfo(n_items=N_TEST, visible=False,
-                                  source="ALFWorld valid_unseen games (out of distribution)"),
-            },
+            splits=_splits(),
             grader=GRADER,
             readonly_paths=["base_model", "data", "env"],
         )
@@ -166,7 +215,30 @@ class AlfWorldTask(InteractiveTask):
     def make_env(self, item: dict[str, Any]) -> Env:
         if self._root is None:
             raise RuntimeError("load_split must be called before make_env")
-        return game.AlfWorldEnv(game_dir(self._root, item["id"]))
+        return game.AlfWorldEnv(game_dir(self._root, item["id"]),
+                                raw=getattr(self, "profile", "a2rl") == "paper")
+
+    def play_episodes(self, items: Sequence[dict[str, Any]], engine: Any,
+                      grader: GraderSettings | None = None) -> list[Episode] | None:
+        """The `paper` profile's episodes (ReAct, `react.play`); None under `a2rl`, whose
+        episodes the grader's own rollout loop plays."""
+        if getattr(self, "profile", "a2rl") != "paper":
+            return None
+        if self._root is None:
+            raise RuntimeError("load_split must be called before play_episodes")
+        from a2rl.grading.engine import RawText
+
+        grader = grader or self.spec.grader
+        prompts = react.load_prompts(self._root)
+
+        def generate(texts: list[str]) -> list[str]:
+            return engine.generate([RawText(t) for t in texts],
+                                   max_new_tokens=grader.max_new_tokens, stop=grader.stop)
+
+        return react.play([str(it["id"]) for it in items],
+                          [functools.partial(self.make_env, it) for it in items],
+                          [react.game_name(game_dir(self._root, it["id"])) for it in items],
+                          prompts, generate, max_steps=self.rollout.max_steps)
 
     def episode_group(self, item: dict[str, Any]) -> str | None:
         return game.TASK_GROUPS.get(item.get("task_type", ""), item.get("task_type") or None)
@@ -174,14 +246,22 @@ class AlfWorldTask(InteractiveTask):
     # --- workspace ------------------------------------------------------------------------
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
-        return {f"{self.backend_name}.py": here.joinpath("backend.py").read_text(),
-                "alfworld_game.py": here.joinpath("game.py").read_text()}
+        files = {f"{self.backend_name}.py": here.joinpath("backend.py").read_text(),
+                 "alfworld_game.py": here.joinpath("game.py").read_text()}
+        if getattr(self, "profile", "a2rl") == "paper":  # the grader's ReAct loop
+            files["alfworld_react.py"] = here.joinpath("react.py").read_text()
+        return files
 
     def prepare_workspace(self, workspace: Path, settings: Settings, *,
                           link_base_model: bool = False) -> None:
         """The shared layout and env/, plus data/alfworld/: the train games only (dev and
-        test games are never written there)."""
+        test games are never written there); under the `paper` profile also the ReAct
+        examples the grader prompts with."""
         root = data_dir(settings)
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        write_train_games(root, list_games(root, "train"), workspace / "data" / "alfworld",
-                          link=link_base_model)
+        dest = workspace / "data" / "alfworld"
+        write_train_games(root, list_games(root, "train"), dest, link=link_base_model)
+        if getattr(self, "profile", "a2rl") == "paper":
+            target = dest / react.PROMPTS_FILE
+            target.write_text(json.dumps(react.load_prompts(root), indent=1) + "\n")
+            target.chmod(0o444)

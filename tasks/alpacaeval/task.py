@@ -14,6 +14,11 @@ Data (read as plain files; `tatsu-lab/alpaca_eval`'s dataset script no longer lo
 
 Scoring: see `a2rl.grading.judge` (protocol, prompt, cache, settings) and `length_control.py`.
 The score is the length-controlled win rate; the raw win rate and both intervals are metrics.
+
+The `paper` profile (`paper_spec`) evaluates as the reference harness does
+(rdagent/scenarios/rl/autorl_bench/benchmarks/alpacaeval/eval.py): 512 new tokens, outputs
+stripped, alpaca_eval's annotator `alpaca_eval_gpt4_turbo_fn` (`paper_annotator.py`) and its
+length-controlled GLM with the instruction-difficulty term (`paper_length_control.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 from a2rl.settings import Settings, load_settings
@@ -38,12 +44,63 @@ DATA_DIR_ENV = "A2RL_ALPACAEVAL_DIR"
 ALPACA_FIXTURE = "alpaca.jsonl"
 GRADER = GraderSettings(max_new_tokens=1024, stop=["<|im_end|>", "<|endoftext|>", "</s>"],
                         batch_size=32)
+#: The harness's generation (benchmarks/__init__.py alpacaeval eval_config: max_tokens 512,
+#: max_model_len 4096; eval.py: vLLM, temperature 0, stopped by the end of sequence only).
+PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 512})
+PAPER_MAX_MODEL_LEN = 4096
 
 
-def _description() -> str:
-    template = files(__package__).joinpath("description.md").read_text()
+def _description(grader: GraderSettings = GRADER, name: str = "description.md") -> str:
+    template = files(__package__).joinpath(name).read_text()
     return template.format(n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST,
-                           max_new_tokens=GRADER.max_new_tokens)
+                           max_new_tokens=grader.max_new_tokens)
+
+
+#: What `a2rl tasks --profile` shows beyond the spec (TaskSpec.notes; profile plumbing).
+NOTES = {
+    "prompt_format": "the instruction as one user message, base model's chat template",
+    "judge": "a2rl.grading.judge: alpaca_eval_clf_gpt4_turbo prompt, text answer m/M",
+    "score": "length-controlled win rate: logistic fit on tanh(length difference / sd), "
+             "no instruction-difficulty term (length_control.py)",
+}
+PAPER_NOTES = {
+    "prompt_format": "the instruction as one user message, base model's chat template; "
+                     "output stripped",
+    "judge": "alpaca_eval 0.6.6 annotator alpaca_eval_gpt4_turbo_fn (package prompt, "
+             "make_partial_leaderboard function call); the harness's judge model: gpt-5.2",
+    "score": "alpaca_eval length_controlled_v1 GLM (instruction difficulty, gamed "
+             "baselines): get_length_controlled_winrate",
+    "max_model_len": str(PAPER_MAX_MODEL_LEN),
+}
+
+
+def _spec(n_train: int, n_dev: int, *, paper: bool = False) -> TaskSpec:
+    extra: dict[str, Any] = {"profile": "paper", "notes": PAPER_NOTES} if paper else \
+        {"notes": NOTES}
+    return TaskSpec(
+        **extra,  # fields of the profile plumbing (TaskSpec.profile, .notes)
+        id="alpacaeval",
+        level=2,
+        title="AlpacaEval 2.0 (instruction following, LLM-judged)",
+        description=_description(PAPER_GRADER, "description_paper.md") if paper
+        else _description(),
+        version="1",
+        prompt_version="paper-1" if paper else "1",
+        # the harness's README runs use Qwen/Qwen2.5-1.5B (the base model, not -Instruct)
+        default_base_model="Qwen/Qwen2.5-1.5B",
+        default_budget="12h" if paper else "2h",
+        splits={
+            "train": SplitInfo(n_items=n_train, visible=True,
+                               source=f"{TRAIN_REPO} rows 0-{n_train - 1}"),
+            "dev": SplitInfo(n_items=n_dev, visible=False,
+                             source=f"{TRAIN_REPO} rows {n_train}-{n_train + n_dev - 1}, "
+                                    "judged against the dataset's own outputs"),
+            "test": SplitInfo(n_items=N_TEST, visible=False,
+                              source=f"{EVAL_REPO} {DEFAULT_REFERENCE_FILE} (setting "
+                                     "alpacaeval_reference_file)"),
+        },
+        grader=PAPER_GRADER if paper else GRADER,
+    )
 
 
 def alpaca_prompt(row: dict[str, Any]) -> str:
@@ -104,32 +161,15 @@ def load_alpaca_rows(n: int, settings: Settings) -> list[dict[str, Any]]:
 class AlpacaEvalTask(Task):
     """AlpacaEval 2.0 against reference outputs, judged by an OpenAI-compatible model."""
 
+    #: The reference harness's evaluation (see the module docstring).
+    paper_spec = _spec(N_TRAIN, N_DEV, paper=True)
+
     def __init__(self, n_train: int = N_TRAIN, n_dev: int = N_DEV, judge: Any = None) -> None:
         self.n_train, self.n_dev = n_train, n_dev
         #: a `a2rl.grading.judge.Judge`; built from the environment on first use when None.
         self.judge = judge
         self._settings: Settings | None = None
-        self.spec = TaskSpec(
-            id="alpacaeval",
-            level=2,
-            title="AlpacaEval 2.0 (instruction following, LLM-judged)",
-            description=_description(),
-            version="1",
-            prompt_version="1",
-            default_base_model="Qwen/Qwen2.5-1.5B",
-            default_budget="2h",
-            splits={
-                "train": SplitInfo(n_items=n_train, visible=True,
-                                   source=f"{TRAIN_REPO} rows 0-{n_train - 1}"),
-                "dev": SplitInfo(n_items=n_dev, visible=False,
-                                 source=f"{TRAIN_REPO} rows {n_train}-{n_train + n_dev - 1}, "
-                                        "judged against the dataset's own outputs"),
-                "test": SplitInfo(n_items=N_TEST, visible=False,
-                                  source=f"{EVAL_REPO} {DEFAULT_REFERENCE_FILE} (setting "
-                                         "alpacaeval_reference_file)"),
-            },
-            grader=GRADER,
-        )
+        self.spec = _spec(n_train, n_dev)
 
     def _alpaca(self, settings: Settings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(train rows, dev rows). A source with fewer rows than both need (a small offline
@@ -179,6 +219,8 @@ class AlpacaEvalTask(Task):
     ) -> ScoreResult:
         if len(items) != len(outputs):
             raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+        if getattr(self, "profile", "a2rl") == "paper":
+            return self._score_paper(items, outputs)
         judge = self.get_judge()
         requests_before = judge.requests_made
         judgments = judge.judge_many([it["id"] for it in items], [it["prompt"] for it in items],
@@ -217,3 +259,66 @@ class AlpacaEvalTask(Task):
         }
         return ScoreResult(score=lc["lc_win_rate"], n_items=n, n_correct=counts["model"],
                            ci=tuple(lc["ci"]), metrics=metrics, items=results)
+
+    def _score_paper(self, items: Sequence[dict[str, Any]],
+                     outputs: Sequence[str]) -> ScoreResult:
+        """The `paper` profile: alpaca_eval's annotator and its length-controlled GLM. The
+        instruction index of the GLM's difficulty term is the item's position in the
+        AlpacaEval file (its id's number), as alpaca_eval's positional index is."""
+        from . import paper_length_control as paper_lc
+        from .paper_annotator import PaperAnnotator
+
+        settings = self._settings or load_settings()[0]
+        outputs = [o.strip() for o in outputs]  # harness eval.py: out.outputs[0].text.strip()
+        annotator = PaperAnnotator(self.get_judge())
+        requests_before = annotator.judge.requests_made
+        annotations = annotator.annotate([it["prompt"] for it in items], outputs,
+                                         [it["reference"] for it in items])
+        if all(a.preference is None for a in annotations):
+            # nothing to fit (the judge never answered usably): no win, and the record says why
+            return ScoreResult(score=0.0, n_items=len(items), n_correct=0, ci=(0.0, 1.0),
+                               metrics={"lc_win_rate": 0.0, "lc_method": "no parsable "
+                                        "annotation: nothing to fit",
+                                        "n_judge_errors": len(items),
+                                        "judge_requests": annotator.judge.requests_made
+                                        - requests_before, "judge": annotator.public()},
+                               items=[ItemResult(id=it["id"], prompt=it["prompt"], output=o,
+                                                 expected=it["reference"], correct=False,
+                                                 parsed=json.dumps({"error": a.error,
+                                                                    "raw_answers": a.raw}))
+                                      for it, o, a in zip(items, outputs, annotations,
+                                                          strict=True)])
+        frame = paper_lc.annotations_frame([int(str(it["id"]).rsplit("-", 1)[1]) for it in items],
+                                  [it["prompt"] for it in items], outputs,
+                                  [it["reference"] for it in items],
+                                  [a.ours for a in annotations])
+        lc = paper_lc.length_controlled_win_rate(frame,
+                                                 paper_lc.load_df_gamed(_data_dir(settings)))
+        results = []
+        for item, output, a in zip(items, outputs, annotations, strict=True):
+            record = {"preference": a.preference, "is_switched_outputs": a.is_switched,
+                      "raw_answers": a.raw, "error": a.error, "attempts": a.attempts,
+                      "cached": a.cached, "model_length": len(output),
+                      "reference_length": len(item["reference"])}
+            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
+                                      expected=item["reference"], correct=a.preference == 2.0,
+                                      parsed=json.dumps(record)))
+        n = len(results)
+        score, se = lc["lc_win_rate"], lc["lc_standard_error"]
+        # alpaca_eval reports the standard error of the LC win rate; its normal 95% interval
+        z = NormalDist().inv_cdf(0.975)
+        ci = (max(0.0, score - z * se), min(1.0, score + z * se))
+        metrics = {
+            "lc_win_rate": score, "lc_standard_error": se, "lc_win_rate_ci": list(ci),
+            "lc_method": lc["method"], "lc_weights": lc["weights"],
+            "win_rate": lc["win_rate"], "standard_error": lc["standard_error"],
+            "n_wins": lc["n_wins"], "n_draws": lc["n_draws"],
+            "n_losses": sum(a.preference == 1.0 for a in annotations),
+            "n_judge_errors": sum(a.preference is None for a in annotations),
+            "n_cached": sum(a.cached for a in annotations),
+            "judge_requests": annotator.judge.requests_made - requests_before,
+            "avg_output_length": sum(len(o) for o in outputs) / n if n else 0.0,
+            "judge": annotator.public(), "max_model_len": PAPER_MAX_MODEL_LEN,
+        }
+        return ScoreResult(score=score, n_items=n, n_correct=lc["n_wins"], ci=ci,
+                           metrics=metrics, items=results)
