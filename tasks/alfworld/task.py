@@ -200,7 +200,16 @@ class AlfWorldTask(InteractiveTask):
             readonly_paths=["base_model", "data", "env"],
         )
 
+    def with_profile(self, profile: str) -> AlfWorldTask:
+        """Under `paper`, the harness's ReAct evaluation (`paper_spec`, `paper_rollout`)."""
+        task = super().with_profile(profile)
+        assert isinstance(task, AlfWorldTask)
+        if task.profile == "paper" and task is not self:
+            task.spec, task.rollout = self.paper_spec, self.paper_rollout
+        return task
+
     # --- data -----------------------------------------------------------------------------
+
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return demo_rows(data_dir(settings), settings)
 

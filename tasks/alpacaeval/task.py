@@ -171,6 +171,14 @@ class AlpacaEvalTask(Task):
         self._settings: Settings | None = None
         self.spec = _spec(n_train, n_dev)
 
+    def with_profile(self, profile: str) -> AlpacaEvalTask:
+        """Under `paper`, the harness's generation, judge and length control (`paper_spec`)."""
+        task = super().with_profile(profile)
+        assert isinstance(task, AlpacaEvalTask)
+        if task.profile == "paper" and task is not self:
+            task.spec = _spec(self.n_train, self.n_dev, paper=True)
+        return task
+
     def _alpaca(self, settings: Settings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(train rows, dev rows). A source with fewer rows than both need (a small offline
         copy) keeps its last quarter as dev, as GSM8K does, so dev is never empty."""
