@@ -64,7 +64,7 @@ def test_create_show_runs_finish(tmp_path: Path) -> None:
     assert "token_hash" not in shown and created["token"] not in json.dumps(shown)
     assert shown["baseline_test"] is not None and shown["baseline_test"] <= 0.05
     runs = json.loads(_a2rl(tmp_path, "runs", "--json").stdout)
-    assert [r["run_id"] for r in runs] == [run_id]
+    assert [r["id"] for r in runs] == [run_id]
     done = _a2rl(tmp_path, "finish", run_id, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "finished"
