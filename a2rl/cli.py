@@ -374,6 +374,7 @@ def serve(
         if settings.http_host not in {"127.0.0.1", "localhost", "::1"} and not allow_remote:
             _fail(f"refusing to listen on {settings.http_host}: runs' tools execute commands; "
                   "pass --allow-remote to listen beyond loopback")
+        _check_port(settings.http_host, settings.http_port)
         serve_http(settings, _store(settings))
     else:
         assert run is not None
@@ -386,6 +387,17 @@ def serve(
             _fail(f"run {run} has ended ({row['end_reason'] or row['status']}); its record "
                   "is closed: make a new run (a2rl create)")
         serve_stdio(settings, store, run)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Say in one line that the address is taken, before the server starts and fails."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
 
 @app.command()

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlmodel import select
 from typer.testing import CliRunner
 
 from a2rl.cli import app
@@ -162,6 +164,9 @@ def test_bad_flags_are_refused_before_anything_is_made(tmp_path: Path) -> None:
     one_line_error(cli(home, "import", str(tmp_path / "a.tar.gz")), "no such file")
     one_line_error(cli(home, "runs", "--status", "done"), "--status")
     one_line_error(cli(home, "frobnicate"), "No such command")
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        one_line_error(cli(home, "serve", "--http", "--port", port), "cannot listen", port)
     demo = cli(home, "demo", "--task", "nope")
     one_line_error(demo, "unknown task 'nope'")
     assert "creating a run" not in demo.stderr
@@ -304,7 +309,7 @@ def test_serve_refuses_an_ended_run_and_untouched_runs_have_no_revision(
     r = cli(tmp_path, "serve", "--run", run.id)
     one_line_error(r, f"run {run.id} has ended", "record is closed")
     with store.session() as s:
-        assert s.exec(__import__("sqlmodel").select(ToolCall)).all() == []
+        assert s.exec(select(ToolCall)).all() == []
     shown = json.loads(cli(tmp_path, "show", run.id, "--json").stdout)
     assert shown["tool_calls"] == 0 and shown["revisions"] == 0
     rep = build_report(store, run.id)
