@@ -31,6 +31,8 @@ class _A2rlGroup(TyperGroup):
              complete_var: str | None = None, standalone_mode: bool = True,
              **extra: Any) -> Any:
         from sqlalchemy.exc import DBAPIError
+
+        # typer >= 0.29 carries its own copy of click; its exceptions live here.
         from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
         from a2rl.store import StoreError
@@ -38,9 +40,9 @@ class _A2rlGroup(TyperGroup):
         code: Any = 0
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except NoArgsIsHelpError as exc:
+        except NoArgsIsHelpError as exc:  # `a2rl` alone: the help, as click shows it
             exc.show()
-            code = 0
+            code = exc.exit_code
         except ClickException as exc:
             where = exc.ctx.command_path if isinstance(exc, UsageError) and exc.ctx else "a2rl"
             hint = f" (see {where} -h)" if isinstance(exc, UsageError) else ""
@@ -598,7 +600,9 @@ def gc(
     from a2rl.server.gc import collect_garbage
 
     settings = _settings()
-    result = collect_garbage(settings, _store(settings), include_final=include_final)
+    store = _read_store(settings)
+    result = collect_garbage(settings, store, include_final=include_final) if store is not None \
+        else {"removed": [], "bytes_freed": 0}  # no store: nothing is known to be garbage
     if as_json:
         _print_json(result)
         return

@@ -88,6 +88,10 @@ def test_version_help_completion_and_choices(tmp_path: Path) -> None:
         assert choice in create, (choice, create)
     assert "md|html|json" in cli(tmp_path, "report", "-h").stdout
     assert "created|running|finalizing|finished" in cli(tmp_path, "runs", "-h").stdout
+    completion = CliRunner().invoke(app, [], prog_name="a2rl", env={
+        "_A2RL_COMPLETE": "complete_bash", "COMP_WORDS": "a2rl create --backend ",
+        "COMP_CWORD": "3"})
+    assert completion.stdout.split() == ["local", "docker"], completion.stdout
     assert list(tmp_path.iterdir()) == []
 
 
