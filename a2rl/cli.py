@@ -117,8 +117,12 @@ def _configure_logging(level: str) -> None:
     root = logging.getLogger()
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
+        handler.set_name("a2rl")
         handler.setFormatter(logging.Formatter("a2rl: %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
+    for handler in root.handlers:
+        if handler.get_name() == "a2rl":  # loggers with their own level propagate here too
+            handler.setLevel(level.upper())
     root.setLevel(level.upper())
     os.environ["A2RL_LOG_LEVEL"] = level
 

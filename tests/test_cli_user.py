@@ -95,22 +95,36 @@ def test_version_help_completion_and_choices(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_logging_is_configured_once_and_quiet() -> None:
-    """Our handler goes first, so the MCP server's own setup (INFO, per request) is a no-op."""
+def test_logging_is_configured_once_and_quiet(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our handler goes first, so the MCP server's own setup (INFO, per request) is a no-op and
+    its per-request lines stay off the terminal unless asked for."""
+    import io
+
     from mcp.server.mcpserver.utilities.logging import configure_logging
 
     from a2rl.cli import _configure_logging
 
     root = logging.getLogger()
     handlers = list(root.handlers)
+    chatty = logging.getLogger("mcp.server.lowlevel.server")
+    terminal = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", terminal)
     try:
         root.handlers.clear()
         _configure_logging("warning")
         configure_logging("INFO")
-        assert root.level == logging.WARNING and len(root.handlers) == 1
-        assert os.environ["A2RL_LOG_LEVEL"] == "warning"
+        chatty.setLevel(logging.INFO)  # a logger with a level of its own propagates too
+        chatty.info("Processing request of type CallToolRequest")
+        chatty.warning("something to see")
+        _configure_logging("info")
+        chatty.info("now shown")
     finally:
+        chatty.setLevel(logging.NOTSET)
         root.handlers[:] = handlers
+    assert len(terminal.getvalue().splitlines()) == 2, terminal.getvalue()
+    assert "Processing request" not in terminal.getvalue()
+    assert "something to see" in terminal.getvalue() and "now shown" in terminal.getvalue()
+    assert os.environ["A2RL_LOG_LEVEL"] == "info"  # what a child `a2rl serve` inherits
 
 
 # -- mistakes ----------------------------------------------------------------------------------
