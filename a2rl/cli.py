@@ -85,7 +85,7 @@ PROTOCOLS = ("heldout", "paper")
 NETWORKS = ("none", "bridge")
 GRADING_CLOCKS = ("counted", "paused")
 FORMATS = ("md", "html", "json")
-RUN_STATUSES = ("created", "running", "finalizing", "finished")
+RUN_STATUSES = ("created", "running", "finalizing", "finished", "failed")  # failed: fleet
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document")]
@@ -479,7 +479,12 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]]) -
          f"({_duration(doc['started_at'], doc['ended_at'])} of {doc['budget_s']:.0f} s budget)"
          if doc["started_at"] else "not started (the clock starts at the first tool call)")
     typer.echo("settings")
-    line("backend", doc["backend"])
+    config = doc.get("config") or {}
+    container = config.get("container") or {}
+    line("backend", doc["backend"] + (f" (image {container.get('image')}, GPUs "
+                                      f"{','.join(container.get('gpus') or []) or 'none'})"
+                                      if container else ""))
+    line("network", "bridge" if config.get("network") else "none")
     line("protocol", doc["protocol"])
     line("grading clock", doc["grading_clock"])
     line("max submissions", doc["max_submissions"] or "unlimited")

@@ -87,7 +87,7 @@ def test_version_help_completion_and_choices(tmp_path: Path) -> None:
     for choice in ("local|docker", "heldout|paper", "none|bridge", "counted|paused"):
         assert choice in create, (choice, create)
     assert "md|html|json" in cli(tmp_path, "report", "-h").stdout
-    assert "created|running|finalizing|finished" in cli(tmp_path, "runs", "-h").stdout
+    assert "created|running|finalizing|finished|failed" in cli(tmp_path, "runs", "-h").stdout
     completion = CliRunner().invoke(app, [], prog_name="a2rl", env={
         "_A2RL_COMPLETE": "complete_bash", "COMP_WORDS": "a2rl create --backend ",
         "COMP_CWORD": "3"})
@@ -240,7 +240,9 @@ def listed(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
                   started_at=T0, deadline=T0 + timedelta(minutes=20),
                   ended_at=T0 + timedelta(minutes=3, seconds=20), end_reason="agent finished",
                   baseline_dev=0.1, baseline_test=0.12, final_score=0.5,
-                  final_submission_id="s-1", seed=7))
+                  final_submission_id="s-1", seed=7, backend="docker",
+                  config={"network": True, "container": {"image": "a2rl-test",
+                                                         "gpus": ["0", "1"]}}))
         s.add(Run(id="r-bbbb", task_id="gsm8k", agent="llm", driver_model="qwen",
                   workspace="/w/b", budget_s=7200, status="running",
                   created_at=T0 + timedelta(hours=1), started_at=T0 + timedelta(hours=1)))
@@ -295,6 +297,8 @@ def test_show_prints_settings_counts_jobs_submissions_scores(listed: tuple[Path,
     assert re.search(r"tool calls\s+3 \(1 errors\)", text)
     assert re.search(r"baseline\s+dev 0.100\s+test 0.120", text)
     assert re.search(r"max submissions\s+unlimited", text) and re.search(r"seed\s+7", text)
+    assert re.search(r"backend\s+docker \(image a2rl-test, GPUs 0,1\)", text)
+    assert re.search(r"network\s+bridge", text)
     assert re.search(r"j-1\s+exited exit 0\s+1m 15s\s+python code/train.py", text)
     assert re.search(r"s-1\s+graded\s+output/ckpt\s+dev 0.450\s+test 0.500", text)
     assert "train before submitting" in text and "Traceback" not in text
