@@ -147,12 +147,6 @@ def _origin(name: str, source: str, value: Any) -> str:
     return f"{name} = {value!r}"
 
 
-def _allowed(exc: ValidationError) -> str:
-    """pydantic's first complaint, without its links: 'should be 'local' or 'docker''."""
-    msg = exc.errors(include_url=False)[0]["msg"]
-    return msg.removeprefix("Input ").removeprefix("Value error, ")
-
-
 def _coerce(name: str, raw: str) -> Any:
     field = Settings.model_fields[name]
     if field.annotation is bool:
@@ -202,23 +196,16 @@ def load_settings(
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key], sources[key] = value, "cli"
-    bad = [name for name in values if name in Settings.model_fields
-           and _invalid(name, values[name]) is not None]
-    if bad:
-        name = bad[0]
-        raise SettingsError(f"{_origin(name, sources[name], values[name])}: "
-                            f"{_invalid(name, values[name])}")
-    return Settings(**values), sources
-
-
-def _invalid(name: str, value: Any) -> str | None:
-    """What is wrong with one setting's value, or None when it is fine."""
     try:
-        Settings.__pydantic_validator__.validate_assignment(
-            Settings.model_construct(), name, value)
+        return Settings(**values), sources
     except ValidationError as exc:
-        return _allowed(exc)
-    return None
+        error = exc.errors(include_url=False)[0]
+        name = str(error["loc"][0]) if error["loc"] else ""
+        allowed = error["msg"].removeprefix("Input ").removeprefix("Value error, ")
+        if name in values:
+            raise SettingsError(f"{_origin(name, sources[name], values[name])}: {allowed}"
+                                ) from None
+        raise SettingsError(f"bad settings: {allowed}") from None
 
 
 def parse_duration(text: str) -> float:
