@@ -1,61 +1,222 @@
 """The `a2rl` command line. Thin: each command resolves settings and calls the library.
 
 `--json` prints exactly one JSON document on stdout and nothing else there; progress and
-warnings go to stderr.
+warnings go to stderr. Every error a user can cause is one line on stderr starting `a2rl:`
+and a non-zero exit, never a traceback (`_A2rlGroup`), and commands that only read never
+create a store (`_read_store`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, get_args
 
 import typer
+from typer.core import TyperGroup
 
-from a2rl.settings import Settings, load_settings
+import a2rl
+from a2rl.settings import Settings, SettingsError, load_settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="a2rl: can LLM agents engineer post-training? An MCP benchmark harness.")
+
+class _A2rlGroup(TyperGroup):
+    """Turns what a user can get wrong (a bad flag, bad settings, an unusable store) into one
+    `a2rl: ...` line on stderr with exit code 2; genuine bugs still show their traceback."""
+
+    def main(self, args: Any = None, prog_name: str | None = None,  # type: ignore[override]
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        from sqlalchemy.exc import DBAPIError
+
+        # typer >= 0.29 carries its own copy of click; its exceptions live here.
+        from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+        from a2rl.store import StoreError
+
+        code: Any = 0
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:  # `a2rl` alone: the help, as click shows it
+            exc.show()
+            code = exc.exit_code
+        except ClickException as exc:
+            where = exc.ctx.command_path if isinstance(exc, UsageError) and exc.ctx else "a2rl"
+            hint = f" (see {where} -h)" if isinstance(exc, UsageError) else ""
+            _say_error(f"{exc.format_message()}{hint}")
+            code = exc.exit_code
+        except (SettingsError, StoreError) as exc:
+            _say_error(str(exc))
+            code = 2
+        except DBAPIError as exc:  # the store broke after it opened (disk full, server gone)
+            from a2rl.store.db import _reason
+
+            _say_error(f"the store failed: {_reason(exc)}")
+            code = 2
+        if not standalone_mode:
+            return code
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(
+    cls=_A2rlGroup, add_completion=True, no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    # Locals would print the run's token and API keys along with a bug's traceback.
+    pretty_exceptions_show_locals=False,
+    help="a2rl: can LLM agents engineer post-training? An MCP benchmark harness.")
 config_app = typer.Typer(help="Settings.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 alfworld_app = typer.Typer(help="ALFWorld's game files (task alfworld).", no_args_is_help=True)
 app.add_typer(alfworld_app, name="alfworld")
 
+
+def choices(*values: str) -> Any:
+    """A choice type for an option: help shows `[a|b|c]`, shell completion offers the values
+    and anything else is refused with the list. Values known only at run time work the same:
+    `Annotated[choices(*names()) | None, typer.Option(help=...)]`."""
+    return Literal[values]  # type: ignore[valid-type]
+
+
+BACKENDS = get_args(Settings.model_fields["backend"].annotation)
+PROTOCOLS = ("heldout", "paper")
+PROFILES = ("a2rl", "paper")  # a2rl.tasks.profiles.PROFILES, without importing the tasks
+NETWORKS = ("none", "bridge")
+GRADING_CLOCKS = ("counted", "paused")
+FORMATS = ("md", "html", "json")
+RUN_STATUSES = ("created", "running", "finalizing", "finished", "failed")  # failed: fleet
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document")]
 GpusOpt = Annotated[str | None, typer.Option(
     help="GPUs for the run's container, e.g. 0 or 0,1 (docker backend)")]
-NetworkOpt = Annotated[str, typer.Option(help="none (default) or bridge")]
+NetworkOpt = Annotated[choices(*NETWORKS), typer.Option(
+    help="the sandbox's network: none, or bridge (internet)")]
 KeepOpt = Annotated[bool, typer.Option(help="keep the run's container when it ends")]
+BackendOpt = Annotated[choices(*BACKENDS) | None, typer.Option(
+    help="sandbox backend; default: the backend setting")]
+ProtocolOpt = Annotated[choices(*PROTOCOLS), typer.Option(
+    help="heldout: dev scores during the run, test at the end; paper: test every time")]
+GradingClockOpt = Annotated[choices(*GRADING_CLOCKS), typer.Option(
+    help="counted: grading time uses the budget; paused: the deadline moves by it")]
+ProfileOpt = Annotated[choices(*PROFILES), typer.Option(
+    help="evaluation profile: a2rl (ours) or paper (the reference harness's; "
+    "docs/paper-fidelity.md)")]
+MaxSubmissionsOpt = Annotated[int | None, typer.Option(min=1, help="default: unlimited")]
+
+_quiet = False  # --quiet: no progress lines
+
+
+def _say_error(message: str) -> None:
+    typer.echo(f"a2rl: {message}", err=True)
+
+
+def _configure_logging(level: str) -> None:
+    """One stderr handler for every library, at `level`. Installed before any server is
+    built, so that the MCP library's own setup (a handler at INFO) does not apply and its
+    per-request lines stay out of the progress lines. Child `a2rl serve` processes inherit
+    the level through A2RL_LOG_LEVEL."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.set_name("a2rl")
+        handler.setFormatter(logging.Formatter("a2rl: %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+    for handler in root.handlers:
+        if handler.get_name() == "a2rl":  # loggers with their own level propagate here too
+            handler.setLevel(level.upper())
+    root.setLevel(level.upper())
+    os.environ["A2RL_LOG_LEVEL"] = level
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"a2rl {a2rl.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
+    quiet: Annotated[bool, typer.Option(
+        "--quiet", "-q", help="no progress lines; only warnings and errors")] = False,
+    log_level: Annotated[choices(*LOG_LEVELS), typer.Option(
+        envvar="A2RL_LOG_LEVEL", help="libraries' log lines shown on stderr (the MCP "
+        "server's per-request lines are info)")] = "warning",
+) -> None:
+    """a2rl: can LLM agents engineer post-training? An MCP benchmark harness."""
+    global _quiet
+    _quiet = quiet
+    _configure_logging("error" if quiet else log_level)
+
+
+def _message(exc: BaseException) -> str:
+    """An exception's message as written (KeyError's str() adds quotes)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
 def _sandbox_options(gpus: str | None, network: str, keep_container: bool) -> dict[str, Any]:
-    if network not in ("none", "bridge"):
-        _fail(f"--network must be none or bridge, not {network!r}")
     ids = [g.strip() for g in (gpus or "").split(",") if g.strip()]
     if any(not g.isdigit() for g in ids):
         _fail(f"--gpus takes device numbers such as 0 or 0,1, not {gpus!r}")
     return {"gpus": ids, "network": network == "bridge", "keep_container": keep_container}
 
 
+def _check_run_options(task: str | None = None, budget: str | None = None) -> None:
+    """Refuse a bad task or budget before anything is created or printed."""
+    from a2rl.settings import parse_duration
+
+    if budget is not None:
+        try:
+            parse_duration(budget)
+        except ValueError as exc:
+            _fail(f"--budget: {exc}")
+    if task is not None:
+        from a2rl.tasks import get_task
+
+        try:
+            get_task(task)
+        except KeyError as exc:
+            _fail(_message(exc))
+
+
 def _settings(**overrides: Any) -> Settings:
     try:
         return load_settings(overrides)[0]
-    except Exception as exc:  # a broken config file or variable: say which, don't trace
-        _fail(f"bad settings: {exc}")
+    except SettingsError as exc:  # a broken config file or variable: say which, don't trace
+        _fail(str(exc))
         raise
 
 
 def _store(settings: Settings):  # type: ignore[no-untyped-def]
+    """The store, created on first use (commands that make runs)."""
     from a2rl.store import Store
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
     return Store(settings.database_url)
 
 
+def _read_store(settings: Settings):  # type: ignore[no-untyped-def]
+    """The store for a command that only looks: None when none exists yet, and none is made
+    (`a2rl show r-typo` on a fresh installation leaves it empty)."""
+    from a2rl.store import Store, StoreMissing
+
+    try:
+        return Store(settings.database_url, create=False)
+    except StoreMissing:
+        return None
+
+
+def _no_run(run_id: str) -> None:
+    _fail(f"run {run_id!r} does not exist (see a2rl runs)")
+
+
 def _fail(message: str, code: int = 2) -> None:
-    typer.echo(f"a2rl: {message}", err=True)
+    _say_error(message)
     raise typer.Exit(code)
 
 
@@ -64,13 +225,39 @@ def _progress() -> Any:
     started = time.monotonic()
 
     def say(message: str) -> None:
-        typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+        if not _quiet:
+            typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
 
     return say
 
 
 def _print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def _utc(iso: str) -> datetime:
+    """A stored time (UTC; SQLite gives it back without its zone)."""
+    at = datetime.fromisoformat(iso)
+    return at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _when(iso: str | None) -> str:
+    """'2026-12-02 13:05' (UTC, as the store keeps every time)."""
+    return _utc(iso).strftime("%Y-%m-%d %H:%M") if iso else "-"
+
+
+def _duration(start: str | None, end: str | None) -> str:
+    """'1h 05m', '3m 20s', '45s'; to now for a run still going."""
+    if not start:
+        return "-"
+    b = _utc(end) if end else datetime.now(UTC)
+    secs = max(0, int((b - _utc(start)).total_seconds()))
+    h, m, sec = secs // 3600, secs % 3600 // 60, secs % 60
+    return f"{h}h {m:02d}m" if h else f"{m}m {sec:02d}s" if m else f"{sec}s"
+
+
+def _score(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 @config_app.command("show")
@@ -111,16 +298,11 @@ def alfworld_download(
 def create(
     task: Annotated[str, typer.Option(help="task id (see a2rl tasks)")] = "arith",
     budget: Annotated[str | None, typer.Option(help="e.g. 30m, 2h; default: the task's")] = None,
-    backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
-    max_submissions: Annotated[int | None, typer.Option(help="default: unlimited")] = None,
-    protocol: Annotated[str, typer.Option(
-        help="heldout: dev scores during the run, test at the end; paper: test every time")
-    ] = "heldout",
-    profile: Annotated[str, typer.Option(
-        help="evaluation profile: a2rl (ours) or paper (docs/paper-fidelity.md)")] = "a2rl",
-    grading_clock: Annotated[str, typer.Option(
-        help="counted: grading time uses the budget; paused: the deadline moves by it")
-    ] = "counted",
+    backend: BackendOpt = None,
+    max_submissions: MaxSubmissionsOpt = None,
+    protocol: ProtocolOpt = "heldout",
+    profile: ProfileOpt = "a2rl",
+    grading_clock: GradingClockOpt = "counted",
     unsafe_local: Annotated[bool, typer.Option(
         help="allow the local backend without bubblewrap for any task")] = False,
     gpus: GpusOpt = None,
@@ -133,16 +315,23 @@ def create(
     from a2rl.tools.sandbox.base import SandboxError
 
     settings = _settings(backend=backend)
+    options = _sandbox_options(gpus, network, keep_container)
+    _check_run_options(task, budget)
     store = _store(settings)
+    say = _progress()
+    say(f"creating a run of '{task}' and scoring the base model (the baseline; cached after "
+        "the first time)")
     try:
         created = create_run(settings, store, task_id=task, budget=budget,
                              max_submissions=max_submissions, unsafe_local=unsafe_local or None,
                              protocol=protocol, grading_clock=grading_clock, profile=profile,
-                             **_sandbox_options(gpus, network, keep_container))
+                             **options)
     except (KeyError, ValueError, SandboxError) as exc:
-        _fail(str(exc).strip("'\""))
+        _fail(_message(exc))
         return
     run = created.run
+    say(f"run {run.id}: baseline dev {_score(run.baseline_dev)}, "
+        f"test {_score(run.baseline_test)}")
     doc = {"run_id": run.id, "token": created.token, "task": run.task_id,
            "profile": run.profile,
            "workspace": run.workspace, "budget_s": run.budget_s,
@@ -163,10 +352,13 @@ def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
     from a2rl.server import finish_run
 
     settings = _settings()
+    store = _read_store(settings)
+    if store is None:
+        _no_run(run_id)
     try:
-        run = finish_run(settings, _store(settings), run_id, reason="finished by a2rl finish")
-    except KeyError as exc:
-        _fail(str(exc).strip("'\""))
+        run = finish_run(settings, store, run_id, reason="finished by a2rl finish")
+    except KeyError:
+        _no_run(run_id)
         return
     if as_json:
         _print_json(run.model_dump(mode="json", exclude={"token_hash"}))
@@ -186,6 +378,7 @@ def serve(
 ) -> None:
     """Serve MCP: one run over stdio (--run RUN_ID), or every run over HTTP (--http)."""
     from a2rl.server.transports import serve_http, serve_stdio
+    from a2rl.store.queries import run_summary
 
     settings = _settings(http_host=host, http_port=port)
     if http == (run is not None):
@@ -194,44 +387,141 @@ def serve(
         if settings.http_host not in {"127.0.0.1", "localhost", "::1"} and not allow_remote:
             _fail(f"refusing to listen on {settings.http_host}: runs' tools execute commands; "
                   "pass --allow-remote to listen beyond loopback")
+        _check_port(settings.http_host, settings.http_port)
         serve_http(settings, _store(settings))
     else:
         assert run is not None
-        serve_stdio(settings, _store(settings), run)
+        store = _read_store(settings)
+        row = run_summary(store, run) if store is not None else None
+        if row is None:
+            _no_run(run)
+        elif row["ended_at"] is not None:
+            # Serving it would append calls to a closed record and change its report.
+            _fail(f"run {run} has ended ({row['end_reason'] or row['status']}); its record "
+                  "is closed: make a new run (a2rl create)")
+        serve_stdio(settings, store, run)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Say in one line that the address is taken, before the server starts and fails."""
+    import socket
+
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
 
 @app.command()
-def runs(as_json: JsonFlag = False) -> None:
-    """List runs, newest first."""
-    from a2rl.store.queries import list_runs
+def runs(
+    task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
+    agent: Annotated[str | None, typer.Option(help="only runs of this agent")] = None,
+    status: Annotated[choices(*RUN_STATUSES) | None, typer.Option(
+        help="only runs in this state")] = None,
+    limit: Annotated[int, typer.Option(min=0, help="at most this many, newest first (0: all)")
+                     ] = 20,
+    as_json: JsonFlag = False,
+) -> None:
+    """List runs, newest first: task, agent, status, when, how long, calls and scores.
+    `--json` gives each run with the same keys as `a2rl show --json`."""
+    from a2rl.store.queries import count_runs, list_runs
 
     settings = _settings()
-    rows = list_runs(_store(settings))
+    store = _read_store(settings)
+    rows = list_runs(store, task=task, agent=agent, status=status, limit=limit or None) \
+        if store is not None else []
     if as_json:
         _print_json(rows)
         return
     if not rows:
-        typer.echo("no runs yet: try `a2rl demo`")
+        filtered = task or agent or status
+        typer.echo("no runs match" if filtered else "no runs yet: try `a2rl demo`")
+        return
+    typer.echo(f"{'RUN':14} {'TASK':12} {'AGENT':12} {'STATUS':10} {'CREATED (UTC)':16} "
+               f"{'DURATION':>9} {'CALLS':>6} {'BASELINE':>8} {'FINAL':>6}")
     for r in rows:
-        typer.echo(f"{r['run_id']}  {r['task']:10} {r['status']:10} {r['created_at']:25} "
-                   f"calls={r['tool_calls']:<5} final={r['final_score']}")
+        typer.echo(f"{r['id']:14} {r['task_id'][:12]:12} {(r['agent'] or '-')[:12]:12} "
+                   f"{r['status']:10} {_when(r['created_at']):16} "
+                   f"{_duration(r['started_at'], r['ended_at']):>9} {r['tool_calls']:>6} "
+                   f"{_score(r['baseline_test']):>8} {_score(r['final_score']):>6}")
+    total = count_runs(store) if store is not None and limit and len(rows) == limit else 0
+    if total > len(rows) and not (task or agent or status):
+        typer.echo(f"({total - len(rows)} older runs not shown: --limit 0 for all)", err=True)
 
 
 @app.command()
 def show(run_id: Annotated[str, typer.Argument(help="a run id")],
          as_json: JsonFlag = False) -> None:
-    """Show one run: its settings, counts, jobs and scores."""
-    from a2rl.store.queries import run_summary
+    """Show one run: its settings, counts, jobs, submissions and scores."""
+    from a2rl.store.queries import run_details, run_summary
 
     settings = _settings()
-    doc = run_summary(_store(settings), run_id)
+    store = _read_store(settings)
+    doc = run_summary(store, run_id) if store is not None else None
     if doc is None:
-        _fail(f"run {run_id!r} does not exist (see a2rl runs)")
-    if as_json:
-        _print_json(doc)
+        _no_run(run_id)
         return
-    for key, value in (doc or {}).items():
-        typer.echo(f"{key:18} {value}")
+    details = run_details(store, run_id)
+    if as_json:
+        _print_json({**doc, **details})
+        return
+    _print_show(doc, details)
+
+
+def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]]) -> None:
+    """`a2rl show`: a few labelled blocks a person reads top to bottom."""
+    def line(label: str, value: Any) -> None:
+        typer.echo(f"  {label:16} {value}")
+
+    typer.echo(f"run {doc['id']}  {doc['status']}"
+               + (f" ({doc['end_reason']})" if doc.get("end_reason") else ""))
+    line("task", doc["task_id"])
+    agent = " ".join(str(x) for x in (doc["agent"], doc["agent_version"], doc["driver_model"])
+                     if x) or "-"
+    line("agent", agent + (f" [{doc['agent_status']}]" if doc.get("agent_status") else ""))
+    line("base model", doc["base_model"] or "-")
+    line("created", f"{_when(doc['created_at'])} UTC")
+    line("ran", f"{_when(doc['started_at'])} to {_when(doc['ended_at'])} "
+         f"({_duration(doc['started_at'], doc['ended_at'])} of {doc['budget_s']:.0f} s budget)"
+         if doc["started_at"] else "not started (the clock starts at the first tool call)")
+    typer.echo("settings")
+    config = doc.get("config") or {}
+    container = config.get("container") or {}
+    line("backend", doc["backend"] + (f" (image {container.get('image')}, GPUs "
+                                      f"{','.join(container.get('gpus') or []) or 'none'})"
+                                      if container else ""))
+    line("network", "bridge" if config.get("network") else "none")
+    line("protocol", doc["protocol"])
+    line("grading clock", doc["grading_clock"])
+    line("max submissions", doc["max_submissions"] or "unlimited")
+    line("seed", doc["seed"] if doc["seed"] is not None else "-")
+    if doc.get("fleet_id"):
+        line("fleet", f"{doc['fleet_id']} repeat {doc['fleet_repeat']} on {doc['fleet_node']}")
+    line("workspace", doc["workspace"])
+    typer.echo("counts")
+    line("tool calls", f"{doc['tool_calls']} ({doc['tool_errors']} errors)")
+    line("jobs", doc["jobs"])
+    line("submissions", doc["submissions"])
+    line("code revisions", doc["revisions"])
+    typer.echo("scores")
+    line("baseline", f"dev {_score(doc['baseline_dev'])}  test {_score(doc['baseline_test'])}")
+    line("final (test)", _score(doc["final_score"])
+         + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else ""))
+    jobs, subs = details["job_list"], details["submission_list"]
+    if jobs:
+        typer.echo("jobs")
+        for j in jobs:
+            code = "" if j["exit_code"] is None else f" exit {j['exit_code']}"
+            took = _duration(j["started_at"], j["ended_at"])
+            typer.echo(f"  {j['id']:12} {j['state'] + code:14} {took:>8}  {j['command'][:60]}")
+    if subs:
+        typer.echo("submissions")
+        for x in subs:
+            scores = "  ".join(f"{k} {_score(v)}" for k, v in sorted(x["scores"].items()))
+            why = f"  {x['error'].splitlines()[-1][:60]}" if x["error"] else ""
+            typer.echo(f"  {x['id']:12} {x['status']:8} {x['path'][:30]:30} {scores}{why}")
+    typer.echo(f"report: a2rl report {doc['id']}")
 
 
 @app.command("run")
@@ -240,14 +530,13 @@ def run_cmd(
     agent: Annotated[str, typer.Option(help="agent system (see a2rl agents)")] = "reference",
     model: Annotated[str | None, typer.Option(help="the driver model of the agent")] = None,
     budget: Annotated[str | None, typer.Option(help="e.g. 20m, 2h; default: the task's")] = None,
-    backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
+    backend: BackendOpt = None,
     gpus: GpusOpt = None,
     network: NetworkOpt = "none",
     keep_container: KeepOpt = False,
-    protocol: Annotated[str, typer.Option(help="heldout or paper")] = "heldout",
-    profile: Annotated[str, typer.Option(
-        help="evaluation profile: a2rl (ours) or paper (docs/paper-fidelity.md)")] = "a2rl",
-    max_submissions: Annotated[int | None, typer.Option(help="default: unlimited")] = None,
+    protocol: ProtocolOpt = "heldout",
+    profile: ProfileOpt = "a2rl",
+    max_submissions: MaxSubmissionsOpt = None,
     seed: Annotated[int | None, typer.Option(help="seed of the first run")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="runs one after another, seeds S, S+1..")
                        ] = 1,
@@ -263,12 +552,10 @@ def run_cmd(
     as_json: JsonFlag = False,
 ) -> None:
     """Run an agent on a task: create, serve MCP, launch headless, budget, finalize, report."""
-    from a2rl.clients.orchestrator import Orchestrator, RunOptions
+    from a2rl.clients.orchestrator import Orchestrator, RunOptions, check_options
 
     settings = _settings(backend=backend)
-    store = _store(settings)
-    say = _progress()
-
+    sandbox = _sandbox_options(gpus, network, keep_container)
     agent_options = {"llm_api_key_env": llm_api_key_env}
     if llm_base_url:
         agent_options["llm_base_url"] = llm_base_url
@@ -277,18 +564,26 @@ def run_cmd(
         if not sep or not key:
             _fail(f"--agent-option takes KEY=VALUE, not {item!r}")
         agent_options[key] = value
+    _check_run_options(task, budget)
+    try:
+        check_options(RunOptions(task=task, agent=agent, model=model, budget=budget,
+                                 agent_options=agent_options))
+    except (KeyError, ValueError, RuntimeError) as exc:
+        _fail(_message(exc))
+    store = _store(settings)
+    say = _progress()
     summaries = []
     for i in range(repeats):
         opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
                           protocol=protocol, profile=profile, max_submissions=max_submissions,
                           seed=None if seed is None else seed + i, agent_options=agent_options,
-                          sandbox=_sandbox_options(gpus, network, keep_container),
+                          sandbox=sandbox,
                           fleet_id=fleet, fleet_node=fleet_node,
                           fleet_repeat=None if fleet is None else (fleet_repeat or 0) + i)
         try:
-            summaries.append(Orchestrator(settings, store, say).run(opts))
+            summaries.append(Orchestrator(settings, store, say, warn=_say_error).run(opts))
         except (KeyError, ValueError, RuntimeError) as exc:
-            _fail(str(exc).strip("'\""))
+            _fail(_message(exc))
     if as_json:
         docs = [s.model_dump() for s in summaries]
         _print_json(docs[0] if repeats == 1 else docs)
@@ -322,7 +617,9 @@ def gc(
     from a2rl.server.gc import collect_garbage
 
     settings = _settings()
-    result = collect_garbage(settings, _store(settings), include_final=include_final)
+    store = _read_store(settings)
+    result = collect_garbage(settings, store, include_final=include_final) if store is not None \
+        else {"removed": [], "bytes_freed": 0}  # no store: nothing is known to be garbage
     if as_json:
         _print_json(result)
         return
@@ -332,7 +629,8 @@ def gc(
 @app.command()
 def report(
     run_id: Annotated[str, typer.Argument(help="a run id")],
-    fmt: Annotated[str, typer.Option("--format", help="md, html or json")] = "md",
+    fmt: Annotated[choices(*FORMATS), typer.Option("--format", help="the report's format")
+                   ] = "md",
     out: Annotated[str | None, typer.Option("--out", help="write here instead of stdout")
                    ] = None,
     idle_threshold: Annotated[float, typer.Option(
@@ -349,13 +647,16 @@ def report(
 
     from a2rl.analysis import build_report, render
 
-    if fmt not in ("md", "html", "json"):
-        _fail(f"--format must be md, html or json, not {fmt!r}")
     settings = _settings()
+    if out and not Path(out).expanduser().parent.is_dir():
+        _fail(f"--out {out}: the folder {Path(out).expanduser().parent} does not exist")
+    store = _read_store(settings)
+    if store is None:
+        _no_run(run_id)
     try:
-        doc = build_report(_store(settings), run_id, idle_threshold_s=idle_threshold)
+        doc = build_report(store, run_id, idle_threshold_s=idle_threshold)
     except KeyError:
-        _fail(f"run {run_id!r} does not exist (see a2rl runs)")
+        _no_run(run_id)
         raise
     if narrative or require_narrative:
         from a2rl.analysis.fmt import narrative_note
@@ -367,7 +668,10 @@ def report(
             typer.echo(f"a2rl: {narrative_note(doc.narrative)}", err=True)
     text = render(doc, fmt)
     if out:
-        Path(out).write_text(text, encoding="utf-8")
+        try:
+            Path(out).expanduser().write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _fail(f"--out {out}: {exc.strerror or exc}")
         typer.echo(f"wrote {out}", err=True)
     else:
         sys.stdout.write(text)
@@ -387,9 +691,12 @@ def compare(
     """Compare runs: one row per run, means and spread over repeats, a leaderboard per task."""
     from a2rl.analysis import compare as compare_runs
     from a2rl.analysis import render_csv, render_json, render_text
+    from a2rl.analysis.compare import Comparison
 
     settings = _settings()
-    result = compare_runs(_store(settings), task=task, agent=agent, fleet=fleet)
+    store = _read_store(settings)
+    result = compare_runs(store, task=task, agent=agent, fleet=fleet) if store is not None \
+        else Comparison(rows=[], groups=[], leaderboard={})
     if as_json:
         sys.stdout.write(render_json(result))
     elif as_csv:
@@ -416,9 +723,10 @@ def fleet(
                             ] = None,
     resource: Annotated[str | None, typer.Option(
         help="a custom Ray resource each run takes one unit of (nodes without GPUs)")] = None,
-    backend: Annotated[str | None, typer.Option(help="local or docker, on every node")] = None,
+    backend: Annotated[choices(*BACKENDS) | None, typer.Option(
+        help="sandbox backend on every node")] = None,
     seed: Annotated[int | None, typer.Option(help="repeat i runs with seed + i")] = None,
-    profile: Annotated[str | None, typer.Option(
+    profile: Annotated[choices(*PROFILES) | None, typer.Option(
         help="evaluation profile: a2rl (ours) or paper (docs/paper-fidelity.md)")] = None,
     agent_option: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE passed to every agent's connector")] = None,
@@ -451,8 +759,16 @@ def fleet(
                 _fail("give --plan FILE, or --name, --task and --agent")
             plan = plan_from_flags(name or "", task or [], agent or [], repeats or 1, options,
                                    **fields)
-    except (OSError, ValueError, ValidationError) as exc:
-        _fail(f"bad plan: {exc}")
+    except ValidationError as exc:
+        _fail(f"bad plan{f' {plan_file}' if plan_file else ''}: " + "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'plan'}: {e['msg']}"
+            for e in exc.errors(include_url=False)))
+        raise
+    except OSError as exc:
+        _fail(f"--plan {plan_file}: {exc.strerror or exc}")
+        raise
+    except ValueError as exc:
+        _fail(f"bad plan{f' {plan_file}' if plan_file else ''}: {exc}")
         raise
     if options and plan_file:
         for a in plan.agents:
@@ -494,10 +810,13 @@ def export_cmd(
     from a2rl.analysis.archive import ArchiveError, export_run
 
     settings = _settings()
+    store = _read_store(settings)
+    if store is None:
+        _no_run(run_id)
     try:
-        result = export_run(_store(settings), run_id, Path(out) if out else None)
+        result = export_run(store, run_id, Path(out) if out else None)
     except KeyError:
-        _fail(f"run {run_id!r} does not exist (see a2rl runs)")
+        _no_run(run_id)
         raise
     except (ArchiveError, OSError) as exc:
         _fail(str(exc))
@@ -520,6 +839,8 @@ def import_cmd(
     from a2rl.analysis.archive import ArchiveError, import_run
 
     settings = _settings()
+    if not Path(archive).is_file():
+        _fail(f"{archive}: no such file")
     try:
         result = import_run(_store(settings), Path(archive))
     except ArchiveError as exc:
@@ -533,7 +854,7 @@ def import_cmd(
 
 @app.command()
 def tasks(
-    profile: Annotated[str | None, typer.Option(
+    profile: Annotated[choices(*PROFILES) | None, typer.Option(
         help="show the evaluation settings in force under this profile (a2rl or paper)")
     ] = None,
     as_json: JsonFlag = False,
@@ -572,7 +893,7 @@ def tasks(
 @app.command()
 def demo(
     task: Annotated[str, typer.Option(help="task id")] = "arith",
-    backend: Annotated[str | None, typer.Option(help="local or docker")] = None,
+    backend: BackendOpt = None,
     gpus: GpusOpt = None,
     keep_container: KeepOpt = False,
     as_json: JsonFlag = False,
@@ -581,14 +902,14 @@ def demo(
     from a2rl.demo import DEMO_FIELDS, run_demo
 
     settings = _settings(backend=backend)
+    options = _sandbox_options(gpus, "none", keep_container)
+    _check_run_options(task)
     store = _store(settings)
     say = _progress()
-
-    options = _sandbox_options(gpus, "none", keep_container)
     try:
         summary = run_demo(settings, store, task=task, backend=backend, say=say, **options)
     except (KeyError, ValueError, RuntimeError) as exc:
-        _fail(str(exc).strip("'\""))
+        _fail(_message(exc))
         return
     if as_json:
         _print_json(summary.model_dump(include=set(DEMO_FIELDS)))

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 ENV_PREFIX = "A2RL_"
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
@@ -132,14 +132,31 @@ def _pairs(raw: str) -> dict[str, str]:
     return {task_key(k.strip()): v.strip() for k, v in pairs}
 
 
+class SettingsError(ValueError):
+    """A setting with a bad value; the message names where it came from and what is allowed."""
+
+
+def _origin(name: str, source: str, value: Any) -> str:
+    """A value where a user would look for it: `FILE: key = value`, `VAR=value`, `--flag value`."""
+    if source.startswith("file:"):
+        return f"{source[5:]}: {name} = {value!r}"
+    if source == "env":
+        return f"{ENV_PREFIX}{name.upper()}={value!r}"
+    if source == "cli":
+        return f"--{name.replace('_', '-')} {value!r}"
+    return f"{name} = {value!r}"
+
+
 def _coerce(name: str, raw: str) -> Any:
     field = Settings.model_fields[name]
     if field.annotation is bool:
         return raw.strip().lower() in {"1", "true", "yes", "on"}
-    if field.annotation is int:
-        return int(raw)
-    if field.annotation is float:
-        return float(raw)
+    if field.annotation in (int, float):
+        try:
+            return field.annotation(raw)
+        except ValueError:
+            kind = "an integer" if field.annotation is int else "a number"
+            raise SettingsError(f"{_origin(name, 'env', raw)}: must be {kind}") from None
     if name == "revision_exclude":
         return [p for p in raw.split(",") if p]
     if name == "task_base_models":
@@ -150,14 +167,20 @@ def _coerce(name: str, raw: str) -> Any:
 def load_settings(
     overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
 ) -> tuple[Settings, dict[str, str]]:
-    """Resolve settings and say where each value came from (default, file, env or cli)."""
+    """Resolve settings and say where each value came from (default, file, env or cli).
+
+    Raises `SettingsError` naming the file, variable or flag of a bad value and what is allowed.
+    """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     sources = {name: "default" for name in Settings.model_fields}
     home = Path(env.get("A2RL_HOME") or (overrides or {}).get("home") or "~/.a2rl").expanduser()
     config_file = home / "config.toml"
     if config_file.is_file():
-        data = tomllib.loads(config_file.read_text())
+        try:
+            data = tomllib.loads(config_file.read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"{config_file}: not readable TOML ({exc})") from None
         for key, value in data.get("a2rl", data).items():
             if key in Settings.model_fields:
                 values[key], sources[key] = value, f"file:{config_file}"
@@ -173,7 +196,16 @@ def load_settings(
     for key, value in (overrides or {}).items():
         if value is not None:
             values[key], sources[key] = value, "cli"
-    return Settings(**values), sources
+    try:
+        return Settings(**values), sources
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = str(error["loc"][0]) if error["loc"] else ""
+        allowed = error["msg"].removeprefix("Input ").removeprefix("Value error, ")
+        if name in values:
+            raise SettingsError(f"{_origin(name, sources[name], values[name])}: {allowed}"
+                                ) from None
+        raise SettingsError(f"bad settings: {allowed}") from None
 
 
 def parse_duration(text: str) -> float:

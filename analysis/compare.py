@@ -75,7 +75,8 @@ def _mean_std(xs: list[float | None]) -> tuple[float | None, float | None]:
     vals = [x for x in xs if x is not None]
     if not vals:
         return None, None
-    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0
+    # One run has no spread to show: None, not a misleading 0.000.
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else None
 
 
 def group_rows(rows: list[RunRow]) -> list[Group]:
@@ -107,13 +108,14 @@ def leaderboard(groups: list[Group]) -> dict[str, list[Group]]:
 
 def compare(store: Store, task: str | None = None, agent: str | None = None,
             fleet: str | None = None) -> Comparison:
-    """Every finished (or any, when none finished) run matching the filters, compared.
+    """Every run matching the filters that started (its clock ran: a run made and never
+    used has nothing to compare), compared.
 
     With `fleet`, only that fleet's finished runs: a run lost with its node is marked failed
     and replaced when the fleet resumes, so it must not count as a repeat.
     """
     with store.session() as s:
-        q = select(Run).order_by(col(Run.created_at))
+        q = select(Run).where(col(Run.started_at).is_not(None)).order_by(col(Run.created_at))
         if fleet:
             q = q.where(Run.fleet_id == fleet, Run.status == "finished")
         if task:
@@ -158,6 +160,8 @@ def render_text(c: Comparison) -> str:
         out += ["", f"leaderboard {task}: mean improvement ± std over repeats"]
         for i, g in enumerate(groups, 1):
             out.append(f"{i:2}. {str(g.agent):12} {g.driver or '–':16} n={g.runs:<3} "
-                       f"{f(g.improvement_mean, '+')} ± {f(g.improvement_std)}  final "
+                       f"{f(g.improvement_mean, '+')}"
+                       f"{'' if g.improvement_std is None else ' ± ' + f(g.improvement_std)}"
+                       "  final "
                        f"{f(g.final_mean)}  routes {json.dumps(g.routes)}")
     return "\n".join(out) + "\n"

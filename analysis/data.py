@@ -21,7 +21,7 @@ from a2rl.store import (
     Submission,
     ToolCall,
 )
-from a2rl.store.queries import baseline_evaluation
+from a2rl.store.queries import INITIAL_SOURCE, baseline_evaluation
 
 
 def aware(dt: datetime | None) -> datetime | None:
@@ -43,6 +43,8 @@ class RunData:
     revisions: int
     baseline_test_n: int | None
     blobs: dict[str, bytes] = field(default_factory=dict)
+    #: the task's own files as the run was made (path -> blob sha): where the code started
+    initial_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def origin(self) -> datetime:
@@ -92,11 +94,16 @@ def load_run(store: Store, run_id: str) -> RunData:
                 snapshots[f.snapshot_id][f.path] = f.blob_sha
         events = list(s.exec(select(BudgetEvent).where(BudgetEvent.run_id == run_id)
                              .order_by(col(BudgetEvent.at))).all())
-        revisions = s.exec(select(func.count()).select_from(Revision)
-                           .where(Revision.run_id == run_id)).one()
+        # The agent's revisions: not the task's files recorded at creation, and none in a
+        # run without tool calls (older runs recorded the task's files at their closing scan).
+        revisions = s.exec(select(func.count()).select_from(Revision).where(
+            Revision.run_id == run_id, Revision.source != INITIAL_SOURCE)).one() if calls else 0
+        initial = {r.path: r.blob_sha for r in s.exec(select(Revision).where(
+            Revision.run_id == run_id, Revision.source == INITIAL_SOURCE)).all() if r.blob_sha}
         base = baseline_evaluation(s, run, "test")
     shas = {sha for files in snapshots.values() for sha in files.values()}
-    shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha}
+    shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha} | set(initial.values())
     return RunData(run=run, calls=calls, jobs=jobs, submissions=subs, evaluations=evals,
                    snapshots=snapshots, budget_events=events, revisions=revisions,
-                   baseline_test_n=base.n_items if base else None, blobs=_blobs(store, shas))
+                   baseline_test_n=base.n_items if base else None, blobs=_blobs(store, shas),
+                   initial_files=initial)

@@ -35,6 +35,20 @@ def _lines(text: str) -> list[str]:
     return text.splitlines()
 
 
+def last_lines(text: str, limit: int = 300) -> str:
+    """The end of an error, where its exception is, as one line: as many of its last
+    non-blank lines as fit in `limit` characters, joined by ' ⏎ ' (a traceback's first
+    lines only say where it started)."""
+    out: list[str] = []
+    for line in reversed([x.strip() for x in text.splitlines() if x.strip()]):
+        if out and sum(len(x) + 3 for x in out) + len(line) > limit:
+            break
+        out.append(line)
+    joined = " ⏎ ".join(reversed(out))
+    cut = len(out) < len([x for x in text.splitlines() if x.strip()]) or len(joined) > limit
+    return ("… " if cut else "") + (joined if len(joined) <= limit else joined[-limit:])
+
+
 def _traceback(job_id: str, log: str, path: str) -> Evidence | None:
     lines = _lines(log)
     starts = [i for i, line in enumerate(lines) if TRACEBACK in line]
@@ -124,15 +138,17 @@ def find_failures(d: RunData) -> list[Failure]:
             out.append(Failure(type="invalid_checkpoint", at_s=d.t(sub.created_at),
                                submission_id=sub.id, message=f"{sub.path}: {rule}",
                                evidence=[Evidence(kind="submission", submission_id=sub.id,
-                                                  text=sub.error or "refused")]))
+                                                  text=last_lines(sub.error or "refused"))]))
     for ev in d.evaluations:
         if ev.status == "failed":
+            error = last_lines(ev.error or "failed")
             out.append(Failure(type="grader_error", at_s=d.t(ev.ended_at or ev.started_at),
                                submission_id=ev.submission_id,
-                               message=f"grading on {ev.split} failed",
+                               message=f"grading on {ev.split} failed: "
+                               f"{error.split(' ⏎ ')[-1][:200]}",
                                evidence=[Evidence(kind="evaluation",
                                                   submission_id=ev.submission_id,
-                                                  text=(ev.error or "failed")[:300])]))
+                                                  text=error)]))
     accepted = [s for s in d.submissions if s.status != "refused"
                 and (deadline is None or aware(s.created_at) <= deadline)]  # type: ignore[operator]
     over = d.run.ended_at is not None or (deadline is not None and d.run.status != "running")

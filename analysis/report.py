@@ -73,7 +73,8 @@ def _diff(path: str, before: str | None, after: str | None) -> tuple[str, bool]:
 
 
 def build_code_history(d: RunData) -> list[CodeVersion]:
-    out, prev = [], {}
+    # The first submission's changes are against the task's own files, not an empty folder.
+    out, prev = [], dict(d.initial_files)
     for sub in d.submissions:
         files = d.snapshots.get(sub.snapshot_id, {}) if sub.snapshot_id is not None else {}
         changes = []

@@ -19,11 +19,21 @@ BINARY = "claude"
 TOOL_TIMEOUT_MS = 120_000  # our tools long-poll up to 60 s; Claude Code's default is lower
 
 
+KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+
+
 class ClaudeCodeConnector(CliConnector):
     binary_name = BINARY
     name = "claude-code"
     title = "Claude Code"
     experimental = False
+
+    def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
+        """Its private home holds no login, so a key must come from us."""
+        if any(options.get(k.lower()) or os.environ.get(k) for k in KEY_VARS):
+            return []
+        return [" or ".join(KEY_VARS) + " in the environment (or --agent-option "
+                "anthropic_api_key=...)"]
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()
@@ -50,7 +60,7 @@ class ClaudeCodeConnector(CliConnector):
         }
         if ctx.options.get("anthropic_base_url"):
             env["ANTHROPIC_BASE_URL"] = ctx.options["anthropic_base_url"]
-        for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+        for key in KEY_VARS:
             value = ctx.options.get(key.lower()) or os.environ.get(key)
             if value:
                 env[key] = value

@@ -79,6 +79,12 @@ class CodexConnector(CliConnector):
     title = "Codex CLI"
     experimental = False
 
+    def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
+        """Codex's provider reads its key from `env_key`, which must be set."""
+        if options.get("openai_api_key") or os.environ.get(KEY_ENV):
+            return []
+        return [f"{KEY_ENV} in the environment (or --agent-option openai_api_key=...)"]
+
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()
         codex_home = ctx.home / ".codex"

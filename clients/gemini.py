@@ -42,6 +42,12 @@ class GeminiConnector(CliConnector):
     title = "Gemini CLI"
     experimental = False
 
+    def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
+        """API-key auth is selected in its settings, so the key must be set."""
+        if options.get("gemini_api_key") or os.environ.get(KEY_ENV):
+            return []
+        return [f"{KEY_ENV} in the environment (or --agent-option gemini_api_key=...)"]
+
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()
         conf = ctx.home / ".gemini"

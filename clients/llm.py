@@ -226,6 +226,14 @@ class LlmConnector:
     def installed(self) -> bool:
         return True  # only needs httpx, a dependency
 
+    def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
+        """A model and an endpoint; the key is optional (local servers take none)."""
+        out = [] if model else ["--model NAME (the model the endpoint serves)"]
+        if not options.get("llm_base_url", "").strip():
+            out.append("--llm-base-url URL (an OpenAI-compatible endpoint, e.g. "
+                       "http://127.0.0.1:8000/v1)")
+        return out
+
     def version(self) -> str | None:
         return a2rl.__version__
 

@@ -26,12 +26,10 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 from pydantic import BaseModel
-from sqlalchemy import func
-from sqlmodel import select
 
 from a2rl.settings import Settings
-from a2rl.store import Revision, Run, Store, Submission, ToolCall
-from a2rl.store.queries import best_submission
+from a2rl.store import Run, Store
+from a2rl.store.queries import best_submission, run_summary
 from a2rl.tools.runtime import aware
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
@@ -41,6 +39,7 @@ from .registry import get_connector
 
 Say = Callable[[str], None]
 TERM_GRACE_S = 5.0
+STDERR_TAIL_LINES = 12  # of a crashed agent's stderr, shown to the user
 
 
 class RunSummary(BaseModel):
@@ -130,9 +129,43 @@ def _kill_tree(proc: subprocess.Popen[bytes], marker: str) -> None:
         proc.wait(5)
 
 
+def stderr_tail(data: bytes, lines: int = STDERR_TAIL_LINES) -> list[str]:
+    """The last non-blank lines of an agent's stderr: where its error usually is."""
+    text = data.decode("utf-8", "replace")
+    return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
+
+
+def missing_config(connector: Any, opts: RunOptions) -> list[str]:
+    """What the agent needs to reach its model but lacks (keys, endpoint); connectors declare
+    it with `missing_config(options, model)`."""
+    check = getattr(connector, "missing_config", None)
+    return list(check(opts.agent_options, opts.model)) if check else []
+
+
+def check_options(opts: RunOptions, connector: Any = None) -> None:
+    """Refuse what would fail only after the run was made and its baseline scored: an unknown
+    agent or task, an agent not installed or missing its key, a bad budget. Raises KeyError,
+    ValueError or RuntimeError with a one-line message."""
+    from a2rl.settings import parse_duration
+    from a2rl.tasks import get_task
+
+    connector = connector or get_connector(opts.agent)
+    if not connector.installed():
+        raise RuntimeError(f"agent {opts.agent!r} is not installed (see a2rl agents)")
+    if missing := missing_config(connector, opts):
+        raise RuntimeError(f"agent {opts.agent!r} needs {'; '.join(missing)}")
+    get_task(opts.task)
+    if opts.budget is not None:
+        parse_duration(opts.budget)
+
+
 class Orchestrator:
-    def __init__(self, settings: Settings, store: Store, say: Say = lambda _m: None) -> None:
+    def __init__(self, settings: Settings, store: Store, say: Say = lambda _m: None,
+                 warn: Say | None = None) -> None:
+        """`say` gets progress lines; `warn` (default: say) what the user must see even when
+        progress is off: an agent's crash and its last stderr lines."""
         self.settings, self.store, self.say = settings, store, say
+        self.warn = warn or say
 
     def run(self, opts: RunOptions) -> RunSummary:
         from a2rl.server import create_run
@@ -140,8 +173,7 @@ class Orchestrator:
         started = time.monotonic()
         connector = get_connector(opts.agent, **({"say": self.say}
                                                  if opts.agent == "reference" else {}))
-        if not connector.installed():
-            raise RuntimeError(f"agent {opts.agent!r} is not installed (see a2rl agents)")
+        check_options(opts, connector)
         self.say(f"creating a run of '{opts.task}' and scoring the base model (the baseline)")
         created = create_run(self.settings, self.store, task_id=opts.task, budget=opts.budget,
                              backend=opts.backend, start_clock=True, protocol=opts.protocol,
@@ -194,7 +226,7 @@ class Orchestrator:
             except Exception as exc:
                 while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                     exc = exc.exceptions[0]  # type: ignore[assignment]
-                self.say(f"agent failed: {exc}")
+                self.warn(f"agent failed: {exc}")
                 status = ("crashed", 1)
         transcript = getattr(connector, "transcript", None)
         if transcript:
@@ -233,11 +265,16 @@ class Orchestrator:
                     raise
                 finally:
                     _kill_tree(proc, marker)
+                    stderr = (logs / "stderr.log").read_bytes()
                     self._update(run.id,
                                  agent_transcript_sha=self.store.put_blob(
                                      (logs / "transcript.jsonl").read_bytes()),
-                                 agent_stderr_sha=self.store.put_blob(
-                                     (logs / "stderr.log").read_bytes()))
+                                 agent_stderr_sha=self.store.put_blob(stderr))
+        if status[0] == "crashed":
+            tail = stderr_tail(stderr)
+            self.warn(f"agent crashed (exit {status[1]})" + (
+                "; the last lines of its stderr:\n" + "\n".join(f"  | {t}" for t in tail)
+                if tail else "; it wrote nothing on stderr"))
         return status
 
     def _update(self, run_id: str, **fields: Any) -> None:
@@ -252,12 +289,11 @@ class Orchestrator:
         with self.store.session() as s:
             run = s.get(Run, run_id)
             assert run is not None
-            counts = {m.__name__: s.exec(select(func.count()).select_from(m).where(
-                m.run_id == run_id)).one() for m in (ToolCall, Revision, Submission)}
+        counts = run_summary(self.store, run_id) or {}
         best = best_submission(self.store, run_id, "test" if run.protocol == "paper" else "dev")
         return RunSummary(
             run_id=run.id, task=run.task_id, agent=run.agent, agent_status=run.agent_status,
             baseline_score=run.baseline_test, best_score=best[1].score if best else None,
-            final_score=run.final_score, submissions=counts["Submission"],
-            tool_calls=counts["ToolCall"], revisions=counts["Revision"],
+            final_score=run.final_score, submissions=counts["submissions"],
+            tool_calls=counts["tool_calls"], revisions=counts["revisions"],
             seconds=round(time.monotonic() - started, 1))

@@ -14,6 +14,7 @@ from datetime import timedelta
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import BudgetEvent, Run, Store, utcnow
 from a2rl.tools.jobs import stop_all
+from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import RunRuntime, run_logger
 
 from .auth import new_token
@@ -101,6 +102,8 @@ def create_run(
         if start_clock:
             s.add(BudgetEvent(run_id=run_id, kind="clock_start", at=now,
                               detail={"budget_s": budget_s}))
+    RevisionScanner(store, run_id, workspace.resolve(), settings.revision_exclude,
+                    settings.revision_max_bytes).record_initial()
     run_logger(run_id, root / "run.log").info(
         "run created: task=%s profile=%s backend=%s budget=%.0fs", task_id, profile, backend,
         budget_s)

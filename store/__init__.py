@@ -3,7 +3,7 @@
 See `docs/store.md` for the schema and the first queries an analyst runs.
 """
 
-from .db import Store, StoreVersionError
+from .db import Store, StoreError, StoreMissing, StoreVersionError, display_url
 from .models import (
     SCHEMA_VERSION,
     BaselineCache,
@@ -24,6 +24,6 @@ from .models import (
 
 __all__ = [
     "SCHEMA_VERSION", "BaselineCache", "Blob", "BudgetEvent", "Evaluation", "GradeRequest",
-    "Job", "Meta", "Revision", "Run", "Snapshot", "SnapshotFile", "Store", "StoreVersionError",
-    "Submission", "ToolCall", "utcnow",
+    "Job", "Meta", "Revision", "Run", "Snapshot", "SnapshotFile", "Store", "StoreError",
+    "StoreMissing", "StoreVersionError", "Submission", "ToolCall", "display_url", "utcnow",
 ]

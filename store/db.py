@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, event, inspect
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlmodel import Session, SQLModel, create_engine, select
 
 from . import models
@@ -64,8 +65,31 @@ def blob_row(data: bytes) -> Blob:
                 data=packed)
 
 
-class StoreVersionError(RuntimeError):
+class StoreError(RuntimeError):
+    """The store cannot be used: the message is one line for the user, naming the store."""
+
+
+class StoreVersionError(StoreError):
     """The database was written by a different, incompatible version of a2rl."""
+
+
+class StoreMissing(StoreError):
+    """No store exists yet at the URL, and the caller asked not to create one."""
+
+
+def display_url(url: str) -> str:
+    """The store's URL as it may be shown: without its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's own first line (e.g. 'file is not a database', 'Connection refused')."""
+    orig = getattr(exc, "orig", None) or exc
+    lines = [line.strip() for line in str(orig).splitlines() if line.strip()]
+    return lines[0] if lines else type(orig).__name__
 
 
 def _engine_options(dialect: str) -> dict[str, Any]:
@@ -105,15 +129,39 @@ def _dialect_insert(dialect: str) -> Any:
 class Store:
     """A handle on one database. Cheap to share between threads; open one per process."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, create: bool = True) -> None:
+        """Open the store at `url`. With `create=False` (commands that only read), raise
+        `StoreMissing` instead of creating a database that does not exist yet; any failure to
+        open raises a `StoreError` with one line naming the store."""
         self.url = url
-        #: the SQLAlchemy backend name: "sqlite", "postgresql", ...
-        self.dialect = make_url(url).get_backend_name()
-        self.engine = create_engine(url, **_engine_options(self.dialect))
+        try:
+            parsed = make_url(url)
+            #: the SQLAlchemy backend name: "sqlite", "postgresql", ...
+            self.dialect = parsed.get_backend_name()
+            self.engine = create_engine(url, **_engine_options(self.dialect))
+        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+            raise StoreError(f"bad store URL {display_url(url)!r}: {_reason(exc)}") from None
         if self.dialect == "sqlite":
             _sqlite_setup(self.engine)
         self._blob_lock = threading.Lock()
-        self._ensure_schema()
+        try:
+            if not create and not self._exists(parsed.database):
+                self.engine.dispose()
+                raise StoreMissing(f"no store at {display_url(url)} yet")
+            self._ensure_schema()
+        except DBAPIError as exc:
+            self.engine.dispose()
+            raise StoreError(f"cannot open the store {display_url(url)}: {_reason(exc)}"
+                             ) from None
+
+    def _exists(self, database: str | None) -> bool:
+        """Whether the store was made already (a SQLite file, or our tables in a server)."""
+        if self.dialect == "sqlite" and database and database != ":memory:":
+            from pathlib import Path
+
+            return Path(database).exists()
+        with self.engine.connect() as conn:
+            return inspect(conn).has_table("meta")
 
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:

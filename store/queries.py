@@ -5,38 +5,92 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import func
-from sqlmodel import select
+from sqlmodel import col, select
 
 from .db import Store
 from .models import Evaluation, Job, Revision, Run, Submission, ToolCall
 
+#: Revisions recorded when a run is made (the task's own files): not the agent's changes.
+INITIAL_SOURCE = "initial"
 
-def _count(s: Any, model: Any, run_id: str) -> int:
-    return s.exec(select(func.count()).select_from(model).where(model.run_id == run_id)).one()
+
+def _counts(s: Any, model: Any, run_ids: list[str], *where: Any) -> dict[str, int]:
+    q = select(model.run_id, func.count()).where(col(model.run_id).in_(run_ids), *where)
+    return dict(s.exec(q.group_by(model.run_id)).all())
 
 
-def list_runs(store: Store) -> list[dict[str, Any]]:
+def _summaries(s: Any, runs: list[Run]) -> list[dict[str, Any]]:
+    """One run's settings, outcome and counts: the rows of `a2rl runs` and the head of
+    `a2rl show` (the same keys in both)."""
+    ids = [r.id for r in runs]
+    counts = {
+        "tool_calls": _counts(s, ToolCall, ids),
+        "tool_errors": _counts(s, ToolCall, ids, col(ToolCall.is_error)),
+        "revisions": _counts(s, Revision, ids, col(Revision.source) != INITIAL_SOURCE),
+        "jobs": _counts(s, Job, ids),
+        "submissions": _counts(s, Submission, ids),
+    }
+    out = []
+    for run in runs:
+        doc = run.model_dump(mode="json", exclude={"token_hash"})
+        doc.update({name: by_run.get(run.id, 0) for name, by_run in counts.items()})
+        if not doc["tool_calls"]:  # runs made before "initial" existed: the closing scan
+            doc["revisions"] = 0   # recorded the task's files; no agent, no revision
+        out.append(doc)
+    return out
+
+
+def list_runs(store: Store, task: str | None = None, agent: str | None = None,
+              status: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Runs matching the filters, newest first, each as `run_summary` gives it."""
+    q = select(Run).order_by(col(Run.created_at).desc())
+    if task:
+        q = q.where(Run.task_id == task)
+    if agent:
+        q = q.where(Run.agent == agent)
+    if status:
+        q = q.where(Run.status == status)
+    if limit:
+        q = q.limit(limit)
     with store.session() as s:
-        runs = s.exec(select(Run).order_by(Run.created_at.desc())).all()  # type: ignore[attr-defined]
-        calls = dict(s.exec(select(ToolCall.run_id, func.count()).group_by(ToolCall.run_id)).all())
-    return [{"run_id": r.id, "task": r.task_id, "agent": r.agent, "status": r.status,
-             "created_at": r.created_at.isoformat(), "tool_calls": calls.get(r.id, 0),
-             "baseline_score": r.baseline_test, "final_score": r.final_score} for r in runs]
+        return _summaries(s, list(s.exec(q).all()))
+
+
+def count_runs(store: Store) -> int:
+    with store.session() as s:
+        return s.exec(select(func.count()).select_from(Run)).one()
 
 
 def run_summary(store: Store, run_id: str) -> dict[str, Any] | None:
     with store.session() as s:
         run = s.get(Run, run_id)
-        if run is None:
-            return None
-        doc = run.model_dump(mode="json", exclude={"token_hash"})
-        doc["tool_calls"] = _count(s, ToolCall, run_id)
-        doc["tool_errors"] = s.exec(select(func.count()).select_from(ToolCall).where(
-            ToolCall.run_id == run_id, ToolCall.is_error)).one()
-        doc["revisions"] = _count(s, Revision, run_id)
-        doc["jobs"] = _count(s, Job, run_id)
-        doc["submissions"] = _count(s, Submission, run_id)
-    return doc
+        return None if run is None else _summaries(s, [run])[0]
+
+
+def run_details(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
+    """A run's jobs and its submissions with their scores (what `a2rl show` lists)."""
+    with store.session() as s:
+        jobs = s.exec(select(Job).where(Job.run_id == run_id)
+                      .order_by(col(Job.started_at))).all()
+        subs = s.exec(select(Submission).where(Submission.run_id == run_id)
+                      .order_by(col(Submission.created_at))).all()
+        evals = s.exec(select(Evaluation.submission_id, Evaluation.kind, Evaluation.split,
+                              Evaluation.status, Evaluation.score)
+                       .where(Evaluation.run_id == run_id,
+                              col(Evaluation.submission_id).is_not(None))
+                       .order_by(col(Evaluation.id))).all()
+    scores: dict[str, dict[str, float | None]] = {}
+    for sub_id, _kind, split, state, score in evals:
+        scores.setdefault(sub_id, {})[split] = score if state == "done" else None
+    return {
+        "job_list": [{"id": j.id, "state": j.state, "exit_code": j.exit_code,
+                      "command": j.command, "started_at": j.started_at.isoformat(),
+                      "ended_at": j.ended_at.isoformat() if j.ended_at else None}
+                     for j in jobs],
+        "submission_list": [{"id": x.id, "path": x.path, "status": x.status, "error": x.error,
+                             "created_at": x.created_at.isoformat(),
+                             "scores": scores.get(x.id, {})} for x in subs],
+    }
 
 
 def baseline_evaluation(s: Any, run: Run, split: str) -> Evaluation | None:

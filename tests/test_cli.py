@@ -56,15 +56,20 @@ def test_config_show_json(tmp_path: Path) -> None:
 def test_create_show_runs_finish(tmp_path: Path) -> None:
     p = _a2rl(tmp_path, "create", "--task", "arith", "--budget", "10m", "--json")
     assert p.returncode == 0, p.stderr
+    # progress while the baseline is scored, on stderr, and only the JSON on stdout
+    assert "scoring the base model" in p.stderr and "baseline dev" in p.stderr, p.stderr
     created = json.loads(p.stdout)
+    quiet = _a2rl(tmp_path, "--quiet", "create", "--task", "arith", "--json")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    _a2rl(tmp_path, "finish", json.loads(quiet.stdout)["run_id"])
     assert created["token"].startswith("a2rl_") and created["budget_s"] == 600
     run_id = created["run_id"]
     shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
     assert shown["id"] == run_id and shown["status"] == "created"
     assert "token_hash" not in shown and created["token"] not in json.dumps(shown)
     assert shown["baseline_test"] is not None and shown["baseline_test"] <= 0.05
-    runs = json.loads(_a2rl(tmp_path, "runs", "--json").stdout)
-    assert [r["run_id"] for r in runs] == [run_id]
+    runs = json.loads(_a2rl(tmp_path, "runs", "--status", "created", "--json").stdout)
+    assert [r["id"] for r in runs] == [run_id]
     done = _a2rl(tmp_path, "finish", run_id, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "finished"

@@ -46,12 +46,17 @@ def test_agent_that_never_stops_is_stopped_at_the_deadline(settings, store: Stor
 
 
 def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
-    summary = run_agent(settings, store, "test-crashes")
+    require_bwrap()
+    warned: list[str] = []
+    summary = Orchestrator(settings, store, warn=warned.append).run(
+        RunOptions(task="arith", agent="test-crashes", budget="5m"))
     with store.session() as s:
         run = s.get(Run, summary.run_id)
     assert run.agent_status == "crashed" and run.agent_exit_code == 3
     assert "crashed" in run.end_reason and run.final_score == run.baseline_test
     assert b"something went wrong" in store.get_blob(run.agent_stderr_sha)
+    # the user sees why, not only "agent crashed (exit 3)"
+    assert any("exit 3" in w and w.endswith("| something went wrong") for w in warned), warned
 
 
 def test_agent_process_is_sandboxed(settings, store: Store, tmp_path: Path,

@@ -138,7 +138,7 @@ def runs(a2rl_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     ids: dict[str, str] = {}
 
     async def main() -> None:
-        for name in ("sft", "grpo", "copy", "crash", "idle"):
+        for name in ("sft", "grpo", "copy", "crash", "idle", "untouched"):
             ids[name] = await _scenario(settings, store, name)
 
     anyio.run(main)
@@ -168,6 +168,9 @@ def test_sft_route_with_file_line(runs: dict[str, Any]) -> None:
     assert len(rep.trajectory.points) == 1 and rep.trajectory.baseline == s.baseline_dev
     change = next(x for x in rep.code_history[0].changes if x.path == "code/sft.py")
     assert change.change == "added" and "+    from trl import SFTConfig, SFTTrainer" in change.diff
+    # the task's own files are where the agent started, not code it added
+    assert "TASK.md" in rep.code_history[0].files
+    assert not [x for x in rep.code_history[0].changes if x.path == "TASK.md"]
     assert rep.metrics.valid_submission_rate == 1.0 and rep.metrics.time_to_first_valid_s
     assert rep.metrics.tool_calls_by_kind["edit_file"] == 1
     assert not [f for f in rep.failures if f.type != "diverged"], rep.failures
@@ -202,6 +205,13 @@ def test_crash_is_a_runtime_error_with_the_traceback(runs: dict[str, Any]) -> No
     assert any(e.kind == "command" and "code/train.py" in e.text for e in crash[0].evidence)
     div = [f for f in rep.failures if f.type == "diverged"]
     assert div and "42" in div[0].message and "loss=42.0" in div[0].evidence[0].text
+
+
+def test_untouched_run_reports_no_code_revision(runs: dict[str, Any]) -> None:
+    """A run made and finished without a tool call: the task's files are no revision."""
+    rep = runs["reports"]["untouched"]
+    assert rep.metrics.tool_calls == 0 and rep.metrics.revisions == 0
+    assert rep.code_history == []
 
 
 def test_never_submits(runs: dict[str, Any]) -> None:
@@ -260,7 +270,7 @@ def test_html_in_headless_chromium(runs: dict[str, Any], tmp_path: Path) -> None
 
 def test_compare_tabulates_the_runs(runs: dict[str, Any]) -> None:
     c = compare(runs["store"], task="arith")
-    assert len(c.rows) == 5
+    assert len(c.rows) == 5 and runs["ids"]["untouched"] not in {r.run_id for r in c.rows}
     routes = {r.agent: r.best_route for r in c.rows}
     assert routes["fake-sft"] == "sft" and routes["fake-grpo"] == "grpo"
     assert routes["fake-idle"] is None
@@ -316,11 +326,18 @@ def test_failure_types_from_records() -> None:
                                         ("slow", "killed", None, 600), ("k9", "exited", 137, 9)]]
     subs = [Submission(id="s", run_id="r", path="output/a", status="failed",
                        created_at=t0 + timedelta(seconds=100))]
+    trace = "Traceback (most recent call last):\n" + '  File "g.py", line 1, in f\n' * 40 + \
+        "RuntimeError: vLLM engine died\n"
     evals = [Evaluation(run_id="r", submission_id="s", split="dev", status="failed",
-                        error="vLLM engine died", started_at=t0 + timedelta(seconds=101))]
+                        error=trace, started_at=t0 + timedelta(seconds=101))]
     d = RunData(run=run, calls=[], jobs=jobs, submissions=subs, evaluations=evals, snapshots={},
                 budget_events=[], revisions=0, baseline_test_n=None, blobs=logs)
-    got = {(f.type, f.job_id or f.submission_id) for f in find_failures(d)}
+    found = find_failures(d)
+    got = {(f.type, f.job_id or f.submission_id) for f in found}
+    grader = next(f for f in found if f.type == "grader_error")
+    # the evidence is the error's end (the exception), not its first lines
+    assert grader.evidence[0].text.endswith("RuntimeError: vLLM engine died")
+    assert "vLLM engine died" in grader.message and len(grader.evidence[0].text) <= 310
     assert got == {("out_of_memory", "oom"), ("out_of_memory", "k9"), ("diverged", "nan"),
                    ("budget_kill", "slow"), ("grader_error", "s")}, got
 

@@ -4,6 +4,10 @@ The scanner compares the workspace with the last recorded version of each file. 
 after every command, at each job's end and after `edit_file`, so that a file changed by a
 training script is recorded just like one changed through our tools. Unchanged files are
 recognised by (mtime, size) and never re-hashed.
+
+The task's own files are recorded once when the run is made (`record_initial`, source
+"initial"), so that the first scan after the agent's first command compares with them: they
+are where the agent started, not code revisions it made.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from a2rl.store import Revision, Snapshot, SnapshotFile, Store
+from a2rl.store.queries import INITIAL_SOURCE
 
 
 @dataclass
@@ -126,6 +131,10 @@ class RevisionScanner:
         with self.store.session() as s:
             s.add_all(revisions)
         return revisions
+
+    def record_initial(self) -> list[Revision]:
+        """The workspace as the task made it, before the agent acts (once, at creation)."""
+        return self.scan(INITIAL_SOURCE)
 
     def snapshot(self, reason: str, tool_call_id: int | None = None) -> int:
         """Freeze the code as it is now (after a scan) and return the snapshot id."""
