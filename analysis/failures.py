@@ -20,6 +20,8 @@ RULES = [("base weights", re.compile(r"base model|train before", re.I)),
          ("missing path", re.compile(r"does not exist|not found", re.I)),
          ("submission limit", re.compile(r"limit", re.I)),
          ("deadline passed", re.compile(r"deadline|budget", re.I))]
+# Substrings (lower case) that any match of the pattern contains.
+_HINTS = {OOM: ("memory", "killed", "oom")}
 DIVERGE_FACTOR = 10.0
 MIN_REFERENCE_LOSS = 0.01
 
@@ -52,6 +54,8 @@ def _traceback(job_id: str, log: str, path: str) -> Evidence | None:
 def loss_values(log: str) -> list[tuple[int, float]]:
     out = []
     for no, line in enumerate(_lines(log), 1):
+        if "loss" not in line.lower():  # cheap filter before the regex (logs are long)
+            continue
         for m in LOSS.finditer(line):
             try:
                 out.append((no, float(m.group(1))))
@@ -77,6 +81,9 @@ def _diverged(values: list[tuple[int, float]]) -> tuple[int, float, str] | None:
 
 
 def _line_of(log: str, pattern: re.Pattern[str]) -> tuple[int, str]:
+    hints = _HINTS.get(pattern)
+    if hints is not None and not any(h in log.lower() for h in hints):
+        return 0, ""  # a cheap substring test first: most logs have no match
     for no, line in enumerate(_lines(log), 1):
         if pattern.search(line):
             return no, line.strip()[:300]
