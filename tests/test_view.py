@@ -233,3 +233,24 @@ def test_live_page_shows_a_call_made_after_it_opened(runs: dict[str, Any], site:
     assert time.monotonic() - started < 15
     _shot(page, tmp_path, "live")
     assert not errors, errors
+
+
+def test_llm_transcript_is_paired_with_the_servers_record(runs: dict[str, Any]) -> None:
+    """Without a browser: every recorded call appears once, in the transcript's place."""
+    from sqlmodel import select
+    from starlette.testclient import TestClient
+
+    from a2rl.analysis.web import create_app
+    from a2rl.store import ToolCall
+
+    with runs["store"].session() as s:
+        rows = list(s.exec(select(ToolCall).where(ToolCall.run_id == runs["llm"])
+                           .order_by(ToolCall.id)).all())  # type: ignore[arg-type]
+    html = TestClient(create_app(runs["settings"].database_url)).get(
+        f"/run/{runs['llm']}").text
+    positions = [html.index(f'id="call-{r.id}"') for r in rows]
+    assert positions == sorted(positions) and all(
+        html.count(f'id="call-{r.id}"') == 1 for r in rows)
+    assert [r.tool for r in rows][:6] == [c.name for c in STEPS[:6]]  # type: ignore[union-attr]
+    assert html.index("Improve the model on task fixture") < positions[0]
+    assert html.index("I wrote a training script") > positions[5]

@@ -327,13 +327,19 @@ def is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
 
+def resolve_token(host: str, token: str | None) -> str | None:
+    """The token to require: the given one, a fresh one off loopback, else none."""
+    if token:
+        return token
+    return None if is_loopback(host) else secrets.token_urlsafe(24)
+
+
 def serve(url: str, host: str = "127.0.0.1", port: int = 8765, fleet: str | None = None,
           token: str | None = None, say: Callable[[str], None] = print) -> None:
     """Serve until interrupted. Off loopback a token is required (generated when not given)."""
     import uvicorn
 
-    if not is_loopback(host) and not token:
-        token = secrets.token_urlsafe(24)
+    token = resolve_token(host, token)
     app = create_app(url, token=token, fleet=fleet)
     shown = f"[{host}]" if ":" in host else host
     link = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
