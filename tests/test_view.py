@@ -140,6 +140,7 @@ def test_run_page_shows_the_conversation_calls_logs_and_diffs(
         runs: dict[str, Any], site: str, browser: Any, tmp_path: Path) -> None:
     page, errors = browser
     page.goto(f"{site}/run/{runs['llm']}")
+    page.locator("#report-top[data-loaded]").wait_for()
     body = page.locator("body").inner_text()
     for text in ("Summary", "Score trajectory", "Timeline", "Conversation", "llm transcript",
                  "I wrote a training script", "Improve the model on task fixture",
@@ -175,6 +176,7 @@ def test_run_page_shows_the_conversation_calls_logs_and_diffs(
     if os.environ.get("A2RL_VIEW_SCREENSHOT"):
         page.set_viewport_size({"width": 1280, "height": 1800})
         page.goto(f"{site}/run/{runs['llm']}")
+        page.locator("#report-top[data-loaded]").wait_for()
         screenshot(page, Path(os.environ["A2RL_VIEW_SCREENSHOT"]), full_page=False)
     assert not errors, errors
 
@@ -183,6 +185,7 @@ def test_run_without_transcript_and_a_tool_call_page(runs: dict[str, Any], site:
                                                      browser: Any, tmp_path: Path) -> None:
     page, errors = browser
     page.goto(f"{site}/run/{runs['plain']}")
+    page.locator("#report-top[data-loaded]").wait_for()
     assert "No agent transcript" in page.locator("#conversation").inner_text()
     call = page.locator("details.call", has_text="run_command").first
     call.locator("summary").click()
@@ -213,6 +216,7 @@ def test_live_page_shows_a_call_made_after_it_opened(runs: dict[str, Any], site:
                                                      browser: Any, tmp_path: Path) -> None:
     page, errors = browser
     page.goto(f"{site}/run/{runs['llm']}")
+    page.locator("#report-top[data-loaded]").wait_for()
     assert page.locator("#live").is_visible()
     assert page.locator("code.tool-name", has_text="budget_status").count() == 0
     failures: list[BaseException] = []

@@ -94,6 +94,23 @@
   window.addEventListener("hashchange", openHash);
   openHash();
 
+  // The report's sections read the whole run: they arrive after the first view.
+  var top = document.getElementById("report-top");
+  if (top) {
+    get(top.dataset.url).then(function (r) { return r.json(); }).then(function (doc) {
+      top.innerHTML = doc.top;
+      document.getElementById("report-bottom").innerHTML = doc.bottom;
+      top.dataset.loaded = "1";
+      openHash();
+      if (window.location.hash) {
+        var el = document.getElementById(window.location.hash.slice(1));
+        if (el) { el.scrollIntoView(); }
+      }
+    }).catch(function (e) {
+      top.innerHTML = '<p class="bad">the report could not be computed: ' + e.message + "</p>";
+    });
+  }
+
   // Live: poll the run's activity while it is not finished.
   var live = document.getElementById("live");
   if (live) {

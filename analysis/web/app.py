@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -159,27 +160,38 @@ class Viewer:
                          has_profile=any(r.profile is not None for r in rows))
 
     async def run(self, request: Request) -> Response:
+        """The run's first view, from cheap queries; the report's sections (which read the
+        whole run) arrive from `/run/{id}/report` once computed."""
         run = queries.get_run(self.store, request.path_params["run_id"])
         if run is None:
             return self.not_found(f"no run {request.path_params['run_id']!r}")
-        rep = self.report(run)
+        row = queries.list_runs(self.store, run_id=run.id)[0]
         kind, msgs, total = self.conversation_page(run, 0)
-        act = queries.activity(self.store, run.id)
-        rev_total = queries.count_revisions(self.store, run.id)
-        job_total = queries.count_jobs(self.store, run.id)
-        code = {cv.submission_id: cv for cv in rep.code_history}
-        routes = {r.submission_id: r for r in rep.routes}
         return self.page(
-            "run.html.jinja", title=f"run {run.id}", run=run, r=rep, s=rep.summary,
-            summary_rows=fmt.summary_rows(rep), metric_rows=fmt.metric_rows(rep.metrics),
-            score_svg=plots.score_plot(rep.trajectory, rep.timeline.end_s, run.final_score),
-            timeline_svg=timeline_svg(rep.timeline), curves=self.training_curves(run),
+            "run.html.jinja", title=f"run {run.id}", run=run, row=row,
             conv_format=kind, messages=msgs, conv_total=total, page=PAGE,
-            jobs=queries.jobs(self.store, run, JOB_PAGE), job_total=job_total,
-            job_page=JOB_PAGE, revisions=queries.revisions(self.store, run, REV_PAGE),
-            rev_total=rev_total, rev_page=REV_PAGE,
-            submissions=queries.submissions(self.store, run), code=code, routes=routes,
-            live=run.status in LIVE_STATES, activity=act)
+            jobs=queries.jobs(self.store, run, JOB_PAGE),
+            job_total=queries.count_jobs(self.store, run.id), job_page=JOB_PAGE,
+            revisions=queries.revisions(self.store, run, REV_PAGE),
+            rev_total=queries.count_revisions(self.store, run.id), rev_page=REV_PAGE,
+            submissions=queries.submissions(self.store, run),
+            live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id))
+
+    async def report_fragment(self, request: Request) -> Response:
+        """The report's sections as two HTML fragments (above and below the conversation)."""
+        run = queries.get_run(self.store, request.path_params["run_id"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        rep = await anyio.to_thread.run_sync(self.report, run)
+        curves = await anyio.to_thread.run_sync(self.training_curves, run)
+        ctx = dict(run=run, r=rep, s=rep.summary, summary_rows=fmt.summary_rows(rep),
+                   metric_rows=fmt.metric_rows(rep.metrics), curves=curves,
+                   score_svg=plots.score_plot(rep.trajectory, rep.timeline.end_s,
+                                              run.final_score),
+                   timeline_svg=timeline_svg(rep.timeline))
+        top = self.env.get_template("report_top.html.jinja").render(**ctx)
+        bottom = self.env.get_template("report_bottom.html.jinja").render(**ctx)
+        return JSONResponse({"top": top, "bottom": bottom})
 
     def training_curves(self, run: Run) -> list[tuple[str, str, str]]:
         return self.curves.get(self._key(run), lambda: plots.curves(
@@ -305,6 +317,7 @@ def create_app(url: str | ReadOnlyStore, token: str | None = None,
         Route("/static/viewer.js", v.static_js),
         Route("/run/{run_id}", v.run),
         Route("/run/{run_id}/conversation", v.conversation_fragment),
+        Route("/run/{run_id}/report", v.report_fragment),
         Route("/run/{run_id}/jobs", v.jobs_fragment),
         Route("/run/{run_id}/revisions", v.revisions_fragment),
         Route("/run/{run_id}/activity", v.activity),

@@ -62,12 +62,16 @@ def _duration(run: Run) -> float | None:
     return (end - start).total_seconds() if start and end else None
 
 
-def list_runs(store: Store, fleet: str | None = None) -> list[RunRow]:
-    """Every run (or one fleet's), newest first, with its counts and scores in five queries."""
+def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
+              ) -> list[RunRow]:
+    """Every run (or one fleet's, or one), newest first, with its counts and scores in five
+    queries."""
     with store.session() as s:
         q = select(Run).order_by(col(Run.created_at).desc())
         if fleet:
             q = q.where(Run.fleet_id == fleet)
+        if run_id:
+            q = q.where(Run.id == run_id)
         runs = list(s.exec(q).all())
         subs = dict(s.exec(select(Submission.run_id, func.count())
                            .group_by(Submission.run_id)).all())
@@ -164,9 +168,10 @@ def jobs(store: Store, run: Run, limit: int, offset: int = 0) -> list[JobView]:
     with store.session() as s:
         rows = list(s.exec(select(Job).where(Job.run_id == run.id)
                            .order_by(col(Job.started_at)).offset(offset).limit(limit)).all())
+    logs = blobs(store, {j.log_blob_sha for j in rows if j.log_blob_sha})
     out = []
     for j in rows:
-        log = (blob(store, j.log_blob_sha) or b"").decode("utf-8", errors="replace")
+        log = logs.get(j.log_blob_sha or "", b"").decode("utf-8", errors="replace")
         head, tail, cut = split_log(log)
         out.append(JobView(
             id=j.id, command=j.command, state=j.state, exit_code=j.exit_code,
@@ -176,17 +181,23 @@ def jobs(store: Store, run: Run, limit: int, offset: int = 0) -> list[JobView]:
     return out
 
 
+def blobs(store: Store, shas: set[str]) -> dict[str, bytes]:
+    """Many blobs in a few queries."""
+    wanted, data = sorted(shas), {}
+    with store.session() as s:
+        for i in range(0, len(wanted), 500):
+            for b in s.exec(select(Blob).where(col(Blob.sha256).in_(wanted[i:i + 500]))).all():
+                data[b.sha256] = zlib.decompress(b.data) if b.encoding == "zlib" else b.data
+    return data
+
+
 def job_logs(store: Store, run_id: str) -> list[tuple[str, str]]:
     """(job id, log text) of every job with a stored log, for the training curves."""
     with store.session() as s:
         rows = list(s.exec(select(Job.id, Job.log_blob_sha).where(
             Job.run_id == run_id, col(Job.log_blob_sha).is_not(None))
             .order_by(col(Job.started_at))).all())
-        shas = sorted({sha for _, sha in rows if sha})
-        data: dict[str, bytes] = {}
-        for i in range(0, len(shas), 500):
-            for b in s.exec(select(Blob).where(col(Blob.sha256).in_(shas[i:i + 500]))).all():
-                data[b.sha256] = zlib.decompress(b.data) if b.encoding == "zlib" else b.data
+    data = blobs(store, {sha for _, sha in rows if sha})
     return [(jid, data[sha].decode("utf-8", errors="replace")) for jid, sha in rows
             if sha in data]
 
@@ -283,8 +294,12 @@ class SubmissionView(BaseModel):
     evaluations: list[EvalView]
 
 
-def item_delta(items: list[dict[str, Any]], base: list[dict[str, Any]]) -> ItemDelta | None:
-    b = {str(i.get("id")): bool(i.get("correct")) for i in base if isinstance(i, dict)}
+def correct_by_id(items: list[dict[str, Any]]) -> dict[str, bool]:
+    return {str(i.get("id")): bool(i.get("correct")) for i in items if isinstance(i, dict)}
+
+
+def item_delta(items: list[dict[str, Any]], b: dict[str, bool]) -> ItemDelta | None:
+    """`items` against the baseline's correctness by item id (`correct_by_id`)."""
     if not b or not items:
         return None
     gained, lost, n = [], [], 0
@@ -319,7 +334,7 @@ def baseline_items(store: Store, run: Run) -> dict[str, list[dict[str, Any]]]:
 def submissions(store: Store, run: Run) -> list[SubmissionView]:
     origin = aware(run.started_at or run.created_at)
     assert origin is not None
-    base = baseline_items(store, run)
+    base = {split: correct_by_id(items) for split, items in baseline_items(store, run).items()}
     with store.session() as s:
         subs = list(s.exec(select(Submission).where(Submission.run_id == run.id)
                            .order_by(col(Submission.created_at))).all())
@@ -332,7 +347,7 @@ def submissions(store: Store, run: Run) -> list[SubmissionView]:
         by_sub.setdefault(e.submission_id, []).append(EvalView(
             id=e.id or 0, kind=e.kind, split=e.split, status=e.status, score=e.score,
             ci_low=e.ci_low, ci_high=e.ci_high, n_items=e.n_items, error=e.error,
-            delta=item_delta(list(e.items or []), base.get(e.split, []))))
+            delta=item_delta(list(e.items or []), base.get(e.split, {}))))
     return [SubmissionView(
         id=x.id, path=x.path, note=x.note, status=x.status, error=x.error, near_copy=x.near_copy,
         l2_distance=x.l2_distance, tool_call_id=x.tool_call_id,
