@@ -52,15 +52,22 @@ def _traceback(job_id: str, log: str, path: str) -> Evidence | None:
 
 
 def loss_values(log: str) -> list[tuple[int, float]]:
+    """(line number, value) of each loss the log prints.
+
+    One regex pass over the whole log, counting newlines between matches (a per-line loop
+    was most of a large run's report time); a match spanning lines is not a printed loss.
+    """
     out = []
-    for no, line in enumerate(_lines(log), 1):
-        if "loss" not in line.lower():  # cheap filter before the regex (logs are long)
+    no, pos = 1, 0
+    for m in LOSS.finditer(log):
+        if "\n" in m.group(0) or "\r" in m.group(0):
             continue
-        for m in LOSS.finditer(line):
-            try:
-                out.append((no, float(m.group(1))))
-            except ValueError:
-                continue
+        no += log.count("\n", pos, m.start())
+        pos = m.start()
+        try:
+            out.append((no, float(m.group(1))))
+        except ValueError:
+            continue
     return out
 
 

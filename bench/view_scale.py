@@ -5,13 +5,16 @@ submissions (with snapshots, code revisions and per-item results) in a temporary
 then measures, in the same process and the same run:
 
 - the runs page and the run page of the viewer, served by the real app over HTTP (uvicorn on
-  loopback), time until the complete response of the first useful view (the run page's first
-  page of the conversation is in it; later pages load on demand), cold (first request) and warm;
+  loopback), time until the complete response of the first useful view (the run page's summary,
+  first page of the conversation, jobs, revisions and submissions; later pages load on demand),
+  cold (first request) and warm; and the run page's report sections (`/run/ID/report`, fetched
+  by the page after its first view);
 - `a2rl report RUN` as a subprocess (the whole command: import, store, build, render);
 - baselines measured in the same run: the same HTTP client fetching a static 404 from the same
   server (the floor for any page) and `a2rl --help` (the floor for any command).
 
-Limits on 2 cores: each page at most 1 s, the report at most 5 s.
+Limits on 2 cores: each page at most 1 s, the report at most 5 s. Wall and CPU seconds are
+both printed: CPU time moves less when other work shares the cores.
 
     .venv/bin/python bench/view_scale.py [--calls 10000 --jobs 500 --subs 50]
 """
@@ -19,10 +22,10 @@ Limits on 2 cores: each page at most 1 s, the report at most 5 s.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -144,27 +147,39 @@ def timed_get(client: httpx.Client, url: str) -> tuple[float, httpx.Response]:
     return time.perf_counter() - t, r
 
 
+def cpu_get(client: httpx.Client, url: str) -> tuple[float, float]:
+    """Wall and CPU seconds of one request (CPU: this process, server thread included; it
+    moves less than wall time when other work shares the cores)."""
+    c = time.process_time()
+    wall, r = timed_get(client, url)
+    assert r.status_code == 200, (url, r.status_code)
+    return wall, time.process_time() - c
+
+
 def measure(url: str, run_id: str, env: dict[str, str]) -> dict[str, float]:
     """Seconds for each measured thing (see the module's docstring)."""
     out: dict[str, float] = {}
     with served(url) as base, httpx.Client(base_url=base, timeout=60) as c:
         out["floor_404"] = min(timed_get(c, "/no-such-page")[0] for _ in range(5))
-        for page, path in (("runs", "/"), ("run", f"/run/{run_id}")):
-            cold, r = timed_get(c, path)
-            assert r.status_code == 200, (path, r.status_code, r.text[:300])
-            out[f"{page}_cold"] = cold
-            out[f"{page}_warm"] = min(timed_get(c, path)[0] for _ in range(3))
-            out[f"{page}_bytes"] = float(len(r.content))
+        for page, path in (("runs", "/"), ("run", f"/run/{run_id}"),
+                           ("report", f"/run/{run_id}/report")):
+            cold, cold_cpu = cpu_get(c, path)
+            out[f"{page}_cold"], out[f"{page}_cold_cpu"] = cold, cold_cpu
+            warm = min((cpu_get(c, path) for _ in range(3)), key=lambda x: x[0])
+            out[f"{page}_warm"], out[f"{page}_warm_cpu"] = warm
+            out[f"{page}_bytes"] = float(len(c.get(path).content))
     exe = str(Path(sys.executable).parent / "a2rl")
-    t = time.perf_counter()
-    subprocess.run([exe, "--help"], env=env, capture_output=True, check=True)
-    out["floor_cli"] = time.perf_counter() - t
-    t = time.perf_counter()
-    p = subprocess.run([exe, "report", run_id, "--format", "html", "--out",
-                        str(Path(env["A2RL_HOME"]) / "report.html")], env=env,
-                       capture_output=True, text=True)
-    out["report"] = time.perf_counter() - t
-    assert p.returncode == 0, p.stderr[-2000:]
+    for key, argv in (("floor_cli", [exe, "--help"]),
+                      ("report", [exe, "report", run_id, "--format", "html", "--out",
+                                  str(Path(env["A2RL_HOME"]) / "report.html")])):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        p = subprocess.run(argv, env=env, capture_output=True, text=True)
+        out[key] = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out[key + "_cpu"] = (after.ru_utime + after.ru_stime) - (before.ru_utime
+                                                                 + before.ru_stime)
+        assert p.returncode == 0, p.stderr[-2000:]
     return out
 
 
@@ -184,17 +199,20 @@ def main() -> None:
               f"{time.perf_counter() - t:.1f}s")
         env = {**os.environ, "A2RL_HOME": tmp, "A2RL_DB_URL": url}
         m = measure(url, run_id, env)
-    digest = hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()[:8]
-    print(f"| what | seconds | limit | x floor |  ({digest})")
-    print("|---|---|---|---|")
-    print(f"| HTTP floor (a 404 from the same server) | {m['floor_404']:.3f} | | 1.0 |")
-    for page in ("runs", "run"):
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print("| what | wall s | CPU s | limit (wall) | wall x floor |")
+    print("|---|---|---|---|---|")
+    print(f"| HTTP floor (a 404 from the same server) | {m['floor_404']:.3f} | | | 1.0 |")
+    for page, label in (("runs", "runs page"), ("run", "run page (first view)"),
+                        ("report", "run page's report sections (`/run/ID/report`)")):
         for kind in ("cold", "warm"):
             v = m[f"{page}_{kind}"]
-            print(f"| {page} page, {kind} ({m[f'{page}_bytes'] / 1e3:.0f} kB) | {v:.3f} | 1 | "
-                  f"{v / m['floor_404']:.0f} |")
-    print(f"| `a2rl --help` (CLI floor) | {m['floor_cli']:.3f} | | 1.0 |")
-    print(f"| `a2rl report RUN --format html` | {m['report']:.3f} | 5 | "
+            limit = "1" if page != "report" else ""
+            print(f"| {label}, {kind} ({m[f'{page}_bytes'] / 1e3:.0f} kB) | {v:.3f} | "
+                  f"{m[f'{page}_{kind}_cpu']:.3f} | {limit} | {v / m['floor_404']:.0f} |")
+    print(f"| `a2rl --help` (CLI floor) | {m['floor_cli']:.3f} | {m['floor_cli_cpu']:.3f} | "
+          "| 1.0 |")
+    print(f"| `a2rl report RUN --format html` | {m['report']:.3f} | {m['report_cpu']:.3f} | 5 | "
           f"{m['report'] / m['floor_cli']:.1f} |")
 
 

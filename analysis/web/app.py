@@ -40,7 +40,7 @@ from .transcripts import Message, attach_calls, from_call, parse
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 PAGE = 200  # conversation entries per page
-JOB_PAGE = 50
+JOB_PAGE = 20
 REV_PAGE = 100
 LIVE_STATES = ("created", "running", "finalizing")
 
@@ -112,6 +112,8 @@ class Viewer:
     def __init__(self, store: ReadOnlyStore, fleet: str | None = None) -> None:
         self.store, self.fleet, self.env = store, fleet, environment()
         self.reports, self.convs, self.curves = _Lru(), _Lru(), _Lru()
+        for name in self.env.list_templates(extensions=["jinja"]):
+            self.env.get_template(name)  # compiled at start, not on a user's first visit
 
     def page(self, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         return HTMLResponse(self.env.get_template(name).render(**ctx), status_code=status)
