@@ -161,3 +161,32 @@ def test_pages_stay_fast_on_a_large_run(tmp_path: Path) -> None:
     assert "show the next 200 of 1800 remaining" in page
     more = c.get(f"/run/{rid}/conversation?offset=1800").text
     assert more.count('<details class="call') == 200 and "load-more" not in more
+
+
+def test_pages_on_each_dialect_read_only(db_url: str) -> None:
+    """SQLite and PostgreSQL: the pages render from a store opened read-only; writes fail."""
+    store = Store(db_url)
+    rid = _bench().build_synthetic(store, calls=40, jobs=4, subs=3)  # type: ignore[attr-defined]
+    store.close()
+    c = TestClient(create_app(db_url))
+    assert rid in c.get("/").text
+    page = c.get(f"/run/{rid}")
+    assert page.status_code == 200 and "Conversation" in page.text
+    report = c.get(f"/run/{rid}/report").json()
+    assert "score-plot" in report["top"] and "Failures" in report["bottom"]
+    ro = open_readonly(db_url)
+    with pytest.raises(Exception, match="(?i)read-?only"):
+        ro.put_blob(b"no writes")
+    ro.close()
+
+
+def test_a_postgres_database_that_is_not_a_store_is_left_alone(postgres: object) -> None:
+    from sqlalchemy import create_engine, inspect
+
+    url = postgres.create_database()  # type: ignore[attr-defined]
+    with pytest.raises(StoreOpenError, match="not an a2rl store"):
+        open_readonly(url)
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        assert inspect(conn).get_table_names() == []
+    engine.dispose()
