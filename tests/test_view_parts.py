@@ -161,6 +161,12 @@ def test_pages_stay_fast_on_a_large_run(tmp_path: Path) -> None:
     assert "show the next 200 of 1800 remaining" in page
     more = c.get(f"/run/{rid}/conversation?offset=1800").text
     assert more.count('<details class="call') == 200 and "load-more" not in more
+    # A failed job's traceback is a failure whose evidence links to the job (its own page
+    # when the job is not among those listed on the run page).
+    bottom = c.get(f"/run/{rid}/report").json()["bottom"]
+    assert "RuntimeError: synthetic failure" in bottom
+    assert f'href="#job-{rid}-j24" class="evidence" data-job="/run/{rid}/job/{rid}-j24"' in bottom
+    assert "RuntimeError: synthetic failure" in c.get(f"/run/{rid}/job/{rid}-j24").text
 
 
 def test_pages_on_each_dialect_read_only(db_url: str) -> None:
