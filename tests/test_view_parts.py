@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -24,7 +25,13 @@ from starlette.testclient import TestClient
 from a2rl.analysis import build_report
 from a2rl.analysis.web import StoreOpenError, create_app, open_readonly
 from a2rl.analysis.web.app import resolve_token
-from a2rl.analysis.web.plots import curve_values, nice_ticks, score_plot, time_ticks
+from a2rl.analysis.web.plots import (
+    curve_values,
+    nice_ticks,
+    score_plot,
+    time_ticks,
+    timeline_plot,
+)
 from a2rl.analysis.web.transcripts import attach_calls, parse
 from a2rl.store import Store
 
@@ -140,6 +147,10 @@ def test_the_score_plot_shows_the_final_test_score(tmp_path: Path) -> None:
     rep = build_report(store, rid)
     svg = score_plot(rep.trajectory, rep.timeline.end_s, 0.42)
     assert "final test 0.420" in svg and svg.count('class="point"') == 3
+    timeline = timeline_plot(rep.timeline)  # 8 hours: a tick per hour, labelled 0s, 1h00m...
+    assert re.findall(r'class="xtick"[^>]*>([^<]+)<', timeline) == [
+        "0.0s"] + [f"{h}h00m" for h in range(1, 9)]
+    assert f'href="#job-{rid}-j0"' in timeline and f'href="#sub-{rid}-s2"' in timeline
     store.close()
 
 

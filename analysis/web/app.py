@@ -31,7 +31,6 @@ from a2rl.store import Run
 
 from .. import fmt
 from ..render_html import CSS as REPORT_CSS
-from ..render_html import timeline_svg
 from ..report import build_report
 from ..schema import Report
 from . import plots, queries
@@ -190,7 +189,7 @@ class Viewer:
                    metric_rows=fmt.metric_rows(rep.metrics), curves=curves,
                    score_svg=plots.score_plot(rep.trajectory, rep.timeline.end_s,
                                               run.final_score),
-                   timeline_svg=timeline_svg(rep.timeline))
+                   timeline_svg=plots.timeline_plot(rep.timeline))
         top = self.env.get_template("report_top.html.jinja").render(**ctx)
         bottom = self.env.get_template("report_bottom.html.jinja").render(**ctx)
         return JSONResponse({"top": top, "bottom": bottom})

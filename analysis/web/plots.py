@@ -11,9 +11,9 @@ from collections.abc import Callable
 from html import escape
 
 from ..fmt import dur
-from ..schema import Trajectory
+from ..schema import Timeline, Trajectory
 
-W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 260, 60, 20, 16, 34
+W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 260, 100, 20, 16, 34
 # TRL/transformers print `{'loss': 1.23, ...}` dicts; many scripts print `loss=1.23` or
 # `reward: 0.5`. A number after the key, quoted or not.
 CURVE_KEYS = ("loss", "reward", "train_loss", "rewards/mean", "reward_mean", "eval_loss")
@@ -177,3 +177,64 @@ def curve_plot(metric: str, vals: list[float]) -> str:
                       f'<polyline points="{pts}" fill="none" stroke="#48c" stroke-width="1.5"/>',
                       f'<text x="{W - PAD_R - 4}" y="{PAD_T + 10}" text-anchor="end">last '
                       f'{vals[-1]:.4g} (logged point {len(vals)})</text>', "</svg>"])
+
+
+LANES = ("tool calls", "jobs", "grading", "submissions", "idle")
+STATE_COLORS = {"graded": "#2a7", "refused": "#c33", "failed": "#e80", "exited": "#48c",
+                "killed": "#c33", "timeout": "#c33", "lost": "#999", "running": "#8ac"}
+
+
+def timeline_plot(t: Timeline) -> str:
+    """The report's timeline lanes on a time axis with round ticks; jobs and submissions link
+    to their entries on the page."""
+    end = t.end_s or 1.0
+    lane_h, top, left, right = 30, 8, PAD_L, W - PAD_R
+    h = top + lane_h * len(LANES) + 30
+
+    def x(s: float) -> float:
+        return left + (right - left) * (s / end)
+
+    out = [f'<svg id="timeline-plot" class="plot" viewBox="0 0 {W} {h}" role="img" '
+           'aria-label="timeline">']
+    for i, name in enumerate(LANES):
+        y0 = top + i * lane_h
+        out += [f'<text x="{left - 8}" y="{y0 + lane_h / 2 + 4}" text-anchor="end">{name}</text>',
+                f'<line x1="{left}" y1="{y0 + lane_h}" x2="{right}" y2="{y0 + lane_h}" '
+                'stroke="#f0f0f0"/>']
+    cols: dict[int, bool] = {}  # one mark per pixel column: a run can have 10,000 calls
+    for c in t.tool_calls:
+        col = int(x(c.start_s))
+        cols[col] = cols.get(col, False) or c.is_error
+    out += [f'<rect class="call" x="{col}" y="{top + 5}" width="1.5" height="{lane_h - 10}" '
+            f'fill="{"#c33" if err else "#555"}"/>' for col, err in sorted(cols.items())]
+    y1 = top + lane_h
+    for j in t.jobs:
+        a, b = x(j.start_s), x(j.end_s if j.end_s is not None else end)
+        color = STATE_COLORS.get(j.state, "#48c") if j.exit_code in (0, None) else "#c33"
+        out.append(f'<a href="#job-{escape(j.id)}"><rect class="job" x="{a:.1f}" y="{y1 + 7}" '
+                   f'width="{max(b - a, 2):.1f}" height="{lane_h - 14}" fill="{color}" '
+                   f'opacity="0.8"><title>{escape(j.id)} {escape(j.command[:80])} ({j.state}, '
+                   f'exit {j.exit_code})</title></rect></a>')
+    y2 = top + 2 * lane_h
+    out += [f'<rect class="grading" x="{x(g.start_s):.1f}" y="{y2 + 7}" '
+            f'width="{max(x(g.end_s) - x(g.start_s), 1.5):.1f}" height="{lane_h - 14}" '
+            'fill="#a7c"/>' for g in t.grading]
+    y3 = top + 3 * lane_h
+    for s in t.submissions:
+        sx = min(max(x(s.at_s), left + 6), right - 6)  # the diamond stays inside the frame
+        out.append(f'<a href="#sub-{escape(s.id)}"><path class="submission" '
+                   f'd="M{sx:.1f},{y3 + 6} l6,9 l-6,9 l-6,-9 z" '
+                   f'fill="{STATE_COLORS.get(s.status, "#888")}"><title>{escape(s.id)} '
+                   f'{escape(s.path)} {s.status}</title></path></a>')
+    y4 = top + 4 * lane_h
+    out += [f'<rect class="idle" x="{x(g.start_s):.1f}" y="{y4 + 7}" '
+            f'width="{max(x(g.end_s) - x(g.start_s), 1.5):.1f}" height="{lane_h - 14}" '
+            'fill="#ddd" stroke="#bbb"/>' for g in t.idle_gaps]
+    ya = top + len(LANES) * lane_h
+    out.append(f'<line x1="{left}" y1="{ya}" x2="{right}" y2="{ya}" stroke="#999"/>')
+    for tick in time_ticks(end):
+        out += [f'<line x1="{x(tick):.1f}" y1="{ya}" x2="{x(tick):.1f}" y2="{ya + 4}" '
+                'stroke="#999"/>',
+                f'<text class="xtick" x="{x(tick):.1f}" y="{ya + 16}" text-anchor="middle">'
+                f'{dur(tick)}</text>']
+    return "\n".join(out + ["</svg>"])
