@@ -167,8 +167,10 @@ def test_run_page_shows_the_conversation_calls_logs_and_diffs(
     rev.locator("summary").click()
     diff = rev.locator("pre.diff")
     diff.wait_for()
-    assert "-    print({'loss': round(2.0 * 0.8 ** step" in diff.inner_text()
-    assert "+    print({'loss': round(2.0 * 0.7 ** step" in diff.inner_text()
+    lines = diff.inner_text().splitlines()
+    assert any(x.startswith("-    print({'loss': round(2.0 * 0.8 ** step") for x in lines), lines
+    assert any(x.startswith("+    print({'loss': round(2.0 * 0.7 ** step") for x in lines), lines
+    assert lines[0].startswith("--- a/code/train.py") and lines[2].startswith("@@")
     # The refused submission's failure links to its submission.
     link = page.locator("#failures a.evidence").first
     assert link.get_attribute("href", timeout=2000).startswith("#sub-")

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio.to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -51,6 +52,7 @@ def environment() -> Environment:
         lstrip_blocks=True)
     env.filters.update(dur=fmt.dur, num=fmt.num, pct=fmt.pct, interval=fmt.interval,
                        evidence=fmt.evidence, pretty=_pretty, short=_short,
+                       diff_html=_diff_html, pretty_text=_pretty_text,
                        extract=lambda key, mapping: mapping.get(key, key),
                        when=lambda d: d.strftime("%Y-%m-%d %H:%M") if d else "–")
     env.globals.update(REPORT_CSS=REPORT_CSS, ROUTE_LABELS=fmt.ROUTE_LABELS,
@@ -64,6 +66,30 @@ def _pretty(x: Any) -> str:
     if isinstance(x, str):
         return x
     return json.dumps(x, indent=2, ensure_ascii=False, default=str)
+
+
+def _diff_html(diff: str) -> Markup:
+    """A unified diff, one line per line, with added, removed and hunk lines marked."""
+    out = []
+    for line in diff.splitlines():
+        cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+")
+               else "del" if line.startswith("-") else "")
+        out.append(Markup('<span class="{}">{}</span>').format(cls, line) if cls
+                   else escape(line))
+    return Markup("\n").join(out)
+
+
+def _pretty_text(text: str | None) -> str:
+    """A result as the server stored it; JSON indented so that it reads line by line."""
+    if not text:
+        return text or ""
+    stripped = text.strip()
+    if stripped[:1] in "{[":
+        try:
+            return json.dumps(json.loads(stripped), indent=2, ensure_ascii=False)
+        except ValueError:
+            pass
+    return text
 
 
 def _short(x: Any, n: int = 120) -> str:
