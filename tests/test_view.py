@@ -214,7 +214,7 @@ def test_compare_two_runs(runs: dict[str, Any], site: str, browser: Any,
     assert not errors, errors
 
 
-def test_live_page_shows_a_call_made_after_it_opened(runs: dict[str, Any], site: str,
+def test_live_page_shows_calls_and_jobs_made_after_it_opened(runs: dict[str, Any], site: str,
                                                      browser: Any, tmp_path: Path) -> None:
     page, errors = browser
     page.goto(f"{site}/run/{runs['llm']}")
@@ -226,7 +226,8 @@ def test_live_page_shows_a_call_made_after_it_opened(runs: dict[str, Any], site:
     def later() -> None:
         try:
             anyio.run(_calls, runs["settings"], runs["store"], runs["llm"],
-                      [("budget_status", {})])
+                      [("budget_status", {}),
+                       ("run_command", {"command": "echo a-live-job", "wait_s": 30})])
         except BaseException as exc:  # surfaced in the test's thread below
             failures.append(exc)
 
@@ -236,7 +237,11 @@ def test_live_page_shows_a_call_made_after_it_opened(runs: dict[str, Any], site:
     assert not failures, failures
     started = time.monotonic()
     page.locator("#live-calls details.call", has_text="budget_status").wait_for(timeout=15_000)
+    page.locator("#live-calls details.call", has_text="a-live-job").wait_for(timeout=15_000)
+    job = page.locator("#live-jobs .job", has_text="echo a-live-job")
+    job.wait_for(timeout=15_000)
     assert time.monotonic() - started < 15
+    assert "exited (exit 0)" in job.inner_text()
     _shot(page, tmp_path, "live")
     assert not errors, errors
 

@@ -117,13 +117,15 @@
     var after = live.dataset.after;
     var run = live.dataset.run;
     var poll = function () {
-      get("/run/" + encodeURIComponent(run) + "/activity?after=" + after)
+      get("/run/" + encodeURIComponent(run) + "/activity?after=" + after +
+          "&jobs_from=" + live.dataset.jobs)
         .then(function (r) { return r.json(); }).then(function (doc) {
           var a = doc.activity;
           after = doc.last_call_id;
           if (doc.calls_html.trim()) {
             document.getElementById("live-calls").insertAdjacentHTML("beforeend", doc.calls_html);
           }
+          document.getElementById("live-jobs").innerHTML = doc.jobs_html;
           document.getElementById("live-counts").textContent = a.tool_calls + " tool calls · " +
             a.jobs + " jobs (" + a.jobs_running + " running) · " + a.submissions +
             " submissions · " + a.graded + " evaluations";

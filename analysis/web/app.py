@@ -286,14 +286,20 @@ class Viewer:
         html = self.env.get_template("messages.html.jinja").render(
             run_id=run_id, messages=[from_call(c) for c in new])
         run = queries.get_run(self.store, run_id)
-        scores = []
+        scores, jobs_html = [], ""
         if run is not None:
             scores = [{"submission": s.id, "status": s.status, "scores": [
                 {"split": e.split, "score": e.score, "kind": e.kind} for e in s.evaluations]}
                 for s in queries.submissions(self.store, run)]
+            # The jobs started since the page was rendered (it had `jobs_from` of them), in
+            # their current state: the page replaces its list with these on each poll.
+            jobs_from = max(0, int(request.query_params.get("jobs_from", "0") or 0))
+            jobs_html = self.env.get_template("jobs.html.jinja").render(
+                run=run, offset=0, job_page=JOB_PAGE, job_total=0,
+                jobs=queries.jobs(self.store, run, JOB_PAGE, jobs_from))
         return JSONResponse({"activity": a.model_dump(), "calls_html": html,
                              "last_call_id": max([after] + [c.id or 0 for c in new]),
-                             "scores": scores})
+                             "jobs_html": jobs_html, "scores": scores})
 
     async def compare(self, request: Request) -> Response:
         ids = [x for v in request.query_params.getlist("run") for x in v.split(",") if x]
