@@ -34,6 +34,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+from sqlalchemy import func
+from sqlmodel import col, select
 
 from a2rl.analysis.web.browser import served
 from a2rl.store import (
@@ -112,18 +114,20 @@ def build_synthetic(store: Store, calls: int = 10_000, jobs: int = 500, subs: in
                         state="exited", exit_code=1 if failed else 0, log_path="",
                         log_blob_sha=blob(_log(j)), log_bytes=2000, started_at=start,
                         ended_at=start + timedelta(seconds=span / jobs * 0.8)))
+    with store.session() as s:
+        snap0 = s.exec(select(func.max(Snapshot.id))).one() or 0
     code = "import trl\nfrom trl import SFTTrainer\n"
     for k in range(subs):
         at = t0 + timedelta(seconds=span * (k + 0.5) / subs)
         code += f"# change {k}\nLR_{k} = {1e-5 * (k + 1)}\n"
         sha = blob(code)
-        rows += [Snapshot(id=k + 1, run_id=run_id, reason="submission", created_at=at),
-                 SnapshotFile(snapshot_id=k + 1, path="code/train.py", blob_sha=sha),
+        rows += [Snapshot(id=snap0 + k + 1, run_id=run_id, reason="submission", created_at=at),
+                 SnapshotFile(snapshot_id=snap0 + k + 1, path="code/train.py", blob_sha=sha),
                  Revision(run_id=run_id, path="code/train.py", blob_sha=sha,
                           source="edit_file", created_at=at)]
         sid = f"{run_id}-s{k}"
         rows.append(Submission(id=sid, run_id=run_id, path=f"output/ckpt{k}", status="graded",
-                               snapshot_id=k + 1, created_at=at))
+                               snapshot_id=snap0 + k + 1, created_at=at))
         score = 0.3 + 0.12 * k / max(subs - 1, 1)
         rows.append(Evaluation(run_id=run_id, submission_id=sid, split="dev", score=score,
                                ci_low=score - 0.06, ci_high=score + 0.06, n_items=N_ITEMS,
@@ -134,8 +138,9 @@ def build_synthetic(store: Store, calls: int = 10_000, jobs: int = 500, subs: in
                            n_items=N_ITEMS, items=_items(999, 0.42),
                            started_at=t0 + timedelta(seconds=span),
                            ended_at=t0 + timedelta(seconds=span)))
-    with store.session() as s:
-        s.add_all(list(blobs.values()))
+    with store.session() as s:  # a second synthetic run in the same store shares blobs
+        have = set(s.exec(select(Blob.sha256).where(col(Blob.sha256).in_(list(blobs)))).all())
+        s.add_all([b for sha, b in blobs.items() if sha not in have])
     with store.session() as s:
         s.add_all([base, base_dev, *rows])
     return run_id

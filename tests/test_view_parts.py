@@ -207,3 +207,24 @@ def test_a_postgres_database_that_is_not_a_store_is_left_alone(postgres: object)
     with engine.connect() as conn:
         assert inspect(conn).get_table_names() == []
     engine.dispose()
+
+
+def test_compare_counts_per_item_agreement(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    bench = _bench()
+    a = bench.build_synthetic(store, calls=20, jobs=2, subs=2, run_id="a")  # type: ignore[attr-defined]
+    b = bench.build_synthetic(store, calls=20, jobs=2, subs=3, run_id="b")  # type: ignore[attr-defined]
+    store.close()
+    # Both runs' final test evaluations carry the same seeded items, so they agree on all.
+    items = bench._items(999, 0.42)  # type: ignore[attr-defined]
+    right = sum(bool(i["correct"]) for i in items)
+    page = TestClient(create_app(url)).get(f"/compare?run={a}&run={b}").text
+    assert (f"{len(items)} items graded in every run's final evaluation: all runs right on "
+            f"{right}, all wrong on {len(items) - right}, disagreeing on 0") in page
+    base = bench._items(0, 0.3)  # type: ignore[attr-defined]
+    gained = sum(i["correct"] and not j["correct"] for i, j in zip(items, base, strict=True))
+    lost = sum(j["correct"] and not i["correct"] for i, j in zip(items, base, strict=True))
+    run_page = TestClient(create_app(url)).get(f"/run/{a}").text
+    assert (f"+{gained} right that the base got wrong</span>, <span class=\"bad\">−{lost} "
+            "wrong that the base got right") in run_page
