@@ -170,6 +170,11 @@ def test_pages_stay_fast_on_a_large_run(tmp_path: Path) -> None:
     page = c.get(f"/run/{rid}").text
     assert page.count('<details class="call') == 200  # the first page of the conversation only
     assert "show the next 200 of 1800 remaining" in page
+    for bad in ("offset=abc", "offset=-5", "offset=" + "9" * 40):  # never a server error
+        assert c.get(f"/run/{rid}/conversation?{bad}").status_code == 200
+    assert c.get(f"/run/{rid}/call/abc").status_code == 404
+    assert c.get(f"/run/{rid}/revision/999999").status_code == 404
+    assert c.get(f"/run/{rid}/job/nope").status_code == 404
     more = c.get(f"/run/{rid}/conversation?offset=1800").text
     assert more.count('<details class="call') == 200 and "load-more" not in more
     # A failed job's traceback is a failure whose evidence links to the job (its own page

@@ -92,6 +92,12 @@ def _pretty_text(text: str | None) -> str:
     return text
 
 
+def _count_param(request: Request, name: str) -> int:
+    """A non-negative integer query parameter; anything else counts as 0 (never a 500)."""
+    value = request.query_params.get(name, "")
+    return min(int(value), 10**9) if value.isdigit() else 0
+
+
 def _short(x: Any, n: int = 120) -> str:
     text = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
     return text if len(text) <= n else text[:n - 1] + "…"
@@ -228,7 +234,7 @@ class Viewer:
         run = queries.get_run(self.store, request.path_params["run_id"])
         if run is None:
             return self.not_found("no such run")
-        offset = max(0, int(request.query_params.get("offset", "0") or 0))
+        offset = _count_param(request, "offset")
         kind, msgs, total = self.conversation_page(run, offset)
         return self.page("conversation.html.jinja", run=run, messages=msgs, offset=offset,
                          conv_total=total, page=PAGE)
@@ -237,7 +243,7 @@ class Viewer:
         run = queries.get_run(self.store, request.path_params["run_id"])
         if run is None:
             return self.not_found("no such run")
-        offset = max(0, int(request.query_params.get("offset", "0") or 0))
+        offset = _count_param(request, "offset")
         return self.page("jobs.html.jinja", run=run, offset=offset, job_page=JOB_PAGE,
                          jobs=queries.jobs(self.store, run, JOB_PAGE, offset),
                          job_total=queries.count_jobs(self.store, run.id))
@@ -246,7 +252,7 @@ class Viewer:
         run = queries.get_run(self.store, request.path_params["run_id"])
         if run is None:
             return self.not_found("no such run")
-        offset = max(0, int(request.query_params.get("offset", "0") or 0))
+        offset = _count_param(request, "offset")
         return self.page("revisions.html.jinja", run=run, offset=offset, rev_page=REV_PAGE,
                          revisions=queries.revisions(self.store, run, REV_PAGE, offset),
                          rev_total=queries.count_revisions(self.store, run.id))
@@ -281,7 +287,7 @@ class Viewer:
         a = queries.activity(self.store, run_id)
         if a is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
-        after = max(0, int(request.query_params.get("after", "0") or 0))
+        after = _count_param(request, "after")
         new = queries.calls(self.store, run_id, after_id=after, limit=100)
         html = self.env.get_template("messages.html.jinja").render(
             run_id=run_id, messages=[from_call(c) for c in new])
@@ -293,7 +299,7 @@ class Viewer:
                 for s in queries.submissions(self.store, run)]
             # The jobs started since the page was rendered (it had `jobs_from` of them), in
             # their current state: the page replaces its list with these on each poll.
-            jobs_from = max(0, int(request.query_params.get("jobs_from", "0") or 0))
+            jobs_from = _count_param(request, "jobs_from")
             jobs_html = self.env.get_template("jobs.html.jinja").render(
                 run=run, offset=0, job_page=JOB_PAGE, job_total=0,
                 jobs=queries.jobs(self.store, run, JOB_PAGE, jobs_from))
