@@ -680,6 +680,26 @@ def report(
 
 
 @app.command()
+def view(
+    host: Annotated[str, typer.Option(help="address to bind; off loopback a token is required"
+                                      )] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8765,
+    fleet: Annotated[str | None, typer.Option(help="open on this fleet's runs")] = None,
+    token: Annotated[str | None, typer.Option(
+        help="required on every request (generated and printed when binding off loopback)")
+    ] = None,
+) -> None:
+    """Browse the store in a local web app: runs, a run's conversation, compare, live runs."""
+    from a2rl.analysis.web import StoreOpenError, serve
+
+    try:
+        serve(_settings().database_url, host=host, port=port, fleet=fleet, token=token,
+              say=lambda m: typer.echo(m, err=True))
+    except StoreOpenError as exc:
+        _fail(str(exc))
+
+
+@app.command()
 def compare(
     task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
     agent: Annotated[str | None, typer.Option(help="only runs of this agent")] = None,

@@ -20,6 +20,8 @@ RULES = [("base weights", re.compile(r"base model|train before", re.I)),
          ("missing path", re.compile(r"does not exist|not found", re.I)),
          ("submission limit", re.compile(r"limit", re.I)),
          ("deadline passed", re.compile(r"deadline|budget", re.I))]
+# Substrings (lower case) that any match of the pattern contains.
+_HINTS = {OOM: ("memory", "killed", "oom")}
 DIVERGE_FACTOR = 10.0
 MIN_REFERENCE_LOSS = 0.01
 
@@ -64,13 +66,22 @@ def _traceback(job_id: str, log: str, path: str) -> Evidence | None:
 
 
 def loss_values(log: str) -> list[tuple[int, float]]:
+    """(line number, value) of each loss the log prints.
+
+    One regex pass over the whole log, counting newlines between matches (a per-line loop
+    was most of a large run's report time); a match spanning lines is not a printed loss.
+    """
     out = []
-    for no, line in enumerate(_lines(log), 1):
-        for m in LOSS.finditer(line):
-            try:
-                out.append((no, float(m.group(1))))
-            except ValueError:
-                continue
+    no, pos = 1, 0
+    for m in LOSS.finditer(log):
+        if "\n" in m.group(0) or "\r" in m.group(0):
+            continue
+        no += log.count("\n", pos, m.start())
+        pos = m.start()
+        try:
+            out.append((no, float(m.group(1))))
+        except ValueError:
+            continue
     return out
 
 
@@ -91,6 +102,9 @@ def _diverged(values: list[tuple[int, float]]) -> tuple[int, float, str] | None:
 
 
 def _line_of(log: str, pattern: re.Pattern[str]) -> tuple[int, str]:
+    hints = _HINTS.get(pattern)
+    if hints is not None and not any(h in log.lower() for h in hints):
+        return 0, ""  # a cheap substring test first: most logs have no match
     for no, line in enumerate(_lines(log), 1):
         if pattern.search(line):
             return no, line.strip()[:300]

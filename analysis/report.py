@@ -94,12 +94,12 @@ def build_code_history(d: RunData) -> list[CodeVersion]:
 
 def build_routes(d: RunData) -> list[Route]:
     out = []
+    started = [(d.t(j.started_at) or 0.0, j.id, j.command) for j in d.jobs]
     for sub in d.submissions:
         files = d.snapshots.get(sub.snapshot_id, {}) if sub.snapshot_id is not None else {}
         texts = {p: d.text(sha) for p, sha in files.items()}
-        created = sub.created_at
-        cmds = [(j.id, j.command) for j in d.jobs if (d.t(j.started_at) or 0.0)
-                <= (d.t(created) or 0.0)]
+        at = d.t(sub.created_at) or 0.0
+        cmds = [(jid, cmd) for t, jid, cmd in started if t <= at]
         route, also, ev = classify(sub.path, sub.error if sub.status == "refused" else None,
                                    sub.near_copy, sub.l2_distance, texts, cmds, sub.id)
         out.append(Route(submission_id=sub.id, path=sub.path, route=route, also=also,

@@ -8,6 +8,7 @@ there are none, every Python file of the snapshot.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -42,12 +43,15 @@ COPY_CODE = re.compile(r"copytree\([^)]*base_model|shutil\.copy\w*\([^)]*base_mo
 BASE_REFUSAL = re.compile(r"base model|train before submitting", re.I)
 
 
-def _mentions(command: str) -> set[str]:
+@functools.lru_cache(maxsize=8192)
+def _mentions(command: str) -> frozenset[str]:
+    # Cached: each submission's classification re-reads every earlier job's command, and
+    # shlex is slow (a run of 500 jobs and 50 submissions splits 12,500 commands).
     try:
         words = shlex.split(command, comments=True)
     except ValueError:
         words = command.split()
-    return {w.strip("'\"").removeprefix("./").rstrip("/") for w in words}
+    return frozenset(w.strip("'\"").removeprefix("./").rstrip("/") for w in words)
 
 
 def relevant_files(files: Mapping[str, str], commands: Iterable[str]) -> list[str]:

@@ -47,8 +47,12 @@ def job_spans(d: RunData, end: float) -> list[tuple[float, float]]:
 
 def build_timeline(d: RunData, idle_threshold_s: float = 120.0) -> Timeline:
     end = end_s(d)
-    calls = [ToolCallEvent(id=c.id or 0, tool=c.tool, start_s=d.t(c.started_at) or 0.0,
-                           duration_s=c.duration_ms / 1000.0, is_error=c.is_error)
+    # model_construct: 10,000 rows from our own store need no validation (it was a fifth of
+    # a large run's report time).
+    calls = [ToolCallEvent.model_construct(id=c.id or 0, tool=c.tool,
+                                           start_s=d.t(c.started_at) or 0.0,
+                                           duration_s=c.duration_ms / 1000.0,
+                                           is_error=bool(c.is_error))
              for c in d.calls]
     jobs = [JobEvent(id=j.id, command=j.command[:200], state=j.state, exit_code=j.exit_code,
                      start_s=d.t(j.started_at) or 0.0, end_s=d.t(j.ended_at))

@@ -4,7 +4,8 @@
 set -euo pipefail
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
-# headless Chromium renders the HTML run reports in the tests (not needed by make demo)
+# headless Chromium renders the HTML run reports and drives `a2rl view` (Playwright) in the tests
+# (not needed by make demo)
 [ "${1:-}" = "--optional" ] || command -v chromium >/dev/null || missing+=(chromium)
 # PostgreSQL: the store's tests and the fleet's run against a server they start on loopback
 # (Debian keeps initdb and pg_ctl under /usr/lib/postgresql/<version>/bin)

@@ -1,0 +1,399 @@
+"""The viewer's Starlette app: routes, the access token, and the pages' assembly.
+
+Read-only by construction (the store is opened with `open_readonly`). Bound to loopback by
+default; bound elsewhere, every request must carry the token (`?token=`, a bearer header or the
+cookie set by the first `?token=` request), checked in constant time. Pages are server-rendered
+Jinja2 with a few lines of vanilla JS (`templates/viewer.js`) for sorting, paging and the live
+view; no build step and no network beyond this server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from a2rl.store import Run
+
+from .. import fmt
+from ..render_html import CSS as REPORT_CSS
+from ..report import build_report
+from ..schema import Report
+from . import plots, queries
+from .readonly import ReadOnlyStore, open_readonly
+from .transcripts import Message, attach_calls, from_call, parse
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+PAGE = 200  # conversation entries per page
+JOB_PAGE = 20
+REV_PAGE = 100
+LIVE_STATES = ("created", "running", "finalizing")
+
+
+def environment() -> Environment:
+    """The Jinja2 environment shared by the viewer's pages (and its filters)."""
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
+        ["jinja", "html"], default_for_string=True, default=True), trim_blocks=True,
+        lstrip_blocks=True)
+    env.filters.update(dur=fmt.dur, num=fmt.num, pct=fmt.pct, interval=fmt.interval,
+                       evidence=fmt.evidence, pretty=_pretty, short=_short,
+                       diff_html=_diff_html, pretty_text=_pretty_text,
+                       extract=lambda key, mapping: mapping.get(key, key),
+                       when=lambda d: d.strftime("%Y-%m-%d %H:%M") if d else "–")
+    env.globals.update(REPORT_CSS=REPORT_CSS, ROUTE_LABELS=fmt.ROUTE_LABELS,
+                       FAILURE_LABELS=fmt.FAILURE_LABELS)
+    return env
+
+
+def _pretty(x: Any) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, str):
+        return x
+    return json.dumps(x, indent=2, ensure_ascii=False, default=str)
+
+
+def _diff_html(diff: str) -> Markup:
+    """A unified diff, one line per line, with added, removed and hunk lines marked."""
+    out = []
+    for line in diff.splitlines():
+        cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+")
+               else "del" if line.startswith("-") else "")
+        out.append(Markup('<span class="{}">{}</span>').format(cls, line) if cls
+                   else escape(line))
+    return Markup("\n").join(out)
+
+
+def _pretty_text(text: str | None) -> str:
+    """A result as the server stored it; JSON indented so that it reads line by line."""
+    if not text:
+        return text or ""
+    stripped = text.strip()
+    if stripped[:1] in "{[":
+        try:
+            return json.dumps(json.loads(stripped), indent=2, ensure_ascii=False)
+        except ValueError:
+            pass
+    return text
+
+
+def _count_param(request: Request, name: str) -> int:
+    """A non-negative integer query parameter; anything else counts as 0 (never a 500)."""
+    value = request.query_params.get(name, "")
+    return min(int(value), 10**9) if value.isdigit() else 0
+
+
+def _short(x: Any, n: int = 120) -> str:
+    text = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
+class _Lru:
+    """A small cache of computed pages' data, keyed by what changes them."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size, self.data = size, OrderedDict[Any, Any]()
+
+    def get(self, key: Any, make: Callable[[], Any]) -> Any:
+        if key in self.data:
+            self.data.move_to_end(key)
+            return self.data[key]
+        value = make()
+        self.data[key] = value
+        while len(self.data) > self.size:
+            self.data.popitem(last=False)
+        return value
+
+
+class TokenGate(BaseHTTPMiddleware):
+    """Every request needs the token: query `token`, `Authorization: Bearer` or the cookie."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        super().__init__(app)
+        self.token = token
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        given = (request.query_params.get("token") or request.cookies.get("a2rl_view")
+                 or request.headers.get("authorization", "").removeprefix("Bearer ").strip())
+        if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
+            return PlainTextResponse("a2rl view: this server needs its token (?token=...)",
+                                     status_code=401)
+        response = await call_next(request)
+        if request.query_params.get("token"):
+            response.set_cookie("a2rl_view", self.token, httponly=True, samesite="strict")
+        return response
+
+
+class Viewer:
+    def __init__(self, store: ReadOnlyStore, fleet: str | None = None) -> None:
+        self.store, self.fleet, self.env = store, fleet, environment()
+        self.reports, self.convs, self.curves = _Lru(), _Lru(), _Lru()
+        for name in self.env.list_templates(extensions=["jinja"]):
+            self.env.get_template(name)  # compiled at start, not on a user's first visit
+
+    def page(self, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        return HTMLResponse(self.env.get_template(name).render(**ctx), status_code=status)
+
+    def not_found(self, what: str) -> HTMLResponse:
+        return self.page("error.html.jinja", status=404, title="Not found", message=what)
+
+    # --- data with caches: a finished run never changes, a live one is keyed by its counts
+
+    def _key(self, run: Run) -> tuple[Any, ...]:
+        if run.status == "finished":
+            return (run.id, "finished", run.agent_transcript_sha)
+        a = queries.activity(self.store, run.id)
+        return (run.id, run.status, a.model_dump_json() if a else "")
+
+    def report(self, run: Run) -> Report:
+        return self.reports.get(self._key(run), lambda: build_report(self.store, run.id))
+
+    def conversation(self, run: Run) -> tuple[str, list[Message] | None]:
+        """(format, messages); messages is None for agents without a transcript, whose
+        conversation is the store's calls, paged in SQL."""
+        if not run.agent_transcript_sha:
+            return "none", None
+
+        def make() -> tuple[str, list[Message]]:
+            kind, msgs = parse(queries.blob(self.store, run.agent_transcript_sha))
+            return kind, attach_calls(msgs, queries.calls(self.store, run.id))
+
+        return self.convs.get(self._key(run), make)
+
+    def conversation_page(self, run: Run, offset: int) -> tuple[str, list[Message], int]:
+        kind, msgs = self.conversation(run)
+        if msgs is None:
+            total = queries.count_calls(self.store, run.id)
+            rows = queries.calls(self.store, run.id, limit=PAGE, offset=offset)
+            return kind, [from_call(c) for c in rows], total
+        return kind, msgs[offset:offset + PAGE], len(msgs)
+
+    # --- pages
+
+    async def runs(self, request: Request) -> Response:
+        fleet = request.query_params.get("fleet") or self.fleet
+        rows = queries.list_runs(self.store, fleet)
+        return self.page("runs.html.jinja", title=f"fleet {fleet}" if fleet else "Runs",
+                         rows=rows, fleet=fleet,
+                         has_profile=any(r.profile is not None for r in rows))
+
+    async def run(self, request: Request) -> Response:
+        """The run's first view, from cheap queries; the report's sections (which read the
+        whole run) arrive from `/run/{id}/report` once computed."""
+        run = queries.get_run(self.store, request.path_params["run_id"])
+        if run is None:
+            return self.not_found(f"no run {request.path_params['run_id']!r}")
+        row = queries.list_runs(self.store, run_id=run.id)[0]
+        kind, msgs, total = self.conversation_page(run, 0)
+        return self.page(
+            "run.html.jinja", title=f"run {run.id}", run=run, row=row,
+            conv_format=kind, messages=msgs, conv_total=total, page=PAGE,
+            jobs=queries.jobs(self.store, run, JOB_PAGE),
+            job_total=queries.count_jobs(self.store, run.id), job_page=JOB_PAGE,
+            revisions=queries.revisions(self.store, run, REV_PAGE),
+            rev_total=queries.count_revisions(self.store, run.id), rev_page=REV_PAGE,
+            submissions=queries.submissions(self.store, run),
+            live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id))
+
+    async def report_fragment(self, request: Request) -> Response:
+        """The report's sections as two HTML fragments (above and below the conversation)."""
+        run = queries.get_run(self.store, request.path_params["run_id"])
+        if run is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        rep = await anyio.to_thread.run_sync(self.report, run)
+        curves = await anyio.to_thread.run_sync(self.training_curves, run)
+        ctx = dict(run=run, r=rep, s=rep.summary, summary_rows=fmt.summary_rows(rep),
+                   metric_rows=fmt.metric_rows(rep.metrics), curves=curves,
+                   score_svg=plots.score_plot(rep.trajectory, rep.timeline.end_s,
+                                              run.final_score),
+                   timeline_svg=plots.timeline_plot(rep.timeline))
+        top = self.env.get_template("report_top.html.jinja").render(**ctx)
+        bottom = self.env.get_template("report_bottom.html.jinja").render(**ctx)
+        return JSONResponse({"top": top, "bottom": bottom})
+
+    def training_curves(self, run: Run) -> list[tuple[str, str, str]]:
+        return self.curves.get(self._key(run), lambda: plots.curves(
+            queries.job_logs(self.store, run.id)))
+
+    async def conversation_fragment(self, request: Request) -> Response:
+        run = queries.get_run(self.store, request.path_params["run_id"])
+        if run is None:
+            return self.not_found("no such run")
+        offset = _count_param(request, "offset")
+        kind, msgs, total = self.conversation_page(run, offset)
+        return self.page("conversation.html.jinja", run=run, messages=msgs, offset=offset,
+                         conv_total=total, page=PAGE)
+
+    async def jobs_fragment(self, request: Request) -> Response:
+        run = queries.get_run(self.store, request.path_params["run_id"])
+        if run is None:
+            return self.not_found("no such run")
+        offset = _count_param(request, "offset")
+        return self.page("jobs.html.jinja", run=run, offset=offset, job_page=JOB_PAGE,
+                         jobs=queries.jobs(self.store, run, JOB_PAGE, offset),
+                         job_total=queries.count_jobs(self.store, run.id))
+
+    async def revisions_fragment(self, request: Request) -> Response:
+        run = queries.get_run(self.store, request.path_params["run_id"])
+        if run is None:
+            return self.not_found("no such run")
+        offset = _count_param(request, "offset")
+        return self.page("revisions.html.jinja", run=run, offset=offset, rev_page=REV_PAGE,
+                         revisions=queries.revisions(self.store, run, REV_PAGE, offset),
+                         rev_total=queries.count_revisions(self.store, run.id))
+
+    async def job_log(self, request: Request) -> Response:
+        run_id, job_id = request.path_params["run_id"], request.path_params["job_id"]
+        j = queries.job(self.store, run_id, job_id)
+        if j is None:
+            return self.not_found(f"no job {job_id!r} in run {run_id!r}")
+        log = queries.blob(self.store, j.log_blob_sha)
+        text = log.decode("utf-8", errors="replace") if log is not None else \
+            "(no log stored yet: the job may still be running)"
+        return self.page("job.html.jinja", title=f"job {j.id}", run_id=run_id, job=j, log=text)
+
+    async def call_page(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        c = queries.call(self.store, run_id, int(request.path_params["call_id"]))
+        if c is None:
+            return self.not_found("no such tool call")
+        return self.page("call.html.jinja", title=f"call {c.id}", run_id=run_id, m=from_call(c),
+                         started=c.started_at)
+
+    async def revision(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        found = queries.revision_diff(self.store, run_id, int(request.path_params["rev_id"]))
+        if found is None:
+            return self.not_found("no such revision")
+        return self.page("diff.html.jinja", diff=found[1])
+
+    async def activity(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        a = queries.activity(self.store, run_id)
+        if a is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        after = _count_param(request, "after")
+        new = queries.calls(self.store, run_id, after_id=after, limit=100)
+        html = self.env.get_template("messages.html.jinja").render(
+            run_id=run_id, messages=[from_call(c) for c in new])
+        run = queries.get_run(self.store, run_id)
+        scores, jobs_html = [], ""
+        if run is not None:
+            scores = [{"submission": s.id, "status": s.status, "scores": [
+                {"split": e.split, "score": e.score, "kind": e.kind} for e in s.evaluations]}
+                for s in queries.submissions(self.store, run)]
+            # The jobs started since the page was rendered (it had `jobs_from` of them), in
+            # their current state: the page replaces its list with these on each poll.
+            jobs_from = _count_param(request, "jobs_from")
+            jobs_html = self.env.get_template("jobs.html.jinja").render(
+                run=run, offset=0, job_page=JOB_PAGE, job_total=0,
+                jobs=queries.jobs(self.store, run, JOB_PAGE, jobs_from))
+        return JSONResponse({"activity": a.model_dump(), "calls_html": html,
+                             "last_call_id": max([after] + [c.id or 0 for c in new]),
+                             "jobs_html": jobs_html, "scores": scores})
+
+    async def compare(self, request: Request) -> Response:
+        ids = [x for v in request.query_params.getlist("run") for x in v.split(",") if x]
+        runs = [r for r in (queries.get_run(self.store, i) for i in ids) if r is not None]
+        if len(runs) < 2:
+            return self.page("error.html.jinja", status=400, title="Compare",
+                             message="pick two or more runs: /compare?run=A&run=B "
+                                     "(tick them on the runs page)")
+        reps = [self.report(r) for r in runs]
+        items = [queries.final_items(self.store, r) for r in runs]
+        common = sorted(set.intersection(*(set(i) for i in items))) if all(items) else []
+        agree = {"items": len(common),
+                 "all_right": sum(all(i[k] for i in items) for k in common),
+                 "all_wrong": sum(not any(i[k] for i in items) for k in common)}
+        pairs = []
+        for a in range(len(runs)):
+            for b in range(a + 1, len(runs)):
+                keys = sorted(set(items[a]) & set(items[b]))
+                pairs.append({"a": runs[a].id, "b": runs[b].id, "items": len(keys),
+                              "same": sum(items[a][k] == items[b][k] for k in keys),
+                              "only_a": sum(items[a][k] and not items[b][k] for k in keys),
+                              "only_b": sum(items[b][k] and not items[a][k] for k in keys)})
+        cols = []
+        for run, rep in zip(runs, reps, strict=True):
+            best = rep.summary.final_submission_id or rep.summary.best_submission_id
+            route = next((x.route for x in rep.routes if x.submission_id == best), None)
+            cols.append({"run": run, "r": rep, "route": route, "routes": [
+                x.route for x in rep.routes],
+                "plot": plots.score_plot(rep.trajectory, rep.timeline.end_s, run.final_score)})
+        return self.page("compare.html.jinja", title="Compare", cols=cols, agree=agree,
+                         pairs=pairs)
+
+    async def static_js(self, request: Request) -> Response:
+        return Response((TEMPLATES / "viewer.js").read_text(), media_type="text/javascript")
+
+    async def healthz(self, request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+
+def create_app(url: str | ReadOnlyStore, token: str | None = None,
+               fleet: str | None = None) -> Starlette:
+    """The viewer over the store at `url` (opened read-only). With `token`, every request
+    must carry it."""
+    store = url if isinstance(url, ReadOnlyStore) else open_readonly(url)
+    v = Viewer(store, fleet)
+    routes = [
+        Route("/", v.runs), Route("/healthz", v.healthz), Route("/compare", v.compare),
+        Route("/static/viewer.js", v.static_js),
+        Route("/run/{run_id}", v.run),
+        Route("/run/{run_id}/conversation", v.conversation_fragment),
+        Route("/run/{run_id}/report", v.report_fragment),
+        Route("/run/{run_id}/jobs", v.jobs_fragment),
+        Route("/run/{run_id}/revisions", v.revisions_fragment),
+        Route("/run/{run_id}/activity", v.activity),
+        Route("/run/{run_id}/job/{job_id}", v.job_log),
+        Route("/run/{run_id}/call/{call_id:int}", v.call_page),
+        Route("/run/{run_id}/revision/{rev_id:int}", v.revision),
+    ]
+    middleware = [Middleware(TokenGate, token=token)] if token else []
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        store.close()
+
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.viewer = v
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def resolve_token(host: str, token: str | None) -> str | None:
+    """The token to require: the given one, a fresh one off loopback, else none."""
+    if token:
+        return token
+    return None if is_loopback(host) else secrets.token_urlsafe(24)
+
+
+def serve(url: str, host: str = "127.0.0.1", port: int = 8765, fleet: str | None = None,
+          token: str | None = None, say: Callable[[str], None] = print) -> None:
+    """Serve until interrupted. Off loopback a token is required (generated when not given)."""
+    import uvicorn
+
+    token = resolve_token(host, token)
+    app = create_app(url, token=token, fleet=fleet)
+    shown = f"[{host}]" if ":" in host else host
+    link = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
+    say(f"a2rl view: serving the store read-only at {link} (Ctrl-C stops)")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,267 @@
+"""`a2rl view` in a real browser: Debian's Chromium driven by Playwright over real runs.
+
+One run is made by the `llm` agent against a local fake of an OpenAI-compatible server (its
+transcript stored as the orchestrator stores it), the other by direct MCP calls (no
+transcript: the conversation is the server's record). Both use the real server, the local
+sandbox and the `fixture` task without baseline, so the module costs a few seconds.
+Screenshots of each page land in the test's temporary folder; with `A2RL_VIEW_SCREENSHOT=PATH`
+the run page's screenshot is also written there (the README's, see scripts/view-screenshot.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from a2rl.analysis.web.browser import browser_page, chromium_path, screenshot, served
+from a2rl.clients.base import AgentContext, McpEndpoint
+from a2rl.clients.llm import LlmConnector
+from a2rl.server import build_server, create_run, finish_run
+from a2rl.settings import Settings
+from a2rl.store import Run, Store
+
+from .conftest import require, require_bwrap
+from .fake_openai import Call, FakeOpenAI
+
+pytestmark = pytest.mark.timeout(300)
+
+TRAIN = ("import sys\nfor step in range(8):\n"
+         "    print({'loss': round(2.0 * 0.8 ** step, 4), 'learning_rate': 5e-05, "
+         "'epoch': step / 8})\n"
+         "print('saved nothing: this is a test', file=sys.stderr)\n")
+STEPS = [Call("list_files", {"path": "."}),
+         Call("edit_file", {"path": "code/train.py", "new_text": TRAIN}),
+         Call("run_command", {"command": "python code/train.py", "wait_s": 30}),
+         Call("read_file", {"path": "no/such/file.txt"}),
+         Call("edit_file", {"path": "code/train.py", "old_text": "0.8 ** step",
+                            "new_text": "0.7 ** step"}),
+         Call("submit_checkpoint", {"path": "output/none", "note": "a path that is not there"}),
+         "I wrote a training script, ran it and tried to submit."]
+
+
+async def _llm_agent(settings: Settings, store: Store, run: Run, home: Path) -> LlmConnector:
+    agent = LlmConnector()
+    with FakeOpenAI(list(STEPS)) as fake:
+        ctx = AgentContext(run_id=run.id, prompt="Improve the model on task fixture.",
+                           home=home, endpoint=McpEndpoint(url="memory://", token="unused"),
+                           model="fake-model", budget_s=run.budget_s,
+                           options={"llm_base_url": fake.base_url, "llm_backoff_s": "0.01"})
+        async with Client(build_server(settings, store, run_id=run.id, transport="memory"),
+                          mode="legacy") as client:
+            await agent.run(client, ctx)
+    assert not fake.errors, fake.errors[0]
+    return agent
+
+
+async def _calls(settings: Settings, store: Store, run_id: str,
+                 calls: list[tuple[str, dict[str, Any]]]) -> None:
+    async with Client(build_server(settings, store, run_id=run_id, transport="memory"),
+                      mode="legacy") as c:
+        for name, args in calls:
+            await c.call_tool(name, args)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, a2rl_home: Path) -> Iterator[dict[str, Any]]:
+    require_bwrap()
+    tmp = tmp_path_factory.mktemp("view")
+    settings = Settings(home=a2rl_home, db_url=f"sqlite:///{tmp / 'a2rl.db'}")
+    store = Store(settings.database_url)
+    llm = create_run(settings, store, task_id="fixture", budget="30m", baseline=False,
+                     agent="llm").run
+    agent = anyio.run(_llm_agent, settings, store, llm, tmp / "home")
+    # As the orchestrator stores an in-process agent's transcript (clients/orchestrator.py).
+    sha = store.put_blob("\n".join(json.dumps(m) for m in agent.transcript).encode())
+    with store.session() as s:
+        row = s.get(Run, llm.id)
+        assert row is not None
+        row.agent_transcript_sha, row.driver_model = sha, "fake-model"
+        s.add(row)
+    plain = create_run(settings, store, task_id="fixture", budget="30m", baseline=False,
+                       agent="by-hand").run
+    anyio.run(_calls, settings, store, plain.id, [("list_files", {"path": "."}),
+                                                  ("run_command", {"command": "echo hi there"})])
+    finish_run(settings, store, plain.id)
+    yield {"settings": settings, "store": store, "llm": llm.id, "plain": plain.id, "tmp": tmp}
+    finish_run(settings, store, llm.id)
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def site(runs: dict[str, Any]) -> Iterator[str]:
+    with served(runs["settings"].database_url) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser(runs: dict[str, Any]) -> Iterator[tuple[Any, list[str]]]:
+    require(chromium_path() is not None, "chromium is not installed: apt-get install chromium")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        require(False, "playwright is not installed: pip install -e '.[dev]'")
+    with browser_page() as pb:
+        yield pb
+
+
+def _shot(page: Any, tmp_path: Path, name: str) -> None:
+    path = screenshot(page, tmp_path / f"{name}.png")
+    assert path.stat().st_size > 5_000
+
+
+def test_runs_page_sorts_and_filters(runs: dict[str, Any], site: str, browser: Any,
+                                     tmp_path: Path) -> None:
+    page, errors = browser
+    page.goto(site + "/")
+    table = page.locator("#runs-table")
+    assert runs["llm"] in table.inner_text() and runs["plain"] in table.inner_text()
+    assert "fake-model" in table.inner_text() and "by-hand" in table.inner_text()
+    page.fill("#filter", "by-hand")
+    assert page.locator("#runs-table tbody tr:visible").count() == 1
+    assert page.locator("#shown").inner_text() == "1 runs"
+    page.fill("#filter", "")
+    page.click("#runs-table th:has-text('tool calls')")
+    counts = [int(x) for x in page.locator("#runs-table tbody td:nth-child(12)").all_inner_texts()]
+    assert counts == sorted(counts) and counts[0] == 2, counts
+    _shot(page, tmp_path, "runs")
+    assert not errors, errors
+
+
+def test_run_page_shows_the_conversation_calls_logs_and_diffs(
+        runs: dict[str, Any], site: str, browser: Any, tmp_path: Path) -> None:
+    page, errors = browser
+    page.goto(f"{site}/run/{runs['llm']}")
+    page.locator("#report-top[data-loaded]").wait_for()
+    body = page.locator("body").inner_text()
+    for text in ("Summary", "Score trajectory", "Timeline", "Conversation", "llm transcript",
+                 "I wrote a training script", "Improve the model on task fixture",
+                 "submissions", "Training curves", "refused"):
+        assert text in body, text
+    # The failing call is marked, and opening it shows the server's error and the arguments.
+    failing = page.locator("details.call.err").first
+    assert "read_file" in failing.locator("summary").inner_text()
+    failing.locator("summary").click()
+    assert failing.locator("pre.args").is_visible()
+    assert "no/such/file.txt" in failing.locator("pre.args").inner_text()
+    assert failing.locator("pre.result").inner_text().strip()
+    # A run_command call shows the command and its output.
+    cmd = page.locator("details.call", has_text="run_command").first
+    cmd.locator("summary").click()
+    assert "python code/train.py" in cmd.locator("pre.args").inner_text()
+    assert "loss" in cmd.locator("pre.result").inner_text()
+    # The job's log (head) and the loss curve drawn from it.
+    page.locator("#jobs details.log summary").first.click()
+    assert "'loss': 2.0" in page.locator("#jobs details.log pre").first.inner_text()
+    assert page.locator("svg.curve").count() >= 1
+    # A code revision's diff loads when it is opened.
+    rev = page.locator("details.revision", has_text="changed").first
+    rev.locator("summary").click()
+    diff = rev.locator("pre.diff")
+    diff.wait_for()
+    lines = diff.inner_text().splitlines()
+    assert any(x.startswith("-    print({'loss': round(2.0 * 0.8 ** step") for x in lines), lines
+    assert any(x.startswith("+    print({'loss': round(2.0 * 0.7 ** step") for x in lines), lines
+    assert lines[0].startswith("--- a/code/train.py") and lines[2].startswith("@@")
+    # The refused submission's failure links to its submission.
+    link = page.locator("#failures a.evidence").first
+    assert link.get_attribute("href", timeout=2000).startswith("#sub-")
+    _shot(page, tmp_path, "run")
+    if os.environ.get("A2RL_VIEW_SCREENSHOT"):
+        page.set_viewport_size({"width": 1280, "height": 1800})
+        page.goto(f"{site}/run/{runs['llm']}")
+        page.locator("#report-top[data-loaded]").wait_for()
+        screenshot(page, Path(os.environ["A2RL_VIEW_SCREENSHOT"]), full_page=False)
+    assert not errors, errors
+
+
+def test_run_without_transcript_and_a_tool_call_page(runs: dict[str, Any], site: str,
+                                                     browser: Any, tmp_path: Path) -> None:
+    page, errors = browser
+    page.goto(f"{site}/run/{runs['plain']}")
+    page.locator("#report-top[data-loaded]").wait_for()
+    assert "No agent transcript" in page.locator("#conversation").inner_text()
+    call = page.locator("details.call", has_text="run_command").first
+    call.locator("summary").click()
+    call.locator("a", has_text="link to this call").click()
+    page.wait_for_url("**/call/*")
+    assert "echo hi there" in page.locator("body").inner_text()
+    assert "hi there" in page.locator("pre.result").inner_text()
+    _shot(page, tmp_path, "call")
+    assert not errors, errors
+
+
+def test_compare_two_runs(runs: dict[str, Any], site: str, browser: Any,
+                          tmp_path: Path) -> None:
+    page, errors = browser
+    page.goto(site + "/")
+    for rid in (runs["llm"], runs["plain"]):
+        page.check(f"input[value='{rid}']")
+    page.click("#compare-btn")
+    page.wait_for_url("**/compare?*")
+    text = page.locator("#compare-table").inner_text()
+    assert runs["llm"] in text and runs["plain"] in text
+    assert "time to first improvement" in text
+    _shot(page, tmp_path, "compare")
+    assert not errors, errors
+
+
+def test_live_page_shows_calls_and_jobs_made_after_it_opened(runs: dict[str, Any], site: str,
+                                                     browser: Any, tmp_path: Path) -> None:
+    page, errors = browser
+    page.goto(f"{site}/run/{runs['llm']}")
+    page.locator("#report-top[data-loaded]").wait_for()
+    assert page.locator("#live").is_visible()
+    assert page.locator("code.tool-name", has_text="budget_status").count() == 0
+    failures: list[BaseException] = []
+
+    def later() -> None:
+        try:
+            anyio.run(_calls, runs["settings"], runs["store"], runs["llm"],
+                      [("budget_status", {}),
+                       ("run_command", {"command": "echo a-live-job", "wait_s": 30})])
+        except BaseException as exc:  # surfaced in the test's thread below
+            failures.append(exc)
+
+    t = threading.Thread(target=later)
+    t.start()
+    t.join(60)
+    assert not failures, failures
+    started = time.monotonic()
+    page.locator("#live-calls details.call", has_text="budget_status").wait_for(timeout=15_000)
+    page.locator("#live-calls details.call", has_text="a-live-job").wait_for(timeout=15_000)
+    job = page.locator("#live-jobs .job", has_text="echo a-live-job")
+    job.wait_for(timeout=15_000)
+    assert time.monotonic() - started < 15
+    assert "exited (exit 0)" in job.inner_text()
+    _shot(page, tmp_path, "live")
+    assert not errors, errors
+
+
+def test_llm_transcript_is_paired_with_the_servers_record(runs: dict[str, Any]) -> None:
+    """Without a browser: every recorded call appears once, in the transcript's place."""
+    from sqlmodel import select
+    from starlette.testclient import TestClient
+
+    from a2rl.analysis.web import create_app
+    from a2rl.store import ToolCall
+
+    with runs["store"].session() as s:
+        rows = list(s.exec(select(ToolCall).where(ToolCall.run_id == runs["llm"])
+                           .order_by(ToolCall.id)).all())  # type: ignore[arg-type]
+    html = TestClient(create_app(runs["settings"].database_url)).get(
+        f"/run/{runs['llm']}").text
+    positions = [html.index(f'id="call-{r.id}"') for r in rows]
+    assert positions == sorted(positions) and all(
+        html.count(f'id="call-{r.id}"') == 1 for r in rows)
+    assert [r.tool for r in rows][:6] == [c.name for c in STEPS[:6]]  # type: ignore[union-attr]
+    assert html.index("Improve the model on task fixture") < positions[0]
+    assert html.index("I wrote a training script") > positions[5]
