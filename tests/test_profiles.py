@@ -132,7 +132,7 @@ def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
     assert docs["humaneval"]["splits"]["test"]["n_items"] == 82
     bad = subprocess.run([A2RL, "tasks", "--profile", "papr"], env=env,
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode != 0 and "profile must be one of" in bad.stderr
+    assert bad.returncode != 0 and "'papr' is not one of 'a2rl', 'paper'" in bad.stderr
     assert "Traceback" not in bad.stderr
 
 

@@ -130,7 +130,11 @@ def test_runs_page_sorts_and_filters(runs: dict[str, Any], site: str, browser: A
     assert page.locator("#shown").inner_text() == "1 runs"
     page.fill("#filter", "")
     page.click("#runs-table th:has-text('tool calls')")
-    counts = [int(x) for x in page.locator("#runs-table tbody td:nth-child(12)").all_inner_texts()]
+    column = page.evaluate("[...document.querySelectorAll('#runs-table thead th')]"
+                           ".findIndex(th => th.textContent.trim().startsWith('tool calls')) + 1")
+    assert column > 0
+    counts = [int(x) for x in
+              page.locator(f"#runs-table tbody td:nth-child({column})").all_inner_texts()]
     assert counts == sorted(counts) and counts[0] == 2, counts
     _shot(page, tmp_path, "runs")
     assert not errors, errors
