@@ -218,17 +218,24 @@ def runs(as_json: JsonFlag = False) -> None:
 def show(run_id: Annotated[str, typer.Argument(help="a run id")],
          as_json: JsonFlag = False) -> None:
     """Show one run: its settings, counts, jobs and scores."""
+    from a2rl.analysis import build_report
+    from a2rl.analysis.fmt import improvement
     from a2rl.store.queries import run_summary
 
     settings = _settings()
-    doc = run_summary(_store(settings), run_id)
+    store = _store(settings)
+    doc = run_summary(store, run_id)
     if doc is None:
         _fail(f"run {run_id!r} does not exist (see a2rl runs)")
+    summary = build_report(store, run_id).summary  # the paired improvement interval
     if as_json:
-        _print_json(doc)
+        _print_json({**(doc or {}), "improvement": summary.improvement.model_dump()
+                     if summary.improvement else None,
+                     "improvement_note": summary.improvement_note})
         return
     for key, value in (doc or {}).items():
         typer.echo(f"{key:18} {value}")
+    typer.echo(f"{'improvement':18} {improvement(summary)}")
 
 
 @app.command("run")

@@ -42,6 +42,7 @@ class RunData:
     budget_events: list[BudgetEvent]
     revisions: int
     baseline_test_n: int | None
+    baseline_test_eval: Evaluation | None = None
     blobs: dict[str, bytes] = field(default_factory=dict)
 
     @property
@@ -99,4 +100,5 @@ def load_run(store: Store, run_id: str) -> RunData:
     shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha}
     return RunData(run=run, calls=calls, jobs=jobs, submissions=subs, evaluations=evals,
                    snapshots=snapshots, budget_events=events, revisions=revisions,
-                   baseline_test_n=base.n_items if base else None, blobs=_blobs(store, shas))
+                   baseline_test_n=base.n_items if base else None, baseline_test_eval=base,
+                   blobs=_blobs(store, shas))
