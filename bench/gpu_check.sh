@@ -13,7 +13,7 @@
 # of pydantic, sqlmodel, SQLAlchemy (nor trl or mcp, which these checks do not import):
 #   1. here, once, with network: `bench/gpu_check.sh --prepare` downloads those wheels, for
 #      the device's Python (3.12, x86-64 manylinux, pinned as in constraints.txt) into .whl/,
-#      and lists .whl/ in .git/info/exclude;
+#      a folder git ignores (its own .gitignore), so that it travels only when carried;
 #   2. run there from the repository root with `.whl` carried:
 #      `bench/gpu_check.sh --out "$OUT"`. The script installs .whl/*.whl and a2rl itself
 #      (from this working tree, no build isolation, no index) into a private folder that goes
@@ -30,8 +30,8 @@ WHEELS=(pydantic==2.14.4 pydantic_core==2.50.5 annotated-types==0.8.0 typing-ins
         sqlmodel==0.0.50 SQLAlchemy==2.1.9)
 
 if [ "${1:-}" = "--prepare" ]; then
-  grep -qxF "/.whl/" .git/info/exclude 2>/dev/null || echo "/.whl/" >> .git/info/exclude
   mkdir -p .whl
+  echo "*" > .whl/.gitignore  # ignored by git without touching its metadata: carry it
   "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 -d .whl "${WHEELS[@]}"

@@ -93,7 +93,7 @@ def _all_tables(n: int) -> list[tuple[int, int, int, int]]:
             for c in range(n + 1 - a - b)]
 
 
-@pytest.mark.parametrize("n", [1, 5, 20, 60])
+@pytest.mark.parametrize("n", [1, 5, 20, 32])
 def test_paired_difference_properties(n: int, reference: None) -> None:
     """Inside what is possible, around the estimate, never zero-width, and paired: when the
     items agree it is narrower than treating the two scores as independent."""

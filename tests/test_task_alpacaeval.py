@@ -331,6 +331,7 @@ def test_evaluate_end_to_end(split: str, fake: FakeJudge, home: Settings,
     low, high = result.metrics["lc_win_rate_ci"]
     assert 0.0 <= low <= result.score <= high <= 1.0
     assert (result.ci_low, result.ci_high) == (low, high)  # the stored interval is the LC one
+    assert result.provenance["ci_method"] == result.metrics["lc_method"]  # names the bootstrap
     assert len(fake.requests) == n
     again = evaluate(task, checkpoint, split, home, engine=EchoEngine())  # type: ignore[arg-type]
     assert len(fake.requests) == n and again.metrics["judge_requests"] == 0
