@@ -463,13 +463,20 @@ def show(run_id: Annotated[str, typer.Argument(help="a run id")],
         _no_run(run_id)
         return
     details = run_details(store, run_id)
+    from a2rl.analysis import build_report
+    from a2rl.analysis.fmt import improvement
+
+    summary = build_report(store, run_id).summary  # the paired improvement interval
     if as_json:
-        _print_json({**doc, **details})
+        _print_json({**doc, **details, "improvement": summary.improvement.model_dump()
+                     if summary.improvement else None,
+                     "improvement_note": summary.improvement_note})
         return
-    _print_show(doc, details)
+    _print_show(doc, details, improvement(summary))
 
 
-def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]]) -> None:
+def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
+                improvement: str) -> None:
     """`a2rl show`: a few labelled blocks a person reads top to bottom."""
     def line(label: str, value: Any) -> None:
         typer.echo(f"  {label:16} {value}")
@@ -508,6 +515,7 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]]) -
     line("baseline", f"dev {_score(doc['baseline_dev'])}  test {_score(doc['baseline_test'])}")
     line("final (test)", _score(doc["final_score"])
          + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else ""))
+    line("improvement", improvement)
     jobs, subs = details["job_list"], details["submission_list"]
     if jobs:
         typer.echo("jobs")

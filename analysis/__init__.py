@@ -10,15 +10,16 @@ Everything here reads the store and returns values; only callers write files, ex
 
 from .archive import ArchiveError, export_run, import_run
 from .compare import Comparison, compare, render_csv, render_json, render_text
+from .improvement import paired_improvement
 from .render_html import render_html
 from .render_md import render_markdown
-from .report import build_report, improvement_interval
+from .report import build_report
 from .routes import classify
 from .schema import SCHEMA_PATH, SCHEMA_VERSION, Report, json_schema
 
 __all__ = [
     "SCHEMA_PATH", "SCHEMA_VERSION", "ArchiveError", "Comparison", "Report", "build_report",
-    "classify", "compare", "export_run", "import_run", "improvement_interval", "json_schema",
+    "classify", "compare", "export_run", "import_run", "json_schema", "paired_improvement",
     "render", "render_csv", "render_html", "render_json", "render_markdown", "render_text",
 ]
 

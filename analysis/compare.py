@@ -27,7 +27,10 @@ class RunRow(BaseModel):
     baseline: float | None
     final: float | None
     improvement: float | None
+    improvement_low: float | None = None
+    improvement_high: float | None = None
     within_noise: bool | None
+    improvement_note: str | None = None
     best_route: str | None
     submissions: int
     valid_submissions: int
@@ -65,7 +68,10 @@ def run_row(store: Store, run_id: str) -> RunRow:
                   improvement=s.improvement.estimate if s.improvement else (
                       s.final_test - s.baseline_test
                       if s.final_test is not None and s.baseline_test is not None else None),
+                  improvement_low=s.improvement.low if s.improvement else None,
+                  improvement_high=s.improvement.high if s.improvement else None,
                   within_noise=s.improvement.within_noise if s.improvement else None,
+                  improvement_note=s.improvement_note,
                   best_route=route_of.get(best) if best else None,
                   submissions=s.submissions_total, valid_submissions=s.submissions_valid,
                   budget_s=s.budget_s, budget_used_s=s.budget_used_s)
@@ -150,12 +156,19 @@ def render_csv(c: Comparison) -> str:
 def render_text(c: Comparison) -> str:
     def f(x: float | None, sign: str = "") -> str:
         return "–" if x is None else f"{x:{sign}.3f}"
+    def ci(r: RunRow) -> str:
+        if r.improvement_low is None or r.improvement_high is None:
+            return "–"
+        return f"[{r.improvement_low:+.3f},{r.improvement_high:+.3f}]{'~' * bool(r.within_noise)}"
     out = [f"{'run':14} {'task':10} {'agent':12} {'driver':16} {'baseline':>8} {'final':>8} "
-           f"{'improve':>8} {'route':14} subs"]
+           f"{'improve':>8} {'paired 95% CI':17} {'route':14} subs"]
     for r in c.rows:
         out.append(f"{r.run_id[:14]:14} {r.task:10} {str(r.agent)[:12]:12} "
                    f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
-                   f"{f(r.improvement, '+'):>8} {r.best_route or '–':14} {r.submissions}")
+                   f"{f(r.improvement, '+'):>8} {ci(r):17} {r.best_route or '–':14} "
+                   f"{r.submissions}")
+    if any(r.within_noise for r in c.rows):
+        out.append("~: the paired 95% interval of the improvement contains 0 (within noise)")
     for task, groups in c.leaderboard.items():
         out += ["", f"leaderboard {task}: mean improvement ± std over repeats"]
         for i, g in enumerate(groups, 1):

@@ -43,6 +43,7 @@ class RunData:
     budget_events: list[BudgetEvent]
     revisions: int
     baseline_test_n: int | None
+    baseline_test_eval: Evaluation | None = None
     blobs: dict[str, bytes] = field(default_factory=dict)
     #: the task's own files as the run was made (path -> blob sha): where the code started
     initial_files: dict[str, str] = field(default_factory=dict)
@@ -112,5 +113,5 @@ def load_run(store: Store, run_id: str) -> RunData:
     shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha} | set(initial.values())
     return RunData(run=run, calls=calls, jobs=jobs, submissions=subs, evaluations=evals,
                    snapshots=snapshots, budget_events=events, revisions=revisions,
-                   baseline_test_n=base.n_items if base else None, blobs=_blobs(store, shas),
-                   initial_files=initial)
+                   baseline_test_n=base.n_items if base else None, baseline_test_eval=base,
+                   blobs=_blobs(store, shas), initial_files=initial)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .schema import Evidence, Interval, Narrative, ProcessMetrics, Report
+from .schema import Evidence, Interval, Narrative, ProcessMetrics, Report, Summary
 
 ROUTE_LABELS = {"sft": "SFT", "grpo": "GRPO", "ppo": "PPO", "dpo": "DPO",
                 "rloo_reinforce": "RLOO/REINFORCE", "reward_model": "reward-model training",
@@ -44,6 +44,22 @@ def interval(iv: Interval | None) -> str:
     return f"{iv.estimate:+.3f} [95% CI {iv.low:+.3f}, {iv.high:+.3f}]{noise}"
 
 
+def improvement(s: Summary) -> str:
+    """The improvement with its paired interval, or the bare difference and why it has none."""
+    if s.improvement is not None:
+        return interval(s.improvement)
+    if s.final_test is None or s.baseline_test is None:
+        return "–"
+    return f"{s.final_test - s.baseline_test:+.3f} ({s.improvement_note or 'no interval'})"
+
+
+def improvement_method(iv: Interval | None) -> str:
+    if iv is None:
+        return "–"
+    paired = f", {iv.n_paired} items paired by id" if iv.n_paired else ""
+    return f"{iv.method}{paired}"
+
+
 def evidence(e: Evidence) -> str:
     where = ""
     if e.file:
@@ -77,7 +93,8 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("baseline (dev / test)", f"{num(s.baseline_dev)} / {num(s.baseline_test)}"),
         (f"best {r.trajectory.split}", f"{num(s.best_dev)} ({s.best_submission_id or '–'})"),
         ("final test", f"{num(s.final_test)} ({s.final_submission_id or 'baseline'})"),
-        ("improvement", interval(s.improvement)),
+        ("improvement", improvement(s)),
+        ("improvement interval", improvement_method(s.improvement)),
         ("submissions", f"{s.submissions_total}: {s.submissions_valid} valid, "
                         f"{s.submissions_refused} refused, {s.submissions_failed} failed"),
     ]

@@ -169,8 +169,8 @@ def _diff_html(diff: str) -> str:
 
 def render_html(r: Report) -> str:
     s, m, t, e = r.summary, r.metrics, r.timeline, escape
-    imp_cls = "noise" if s.improvement and s.improvement.within_noise else (
-        "good" if s.improvement and s.improvement.estimate > 0 else "bad")
+    imp_cls = "muted" if s.improvement is None else "noise" if s.improvement.within_noise \
+        else "good" if s.improvement.estimate > 0 else "bad"
     rows = [[e(k), f'<span class="{imp_cls}">{e(v)}</span>' if k == "improvement" else e(v)]
             for k, v in summary_rows(r)]
     rows.append(["final evaluation provenance", "<br>".join(

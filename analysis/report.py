@@ -6,18 +6,17 @@ Pure: reads the store, returns a `Report`; rendering and writing files happen el
 from __future__ import annotations
 
 import difflib
-import math
 from datetime import UTC, datetime
 
 from a2rl.store import Store
 
 from .data import RunData, load_run
 from .failures import find_failures
+from .improvement import Scored, paired_improvement
 from .routes import classify
 from .schema import (
     CodeVersion,
     FileChange,
-    Interval,
     Report,
     Route,
     ScorePoint,
@@ -26,16 +25,7 @@ from .schema import (
 )
 from .timeline import build_metrics, build_timeline
 
-Z95 = 1.959963984540054
 MAX_DIFF_LINES = 400
-
-
-def improvement_interval(p1: float, n1: int, p0: float, n0: int) -> Interval:
-    """p1 - p0 with a 95% normal-approximation interval for two independent proportions."""
-    se = math.sqrt(max(p1 * (1 - p1), 0.0) / n1 + max(p0 * (1 - p0), 0.0) / n0)
-    diff = p1 - p0
-    low, high = diff - Z95 * se, diff + Z95 * se
-    return Interval(estimate=diff, low=low, high=high, within_noise=low <= 0.0 <= high)
 
 
 def _feedback_split(d: RunData) -> str:
@@ -113,12 +103,18 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
     final_ev = next((e for e in d.evaluations if e.submission_id == run.final_submission_id
                      and e.split == "test" and e.status == "done"), None) \
         if run.final_submission_id else None
-    improvement = None
+    improvement, note = None, None
     if run.final_score is not None and run.baseline_test is not None:
-        n1 = final_ev.n_items if final_ev and final_ev.n_items else d.baseline_test_n
-        n0 = d.baseline_test_n or n1
-        if n1 and n0:
-            improvement = improvement_interval(run.final_score, n1, run.baseline_test, n0)
+        base_ev = d.baseline_test_eval
+        # No final submission: the final score is the baseline's, from the same evaluation.
+        paired = final_ev or (base_ev if run.final_submission_id is None else None)
+        if base_ev is None or paired is None:
+            note = (f"no interval: the {'baseline' if base_ev is None else 'final'} test "
+                    "evaluation is not in the store")
+        else:
+            improvement, note = paired_improvement(
+                Scored(run.final_score, paired.items, paired.metrics),
+                Scored(run.baseline_test, base_ev.items, base_ev.metrics))
     end = run.ended_at or (d.calls[-1].started_at if d.calls else None)
     used = d.t(end) if run.started_at and end else None
     return Summary(
@@ -132,7 +128,7 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
         best_dev=best.score if best else None,
         best_submission_id=best.submission_id if best else None,
         final_test=run.final_score, final_submission_id=run.final_submission_id,
-        improvement=improvement,
+        improvement=improvement, improvement_note=note,
         submissions_total=len(d.submissions),
         submissions_valid=sum(s.status == "graded" for s in d.submissions),
         submissions_refused=sum(s.status == "refused" for s in d.submissions),

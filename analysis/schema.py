@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = "1.1"  # 1.1: the optional `narrative`
+SCHEMA_VERSION = "1.2"  # 1.1: the optional `narrative`; 1.2: paired improvement interval
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -35,11 +35,16 @@ class Evidence(BaseModel):
 
 
 class Interval(BaseModel):
+    """An improvement with its paired 95% interval (see `analysis/improvement.py`)."""
+
     estimate: float
     low: float
     high: float
     within_noise: bool = Field(description="the 95% interval contains 0")
-    method: str = "difference of two proportions, normal approximation, 95%"
+    method: str = Field(description="how the interval was computed (schema 1.2: paired over "
+                                    "items; 1.0-1.1: two independent proportions)")
+    n_paired: int | None = Field(None, description="items matched by id in both evaluations "
+                                                   "(schema 1.2)")
 
 
 class Summary(BaseModel):
@@ -64,6 +69,8 @@ class Summary(BaseModel):
     final_test: float | None
     final_submission_id: str | None
     improvement: Interval | None = Field(description="final test minus baseline test")
+    improvement_note: str | None = Field(
+        None, description="why `improvement` is null although both scores exist (schema 1.2)")
     submissions_total: int
     submissions_valid: int
     submissions_refused: int

@@ -6,13 +6,15 @@ scores the untouched base model once per (task, base model, grader, engine). The
 chosen by `engine_select` (vLLM, static-cache transformers or plain `generate`).
 """
 
+from a2rl.stats import wilson_interval  # re-exported: its home is a2rl.stats
+
 from .baseline import baseline_key, ensure_baseline
 from .checks import NEAR_COPY_L2, CheckpointCheck, validate_checkpoint
 from .device_lock import DeviceBusy, device_lock
 from .engine import GenerationEngine, TransformersEngine, cut_at_stop
 from .engine_select import EngineUnavailable, choose_engine
 from .engine_static import StaticCacheEngine
-from .evaluate import GRADER_VERSION, EvalResult, evaluate, wilson_interval
+from .evaluate import GRADER_VERSION, EvalResult, evaluate
 from .gpu_memory import GpuMemoryUnavailable
 from .hashing import copy_checkpoint, data_hash, sha256_file, tree_digest, tree_hashes
 from .queue import MAX_ATTEMPTS, claim, drain, enqueue, process_one, run_worker

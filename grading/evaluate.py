@@ -1,14 +1,13 @@
 """One evaluation: a checkpoint, a task, a hidden split -> a score with its interval and
 provenance.
 
-The 95% interval is the Wilson score interval for a binomial proportion (z = 1.96): unlike the
-normal approximation it stays inside [0, 1] and behaves at scores of 0 and 1, which the toy task
-hits routinely.
+The 95% interval is the Wilson score interval for a binomial proportion unless the task gives
+its own (a length-controlled win rate); both come from `a2rl.stats`, and the provenance's
+`ci_method` names the one used.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from pydantic import BaseModel, Field
 
 import a2rl
 from a2rl.settings import Settings
+from a2rl.stats import WILSON_METHOD, wilson_interval
 from a2rl.tasks import ItemResult, Split, Task
 from a2rl.tasks.interactive import InteractiveTask
 
@@ -26,7 +26,6 @@ from .hashing import data_hash, tree_hashes
 
 #: Bump when scoring, prompting or generation settings of the grader change.
 GRADER_VERSION = "1"
-Z_95 = 1.959963984540054
 
 
 class EvalResult(BaseModel):
@@ -39,19 +38,6 @@ class EvalResult(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     items: list[ItemResult] = Field(default_factory=list)
     provenance: dict[str, Any] = Field(default_factory=dict)
-
-
-def wilson_interval(successes: int, n: int, z: float = Z_95) -> tuple[float, float]:
-    """The Wilson score interval of `successes / n`; (0, 1) when n is 0."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
 
 
 def make_engine(task: Task, checkpoint_dir: Path, settings: Settings) -> GenerationEngine:
@@ -106,7 +92,8 @@ def evaluate(
         "data_hash": data_hash(items),
         "checkpoint_hashes": tree_hashes(checkpoint_dir),
         "generation": grader.model_dump(),
-        "ci_method": "wilson-95",
+        "ci_method": WILSON_METHOD if scored.ci is None
+        else str(scored.metrics.get("ci_method", "task-defined")),
     }
     return EvalResult(score=scored.score, ci_low=low, ci_high=high, n_items=scored.n_items,
                       metrics=metrics, items=scored.items, provenance=provenance)

@@ -73,6 +73,12 @@ def test_create_show_runs_finish(tmp_path: Path) -> None:
     done = _a2rl(tmp_path, "finish", run_id, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "finished"
+    # No submission: the final score is the baseline's, so the paired interval holds 0.
+    shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
+    iv = shown["improvement"]
+    assert iv["estimate"] == 0 and iv["within_noise"] and iv["low"] <= 0 < iv["high"]
+    assert iv["method"] == "newcombe-paired-95" and iv["n_paired"] == 500
+    assert "improvement        +0.000 [95% CI" in _a2rl(tmp_path, "show", run_id).stdout
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from a2rl.grading import cut_at_stop, evaluate, wilson_interval
 from a2rl.grading.engine import Prompt
 from a2rl.settings import Settings
+from a2rl.stats import WILSON_METHOD
 from a2rl.tasks import get_task
 
 
@@ -30,6 +31,7 @@ def test_base_model_scores_near_zero(settings: Settings) -> None:
                 "engine", "engine_version", "data_hash", "checkpoint_hashes"):
         assert prov[key], key
     assert "model.safetensors" in prov["checkpoint_hashes"]
+    assert prov["ci_method"] == WILSON_METHOD
     item = res.items[0]
     assert item.id.startswith("dev-") and item.expected and item.prompt
 

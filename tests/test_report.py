@@ -30,11 +30,13 @@ from a2rl.analysis import (
     render,
     render_csv,
     render_json,
+    render_text,
 )
 from a2rl.analysis.render_md import SECTIONS
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import Settings
-from a2rl.store import Job, Run, Store, Submission, ToolCall
+from a2rl.stats import NEWCOMBE_PAIRED_METHOD, paired_proportion_difference
+from a2rl.store import Evaluation, Job, Run, Store, Submission, ToolCall
 
 from .conftest import require, require_bwrap
 from .helpers import text_of
@@ -162,8 +164,13 @@ def test_sft_route_with_file_line(runs: dict[str, Any]) -> None:
     assert any(e.kind == "command" and "code/sft.py" in e.text for e in route.evidence)
     s = rep.summary
     assert s.submissions_valid == 1 and s.final_submission_id == route.submission_id
-    assert s.final_test is not None and s.improvement is not None
-    assert s.improvement.low <= s.improvement.estimate <= s.improvement.high
+    assert s.final_test is not None and s.improvement is not None and s.baseline_test is not None
+    iv = s.improvement  # paired over the arith test items, inside what is possible
+    assert iv.method == NEWCOMBE_PAIRED_METHOD and iv.n_paired == 500
+    assert -s.baseline_test <= iv.low <= iv.estimate <= iv.high <= 1 - s.baseline_test
+    assert iv.estimate == pytest.approx(s.final_test - s.baseline_test)
+    assert iv.within_noise == (iv.low <= 0 <= iv.high)
+    assert "500 items paired by id" in render(rep, "md")
     assert s.final_provenance.get("checkpoint_hashes")
     assert len(rep.trajectory.points) == 1 and rep.trajectory.baseline == s.baseline_dev
     change = next(x for x in rep.code_history[0].changes if x.path == "code/sft.py")
@@ -218,7 +225,8 @@ def test_never_submits(runs: dict[str, Any]) -> None:
     rep = runs["reports"]["idle"]
     assert [f.type for f in rep.failures] == ["no_submission"]
     assert rep.routes == [] and rep.summary.final_test == rep.summary.baseline_test
-    assert rep.summary.improvement is None or rep.summary.improvement.within_noise
+    iv = rep.summary.improvement  # the final score is the baseline's: every item agrees
+    assert iv is not None and iv.estimate == 0 and iv.within_noise and iv.high > iv.low
     assert rep.metrics.valid_submission_rate is None
 
 
@@ -305,6 +313,64 @@ def test_report_of_10000_tool_calls_is_fast(tmp_path: Path) -> None:
     assert rep.timeline.idle_gaps  # the last 2 h have no call and no job
     assert html and md
     assert elapsed < 5.0, f"report of 10,000 tool calls took {elapsed:.2f}s"
+
+
+def _eval_store(tmp_path: Path, base_items: list[dict[str, Any]],
+                final_items: list[dict[str, Any]]) -> Store:
+    """A finished arith run with a baseline and a final test evaluation, written by hand."""
+    store = Store(f"sqlite:///{tmp_path / 'paired.db'}")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    base = sum(i["correct"] for i in base_items) / 10 if base_items else 0.2
+    final = sum(i["correct"] for i in final_items) / 10 if final_items else 0.9
+    with store.session() as s:
+        s.add(Run(id="p", task_id="arith", workspace=str(tmp_path), budget_s=600, started_at=t0,
+                  deadline=t0 + timedelta(minutes=10), status="finished", baseline_dev=base,
+                  baseline_test=base, final_score=final, final_submission_id="s1"))
+        s.add(Submission(id="s1", run_id="p", path="output/a", status="graded",
+                         created_at=t0 + timedelta(minutes=1)))
+        s.add(Evaluation(kind="baseline", split="test", score=base, n_items=10,
+                         items=base_items))
+        s.add(Evaluation(run_id="p", submission_id="s1", kind="submission", split="test",
+                         score=final, n_items=10, items=final_items))
+    return store
+
+
+def test_paired_interval_from_stored_items(tmp_path: Path) -> None:
+    """8 of 10 items turn correct, none turns wrong: Newcombe's paired interval over the items
+    matched by id, inside [-0.2, 0.8]; the Wald interval of the old report reached past it."""
+    base = [{"id": f"t{i}", "correct": i < 2} for i in range(10)]
+    final = [{"id": f"t{i}", "correct": True} for i in reversed(range(10))]
+    store = _eval_store(tmp_path, base, final)
+    rep = build_report(store, "p")
+    c = compare(store)
+    store.close()
+    iv = rep.summary.improvement
+    assert iv is not None and iv.n_paired == 10 and rep.summary.improvement_note is None
+    _, low, high = paired_proportion_difference([True] * 10, [i < 2 for i in range(10)])
+    assert (iv.estimate, iv.low, iv.high) == (pytest.approx(0.8), low, high)
+    assert iv.high <= 0.8 and iv.low > 0 and not iv.within_noise
+    row = c.rows[0]
+    assert (row.improvement_low, row.improvement_high, row.within_noise) == (low, high, False)
+    assert f"[{low:+.3f},{high:+.3f}]" in render_text(c)
+
+
+def test_no_per_item_results_means_no_interval_and_says_why(tmp_path: Path) -> None:
+    """A baseline recorded without per-item results (an older a2rl): no number is made up."""
+    final = [{"id": f"t{i}", "correct": True} for i in range(10)]
+    store = _eval_store(tmp_path, [], final)
+    rep = build_report(store, "p")
+    c = compare(store)
+    store.close()
+    s = rep.summary
+    assert s.improvement is None and s.improvement_note is not None
+    assert "baseline test evaluation kept no per-item results" in s.improvement_note
+    for fmt in ("md", "html"):
+        assert "+0.800 (no interval: the baseline test evaluation" in render(rep, fmt)
+    doc = json.loads(render(rep, "json"))
+    jsonschema.validate(doc, json.loads(SCHEMA_PATH.read_text()))
+    row = c.rows[0]
+    assert row.improvement == pytest.approx(0.8) and row.improvement_low is None
+    assert row.within_noise is None and row.improvement_note == s.improvement_note
 
 
 def test_failure_types_from_records() -> None:

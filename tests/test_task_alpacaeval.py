@@ -269,8 +269,10 @@ def test_length_controlled_win_rate_hand_made() -> None:
 
     Two length groups make the model saturated: sigmoid(a + b c) = 6/8, sigmoid(a - b c) = 1/4,
     so a = (logit .75 + logit .25) / 2 = 0 and the LC win rate is 0.5 while the raw one is 7/12.
-    var(a) = (1/(8 * .75 * .25) + 1/(4 * .25 * .75)) / 4 = 0.5, so the interval is
-    sigmoid(+/- 1.96 * sqrt(.5)) = [0.2, 0.8].
+    The interval is a percentile bootstrap (a2rl.stats): on 12 items it is nearly [0, 1], as
+    resamples that draw a group's wins only are common; on the same design repeated 10 times it
+    agrees with the delta method, var(a) = (1/(80 * .75 * .25) + 1/(40 * .25 * .75)) / 4 = 0.05,
+    sigmoid(+/- 1.96 * sqrt(.05)) = [0.392, 0.608].
     """
     prefs = [1.0] * 6 + [0.0] * 2 + [1.0] + [0.0] * 3
     model_len = [300] * 8 + [100] * 4
@@ -278,8 +280,10 @@ def test_length_controlled_win_rate_hand_made() -> None:
     lc = length_controlled_win_rate(prefs, model_len, ref_len)
     assert win_rate(prefs)["win_rate"] == pytest.approx(7 / 12)
     assert lc["lc_win_rate"] == pytest.approx(0.5, abs=1e-3)
-    assert lc["ci"][0] == pytest.approx(0.2, abs=2e-3) and lc["ci"][1] == pytest.approx(0.8,
-                                                                                       abs=2e-3)
+    assert 0.0 <= lc["ci"][0] < 0.2 and 0.8 < lc["ci"][1] <= 1.0
+    tenfold = length_controlled_win_rate(prefs * 10, model_len * 10, ref_len * 10)
+    assert tenfold["lc_win_rate"] == pytest.approx(0.5, abs=1e-3)
+    assert tenfold["ci"] == pytest.approx([0.392, 0.608], abs=0.02)
     assert lc["slope"] > 0  # longer outputs win more often
     # no length effect: the LC win rate is the raw one
     same = length_controlled_win_rate([1.0, 0.0, 1.0, 1.0], [10, 10, 10, 10], [10, 10, 10, 10])
@@ -327,6 +331,7 @@ def test_evaluate_end_to_end(split: str, fake: FakeJudge, home: Settings,
     low, high = result.metrics["lc_win_rate_ci"]
     assert 0.0 <= low <= result.score <= high <= 1.0
     assert (result.ci_low, result.ci_high) == (low, high)  # the stored interval is the LC one
+    assert result.provenance["ci_method"] == result.metrics["lc_method"]  # names the bootstrap
     assert len(fake.requests) == n
     again = evaluate(task, checkpoint, split, home, engine=EchoEngine())  # type: ignore[arg-type]
     assert len(fake.requests) == n and again.metrics["judge_requests"] == 0

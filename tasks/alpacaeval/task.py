@@ -251,6 +251,7 @@ class AlpacaEvalTask(Task):
             "lc_win_rate": lc["lc_win_rate"],
             "lc_win_rate_ci": lc["ci"],
             "lc_method": lc["method"],
+            "ci_method": lc["method"],
             "lc_intercept": lc["intercept"],
             "lc_length_slope": lc["slope"],
             "win_rate": raw["win_rate"],

@@ -1,0 +1,156 @@
+"""Every confidence interval a2rl reports, each implemented once (pure functions).
+
+- `wilson_interval`: a binomial proportion (a submission's accuracy or success rate). Unlike
+  the normal approximation it stays inside [0, 1] and keeps a width at scores of 0 and 1.
+  Also used, conservatively, for the mean of scores in [0, 1] (AlpacaEval's raw win rate with
+  draws at 0.5): such a score's variance is at most mu (1 - mu), the binomial one.
+- `newcombe_paired_interval` / `paired_proportion_difference`: the improvement of a run on a
+  binary-scored task, final minus base model on the *same* items (Newcombe 1998, Stat. Med.
+  17:2635-2650, method 10: the Wilson limits of both margins, squared and added with the
+  correlation of the paired margins). Both scores are measured on the same items, so an
+  interval treating them as independent is too wide when they agree and can leave the range
+  of possible differences; this one does neither, and is never zero-width.
+- `bootstrap_interval`: a percentile bootstrap over items, for scores that are not a mean of
+  0/1 items (AlpacaEval's length-controlled win rate refits a regression on every resample),
+  and, with one shared resample of items for both evaluations, for their paired difference.
+  Seeded and deterministic; resamples are drawn as multinomial counts so that a statistic can
+  be evaluated on all resamples at once as item weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+CONFIDENCE = 0.95
+Z_95 = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.959963984540054
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
+
+WILSON_METHOD = "wilson-95"
+NEWCOMBE_PAIRED_METHOD = "newcombe-paired-95"
+BOOTSTRAP_METHOD = f"percentile-bootstrap-95 ({BOOTSTRAP_RESAMPLES} item resamples, seed " \
+                   f"{BOOTSTRAP_SEED})"
+PAIRED_BOOTSTRAP_METHOD = f"paired-percentile-bootstrap-95 ({BOOTSTRAP_RESAMPLES} item " \
+                          f"resamples, seed {BOOTSTRAP_SEED})"
+
+
+def wilson_interval(successes: float, n: int, z: float = Z_95) -> tuple[float, float]:
+    """The Wilson score interval of `successes / n`; (0, 1) when n is 0.
+
+    `successes` may be fractional (a sum of scores in [0, 1]): see the module docstring.
+    """
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(max(0.0, p * (1 - p)) / n + z * z / (4 * n * n)) / denom
+    low = 0.0 if successes <= 0 else max(0.0, centre - half)
+    high = 1.0 if successes >= n else min(1.0, centre + half)
+    return low, high
+
+
+def newcombe_paired_interval(a: int, b: int, c: int, d: int,
+                             z: float = Z_95) -> tuple[float, float]:
+    """Newcombe's method 10 for p1 - p2 from a paired 2x2 table, unclipped.
+
+    a: both succeed, b: only the first (p1's) succeeds, c: only the second, d: neither.
+    The correlation of the margins is Newcombe's phi with its continuity correction: the
+    numerator ad - bc is reduced by n/2 when positive and set to 0 when it lies in [0, n/2];
+    phi is 0 when a margin is empty.
+    """
+    n = a + b + c + d
+    if n <= 0:
+        return -1.0, 1.0
+    p1, p2 = (a + b) / n, (a + c) / n
+    l1, u1 = wilson_interval(a + b, n, z)
+    l2, u2 = wilson_interval(a + c, n, z)
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    phi = 0.0
+    if margins > 0:
+        cross = a * d - b * c
+        phi = (cross - n / 2 if cross > n / 2 else min(cross, 0)) / math.sqrt(margins)
+    dl1, du1, dl2, du2 = p1 - l1, u1 - p1, p2 - l2, u2 - p2
+    theta = p1 - p2
+    low = theta - math.sqrt(max(0.0, dl1 ** 2 - 2 * phi * dl1 * du2 + du2 ** 2))
+    high = theta + math.sqrt(max(0.0, dl2 ** 2 - 2 * phi * dl2 * du1 + du1 ** 2))
+    return low, high
+
+
+def clip_difference(low: float, high: float, floor: float,
+                    ceiling: float) -> tuple[float, float]:
+    """An interval of `score - baseline` (scores in [0, 1]) cut to what is possible given
+    the baseline: [floor, ceiling] = [-baseline, 1 - baseline], inside [-1, 1]."""
+    return min(max(low, floor), ceiling), max(min(high, ceiling), floor)
+
+
+def paired_proportion_difference(after: Sequence[bool], before: Sequence[bool],
+                                 z: float = Z_95) -> tuple[float, float, float]:
+    """(estimate, low, high) of mean(after) - mean(before), item i of both the same item.
+
+    Newcombe's method 10, then cut to [-mean(before), 1 - mean(before)]: conditioning on the
+    observed baseline, as a reader of `final - baseline` does.
+    """
+    if len(after) != len(before):
+        raise ValueError(f"{len(after)} paired results after but {len(before)} before")
+    if not after:
+        raise ValueError("no paired items")
+    a = sum(1 for x, y in zip(after, before, strict=True) if x and y)
+    b = sum(1 for x, y in zip(after, before, strict=True) if x and not y)
+    c = sum(1 for x, y in zip(after, before, strict=True) if not x and y)
+    d = len(after) - a - b - c
+    n = len(after)
+    low, high = newcombe_paired_interval(a, b, c, d, z)
+    low, high = clip_difference(low, high, -(a + c) / n, (b + d) / n)  # exact fractions
+    return (b - c) / n, low, high
+
+
+def bootstrap_weights(n: int, resamples: int = BOOTSTRAP_RESAMPLES,
+                      seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """(resamples, n) counts: row r says how often each item is drawn in resample r.
+
+    Drawing counts instead of indices lets a statistic evaluate every resample at once as
+    item weights; the generator is numpy's PCG64, fixed by `seed`, so results reproduce.
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    return rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(float)
+
+
+def percentile_interval(values: np.ndarray,
+                        confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The central `confidence` range of bootstrap values (numpy's linear interpolation)."""
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(np.asarray(values, dtype=float), [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_interval(statistic: Callable[[np.ndarray], np.ndarray], n: int, *,
+                       resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                       confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The percentile bootstrap interval of a statistic of n items.
+
+    `statistic(weights)` takes a (resamples, n) array of item counts and returns one value per
+    row. For a paired difference, let it compute both evaluations' statistics from the same
+    row: every resample then draws the same items for both, which keeps their correlation.
+    """
+    if n <= 0:
+        raise ValueError("no items to resample")
+    values = np.asarray(statistic(bootstrap_weights(n, resamples, seed)), dtype=float)
+    if values.shape != (resamples,):
+        raise ValueError(f"the statistic gave shape {values.shape}, not ({resamples},)")
+    return percentile_interval(values, confidence)
+
+
+def weighted_mean(values: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]:
+    """The statistic `mean(values)` for `bootstrap_interval`."""
+    x = np.asarray(values, dtype=float)
+    return lambda w: (w @ x) / w.sum(axis=1)
+
+
+def within_noise(low: float, high: float) -> bool:
+    """An improvement is within noise when its 95% interval contains 0."""
+    return low <= 0.0 <= high
