@@ -29,7 +29,7 @@ from a2rl.store import (
 )
 
 from ..data import aware
-from ..report import improvement_interval
+from ..improvement import Scored, paired_improvement
 from ..schema import Interval
 
 LOG_HEAD, LOG_TAIL = 40, 60
@@ -84,17 +84,24 @@ def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
             Evaluation.split == "test", Evaluation.status == "done",
             col(Evaluation.submission_id).in_(
                 [r.final_submission_id for r in runs if r.final_submission_id]))).all()}
-        base_n = {e.score: e.n_items for e in s.exec(select(Evaluation).where(
-            Evaluation.kind == "baseline", Evaluation.split == "test")).all()}
+        # A run records its baseline's score, not its row: the oldest baseline evaluation of
+        # the test split with that score (as store.queries.baseline_evaluation).
+        base_evs: dict[float, Evaluation] = {}
+        for e in s.exec(select(Evaluation).where(
+                Evaluation.kind == "baseline", Evaluation.split == "test")
+                .order_by(col(Evaluation.id))).all():
+            if e.score is not None:
+                base_evs.setdefault(e.score, e)
     out = []
     for r in runs:
         imp = None
-        if r.final_score is not None and r.baseline_test is not None:
-            ev = finals.get(r.final_submission_id)
-            n1 = ev.n_items if ev and ev.n_items else base_n.get(r.baseline_test)
-            n0 = base_n.get(r.baseline_test) or n1
-            if n1 and n0:
-                imp = improvement_interval(r.final_score, n1, r.baseline_test, n0)
+        base = base_evs.get(r.baseline_test) if r.baseline_test is not None else None
+        if r.final_score is not None and base is not None:
+            # the paired interval of the run page (analysis.report.build_summary)
+            final = finals.get(r.final_submission_id) if r.final_submission_id else base
+            if final is not None:
+                imp = paired_improvement(Scored(r.final_score, final.items, final.metrics),
+                                         Scored(base.score, base.items, base.metrics))[0]
         out.append(RunRow(
             run_id=r.id, task=r.task_id, agent=r.agent, driver_model=r.driver_model,
             status=r.status, profile=getattr(r, "profile", None), fleet_id=r.fleet_id,
