@@ -120,8 +120,8 @@ class A2RLServer(MCPServer[Any]):
         summary, error = "", None
         try:
             refused = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
-            if refused is not None:
-                raise ToolError(refused)
+            if refused is not None:  # worded as the SDK words a tool's own errors
+                raise ToolError(f"Error executing tool {name}: {refused}")
             await self._check_budget(rt, name)
             try:
                 result = await super().call_tool(name, arguments, context)

@@ -91,4 +91,4 @@ def validation_message(tool: str, exc: ValidationError) -> str:
         else:
             msg = msg[:1].lower() + msg[1:]
         lines.append(f"`{loc}`: {msg}")
-    return f"invalid arguments for {tool}:\n" + "\n".join(lines)
+    return f"Error executing tool {tool}: invalid arguments\n" + "\n".join(lines)

@@ -226,7 +226,8 @@ def _run_ids(store: Store) -> list[str]:
 @pytest.mark.anyio
 async def test_nul_in_a_command_gets_a_one_line_reason(agent: Agent) -> None:
     text = await agent.refused("run_command", command="echo hi > pwned\x00; echo more")
-    assert text.startswith("`command`: holds a NUL byte") and "\n" not in text
+    assert text.startswith("Error executing tool run_command: `command`: holds a NUL byte")
+    assert "\n" not in text
     row = last_call(agent.store, agent.run.id)
     assert row.tool == "run_command" and row.is_error and row.error == text
     assert not (Path(agent.run.workspace) / "pwned").exists()
@@ -235,16 +236,16 @@ async def test_nul_in_a_command_gets_a_one_line_reason(agent: Agent) -> None:
 @pytest.mark.anyio
 async def test_nul_in_a_note_and_a_path(agent: Agent) -> None:
     text = await agent.refused("submit_checkpoint", path="ckpt", note="a\x00b")
-    assert text.startswith("`note`: holds a NUL byte")
+    assert text.startswith("Error executing tool submit_checkpoint: `note`: holds a NUL byte")
     text = await agent.refused("read_file", path="TASK.md\x00.txt")
-    assert text.startswith("`path`: holds a NUL byte")
+    assert text.startswith("Error executing tool read_file: `path`: holds a NUL byte")
     assert [c.is_error for c in calls(agent.store, agent.run.id)] == [True, True]
 
 
 @pytest.mark.anyio
 async def test_lone_surrogate_through_the_sdk_gets_a_one_line_reason(agent: Agent) -> None:
     text = await agent.refused("edit_file", path="notes\udcff.txt", new_text="x")
-    assert text.startswith("`path`: holds a lone surrogate")
+    assert text.startswith("Error executing tool edit_file: `path`: holds a lone surrogate")
     row = last_call(agent.store, agent.run.id)
     assert row.arguments["path"] == "notes\ufffd.txt"
     assert not any("notes" in p.name for p in Path(agent.run.workspace).iterdir())
@@ -256,8 +257,8 @@ async def test_a_megabyte_path_is_refused_at_once(agent: Agent) -> None:
         started = time.monotonic()
         text = await agent.refused(tool, path="a/" * 500_000)
         assert time.monotonic() - started < 0.5, f"{tool} took too long"
-        assert text == ("`path`: the path is 1,000,000 bytes long; a path may be at most 4096 "
-                        "bytes")
+        assert text == (f"Error executing tool {tool}: `path`: the path is 1,000,000 bytes "
+                        "long; a path may be at most 4096 bytes")
     started = time.monotonic()
     text = await agent.refused("edit_file", path="b" * 4_000_000, new_text="x")
     assert time.monotonic() - started < 1.0
@@ -267,8 +268,8 @@ async def test_a_megabyte_path_is_refused_at_once(agent: Agent) -> None:
 @pytest.mark.anyio
 async def test_a_long_path_component_gets_a_reason(agent: Agent) -> None:
     text = await agent.refused("read_file", path="d/" + "x" * 3000)
-    assert text == ("`path`: a component of the path is 3,000 bytes long; a file name may be "
-                    "at most 255 bytes")
+    assert text == ("Error executing tool read_file: `path`: a component of the path is "
+                    "3,000 bytes long; a file name may be at most 255 bytes")
     text = await agent.refused("edit_file", path="y" * 256, new_text="hello")
     assert "at most 255 bytes" in text
     assert not any(p.name.startswith("yyy") for p in Path(agent.run.workspace).iterdir())
@@ -279,7 +280,8 @@ async def test_oversize_arguments_are_refused_and_nothing_is_written(agent: Agen
     limit = agent.settings.max_tool_args_bytes
     big = "z" * (limit + 1)
     text = await agent.refused("edit_file", path="big.txt", new_text=big)
-    assert text.startswith(f"the arguments are {limit + 8:,} bytes; a call may carry at most")
+    assert text.startswith(f"Error executing tool edit_file: the arguments are {limit + 8:,} "
+                           "bytes; a call may carry at most")
     assert not (Path(agent.run.workspace) / "big.txt").exists()
     row = last_call(agent.store, agent.run.id)
     assert len(row.arguments["new_text"].encode()) <= agent.settings.tool_arg_keep_bytes
@@ -301,11 +303,12 @@ async def test_a_big_argument_is_stored_bounded_with_its_hash(agent: Agent) -> N
 @pytest.mark.anyio
 async def test_validation_errors_read_one_line_per_field(agent: Agent) -> None:
     text = await agent.refused("run_command", command="true", wait_s="soon")
-    assert text.startswith("invalid arguments for run_command:\n`wait_s`: must be a valid number")
+    assert text.startswith("Error executing tool run_command: invalid arguments\n"
+                           "`wait_s`: must be a valid number")
     assert "pydantic" not in text and "http" not in text
     text = await agent.refused("read_file", path="TASK.md", offset=-1, limit="many")
     lines = text.splitlines()
-    assert lines[0] == "invalid arguments for read_file:"
+    assert lines[0] == "Error executing tool read_file: invalid arguments"
     assert sorted(line.split(":")[0] for line in lines[1:]) == ["`limit`", "`offset`"]
     assert last_call(agent.store, agent.run.id).error == text
 
@@ -323,13 +326,14 @@ async def test_nul_on_postgresql_is_refused_and_recorded(postgres: Any, settings
     try:
         async for agent in open_agent(pg_settings, store, task_id="fixture"):
             text = await agent.refused("run_command", command="echo a\x00b")
-            assert text.startswith("`command`: holds a NUL byte")
+            assert text.startswith("Error executing tool run_command: `command`: holds a NUL byte")
             text = await agent.refused("submit_checkpoint", path="x", note="\x00")
-            assert text.startswith("`note`: holds a NUL byte")
+            assert text.startswith(
+                "Error executing tool submit_checkpoint: `note`: holds a NUL byte")
             rows = calls(store, agent.run.id)
             assert [(r.tool, r.is_error) for r in rows] == [("run_command", True),
                                                            ("submit_checkpoint", True)]
-            assert rows[0].error.startswith("`command`: holds a NUL byte")
+            assert "`command`: holds a NUL byte" in (rows[0].error or "")
     finally:
         store.close()
 
