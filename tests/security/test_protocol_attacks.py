@@ -348,3 +348,43 @@ def test_a_message_over_the_size_limit_is_refused_without_being_kept(target: Tar
     assert answer["error"]["message"] == f"Invalid request: the message is over {limit:,} bytes"
     assert row.arguments == {}
     assert not (Path(target.run.workspace) / "huge.txt").exists()
+
+
+@pytest.mark.anyio
+async def test_a_slow_store_write_does_not_hold_the_event_loop(
+        settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over HTTP every run shares one event loop: recording a call must not stop it."""
+    import anyio
+
+    from a2rl.server import recording
+
+    from .conftest import open_agent
+
+    def slowly(fn):  # type: ignore[no-untyped-def]
+        def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+            time.sleep(0.6)  # a store under load: a lock, a network round trip
+            return fn(*args, **kwargs)
+        return wrapped
+
+    async for agent in open_agent(settings, store, task_id="fixture"):
+        await agent.ok("budget_status")  # the run's runtime is built before the clock runs
+        monkeypatch.setattr(recording, "start_call", slowly(recording.start_call))
+        monkeypatch.setattr(recording, "end_call", slowly(recording.end_call))
+        gaps: list[float] = []
+
+        async def tick(gaps: list[float]) -> None:
+            last = time.monotonic()
+            while True:
+                await anyio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(tick, gaps)
+            started = time.monotonic()
+            await agent.ok("budget_status")
+            assert time.monotonic() - started >= 1.2  # both writes were slow
+            tg.cancel_scope.cancel()
+        assert max(gaps) < 0.3, f"the event loop stood still for {max(gaps):.2f} s"
+        assert [c.tool for c in calls(store, agent.run.id)] == ["budget_status"] * 2
