@@ -22,17 +22,23 @@ from pydantic import ValidationError
 PATH_MAX = 4096  # bytes, as Linux counts them (limits.h), the terminating NUL aside
 NAME_MAX = 255
 PATH_ARGUMENTS = {"path"}
+MAX_FIELD_LINES = 10
 
 
 def check_arguments(arguments: dict[str, Any], max_bytes: int) -> str | None:
     """None when the arguments may reach the tool; else the reason, one line."""
-    total = 0
+    total = _keys_size(arguments)
+    if total is None:
+        return "an argument's name holds a NUL byte or a lone surrogate"
     stack: list[tuple[str, Any]] = [(str(k), v) for k, v in arguments.items()]
     while stack:
         name, value = stack.pop()
         if isinstance(value, dict):
+            size = _keys_size(value)
+            if size is None:
+                return f"`{name[:100]}`: a key holds a NUL byte or a lone surrogate"
+            total += size
             stack.extend((f"{name}.{k}", v) for k, v in value.items())
-            total += sum(_utf8_len(str(k)) or 0 for k in value)
             continue
         if isinstance(value, list):
             stack.extend((f"{name}[{i}]", v) for i, v in enumerate(value))
@@ -41,21 +47,33 @@ def check_arguments(arguments: dict[str, Any], max_bytes: int) -> str | None:
             total += 8
             continue
         size = _utf8_len(value)
+        label = name[:100]
         if size is None:
-            return f"`{name}`: holds a lone surrogate (an unpaired \\ud800-\\udfff); send valid " \
-                   "Unicode text"
+            return (f"`{label}`: holds a lone surrogate (an unpaired \\ud800-\\udfff); send "
+                    "valid Unicode text")
         if "\x00" in value:
-            return f"`{name}`: holds a NUL byte (\\0 at character {value.index(chr(0))}); no " \
-                   "command, path or note may contain one"
+            return (f"`{label}`: holds a NUL byte (\\0 at character {value.index(chr(0))}); no "
+                    "command, path or note may contain one")
         total += size
         if name in PATH_ARGUMENTS:
             reason = _path_reason(value, size)
             if reason is not None:
-                return f"`{name}`: {reason}"
+                return f"`{label}`: {reason}"
     if total > max_bytes:
         return (f"the arguments are {total:,} bytes; a call may carry at most {max_bytes:,} "
                 "(write large files with a command, e.g. from a script)")
     return None
+
+
+def _keys_size(mapping: dict[Any, Any]) -> int | None:
+    """The UTF-8 size of the keys, or None when one holds a NUL byte or a lone surrogate."""
+    total = 0
+    for key in mapping:
+        size = _utf8_len(str(key))
+        if size is None or "\x00" in str(key):
+            return None
+        total += size
+    return total
 
 
 def _path_reason(path: str, size: int) -> str | None:
@@ -91,4 +109,6 @@ def validation_message(tool: str, exc: ValidationError) -> str:
         else:
             msg = msg[:1].lower() + msg[1:]
         lines.append(f"`{loc}`: {msg}")
+    if len(lines) > MAX_FIELD_LINES:
+        lines[MAX_FIELD_LINES:] = [f"... and {len(lines) - MAX_FIELD_LINES} more"]
     return f"Error executing tool {tool}: invalid arguments\n" + "\n".join(lines)

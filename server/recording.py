@@ -26,6 +26,8 @@ from a2rl.store import Store, ToolCall
 from .jsonrpc_guard import Refusal, scrub
 
 SUMMARY_CHARS = 2_000
+MAX_STORED_KEYS = 64
+MAX_STORED_DEPTH = 64  # no tool takes nested arguments; deeper ones are noted, not stored
 TRUNCATED_KEY = "_truncated"
 
 
@@ -74,10 +76,19 @@ def record_refusal(store: Store, run_id: str, refusal: Refusal, transport: str |
 
 
 def stored_arguments(arguments: dict[str, Any], keep_bytes: int) -> dict[str, Any]:
-    """The arguments as stored: JSON-able, surrogate-free, each string at most `keep_bytes`."""
+    """The arguments as stored: JSON-able, surrogate-free, each value at most `keep_bytes`,
+    at most `MAX_STORED_KEYS` of them, none nested deeper than `MAX_STORED_DEPTH`."""
     out: dict[str, Any] = {}
     truncated: dict[str, dict[str, Any]] = {}
-    for key, value in scrub(_jsonable(arguments)).items():
+    for index, (key, value) in enumerate(arguments.items()):
+        if index == MAX_STORED_KEYS:  # no tool has this many; the rest are counted only
+            truncated["(more arguments)"] = {"count": len(arguments) - index}
+            break
+        key = scrub(str(key))[:200]
+        if too_deep(value, MAX_STORED_DEPTH):
+            value = f"(not stored: nested deeper than {MAX_STORED_DEPTH} levels)"
+        else:
+            value = scrub(_jsonable(value))
         if isinstance(value, str):
             data = value.encode()
             if len(data) > keep_bytes:
@@ -92,6 +103,20 @@ def stored_arguments(arguments: dict[str, Any], keep_bytes: int) -> dict[str, An
     if truncated:
         out[TRUNCATED_KEY] = truncated
     return out
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and dicts more than `limit` levels (iteratively: the
+    value may be deeper than Python's recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def summarize(result: Any) -> tuple[str, str | None]:

@@ -134,6 +134,16 @@ def test_lone_surrogate_in_the_tool_name_is_answered(target: Target) -> None:
     assert row.tool == "read\ufffd"
 
 
+def test_lone_surrogate_in_an_argument_name_is_answered(target: Target) -> None:
+    request_id = target.new_id()
+    raw = (b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"run_command",'
+           b'"arguments":{"command":"touch made-it","x\\udcff":1}}}' % request_id)
+    answer, row = target.refused(raw, -32602, request_id)
+    assert "a key of `params.arguments`" in answer["error"]["message"]
+    assert row.tool == "run_command" and "x\ufffd" in row.arguments
+    assert not (Path(target.run.workspace) / "made-it").exists()
+
+
 def test_unparseable_json_gets_a_parse_error_with_its_id(target: Target) -> None:
     request_id = target.new_id()
     raw = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":' % request_id
@@ -280,7 +290,7 @@ async def test_oversize_arguments_are_refused_and_nothing_is_written(agent: Agen
     limit = agent.settings.max_tool_args_bytes
     big = "z" * (limit + 1)
     text = await agent.refused("edit_file", path="big.txt", new_text=big)
-    assert text.startswith(f"Error executing tool edit_file: the arguments are {limit + 8:,} "
+    assert text.startswith(f"Error executing tool edit_file: the arguments are {limit + 20:,} "
                            "bytes; a call may carry at most")
     assert not (Path(agent.run.workspace) / "big.txt").exists()
     row = last_call(agent.store, agent.run.id)
@@ -388,3 +398,38 @@ async def test_a_slow_store_write_does_not_hold_the_event_loop(
             tg.cancel_scope.cancel()
         assert max(gaps) < 0.3, f"the event loop stood still for {max(gaps):.2f} s"
         assert [c.tool for c in calls(store, agent.run.id)] == ["budget_status"] * 2
+
+
+@pytest.mark.anyio
+async def test_odd_shaped_arguments_get_an_answer_and_a_record(agent: Agent) -> None:
+    """Nesting as deep as the wire lets through, thousands of unknown keys, a megabyte key:
+    each call is answered with a short reason and recorded, and the server goes on."""
+    deep: Any = "x"
+    for _ in range(150):
+        deep = {"d": deep}
+    text = await agent.refused("read_file", path=deep)
+    assert text.startswith("Error executing tool read_file: invalid arguments\n`path`: must be")
+    row = last_call(agent.store, agent.run.id)
+    assert row.is_error and row.arguments["path"] == "(not stored: nested deeper than 64 levels)"
+
+    many = {f"k{i}": i for i in range(20_000)}
+    await agent.ok("list_files", path=".", **many)  # unknown arguments are ignored...
+    row = last_call(agent.store, agent.run.id)
+    assert len(row.arguments) == 65  # ...and not stored
+    assert row.arguments["_truncated"] == {"(more arguments)": {"count": 20_001 - 64}}
+
+    text = await agent.refused("read_file", path="TASK.md", **{"k" * 1_000_000: "\x00"})
+    assert len(text) < 500 and "holds a NUL byte" in text
+    row = last_call(agent.store, agent.run.id)
+    assert max(len(k) for k in row.arguments) <= 200
+    await agent.ok("read_file", path="TASK.md")
+
+
+@pytest.mark.anyio
+async def test_nul_in_an_argument_name_is_refused(agent: Agent) -> None:
+    """(A lone surrogate in a name is refused on the wire, see above.)"""
+    text = await agent.refused("run_command", command="touch made-it", **{"pa\x00th": "x"})
+    assert text == ("Error executing tool run_command: an argument's name holds a NUL byte "
+                    "or a lone surrogate")
+    assert not (Path(agent.run.workspace) / "made-it").exists()
+    assert [c.is_error for c in calls(agent.store, agent.run.id)] == [True]

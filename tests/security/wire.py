@@ -25,6 +25,7 @@ from a2rl.settings import Settings
 A2RL = str(Path(sys.executable).parent / "a2rl")
 PROTOCOL = "2025-11-25"
 TIMEOUT_S = 20.0
+STARTUP_S = 120.0
 
 
 def server_env(settings: Settings) -> dict[str, str]:
@@ -51,7 +52,8 @@ class StdioWire:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log)
         self.buffer = b""
-        self.send(_initialize())
+        self._write(_initialize())
+        self._read_line(STARTUP_S)  # a loaded 2-core machine takes tens of seconds to import
         self._write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
 
     def _write(self, raw: bytes) -> None:
@@ -63,10 +65,10 @@ class StdioWire:
         self._write(raw)
         return self._read_line()
 
-    def _read_line(self) -> dict[str, Any]:
+    def _read_line(self, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
-        deadline = time.monotonic() + TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             assert left > 0, "no answer on stdio: the message was dropped"
@@ -108,7 +110,7 @@ class HttpServer:
                                      env=server_env(settings), stdout=subprocess.DEVNULL,
                                      stderr=self.log)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP_S
         while True:
             try:
                 httpx2.get(f"http://127.0.0.1:{self.port}/health", timeout=2)
