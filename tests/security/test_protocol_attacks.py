@@ -433,3 +433,25 @@ async def test_nul_in_an_argument_name_is_refused(agent: Agent) -> None:
                     "or a lone surrogate")
     assert not (Path(agent.run.workspace) / "made-it").exists()
     assert [c.is_error for c in calls(agent.store, agent.run.id)] == [True]
+
+
+@pytest.mark.anyio
+async def test_a_call_the_client_gives_up_on_is_still_recorded(agent: Agent) -> None:
+    """A client-side timeout cancels the call on the server: its row is completed anyway (the
+    store write is shielded from the cancellation) and the next call is served. (Where the
+    tool's wait cannot be interrupted, the call ends at its wait_s and is recorded then.)"""
+    import anyio
+
+    with pytest.raises(Exception):  # noqa: B017  (the client's timeout error)
+        await agent.client.call_tool("run_command", {"command": "sleep 20", "wait_s": 4},
+                                     read_timeout_seconds=1)
+    with anyio.fail_after(20):
+        while True:
+            row = last_call(agent.store, agent.run.id)
+            if row.duration_ms > 0:
+                break
+            await anyio.sleep(0.1)
+    assert row.tool == "run_command"
+    assert row.error in (None, "cancelled by the client")
+    assert row.is_error == (row.error is not None)
+    await agent.ok("budget_status")
