@@ -78,11 +78,11 @@ def _keys_size(mapping: dict[Any, Any]) -> int | None:
 
 def _path_reason(path: str, size: int) -> str | None:
     if size > PATH_MAX:
-        return f"the path is {size:,} bytes long; a path may be at most {PATH_MAX} bytes"
+        return f"is too long ({size:,} bytes); a path may be at most {PATH_MAX} bytes"
     longest = max((len(part.encode()) for part in path.split("/")), default=0)
     if longest > NAME_MAX:
-        return (f"a component of the path is {longest:,} bytes long; a file name may be at "
-                f"most {NAME_MAX} bytes")
+        return (f"a name in it is too long ({longest:,} bytes); a file or folder name may be "
+                f"at most {NAME_MAX} bytes")
     return None
 
 

@@ -267,8 +267,8 @@ async def test_a_megabyte_path_is_refused_at_once(agent: Agent) -> None:
         started = time.monotonic()
         text = await agent.refused(tool, path="a/" * 500_000)
         assert time.monotonic() - started < 0.5, f"{tool} took too long"
-        assert text == (f"Error executing tool {tool}: `path`: the path is 1,000,000 bytes "
-                        "long; a path may be at most 4096 bytes")
+        assert text == (f"Error executing tool {tool}: `path`: is too long (1,000,000 bytes); "
+                        "a path may be at most 4096 bytes")
     started = time.monotonic()
     text = await agent.refused("edit_file", path="b" * 4_000_000, new_text="x")
     assert time.monotonic() - started < 1.0
@@ -278,8 +278,8 @@ async def test_a_megabyte_path_is_refused_at_once(agent: Agent) -> None:
 @pytest.mark.anyio
 async def test_a_long_path_component_gets_a_reason(agent: Agent) -> None:
     text = await agent.refused("read_file", path="d/" + "x" * 3000)
-    assert text == ("Error executing tool read_file: `path`: a component of the path is "
-                    "3,000 bytes long; a file name may be at most 255 bytes")
+    assert text == ("Error executing tool read_file: `path`: a name in it is too long "
+                    "(3,000 bytes); a file or folder name may be at most 255 bytes")
     text = await agent.refused("edit_file", path="y" * 256, new_text="hello")
     assert "at most 255 bytes" in text
     assert not any(p.name.startswith("yyy") for p in Path(agent.run.workspace).iterdir())
