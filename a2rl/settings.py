@@ -41,6 +41,10 @@ class Settings(BaseModel):
         description="glob patterns (workspace-relative) never revisioned",
     )
     job_log_keep_bytes: int = Field(10_000_000, description="job log bytes stored (head+tail)")
+    tool_arg_keep_bytes: int = Field(65_536, description="bytes of one tool argument stored "
+                                     "(longer ones: cut, with their sha256 and size)")
+    max_tool_args_bytes: int = Field(8_000_000, description="largest tool call (all its "
+                                     "arguments, UTF-8 bytes); larger calls are refused")
     default_budget: str = Field("2h", description="budget when neither flag nor task gives one")
     docker_image: str = Field("", description="sandbox image; default: the task's, else the "
                               "offline test image when only that one is built")

@@ -16,6 +16,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
 
 from a2rl import __version__
 from a2rl.settings import Settings
@@ -23,10 +24,11 @@ from a2rl.store import BudgetEvent, Run, Store, utcnow
 from a2rl.tools import TOOLS
 from a2rl.tools.runtime import CallContext, RunRuntime, aware, bind, unbind
 
+from .argument_checks import check_arguments, validation_message
 from .auth import RunTokenVerifier
 from .grading_pump import GradingPump
 from .instructions import instructions_for
-from .recording import end_call, start_call, summarize
+from .recording import aend_call, astart_call, summarize
 from .services import ServiceHost, start_run_services
 
 ALWAYS_ALLOWED = {"budget_status", "get_score"}
@@ -111,12 +113,22 @@ class A2RLServer(MCPServer[Any]):
                         context: Context[Any, Any] | None = None) -> Any:
         rt = self._runtime()
         started = time.perf_counter()
-        call_id = start_call(self.store, rt.run_id, name, arguments, self.transport)
+        arguments = arguments or {}
+        call_id = await astart_call(self.store, rt.run_id, name, arguments, self.transport,
+                                    self.a2rl_settings.tool_arg_keep_bytes)
         token = bind(CallContext(rt, call_id))
         summary, error = "", None
         try:
+            refused = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
+            if refused is not None:  # worded as the SDK words a tool's own errors
+                raise ToolError(f"Error executing tool {name}: {refused}")
             await self._check_budget(rt, name)
-            result = await super().call_tool(name, arguments, context)
+            try:
+                result = await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    raise ToolError(validation_message(name, exc.__cause__)) from None
+                raise
             summary, error = summarize(result)
             return result
         except ToolError as exc:
@@ -130,7 +142,7 @@ class A2RLServer(MCPServer[Any]):
             rt.log.exception("tool %s failed", name)
             raise
         finally:
-            end_call(self.store, call_id, started, summary, error)
+            await aend_call(self.store, call_id, started, summary, error)
             unbind(token)
 
     async def _check_budget(self, rt: RunRuntime, name: str) -> None:

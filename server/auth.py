@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+import anyio
 from mcp.server.auth.provider import AccessToken
 from sqlmodel import select
 
@@ -30,8 +31,13 @@ class RunTokenVerifier:
         self.store = store
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        with self.store.session() as s:
-            run = s.exec(select(Run).where(Run.token_hash == hash_token(token))).first()
-        if run is None:
+        # In a worker thread: every HTTP request asks, and a slow store must not hold the loop.
+        run_id = await anyio.to_thread.run_sync(self.run_of, token)
+        if run_id is None:
             return None
-        return AccessToken(token=token, client_id=run.id, scopes=["run"])
+        return AccessToken(token=token, client_id=run_id, scopes=["run"])
+
+    def run_of(self, token: str) -> str | None:
+        """The id of the run this token opens, or None."""
+        with self.store.session() as s:
+            return s.exec(select(Run.id).where(Run.token_hash == hash_token(token))).first()

@@ -2,25 +2,40 @@
 
 The row is created when the call starts (so that revisions and jobs it causes can point to
 it) and completed when it ends, whether it succeeded, was refused by argument validation,
-raised a `ToolError` or was cancelled. This is the one place that records; tools don't.
+raised a `ToolError` or was cancelled. A message the JSON-RPC guard refused is a row too
+(`record_refusal`). This is the one place that records; tools don't.
+
+What is stored is bounded whatever the agent sends: a string argument longer than
+`keep_bytes` is stored cut, and `_truncated` keeps its sha256 and full size (the string stays
+a string, so queries such as `arguments->>'command'` still work); result summaries are cut to
+`SUMMARY_CHARS`. The `a*` functions run the store writes in a worker thread, so that a slow
+store never holds the event loop (over HTTP, every run's calls share it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from typing import Any
 
+import anyio
+
 from a2rl.store import Store, ToolCall
 
+from .jsonrpc_guard import Refusal, scrub
+
 SUMMARY_CHARS = 2_000
+MAX_STORED_KEYS = 64
+MAX_STORED_DEPTH = 64  # no tool takes nested arguments; deeper ones are noted, not stored
+TRUNCATED_KEY = "_truncated"
 
 
 def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
-               transport: str | None) -> int:
+               transport: str | None, keep_bytes: int = 65_536) -> int:
     with store.session() as s:
-        row = ToolCall(run_id=run_id, tool=tool, arguments=_jsonable(arguments),
-                       transport=transport)
+        row = ToolCall(run_id=run_id, tool=tool,
+                       arguments=stored_arguments(arguments, keep_bytes), transport=transport)
         s.add(row)
         s.flush()
         assert row.id is not None
@@ -34,8 +49,74 @@ def end_call(store: Store, call_id: int, started: float, summary: str, error: st
         row.duration_ms = round((time.perf_counter() - started) * 1000, 3)
         row.result_summary = summary[:SUMMARY_CHARS]
         row.is_error = error is not None
-        row.error = error
+        row.error = error[:SUMMARY_CHARS] if error is not None else None
         s.add(row)
+
+
+async def astart_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
+                      transport: str | None, keep_bytes: int) -> int:
+    return await anyio.to_thread.run_sync(start_call, store, run_id, tool, arguments,
+                                          transport, keep_bytes)
+
+
+async def aend_call(store: Store, call_id: int, started: float, summary: str,
+                    error: str | None) -> None:
+    # Shielded: a cancelled call is still completed in the store.
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(end_call, store, call_id, started, summary, error)
+
+
+def record_refusal(store: Store, run_id: str, refusal: Refusal, transport: str | None,
+                   keep_bytes: int = 65_536) -> int:
+    """A message the guard refused, as a failed call of the tool it named (if any)."""
+    started = time.perf_counter()
+    call_id = start_call(store, run_id, refusal.tool, refusal.arguments, transport, keep_bytes)
+    end_call(store, call_id, started, refusal.message, refusal.message)
+    return call_id
+
+
+def stored_arguments(arguments: dict[str, Any], keep_bytes: int) -> dict[str, Any]:
+    """The arguments as stored: JSON-able, surrogate-free, each value at most `keep_bytes`,
+    at most `MAX_STORED_KEYS` of them, none nested deeper than `MAX_STORED_DEPTH`."""
+    out: dict[str, Any] = {}
+    truncated: dict[str, dict[str, Any]] = {}
+    for index, (key, value) in enumerate(arguments.items()):
+        if index == MAX_STORED_KEYS:  # no tool has this many; the rest are counted only
+            truncated["(more arguments)"] = {"count": len(arguments) - index}
+            break
+        key = scrub(str(key))[:200]
+        if too_deep(value, MAX_STORED_DEPTH):
+            value = f"(not stored: nested deeper than {MAX_STORED_DEPTH} levels)"
+        else:
+            value = scrub(_jsonable(value))
+        if isinstance(value, str):
+            data = value.encode()
+            if len(data) > keep_bytes:
+                truncated[key] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                value = data[:keep_bytes].decode(errors="ignore")
+        elif not isinstance(value, (int, float, bool)) and value is not None:
+            data = json.dumps(value).encode()
+            if len(data) > keep_bytes:
+                truncated[key] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                value = data[:keep_bytes].decode(errors="ignore")
+        out[key] = value
+    if truncated:
+        out[TRUNCATED_KEY] = truncated
+    return out
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and dicts more than `limit` levels (iteratively: the
+    value may be deeper than Python's recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return True
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def summarize(result: Any) -> tuple[str, str | None]:
@@ -55,5 +136,5 @@ def _jsonable(value: Any) -> Any:
     try:
         json.dumps(value)
         return value
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return json.loads(json.dumps(value, default=repr))

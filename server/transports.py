@@ -1,14 +1,29 @@
-"""Transports: stdio for one run, streamable HTTP at /mcp for every run (token per run)."""
+"""Transports: stdio for one run, streamable HTTP at /mcp for every run (token per run).
+
+Both put the JSON-RPC guard (jsonrpc_guard.py) in front of the SDK: a message the SDK would
+drop gets its JSON-RPC error here, and the refusal is recorded for the run it came from.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO
+
 import anyio
+from mcp.server.stdio import stdio_server
 from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
-from .app import build_server
+from .app import A2RLServer, build_server
+from .jsonrpc_guard import INVALID_REQUEST, Refusal, inspect
+from .recording import record_refusal
+
+# Messages above this size are inspected in a worker thread, off the event loop.
+_INLINE_BYTES = 256 * 1024
 
 
 def adopt_on_start(store: Store) -> None:
@@ -21,11 +36,184 @@ def adopt_on_start(store: Store) -> None:
         adopt_containers({run_id for run_id, ended in docker_runs if ended is None})
 
 
+def max_message_bytes(settings: Settings) -> int:
+    """The largest message read: a call at the argument limit, JSON escapes included."""
+    return 2 * settings.max_tool_args_bytes + 65_536
+
+
+def too_large(limit: int) -> Refusal:
+    return Refusal(INVALID_REQUEST, f"Invalid request: the message is over {limit:,} bytes")
+
+
+async def guard(raw: bytes) -> Refusal | None:
+    if len(raw) <= _INLINE_BYTES:
+        return inspect(raw)
+    return await anyio.to_thread.run_sync(inspect, raw)
+
+
+async def refuse(server: A2RLServer, run_id: str, refusal: Refusal) -> None:
+    await anyio.to_thread.run_sync(record_refusal, server.store, run_id, refusal,
+                                   server.transport, server.a2rl_settings.tool_arg_keep_bytes)
+
+
+# -- stdio ---------------------------------------------------------------------------------
+
+class _WireOut:
+    """stdout for the SDK and the guard: one whole line per write, never two interleaved."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.lock = raw, anyio.Lock()
+
+    async def write(self, text: str) -> None:
+        async with self.lock:
+            await anyio.to_thread.run_sync(self._write, text.encode())
+
+    async def flush(self) -> None:  # every write is flushed whole
+        return None
+
+    def _write(self, data: bytes) -> None:
+        self.raw.write(data)
+        self.raw.flush()
+
+
+class _GuardedStdin:
+    """The lines of stdin that the SDK can take; the others are answered and recorded here."""
+
+    def __init__(self, raw: BinaryIO, out: _WireOut, server: A2RLServer, run_id: str) -> None:
+        self.raw, self.out, self.server, self.run_id = raw, out, server, run_id
+        self.limit = max_message_bytes(server.a2rl_settings)
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        while True:
+            line = await anyio.to_thread.run_sync(self.raw.readline, self.limit + 1)
+            if not line:
+                return
+            if len(line) > self.limit and not line.endswith(b"\n"):
+                await anyio.to_thread.run_sync(self._skip_rest)
+                refusal: Refusal | None = too_large(self.limit)
+            elif not line.strip():
+                continue
+            else:
+                refusal = await guard(line)
+            if refusal is None:
+                yield line.decode()
+                continue
+            # Recorded before it is answered, as every call is.
+            await refuse(self.server, self.run_id, refusal)
+            await self.out.write(json.dumps(refusal.response()) + "\n")
+
+    def _skip_rest(self) -> None:
+        while True:
+            chunk = self.raw.readline(1 << 20)
+            if not chunk or chunk.endswith(b"\n"):
+                return
+
+
+def _claim_stdio() -> tuple[BinaryIO, BinaryIO]:
+    """The wire, on private descriptors; fd 0 then reads /dev/null and fd 1 goes to stderr,
+    so that nothing a handler or a child prints can tear a frame (as the SDK's own claim)."""
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb")
+
+
+async def run_stdio_guarded(server: A2RLServer, stdin: BinaryIO, stdout: BinaryIO) -> None:
+    """Serve one run over these byte streams, the guard in front of the SDK."""
+    assert server.bound_run_id is not None
+    out = _WireOut(stdout)
+    guarded = _GuardedStdin(stdin, out, server, server.bound_run_id)
+    lowlevel = server._lowlevel_server
+    async with stdio_server(stdin=guarded, stdout=out) as (read_stream, write_stream):  # type: ignore[arg-type]
+        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+
 def serve_stdio(settings: Settings, store: Store, run_id: str) -> None:
     adopt_on_start(store)
     server = build_server(settings, store, run_id=run_id, transport="stdio")
     server.registry.pump.wake()  # drain what an earlier server left queued
-    anyio.run(server.run_stdio_async)
+    stdin, stdout = _claim_stdio()
+    anyio.run(run_stdio_guarded, server, stdin, stdout)
+
+
+# -- streamable HTTP -------------------------------------------------------------------------
+
+class JsonRpcGuardMiddleware:
+    """ASGI middleware in front of the SDK's /mcp endpoint.
+
+    Only a POST with a valid run token is inspected: without one the SDK answers 401 as
+    before and no run is touched. A refused body is answered with HTTP 400 and the JSON-RPC
+    error, and recorded for the token's run; any other body is replayed to the SDK untouched.
+    """
+
+    def __init__(self, app: Any, server: A2RLServer, path: str = "/mcp") -> None:
+        self.app, self.server, self.path = app, server, path
+        self.limit = max_message_bytes(server.a2rl_settings)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if (scope["type"] != "http" or scope.get("method") != "POST"
+                or scope.get("path", "").rstrip("/") != self.path):
+            await self.app(scope, receive, send)
+            return
+        run_id = await self._run_of(scope)
+        if run_id is None:
+            await self.app(scope, receive, send)
+            return
+        body, complete = await self._read(receive)
+        refusal = too_large(self.limit) if not complete else await guard(body)
+        if refusal is None:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        await refuse(self.server, run_id, refusal)
+        payload = refusal.response_bytes()
+        await send({"type": "http.response.start", "status": 400,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _run_of(self, scope: Any) -> str | None:
+        headers = dict(scope.get("headers") or [])
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = auth.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        verifier = self.server._token_verifier
+        if verifier is None:
+            return None
+        access = await verifier.verify_token(token.strip())
+        return access.client_id if access is not None else None
+
+    async def _read(self, receive: Any) -> tuple[bytes, bool]:
+        """The body, and False when it passed the limit (the rest is drained, not kept)."""
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size <= self.limit:
+                chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks), size <= self.limit
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    sent = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 def http_app(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
@@ -39,7 +227,10 @@ def http_app(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
 
         return JSONResponse({"ok": True})
 
-    return server.streamable_http_app(streamable_http_path="/mcp", host=settings.http_host)
+    app = server.streamable_http_app(streamable_http_path="/mcp", host=settings.http_host,
+                                     max_request_body_size=max_message_bytes(settings))
+    app.add_middleware(JsonRpcGuardMiddleware, server=server)
+    return app
 
 
 def serve_http(settings: Settings, store: Store) -> None:

@@ -84,11 +84,12 @@ async def test_http_needs_the_runs_token(settings, store) -> None:  # type: igno
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         async with httpx2.AsyncClient() as h:
-            for _ in range(100):
+            for _ in range(600):  # a loaded 2-core machine takes tens of seconds to import
                 try:
                     await h.get(f"http://127.0.0.1:{port}/health")
                     break
                 except httpx2.TransportError:
+                    assert proc.poll() is None, "the HTTP server exited"
                     await anyio.sleep(0.1)
             resp = await h.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
             assert resp.status_code == 401
