@@ -72,7 +72,7 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
     if run.max_submissions is not None and used >= run.max_submissions:
         raise ToolError(f"submission limit reached ({run.max_submissions}); "
                         "the best submission so far counts")
-    target = rt.workspace.resolve(path)
+    target = rt.workspace.root.joinpath(*rt.workspace.parts(path))
     sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
                      tool_call_id=tool_call_id)
     check = validate_checkpoint(target, rt.workspace.root / "output",
