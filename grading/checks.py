@@ -181,14 +181,12 @@ def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[fl
     return math.sqrt(diff_sq) / max(math.sqrt(base_sq), 1e-12), n_params
 
 
-def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> CheckpointCheck:
-    """Check that `path` is a loadable full checkpoint under `output_dir`, derived from (but not
-    equal to) the base model in `base_dir`. Never raises for a bad checkpoint: the verdict and
-    the message are in the result."""
-    output_dir = Path(output_dir).resolve()
+def validate_copy(copy_dir: Path, base_dir: Path, shown: str) -> CheckpointCheck:
+    """Check the grader's copy of a submission (see `hashing.copy_checkpoint`): a loadable full
+    checkpoint derived from (but not equal to) the base model in `base_dir`. `shown` is the
+    path the agent gave. Never raises for a bad checkpoint: the verdict is in the result."""
     try:
-        real = _locate(Path(path), output_dir)
-        shown = _rel(real, output_dir)
+        real = Path(copy_dir)
         _check_files(real, shown)
         model, tokenizer = _load(real, shown)
         l2, n_params = _compare(model, tokenizer, Path(base_dir), shown)
@@ -196,3 +194,16 @@ def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> Checkpo
         return CheckpointCheck(ok=False, error=str(exc))
     return CheckpointCheck(ok=True, path=str(real), l2_relative=l2,
                            near_copy=l2 < NEAR_COPY_L2, n_params=n_params)
+
+
+def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> CheckpointCheck:
+    """Check that `path` is a loadable full checkpoint under `output_dir`, derived from (but not
+    equal to) the base model in `base_dir`. Never raises for a bad checkpoint: the verdict and
+    the message are in the result. For folders we trust (tests, tools); a submission is checked
+    on its copy with `validate_copy`."""
+    output_dir = Path(output_dir).resolve()
+    try:
+        real = _locate(Path(path), output_dir)
+    except CheckpointRefused as exc:
+        return CheckpointCheck(ok=False, error=str(exc))
+    return validate_copy(real, base_dir, _rel(real, output_dir))
