@@ -55,6 +55,10 @@ class RunSummary(BaseModel):
     tool_calls: int
     revisions: int
     seconds: float
+    #: submissions whose grading failed, and the first line of each distinct reason (a
+    #: grading failure must not pass for a run that merely scored nothing)
+    submissions_failed: int = 0
+    grading_errors: list[str] = []
 
 
 class RunOptions(BaseModel):
@@ -252,10 +256,15 @@ class Orchestrator:
             assert run is not None
             counts = {m.__name__: s.exec(select(func.count()).select_from(m).where(
                 m.run_id == run_id)).one() for m in (ToolCall, Revision, Submission)}
+            failed = s.exec(select(Submission.error).where(
+                Submission.run_id == run_id, Submission.status == "failed")).all()
         best = best_submission(self.store, run_id, "test" if run.protocol == "paper" else "dev")
+        errors = list(dict.fromkeys((e or "no reason recorded").strip().splitlines()[0][:300]
+                                    for e in failed))
         return RunSummary(
             run_id=run.id, task=run.task_id, agent=run.agent, agent_status=run.agent_status,
             baseline_score=run.baseline_test, best_score=best[1].score if best else None,
             final_score=run.final_score, submissions=counts["Submission"],
             tool_calls=counts["ToolCall"], revisions=counts["Revision"],
-            seconds=round(time.monotonic() - started, 1))
+            seconds=round(time.monotonic() - started, 1), submissions_failed=len(failed),
+            grading_errors=errors[:3])
