@@ -34,9 +34,19 @@ RESERVED = "validating"
 
 
 def _grading() -> ModuleType:
-    """`a2rl.grading`, imported on first use (it loads torch and the tasks: seconds) under a
-    lock, so that concurrent first submissions never see a half-imported module."""
+    """`a2rl.grading` with what validation imports lazily (transformers' auto classes,
+    safetensors), imported once under a lock: transformers resolves its names on first use,
+    and concurrent first submissions in threads otherwise see half-imported modules
+    (ImportError)."""
     with _IMPORT_LOCK:
+        import safetensors.torch  # noqa: F401
+        from transformers import (  # noqa: F401
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoTokenizer,
+            GenerationConfig,
+        )
+
         import a2rl.grading
 
         return a2rl.grading
