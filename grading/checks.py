@@ -89,6 +89,7 @@ def _check_files(real: Path, shown: str) -> None:
                                 f"{_SAVE_HINT}")
     if not any(n in names for n in _TOKENIZER_FILES):
         raise CheckpointRefused(f"{shown} has no tokenizer files: {_SAVE_HINT}")
+    _refuse_custom_code(real, names, shown)
     for st in sorted(real.glob("*.safetensors")):
         try:
             from safetensors import safe_open
@@ -103,6 +104,27 @@ def _check_files(real: Path, shown: str) -> None:
         except Exception as exc:
             raise CheckpointRefused(f"{shown}/{st.name} is not a readable safetensors file "
                                     f"(truncated or corrupt?): {exc}") from exc
+
+
+def _refuse_custom_code(real: Path, names: set[str], shown: str) -> None:
+    """Custom model or tokenizer code is never run (`trust_remote_code` is always False), and a
+    checkpoint that asks for it is refused outright rather than loaded as something else."""
+    import json
+
+    code = sorted(n for n in names if n.endswith(".py"))
+    for name in ("config.json", "tokenizer_config.json"):
+        if name in names:
+            try:
+                cfg = json.loads((real / name).read_text())
+            except (OSError, ValueError):
+                continue  # loading says what is wrong with it
+            if isinstance(cfg, dict) and "auto_map" in cfg:
+                code.append(f"{name}: auto_map")
+    if code:
+        raise CheckpointRefused(f"{shown} asks for custom code ({', '.join(code[:3])}): "
+                                "checkpoints must load with the standard transformers classes "
+                                "(remote code is never run); save with save_pretrained from "
+                                "the base architecture")
 
 
 def _check_safetensors_size(path: Path, size: int) -> None:

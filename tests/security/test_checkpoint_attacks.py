@@ -52,7 +52,9 @@ async def test_planted_files_in_a_checkpoint_are_refused(agent: Agent, tmp_path:
         shutil.copytree(good, d)
         return d
 
-    os.symlink("/proc/self/environ", variant("environ") / "generation_config.json")
+    environ = variant("environ") / "generation_config.json"
+    environ.unlink()
+    os.symlink("/proc/self/environ", environ)
     weights = variant("other_run") / "model.safetensors"
     weights.unlink()
     os.symlink(other_copy / "model.safetensors", weights)
@@ -68,7 +70,7 @@ async def test_planted_files_in_a_checkpoint_are_refused(agent: Agent, tmp_path:
     (code / "evil.py").write_text("import os; os.system('touch /tmp/a2rl-pwned')\n")
     await agent.sh("chmod -R a+rwX output code || true")
     for name, expect in [("environ", "symlink"), ("other_run", "symlink"), ("hard", "hard link"),
-                         ("fifo", "FIFO"), ("pickle", "model"), ("remote_code", "")]:
+                         ("fifo", "FIFO"), ("pickle", "model"), ("remote_code", "custom code")]:
         err = await agent.refused("submit_checkpoint", path=f"output/{name}")
         assert "submission refused" in err and expect in err, (name, err)
         assert "\n" not in err.strip().splitlines()[0]
