@@ -217,12 +217,14 @@ print(json.dumps(out))
 """
 
 
-def test_concurrent_first_submits_respect_the_limit(settings: Settings, store: Store,
+def test_concurrent_first_submits_respect_the_limit(settings: Settings, db_url: str,
                                                    tmp_path: Path) -> None:
     """Four submits at once in a fresh server process, limit 2: exactly two pass, two are
-    told the limit is reached, none fails on a half-imported module."""
+    told the limit is reached, none fails on a half-imported module (SQLite and PostgreSQL)."""
     from a2rl.server import create_run
 
+    settings = settings.model_copy(update={"db_url": db_url})
+    store = Store(db_url)
     run = create_run(settings, store, task_id="arith", budget="30m", baseline=False,
                      max_submissions=2).run
     ws = Path(run.workspace)
@@ -236,3 +238,4 @@ def test_concurrent_first_submits_respect_the_limit(settings: Settings, store: S
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sorted(o.split()[0] for o in out) == ["ToolError:", "ToolError:", "ok", "ok"], out
     assert all("submission limit reached" in o for o in out if not o.startswith("ok"))
+    store.close()
