@@ -67,14 +67,15 @@ async def test_planted_files_in_a_checkpoint_are_refused(agent: Agent, tmp_path:
     cfg = json.loads((code / "config.json").read_text())
     cfg["auto_map"] = {"AutoModelForCausalLM": "evil.EvilModel"}
     (code / "config.json").write_text(json.dumps(cfg))
-    (code / "evil.py").write_text("import os; os.system('touch /tmp/a2rl-pwned')\n")
+    pwned = tmp_path / "pwned"
+    (code / "evil.py").write_text(f"open({str(pwned)!r}, 'w').write('ran')\n")
     await agent.sh("chmod -R a+rwX output code || true")
     for name, expect in [("environ", "symlink"), ("other_run", "symlink"), ("hard", "hard link"),
                          ("fifo", "FIFO"), ("pickle", "model"), ("remote_code", "custom code")]:
         err = await agent.refused("submit_checkpoint", path=f"output/{name}")
         assert "submission refused" in err and expect in err, (name, err)
         assert "\n" not in err.strip().splitlines()[0]
-    assert not Path("/tmp/a2rl-pwned").exists()
+    assert not pwned.exists()
     subs = _subs(agent)
     assert len(subs) == 6 and all(s.status == "refused" and not s.checkpoint_dir for s in subs)
     copies = agent.settings.home_dir / "checkpoints" / agent.run.id
