@@ -595,9 +595,11 @@ def run_cmd(
     if as_json:
         docs = [s.model_dump() for s in summaries]
         _print_json(docs[0] if repeats == 1 else docs)
+        _exit_on_grading_failure(*summaries)
         return
     for summary in summaries:
         _print_summary(summary)
+    _exit_on_grading_failure(*summaries)
 
 
 @app.command()
@@ -941,8 +943,9 @@ def demo(
         return
     if as_json:
         _print_json(summary.model_dump(include=set(DEMO_FIELDS)))
-        return
-    _print_summary(summary)
+    else:
+        _print_summary(summary)
+    _exit_on_grading_failure(summary)
 
 
 def _print_summary(summary: Any) -> None:
@@ -956,6 +959,21 @@ def _print_summary(summary: Any) -> None:
     typer.echo(f"  {summary.submissions} submissions, {summary.tool_calls} tool calls, "
                f"{summary.revisions} code revisions recorded")
     typer.echo(f"  inspect it: a2rl show {summary.run_id}")
+
+
+def _exit_on_grading_failure(*summaries: Any) -> None:
+    """A run that produced no score is a failure (exit 1), shown with the grader's reasons."""
+    failed = False
+    for summary in summaries:
+        for error in summary.grading_errors:
+            typer.echo(f"a2rl: run {summary.run_id}: grading failed: {error}", err=True)
+        if summary.final_score is None:
+            failed = True
+            typer.echo(f"a2rl: run {summary.run_id} produced no score"
+                       + (f" ({summary.submissions_failed} submissions failed grading)"
+                          if summary.submissions_failed else ""), err=True)
+    if failed:
+        raise typer.Exit(1)
 
 
 def main() -> None:

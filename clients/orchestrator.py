@@ -26,9 +26,10 @@ from typing import Any
 import anyio
 from mcp import Client, StdioServerParameters
 from pydantic import BaseModel
+from sqlmodel import select
 
 from a2rl.settings import Settings
-from a2rl.store import Run, Store
+from a2rl.store import Run, Store, Submission
 from a2rl.store.queries import best_submission, run_summary
 from a2rl.tools.runtime import aware
 
@@ -54,6 +55,10 @@ class RunSummary(BaseModel):
     tool_calls: int
     revisions: int
     seconds: float
+    #: submissions whose grading failed, and the first line of each distinct reason (a
+    #: grading failure must not pass for a run that merely scored nothing)
+    submissions_failed: int = 0
+    grading_errors: list[str] = []
 
 
 class RunOptions(BaseModel):
@@ -289,11 +294,16 @@ class Orchestrator:
         with self.store.session() as s:
             run = s.get(Run, run_id)
             assert run is not None
+            failed = s.exec(select(Submission.error).where(
+                Submission.run_id == run_id, Submission.status == "failed")).all()
         counts = run_summary(self.store, run_id) or {}
         best = best_submission(self.store, run_id, "test" if run.protocol == "paper" else "dev")
+        errors = list(dict.fromkeys((e or "no reason recorded").strip().splitlines()[0][:300]
+                                    for e in failed))
         return RunSummary(
             run_id=run.id, task=run.task_id, agent=run.agent, agent_status=run.agent_status,
             baseline_score=run.baseline_test, best_score=best[1].score if best else None,
             final_score=run.final_score, submissions=counts["submissions"],
             tool_calls=counts["tool_calls"], revisions=counts["revisions"],
-            seconds=round(time.monotonic() - started, 1))
+            seconds=round(time.monotonic() - started, 1), submissions_failed=len(failed),
+            grading_errors=errors[:3])

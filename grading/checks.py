@@ -89,6 +89,7 @@ def _check_files(real: Path, shown: str) -> None:
                                 f"{_SAVE_HINT}")
     if not any(n in names for n in _TOKENIZER_FILES):
         raise CheckpointRefused(f"{shown} has no tokenizer files: {_SAVE_HINT}")
+    _refuse_custom_code(real, names, shown)
     for st in sorted(real.glob("*.safetensors")):
         try:
             from safetensors import safe_open
@@ -103,6 +104,27 @@ def _check_files(real: Path, shown: str) -> None:
         except Exception as exc:
             raise CheckpointRefused(f"{shown}/{st.name} is not a readable safetensors file "
                                     f"(truncated or corrupt?): {exc}") from exc
+
+
+def _refuse_custom_code(real: Path, names: set[str], shown: str) -> None:
+    """Custom model or tokenizer code is never run (`trust_remote_code` is always False), and a
+    checkpoint that asks for it is refused outright rather than loaded as something else."""
+    import json
+
+    code = sorted(n for n in names if n.endswith(".py"))
+    for name in ("config.json", "tokenizer_config.json"):
+        if name in names:
+            try:
+                cfg = json.loads((real / name).read_text())
+            except (OSError, ValueError):
+                continue  # loading says what is wrong with it
+            if isinstance(cfg, dict) and "auto_map" in cfg:
+                code.append(f"{name}: auto_map")
+    if code:
+        raise CheckpointRefused(f"{shown} asks for custom code ({', '.join(code[:3])}): "
+                                "checkpoints must load with the standard transformers classes "
+                                "(remote code is never run); save with save_pretrained from "
+                                "the base architecture")
 
 
 def _check_safetensors_size(path: Path, size: int) -> None:
@@ -181,14 +203,12 @@ def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[fl
     return math.sqrt(diff_sq) / max(math.sqrt(base_sq), 1e-12), n_params
 
 
-def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> CheckpointCheck:
-    """Check that `path` is a loadable full checkpoint under `output_dir`, derived from (but not
-    equal to) the base model in `base_dir`. Never raises for a bad checkpoint: the verdict and
-    the message are in the result."""
-    output_dir = Path(output_dir).resolve()
+def validate_copy(copy_dir: Path, base_dir: Path, shown: str) -> CheckpointCheck:
+    """Check the grader's copy of a submission (see `hashing.copy_checkpoint`): a loadable full
+    checkpoint derived from (but not equal to) the base model in `base_dir`. `shown` is the
+    path the agent gave. Never raises for a bad checkpoint: the verdict is in the result."""
     try:
-        real = _locate(Path(path), output_dir)
-        shown = _rel(real, output_dir)
+        real = Path(copy_dir)
         _check_files(real, shown)
         model, tokenizer = _load(real, shown)
         l2, n_params = _compare(model, tokenizer, Path(base_dir), shown)
@@ -196,3 +216,16 @@ def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> Checkpo
         return CheckpointCheck(ok=False, error=str(exc))
     return CheckpointCheck(ok=True, path=str(real), l2_relative=l2,
                            near_copy=l2 < NEAR_COPY_L2, n_params=n_params)
+
+
+def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> CheckpointCheck:
+    """Check that `path` is a loadable full checkpoint under `output_dir`, derived from (but not
+    equal to) the base model in `base_dir`. Never raises for a bad checkpoint: the verdict and
+    the message are in the result. For folders we trust (tests, tools); a submission is checked
+    on its copy with `validate_copy`."""
+    output_dir = Path(output_dir).resolve()
+    try:
+        real = _locate(Path(path), output_dir)
+    except CheckpointRefused as exc:
+        return CheckpointCheck(ok=False, error=str(exc))
+    return validate_copy(real, base_dir, _rel(real, output_dir))

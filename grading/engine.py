@@ -52,8 +52,13 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 
 def load_tokenizer(model_dir: Path, chat_template: str | None = None) -> Any:
-    """The checkpoint's tokenizer, left-padding, with `chat_template` (if given) in place of
-    its own, so that every engine renders and decodes a prompt identically."""
+    """The tokenizer in `model_dir`, left-padding, with `chat_template` (if given) in place of
+    its own, so that every engine renders and decodes a prompt identically.
+
+    The grader passes the *base model's* folder: a submission's tokenizer pipeline (a
+    normalizer or decoder that rewrites digits) must not change what is scored, and validation
+    has already refused a submission whose vocabulary differs from the base's, so the base
+    tokenizer reads the submitted weights' token ids exactly."""
     from transformers import AutoTokenizer
 
     tokenizer: Any = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
@@ -86,6 +91,23 @@ def decode_completion(tokenizer: Any, ids: Any, stop: Sequence[str]) -> str:
     return text
 
 
+def greedy_config(tokenizer: Any, tokenizer_dir: Path | None = None) -> Any:
+    """The generation settings of every grading: greedy, nothing else. Built by the grader,
+    never read from the submission (its generation_config.json could set `suppress_tokens`,
+    `min_new_tokens`, a repetition penalty...). The end-of-sequence ids come from the base
+    model's generation_config.json when `tokenizer_dir` (the base's folder) has one, else
+    from the tokenizer."""
+    from transformers import GenerationConfig
+
+    eos: Any = tokenizer.eos_token_id
+    if tokenizer_dir is not None and (Path(tokenizer_dir) / "generation_config.json").is_file():
+        base = GenerationConfig.from_pretrained(tokenizer_dir)
+        eos = base.eos_token_id if base.eos_token_id is not None else eos
+    return GenerationConfig(do_sample=False, num_beams=1, eos_token_id=eos,
+                            pad_token_id=tokenizer.pad_token_id,
+                            bos_token_id=tokenizer.bos_token_id)
+
+
 def release_model(engine: Any) -> None:
     """Delete `engine.model` and give cached device memory back to the driver."""
     import gc
@@ -105,7 +127,10 @@ class TransformersEngine:
     A string prompt becomes one user message when the tokenizer has a chat template (and is
     used raw otherwise); a list of messages is always rendered with the template.
     `chat_template` overrides the checkpoint's own template: the grader passes the base model's
-    so that every submission is prompted exactly as TASK.md says.
+    so that every submission is prompted exactly as TASK.md says. `tokenizer_dir` is where the
+    tokenizer comes from (the grader passes the base model's folder; default: `model_dir`).
+    The generation settings are `greedy_config`'s, whatever the checkpoint's
+    generation_config.json says.
     """
 
     engine_name = "transformers"
@@ -117,6 +142,7 @@ class TransformersEngine:
         device: str | None = None,
         batch_size: int = 64,
         chat_template: str | None = None,
+        tokenizer_dir: Path | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
@@ -124,10 +150,12 @@ class TransformersEngine:
         self.engine_version = transformers_engine_version()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        self.tokenizer: Any = load_tokenizer(model_dir, chat_template)
+        self.tokenizer: Any = load_tokenizer(tokenizer_dir or model_dir, chat_template)
         self.model: Any = AutoModelForCausalLM.from_pretrained(
             model_dir, trust_remote_code=False, dtype=dtype).to(self.device)
         self.model.eval()
+        self.generation_config = greedy_config(self.tokenizer, tokenizer_dir)
+        self.model.generation_config = self.generation_config  # the checkpoint's is dropped
         self.batch_size = batch_size
 
     def render(self, prompt: Prompt) -> str:
@@ -149,7 +177,8 @@ class TransformersEngine:
                                max_new_tokens)
             with torch.inference_mode():
                 out = self.model.generate(
-                    **enc, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
+                    **enc, generation_config=self.generation_config,
+                    max_new_tokens=max_new_tokens, do_sample=False, num_beams=1,
                     temperature=None, top_p=None, top_k=None,
                     pad_token_id=self.tokenizer.pad_token_id, **self._generate_options())
             new = out[:len(idx), enc["input_ids"].shape[1]:]

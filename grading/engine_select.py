@@ -101,6 +101,7 @@ def build_engine(
     batch_size: int,
     max_new_tokens: int,
     chat_template: str | None,
+    tokenizer_dir: Path | None = None,
     cuda: bool | None = None,
     memory_query: MemoryQuery | None = None,
     memory_wait_s: float = DEFAULT_WAIT_S,
@@ -119,9 +120,10 @@ def build_engine(
         from .engine_vllm import VllmEngine
 
         return VllmEngine(checkpoint_dir, chat_template=chat_template,
-                          gpu_memory_utilization=fraction)
+                          tokenizer_dir=tokenizer_dir, gpu_memory_utilization=fraction)
     if kind == "static":
         return StaticCacheEngine(checkpoint_dir, batch_size=batch_size,
-                                 chat_template=chat_template,
+                                 chat_template=chat_template, tokenizer_dir=tokenizer_dir,
                                  compile_cache=compile_cache_dir(settings.home_dir))
-    return TransformersEngine(checkpoint_dir, batch_size=batch_size, chat_template=chat_template)
+    return TransformersEngine(checkpoint_dir, batch_size=batch_size, chat_template=chat_template,
+                              tokenizer_dir=tokenizer_dir)

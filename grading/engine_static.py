@@ -102,12 +102,13 @@ class StaticCacheEngine(TransformersEngine):
         device: str | None = None,
         batch_size: int = 64,
         chat_template: str | None = None,
+        tokenizer_dir: Path | None = None,
         compile: bool | None = None,
         compile_cache: Path | None = None,
         bucket_step: int = BUCKET_STEP,
     ) -> None:
         super().__init__(model_dir, device=device, batch_size=batch_size,
-                         chat_template=chat_template)
+                         chat_template=chat_template, tokenizer_dir=tokenizer_dir)
         self.compile = self.device.startswith("cuda") if compile is None else compile
         self.bucket_step = bucket_step
         self.max_positions: int | None = getattr(self.model.config,

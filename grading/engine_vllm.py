@@ -8,7 +8,9 @@ level and `engine_select` picks it only when it is importable and CUDA is presen
 The model is loaded once per evaluation process (the grader runs one evaluation per process,
 see `grading/worker.py`). Prompts are rendered and tokenized by the same transformers tokenizer
 as `TransformersEngine` and passed as token ids; completions are decoded by the same function,
-so the text that is scored is built identically whichever engine produced the tokens.
+so the text that is scored is built identically whichever engine produced the tokens. The
+tokenizer is the base model's and the checkpoint's generation_config.json is ignored, as in
+`engine.TransformersEngine`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class VllmEngine:
         model_dir: Path,
         *,
         chat_template: str | None = None,
+        tokenizer_dir: Path | None = None,
         gpu_memory_utilization: float = 0.85,
         max_model_len: int | None = None,
         ignore_eos: bool = False,
@@ -45,10 +48,15 @@ class VllmEngine:
         import vllm
 
         self.engine_version = vllm_engine_version()
-        self.tokenizer: Any = load_tokenizer(model_dir, chat_template)
+        tokenizer_dir = tokenizer_dir or model_dir
+        self.tokenizer: Any = load_tokenizer(tokenizer_dir, chat_template)
         self.ignore_eos = ignore_eos  # the benchmark forces full-length generations
+        # generation_config="vllm": vLLM's defaults, never the checkpoint's
+        # generation_config.json (see `engine.greedy_config`); the sampling parameters below
+        # are the whole of the generation settings
         self.model: Any = vllm.LLM(
-            model=str(model_dir), tokenizer=str(model_dir), dtype="bfloat16", seed=0,
+            model=str(model_dir), tokenizer=str(tokenizer_dir), dtype="bfloat16", seed=0,
+            generation_config="vllm",
             trust_remote_code=False, gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len)
 

@@ -25,7 +25,7 @@ from .engine_select import build_engine, chosen_engine
 from .hashing import data_hash, tree_hashes
 
 #: Bump when scoring, prompting or generation settings of the grader change.
-GRADER_VERSION = "1"
+GRADER_VERSION = "2"  # 2: base tokenizer and task-built generation settings
 
 
 class EvalResult(BaseModel):
@@ -41,15 +41,17 @@ class EvalResult(BaseModel):
 
 
 def make_engine(task: Task, checkpoint_dir: Path, settings: Settings) -> GenerationEngine:
-    """The engine `settings.grading_engine` selects (see `engine_select`), prompting with the
-    base model's chat template (see TASK.md)."""
+    """The engine `settings.grading_engine` selects (see `engine_select`), tokenizing, prompting
+    (chat template) and decoding with the base model's tokenizer (see TASK.md), with generation
+    settings from the task, never from the submission (`engine.greedy_config`)."""
     from transformers import AutoTokenizer
 
-    base_template = AutoTokenizer.from_pretrained(task.base_model_dir(settings)).chat_template
+    base_dir = task.base_model_dir(settings)
+    base_template = AutoTokenizer.from_pretrained(base_dir).chat_template
     grader = task.spec.grader.capped(settings.grader_max_new_tokens)
     return build_engine(chosen_engine(settings), checkpoint_dir, settings,
                         batch_size=grader.batch_size, max_new_tokens=grader.max_new_tokens,
-                        chat_template=base_template)
+                        chat_template=base_template, tokenizer_dir=base_dir)
 
 
 def evaluate(

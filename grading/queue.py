@@ -96,15 +96,22 @@ def _failure_reason(rc: int | None, timed_out: bool, timeout_s: float, stderr: s
 
 
 def run_worker(spec: dict, timeout_s: float) -> tuple[EvalResult | None, str | None, float]:
-    """Run `python -m a2rl.grading.worker` on `spec`; (result, failure reason, seconds)."""
+    """Run `python -I -m a2rl.grading.worker` on `spec`; (result, failure reason, seconds).
+
+    Isolated mode (`-I`: no current folder or script folder on sys.path, no PYTHON* variables,
+    no user site-packages) and a private working folder: an `a2rl/` folder (a checkout, or
+    something planted) where the caller stands can never be imported in place of ours.
+    """
     with tempfile.TemporaryDirectory(prefix="a2rl-grade-") as tmp:
         out = Path(tmp) / "result.json"
         err_path = Path(tmp) / "stderr.txt"
-        cmd = [sys.executable, "-m", "a2rl.grading.worker", "--spec", json.dumps(spec),
+        cwd = Path(tmp) / "cwd"
+        cwd.mkdir(mode=0o700)
+        cmd = [sys.executable, "-I", "-m", "a2rl.grading.worker", "--spec", json.dumps(spec),
                "--out", str(out)]
         started = time.monotonic()
         with err_path.open("wb") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err,
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
                                     start_new_session=True)
             timed_out = False
             try:

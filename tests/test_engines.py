@@ -240,6 +240,7 @@ def test_vllm_engine_on_a_fake_vllm(monkeypatch: pytest.MonkeyPatch, base_dir: P
     assert out == ["42", "42"]  # decoded and cut exactly as the transformers engines do
     assert calls["params"]["temperature"] == 0.0 and calls["params"]["max_tokens"] == 8
     assert calls["params"]["stop"] == ["</s>"] and calls["llm"]["gpu_memory_utilization"] == 0.5
+    assert calls["llm"]["generation_config"] == "vllm"  # never the checkpoint's own
     first = engine.tokenizer.decode(calls["prompts"][0]["prompt_token_ids"])
     assert first == "<s><|user|>1+2</s><|assistant|>"  # rendered with the chat template
     assert engine.engine_name == "vllm" and engine.engine_version.startswith("vllm 0.0-fake")

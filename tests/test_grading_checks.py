@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -125,3 +126,36 @@ def test_copy_checkpoint(env, tmp_path) -> None:
     assert not list(dest.parent.glob(".*"))  # no partial copy left behind
     with pytest.raises(FileExistsError):
         copy_checkpoint(env["trained"], dest)
+
+
+@pytest.mark.parametrize("plant,expect", [
+    (lambda d, host: os.symlink(host, d / "extra.json"), "symlink"),
+    (lambda d, host: os.symlink("/proc/self/environ", d / "environ"), "symlink"),
+    (lambda d, host: os.link(host, d / "linked.bin"), "hard link"),
+    (lambda d, host: os.mkfifo(d / "pipe"), "FIFO"),
+    (lambda d, host: os.truncate(d / "sparse.bin", 2**31), "sparse files count"),
+    (lambda d, host: (d / "a/b/c/d/e").mkdir(parents=True), "nested more than"),
+    (lambda d, host: [(d / f"f{i}").touch() for i in range(30)], "more than 20 files"),
+])
+def test_copy_refuses_what_a_checkpoint_may_not_hold(env, tmp_path, plant, expect) -> None:
+    from a2rl.grading import CopyCaps, CopyRefused
+
+    src = shutil.copytree(env["trained"], tmp_path / "ws" / "output" / "x")
+    host = tmp_path / "host.txt"
+    host.write_text("SECRET")
+    (src / "sparse.bin").touch()
+    plant(src, host)
+    caps = CopyCaps(max_file_bytes=2**32, max_total_bytes=2**30, max_files=20, max_depth=3)
+    dest = tmp_path / "copy"
+    with pytest.raises(CopyRefused, match=expect):
+        copy_checkpoint(tmp_path / "ws", dest, parts=("output", "x"), caps=caps)
+    assert not dest.exists() and not list(tmp_path.glob(".copy*"))
+
+
+def test_copy_does_not_follow_a_symlinked_checkpoint_folder(env, tmp_path) -> None:
+    from a2rl.grading import CopyRefused
+
+    (tmp_path / "ws" / "output").mkdir(parents=True)
+    os.symlink(env["trained"], tmp_path / "ws" / "output" / "x")
+    with pytest.raises(CopyRefused, match="symlink"):
+        copy_checkpoint(tmp_path / "ws", tmp_path / "copy", parts=("output", "x"))

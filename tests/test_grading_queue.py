@@ -164,3 +164,23 @@ def test_worker_reads_its_job_from_the_store(store: Store, ckpt, tmp_path: Path)
     result = EvalResult.model_validate_json(out.read_text())
     assert result.n_items == 200 and result.provenance["split"] == "dev"
     assert rows(store, Evaluation) == []  # the worker never writes to the store
+
+
+def test_worker_cannot_be_shadowed_by_the_callers_folder(
+        ckpt, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An `a2rl/` package where the caller stands (or on PYTHONPATH) is never the grader."""
+    from a2rl.grading import run_worker
+
+    settings, copy = ckpt
+    shadow = tmp_path / "checkout"
+    (shadow / "a2rl" / "grading").mkdir(parents=True)
+    for init in ("a2rl/__init__.py", "a2rl/grading/__init__.py"):
+        (shadow / init).write_text("raise SystemExit('SHADOWED a2rl imported')\n")
+    (shadow / "a2rl" / "grading" / "worker.py").write_text("raise SystemExit('SHADOWED')\n")
+    monkeypatch.chdir(shadow)
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    spec = {"task_id": "no-such-task", "checkpoint_dir": str(copy), "split": "dev",
+            "settings": settings.model_dump(mode="json")}
+    result, error, _ = run_worker(spec, timeout_s=120)
+    assert result is None and error is not None
+    assert "SHADOWED" not in error and "no-such-task" in error  # our a2rl said it

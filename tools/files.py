@@ -1,40 +1,65 @@
-"""read_file, list_files and edit_file: the agent's view of its workspace."""
+"""read_file, list_files and edit_file: the agent's view of its workspace.
+
+Every path goes through `workspace_fs`: opened from a handle on the workspace root, never
+through a symlink, never blocking on a FIFO, only regular files read and only directories
+listed. The work runs in a thread, so no argument holds the event loop.
+"""
 
 from __future__ import annotations
 
 import difflib
 import mimetypes
 import os
-from pathlib import Path
+import re
+import stat
+from pathlib import Path, PurePosixPath
 from typing import Annotated
 
 import anyio
-from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from .results import EditFileResult, FileEntry, ListFilesResult, ReadFileResult
-from .runtime import current
+from .runtime import RunRuntime, current
+from .workspace_fs import (
+    WalkCapped,
+    WorkspaceError,
+    WorkspaceFS,
+    check_regular,
+    explain,
+    kind_of,
+    read_fd,
+    show,
+)
 
 MAX_READ_BYTES = 2_000_000
 MAX_LINE_CHARS = 2_000
 MAX_ENTRIES = 500
 MAX_DIFF_CHARS = 4_000
+#: edit_file reads and writes whole files: larger ones are edited with run_command.
+MAX_EDIT_BYTES = 10_000_000
+#: Above this many characters (old + new) no diff is computed (see `_diff` for the bound on
+#: the diff's time below it).
+MAX_DIFF_INPUT_CHARS = 20_000_000
+MAX_DIFF_WINDOW_LINES = 1_000
+DIFF_CONTEXT = 2
 
 _MAGIC = {
     b"\x89PNG": "PNG image", b"PK\x03\x04": "zip archive", b"\x7fELF": "ELF executable",
     b"\x1f\x8b": "gzip archive", b"GGUF": "GGUF model file",
 }
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK
 
 
-def _describe_binary(path: Path, head: bytes) -> str:
+def _describe_binary(name: str, head: bytes) -> str:
     for magic, kind in _MAGIC.items():
         if head.startswith(magic):
             return kind
-    if path.suffix == ".safetensors":
+    suffix = PurePosixPath(name).suffix
+    if suffix == ".safetensors":
         return "safetensors weights"
-    if path.suffix in {".bin", ".pt", ".pth"}:
+    if suffix in {".bin", ".pt", ".pth"}:
         return "binary weights file (pickle)"
-    guess = mimetypes.guess_type(path.name)[0]
+    guess = mimetypes.guess_type(name)[0]
     return guess or "binary data"
 
 
@@ -48,6 +73,50 @@ def _is_binary(head: bytes) -> bool:
     return False
 
 
+def _target(rt: RunRuntime, path: str) -> tuple[WorkspaceFS, tuple[str, ...], tuple[str, ...]]:
+    """(filesystem, parts inside it, prefix shown to the agent) for a path to read.
+
+    Job logs may live outside the workspace, where jobs cannot replace them
+    (`RunRuntime.job_logs_dir`); `logs/...` is read from there, with the same opener.
+    """
+    parts = rt.workspace.parts(path)
+    logs = getattr(rt, "job_logs_dir", None)
+    if logs is not None and parts[:1] == ("logs",):
+        return WorkspaceFS(Path(logs)), parts[1:], ("logs",)
+    return rt.workspace.fs(rt.owner), parts, ()
+
+
+def _read_file(rt: RunRuntime, path: str, offset: int, limit: int) -> ReadFileResult:
+    fs, parts, prefix = _target(rt, path)
+    fd, st = fs.open_node(parts)
+    try:
+        check_regular((*prefix, *parts), st)
+        data = read_fd(fd, MAX_READ_BYTES)
+    finally:
+        os.close(fd)
+    size = st.st_size
+    if _is_binary(data[:8192]):
+        kind = _describe_binary(parts[-1] if parts else "", data[:8192])
+        return ReadFileResult(path=path, size=size, binary=True,
+                              description=f"binary file: {kind}, {size} bytes; not shown")
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    complete = size <= MAX_READ_BYTES
+    page = lines[offset:offset + limit]
+    shown = []
+    for i, line in enumerate(page, start=offset + 1):
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line)} chars]"
+        shown.append(f"{i:6}\t{line}")
+    end = offset + len(page)
+    more = end < len(lines)
+    return ReadFileResult(
+        path=path, content="\n".join(shown), offset=offset, lines_returned=len(page),
+        total_lines=len(lines) if complete else None, next_offset=end if more else None,
+        size=size,
+        description="" if complete else f"only the first {MAX_READ_BYTES} bytes are paged",
+    )
+
+
 async def read_file(
     path: Annotated[str, Field(description="file path relative to the workspace")],
     offset: Annotated[int, Field(ge=0, description="0-based line to start at")] = 0,
@@ -57,43 +126,36 @@ async def read_file(
 
     Lines are numbered from 1; pass `next_offset` back as `offset` to read the next page.
     A binary file (weights, archives) is described (type and size) instead of shown.
-    Long lines are cut at 2,000 characters.
+    Long lines are cut at 2,000 characters. Symlinks are not followed.
     """
-    ws = current().runtime.workspace
-    target = ws.resolve(path)
-    if not target.exists():
-        raise ToolError(f"{path!r} does not exist; use list_files to see what is there")
-    if target.is_dir():
-        raise ToolError(f"{path!r} is a directory; use list_files(path={path!r})")
-    size = target.stat().st_size
-    with target.open("rb") as f:
-        head = f.read(8192)
-    if _is_binary(head):
-        kind = _describe_binary(target, head)
-        return ReadFileResult(path=path, size=size, binary=True,
-                              description=f"binary file: {kind}, {size} bytes; not shown")
+    rt = current().runtime
+    return await anyio.to_thread.run_sync(_read_file, rt, path, offset, limit)
 
-    def _read() -> ReadFileResult:
-        with target.open("rb") as f:
-            data = f.read(MAX_READ_BYTES)
-        lines = data.decode("utf-8", errors="replace").splitlines()
-        complete = size <= MAX_READ_BYTES
-        page = lines[offset:offset + limit]
-        shown = []
-        for i, line in enumerate(page, start=offset + 1):
-            if len(line) > MAX_LINE_CHARS:
-                line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line)} chars]"
-            shown.append(f"{i:6}\t{line}")
-        end = offset + len(page)
-        more = end < len(lines)
-        return ReadFileResult(
-            path=path, content="\n".join(shown), offset=offset, lines_returned=len(page),
-            total_lines=len(lines) if complete else None, next_offset=end if more else None,
-            size=size,
-            description="" if complete else f"only the first {MAX_READ_BYTES} bytes are paged",
-        )
 
-    return await anyio.to_thread.run_sync(_read)
+def _list_files(rt: RunRuntime, path: str, depth: int) -> ListFilesResult:
+    fs, parts, prefix = _target(rt, path)
+    st = fs.lstat(parts)
+    if st is None:
+        raise WorkspaceError(f"{path!r} does not exist")
+    if stat.S_ISREG(st.st_mode):
+        raise WorkspaceError(f"{path!r} is a file; use read_file to read it")
+    entries: list[FileEntry] = []
+    truncated = False
+    try:
+        for entry in fs.walk(parts, max_depth=depth, max_entries=MAX_ENTRIES):
+            shown = (*prefix, *entry.parts)
+            ro = rt.workspace.is_readonly(shown)
+            mode = entry.st.st_mode
+            if stat.S_ISDIR(mode):
+                entries.append(FileEntry(path=show(shown) + "/", type="dir", read_only=ro))
+            elif stat.S_ISREG(mode):
+                entries.append(FileEntry(path=show(shown), type="file", size=entry.st.st_size,
+                                         read_only=ro))
+            else:
+                entries.append(FileEntry(path=show(shown), type=kind_of(mode), read_only=ro))
+    except WalkCapped:
+        truncated = True
+    return ListFilesResult(path=path, entries=entries, truncated=truncated)
 
 
 async def list_files(
@@ -105,53 +167,123 @@ async def list_files(
     Read-only inputs (the base model, the training data) are marked `read_only`.
     """
     rt = current().runtime
-    ws = rt.workspace
-    root = ws.resolve(path)
-    if not root.exists():
-        raise ToolError(f"{path!r} does not exist")
-    if not root.is_dir():
-        raise ToolError(f"{path!r} is a file; use read_file to read it")
-
-    def _list() -> ListFilesResult:
-        entries: list[FileEntry] = []
-        truncated = False
-        readonly = [Path(p) for p in ws.readonly]
-
-        def walk(d: Path, level: int) -> None:
-            nonlocal truncated
-            try:
-                children = sorted(os.scandir(d), key=lambda e: e.name)
-            except OSError:
-                return
-            for entry in children:
-                if len(entries) >= MAX_ENTRIES:
-                    truncated = True
-                    return
-                p = Path(entry.path)
-                ro = any(p == r or p.is_relative_to(r) for r in readonly)
-                if entry.is_symlink():
-                    entries.append(FileEntry(path=ws.relative(p), type="symlink", read_only=ro))
-                elif entry.is_dir():
-                    entries.append(FileEntry(path=ws.relative(p) + "/", type="dir", read_only=ro))
-                    if level < depth:
-                        walk(p, level + 1)
-                else:
-                    entries.append(FileEntry(path=ws.relative(p), type="file",
-                                             size=entry.stat().st_size, read_only=ro))
-
-        walk(root, 1)
-        return ListFilesResult(path=path, entries=entries, truncated=truncated)
-
-    return await anyio.to_thread.run_sync(_list)
+    return await anyio.to_thread.run_sync(_list_files, rt, path, depth)
 
 
 def _diff(old: str, new: str, path: str) -> str:
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile=f"a/{path}", tofile=f"b/{path}", n=2)
-    text = "".join(lines)
+    """A unified diff, cut at MAX_DIFF_CHARS, in bounded time whatever the input.
+
+    Lines common to both ends are stripped first (linear), so an edit in one place is diffed
+    on that place only. difflib (quadratic in the worst case: 10,000 lines of a few repeated
+    values take it tens of seconds) only sees a changed region of at most MAX_DIFF_WINDOW_LINES
+    lines; a larger one is shown as its old lines removed and its new lines added.
+    """
+    if len(old) + len(new) > MAX_DIFF_INPUT_CHARS:
+        return (f"[diff not computed for a change this large: {len(old)} -> {len(new)} "
+                "characters; read_file shows the result]")
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    n = min(len(a), len(b))
+    head = 0
+    while head < n and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < n - head and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
+        tail += 1
+    lo = max(0, head - DIFF_CONTEXT)
+    wa, wb = a[lo:len(a) - max(0, tail - DIFF_CONTEXT)], b[lo:len(b) - max(0, tail - DIFF_CONTEXT)]
+    if wa == wb:
+        return ""
+    header = [f"--- a/{path}\n", f"+++ b/{path}\n"]
+    if len(wa) + len(wb) <= MAX_DIFF_WINDOW_LINES:
+        body = list(difflib.unified_diff(wa, wb, n=DIFF_CONTEXT))[2:]
+        body = [_HUNK.sub(lambda m: _shift(m, lo), line) if line.startswith("@@") else line
+                for line in body]
+    else:
+        body = [f"@@ -{lo + 1},{len(wa)} +{lo + 1},{len(wb)} @@\n"]
+        for sign, lines in (("-", wa), ("+", wb)):  # half of the room for each side
+            size = 0
+            for i, x in enumerate(lines):
+                if size > MAX_DIFF_CHARS // 2:
+                    body.append(f"{sign}[... {len(lines) - i} more lines]\n")
+                    break
+                body.append(sign + x)
+                size += len(x) + 1
+    out: list[str] = []
+    for line in header + body:
+        if not line.endswith("\n"):  # the last line of a file without a final newline
+            line += "\n\\ No newline at end of file\n"
+        out.append(line)
+    text = "".join(out)
     if len(text) > MAX_DIFF_CHARS:
-        text = text[:MAX_DIFF_CHARS] + f"\n[... diff cut, {len(text)} chars in all]"
+        text = text[:MAX_DIFF_CHARS] + "\n[... diff cut]"
     return text
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@")
+
+
+def _shift(m: re.Match[str], lo: int) -> str:
+    """A hunk header of a diff of the window starting at line `lo`, in the file's numbers."""
+    return (f"@@ -{int(m[1]) + lo}{m[2] or ''} +{int(m[3]) + lo}{m[4] or ''} @@")
+
+
+def _edit_file(rt: RunRuntime, tool_call_id: int, path: str, new_text: str,
+               old_text: str | None, replace_all: bool) -> EditFileResult:
+    ws = rt.workspace
+    parts = ws.parts(path, write=True)
+    if not parts:
+        raise WorkspaceError(f"{path!r} is the workspace itself, not a file")
+    fs = ws.fs(rt.owner)
+    rel = show(parts)
+    old, mode, exists = "", 0o644, True
+    try:
+        fd = fs.open(parts, _READ_FLAGS)
+    except FileNotFoundError:
+        exists = False
+    except OSError as exc:
+        raise explain(parts, exc) from None
+    if exists:
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise WorkspaceError(f"{path!r} is a directory")
+            check_regular(parts, st)
+            if st.st_size > MAX_EDIT_BYTES:
+                raise WorkspaceError(f"{path!r} is {st.st_size} bytes: edit_file edits files of "
+                                     f"at most {MAX_EDIT_BYTES} bytes (use run_command)")
+            raw = read_fd(fd, MAX_EDIT_BYTES + 1)
+        finally:
+            os.close(fd)
+        if _is_binary(raw[:8192]):
+            raise WorkspaceError(f"{path!r} is a binary file; edit_file only edits text")
+        old, mode = raw.decode("utf-8", errors="replace"), st.st_mode & 0o777
+    if old_text is None:
+        new, count = new_text, 0
+    else:
+        if not exists:
+            raise WorkspaceError(f"{path!r} does not exist; omit old_text to create it")
+        if old_text == "":
+            raise WorkspaceError("old_text is empty; omit it to overwrite the whole file")
+        count = old.count(old_text)
+        if count == 0:
+            raise WorkspaceError(f"old_text was not found in {path!r}; read_file it and copy "
+                                 "the exact text, whitespace included")
+        if count > 1 and not replace_all:
+            raise WorkspaceError(f"old_text occurs {count} times in {path!r}; include more "
+                                 "context so that it matches once, or set replace_all=true")
+        new = old.replace(old_text, new_text) if replace_all else old.replace(old_text, new_text, 1)
+    try:
+        data = new.encode("utf-8")
+    except UnicodeEncodeError:
+        raise WorkspaceError("new_text holds characters that cannot be written as UTF-8 "
+                             "(lone surrogates)") from None
+    if len(data) > MAX_EDIT_BYTES:
+        raise WorkspaceError(f"the new {path!r} would be {len(data)} bytes: edit_file writes "
+                             f"files of at most {MAX_EDIT_BYTES} bytes")
+    fs.write(parts, data, mode=mode)
+    rt.scanner.scan("edit_file", tool_call_id, only=[rel])
+    return EditFileResult(path=rel, created=not exists, replacements=count,
+                          diff=_diff(old, new, rel), bytes_written=len(data))
 
 
 async def edit_file(
@@ -169,42 +301,5 @@ async def edit_file(
     times, give more surrounding context or set `replace_all`. Returns a short diff.
     """
     call = current()
-    ws = call.runtime.workspace
-    target = ws.resolve(path, write=True)
-    if target.is_dir():
-        raise ToolError(f"{path!r} is a directory")
-    exists = target.exists()
-    old = ""
-    if exists:
-        raw = target.read_bytes()
-        if _is_binary(raw[:8192]):
-            raise ToolError(f"{path!r} is a binary file; edit_file only edits text")
-        old = raw.decode("utf-8", errors="replace")
-    if old_text is None:
-        new, count = new_text, 0
-    else:
-        if not exists:
-            raise ToolError(f"{path!r} does not exist; omit old_text to create it")
-        if old_text == "":
-            raise ToolError("old_text is empty; omit it to overwrite the whole file")
-        count = old.count(old_text)
-        if count == 0:
-            raise ToolError(f"old_text was not found in {path!r}; read_file it and copy the "
-                            "exact text, whitespace included")
-        if count > 1 and not replace_all:
-            raise ToolError(f"old_text occurs {count} times in {path!r}; include more context "
-                            "so that it matches once, or set replace_all=true")
-        new = old.replace(old_text, new_text) if replace_all else old.replace(old_text, new_text, 1)
-    created_dirs = [p for p in [target.parent, *target.parent.parents]
-                    if p.is_relative_to(ws.root) and not p.exists()]
-    target.parent.mkdir(parents=True, exist_ok=True)
-    data = new.encode("utf-8")
-    target.write_bytes(data)
-    if call.runtime.owner is not None:  # the sandbox's user must be able to change it too
-        for p in [target, *created_dirs]:
-            os.chown(p, *call.runtime.owner)
-    rel = ws.relative(target)
-    await anyio.to_thread.run_sync(
-        lambda: call.runtime.scanner.scan("edit_file", call.tool_call_id, only=[rel]))
-    return EditFileResult(path=rel, created=not exists, replacements=count,
-                          diff=_diff(old, new, rel), bytes_written=len(data))
+    return await anyio.to_thread.run_sync(_edit_file, call.runtime, call.tool_call_id, path,
+                                          new_text, old_text, replace_all)

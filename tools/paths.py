@@ -1,10 +1,14 @@
-"""Workspace paths: everything an agent names is relative to its workspace and stays in it."""
+"""Workspace paths: everything an agent names is relative to its workspace and stays in it.
+
+The checks here are lexical (empty, NUL, absolute, '..', length, read-only inputs); whether a
+path passes through a symlink is decided by the kernel when `workspace_fs` opens it.
+"""
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from mcp.server.mcpserver.exceptions import ToolError
+from .workspace_fs import WorkspaceError, WorkspaceFS, show, split_path
 
 
 class Workspace:
@@ -12,32 +16,29 @@ class Workspace:
 
     def __init__(self, root: Path, readonly: list[str]) -> None:
         self.root = root.resolve()
-        self.readonly = [(self.root / r).resolve() for r in readonly]
+        self.readonly_names = [r.strip("/") for r in readonly]
+        self.readonly = [self.root / r for r in self.readonly_names]
 
-    def resolve(self, rel: str, *, write: bool = False) -> Path:
-        """The real path of `rel`, refusing anything that leaves the workspace (symlinks too)."""
-        if not isinstance(rel, str) or not rel.strip():
-            raise ToolError("path is empty: give a path relative to the workspace, "
-                            "e.g. 'code/train.py'")
-        if "\x00" in rel:
-            raise ToolError("path contains a NUL byte")
-        if PurePosixPath(rel).is_absolute():
-            raise ToolError(
-                f"path {rel!r} is absolute: paths are relative to the workspace root "
-                "(for example 'code/train.py' or 'output/ckpt')")
-        target = (self.root / rel).resolve()
-        if not target.is_relative_to(self.root):
-            raise ToolError(
-                f"path {rel!r} resolves outside the workspace (via '..' or a symlink); "
-                "only files inside the workspace can be used")
-        if write:
-            for ro in self.readonly:
-                if target == ro or target.is_relative_to(ro):
-                    raise ToolError(
-                        f"{self.relative(ro)}/ is a read-only input; write your own files under "
-                        "code/ (and checkpoints under output/)")
-        return target
+    def fs(self, owner: tuple[int, int] | None = None) -> WorkspaceFS:
+        """Safe access below the root; what is created is chowned to `owner` when given."""
+        return WorkspaceFS(self.root, owner=owner)
+
+    def parts(self, rel: str, *, write: bool = False) -> tuple[str, ...]:
+        """The components of `rel` inside the workspace; refuses what can never be used."""
+        parts = split_path(rel)
+        if write and parts and self.is_readonly(parts):
+            raise WorkspaceError(
+                f"{parts[0]}/ is a read-only input; write your own files under "
+                "code/ (and checkpoints under output/)")
+        return parts
+
+    def is_readonly(self, parts: tuple[str, ...]) -> bool:
+        return bool(parts) and parts[0] in self.readonly_names
 
     def relative(self, path: Path) -> str:
         rel = path.relative_to(self.root).as_posix()
         return rel or "."
+
+    @staticmethod
+    def show(parts: tuple[str, ...]) -> str:
+        return show(parts)

@@ -5,6 +5,11 @@ after every command, at each job's end and after `edit_file`, so that a file cha
 training script is recorded just like one changed through our tools. Unchanged files are
 recognised by (mtime, size) and never re-hashed.
 
+The walk goes through `workspace_fs` (directory fds, never a symlink followed, never a FIFO
+opened, iterative with depth and entry caps): the workspace is the agent's, so a tower of
+nested folders, a FIFO or a symlink swapped in mid-scan costs a bounded walk, not a hang, a
+host file or a RecursionError.
+
 The task's own files are recorded once when the run is made (`record_initial`, source
 "initial"), so that the first scan after the agent's first command compares with them: they
 are where the agent started, not code revisions it made.
@@ -13,7 +18,9 @@ are where the agent started, not code revisions it made.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -24,6 +31,14 @@ from sqlmodel import select
 
 from a2rl.store import Revision, Snapshot, SnapshotFile, Store
 from a2rl.store.queries import INITIAL_SOURCE
+
+from .workspace_fs import WalkCapped, WorkspaceError, WorkspaceFS, split_path
+
+#: The scan stops descending below this depth and after this many entries (and logs it).
+SCAN_MAX_DEPTH = 32
+SCAN_MAX_ENTRIES = 100_000
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -39,7 +54,9 @@ class RevisionScanner:
     ) -> None:
         self.store, self.run_id, self.root = store, run_id, root
         self.exclude, self.max_bytes = exclude, max_bytes
-        self._pruned = {p[:-2] for p in exclude if p.endswith("/*") and "*" not in p[:-2]}
+        self._pruned = frozenset(p[:-2] for p in exclude
+                                 if p.endswith("/*") and "*" not in p[:-2])
+        self.fs = WorkspaceFS(root)
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] | None = None
 
@@ -57,22 +74,34 @@ class RevisionScanner:
 
     def _walk(self) -> dict[str, os.stat_result]:
         found: dict[str, os.stat_result] = {}
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            base = Path(dirpath).relative_to(self.root).as_posix()
-            prefix = "" if base == "." else base + "/"
-            dirnames[:] = [d for d in dirnames if prefix + d not in self._pruned
-                           and not os.path.islink(os.path.join(dirpath, d))]
-            for name in filenames:
-                rel = prefix + name
-                if self._excluded(rel):
-                    continue
-                try:
-                    st = os.lstat(os.path.join(dirpath, name))
-                except OSError:
-                    continue
-                if os.path.stat.S_ISREG(st.st_mode) and st.st_size <= self.max_bytes:
+        try:
+            for entry in self.fs.walk((), max_depth=SCAN_MAX_DEPTH,
+                                      max_entries=SCAN_MAX_ENTRIES, prune=self._pruned):
+                st = entry.st
+                rel = "/".join(entry.parts)
+                if (stat.S_ISREG(st.st_mode) and st.st_size <= self.max_bytes
+                        and not self._excluded(rel)):
                     found[rel] = st
+        except WalkCapped as exc:  # what was found is recorded; the rest waits
+            log.warning("run %s: revision scan stopped after %d entries", self.run_id, exc.cap)
         return found
+
+    def _stat(self, rel: str) -> os.stat_result | None:
+        try:
+            st = self.fs.lstat(split_path(rel))
+        except WorkspaceError:
+            return None
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size > self.max_bytes:
+            return None
+        return st
+
+    def _read(self, rel: str) -> bytes | None:
+        """The file's bytes, if it is still a regular file within the size cap."""
+        try:
+            data, st = self.fs.read(split_path(rel), self.max_bytes + 1)
+        except WorkspaceError:
+            return None
+        return data if st.st_size <= self.max_bytes else None
 
     def scan(
         self, source: str, tool_call_id: int | None = None, job_id: str | None = None,
@@ -89,11 +118,8 @@ class RevisionScanner:
             else:
                 current = {}
                 for rel in only:
-                    p = self.root / rel
-                    if p.is_file() and not p.is_symlink() and not self._excluded(rel):
-                        st = p.stat()
-                        if st.st_size <= self.max_bytes:
-                            current[rel] = st
+                    if not self._excluded(rel) and (st_ := self._stat(rel)) is not None:
+                        current[rel] = st_
                 candidates = set(only)
             changes: list[tuple[str, bytes | None, str | None]] = []
             for rel in sorted(candidates):
@@ -106,9 +132,8 @@ class RevisionScanner:
                     continue
                 if old and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
                     continue
-                try:
-                    data = (self.root / rel).read_bytes()
-                except OSError:
+                data = self._read(rel)
+                if data is None:
                     continue
                 sha = hashlib.sha256(data).hexdigest()
                 seen[rel] = _Seen(st.st_mtime_ns, st.st_size, sha)

@@ -1,14 +1,20 @@
 """submit_checkpoint and get_score: handing models to the grader and reading scores back.
 
-A submission is validated at once (refusals are immediate and recorded), its directory is
-copied into a grader-owned area outside the sandbox, and it is queued; the call returns with
-a submission id while grading goes on in the serving process's grading pump.
+A submission first reserves its row (counted against `--max-submissions` and inserted in one
+transaction, so concurrent calls cannot exceed the limit), then its folder is copied once into
+a grader-owned area outside the sandbox (see `grading.hashing`: no symlink, hard link or
+special file, size caps), and only that copy is validated, hashed and graded; refusals are
+immediate and recorded. The call returns with a submission id while grading goes on in the
+serving process's grading pump.
 """
 
 from __future__ import annotations
 
 import secrets
+import shutil
+import threading
 import time
+from types import ModuleType
 from typing import Annotated
 
 import anyio
@@ -20,6 +26,30 @@ from a2rl.store import Evaluation, Run, Submission
 from a2rl.store.queries import best_submission
 
 from .runtime import RunRuntime, current
+from .workspace_fs import WalkCapped, WorkspaceError, show
+
+_IMPORT_LOCK = threading.Lock()
+#: Statuses that count against the submission limit: all but refused.
+RESERVED = "validating"
+
+
+def _grading() -> ModuleType:
+    """`a2rl.grading` with what validation imports lazily (transformers' auto classes,
+    safetensors), imported once under a lock: transformers resolves its names on first use,
+    and concurrent first submissions in threads otherwise see half-imported modules
+    (ImportError)."""
+    with _IMPORT_LOCK:
+        import safetensors.torch  # noqa: F401
+        from transformers import (  # noqa: F401
+            AutoConfig,
+            AutoModelForCausalLM,
+            AutoTokenizer,
+            GenerationConfig,
+        )
+
+        import a2rl.grading
+
+        return a2rl.grading
 
 MAX_SCORE_WAIT_S = 60.0
 
@@ -61,41 +91,82 @@ def _new_submission_id() -> str:
     return "s-" + secrets.token_hex(4)
 
 
-def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
-    from a2rl.grading import copy_checkpoint, enqueue, validate_checkpoint
+def _reserve(rt: RunRuntime, run: Run, sub: Submission) -> None:
+    """Insert `sub` if the run has a submission left: count and insert in one transaction,
+    with the run's row locked (SQLite's BEGIN IMMEDIATE serializes writers anyway)."""
+    with rt.store.session() as s:
+        s.exec(select(Run.id).where(Run.id == run.id).with_for_update()).first()
+        if run.max_submissions is not None:
+            used = len(s.exec(select(Submission.id).where(
+                Submission.run_id == run.id, Submission.status != "refused")).all())
+            if used >= run.max_submissions:
+                raise ToolError(f"submission limit reached ({run.max_submissions}); "
+                                "the best submission so far counts")
+        s.add(sub)
 
+
+def _refuse(rt: RunRuntime, sub: Submission, error: str, dest: object) -> ToolError:
+    with rt.store.session() as s:
+        row = s.get(Submission, sub.id)
+        assert row is not None
+        row.status, row.error, row.checkpoint_dir = "refused", error, None
+        s.add(row)
+    if dest is not None:
+        shutil.rmtree(str(dest), ignore_errors=True)
+    rt.log.info("submission %s refused: %s", sub.id, error)
+    return ToolError(f"submission refused: {error}")
+
+
+def _base_bytes(rt: RunRuntime) -> int:
+    try:
+        return sum(e.st.st_size for e in rt.workspace.fs().walk(("base_model",), max_depth=4))
+    except (WorkspaceError, WalkCapped):
+        return 0
+
+
+def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
+    grading = _grading()
     run = rt.run()
     split = feedback_split(run)
-    with rt.store.session() as s:
-        used = len(s.exec(select(Submission.id).where(
-            Submission.run_id == run.id, Submission.status != "refused")).all())
-    if run.max_submissions is not None and used >= run.max_submissions:
-        raise ToolError(f"submission limit reached ({run.max_submissions}); "
-                        "the best submission so far counts")
-    target = rt.workspace.resolve(path)
     sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
-                     tool_call_id=tool_call_id)
-    check = validate_checkpoint(target, rt.workspace.root / "output",
-                                rt.workspace.root / "base_model")
-    sub.l2_distance, sub.near_copy = check.l2_relative, check.near_copy
-    if not target.exists():
-        check.ok, check.error = False, (f"{path} does not exist; save the checkpoint under "
-                                        "output/ with save_pretrained and pass its path")
-    if not check.ok:
-        # the agent knows its workspace by relative paths only
-        error = (check.error or "invalid checkpoint").replace(f"{rt.workspace.root}/", "")
-        sub.status, sub.error = "refused", error
-        with rt.store.session() as s:
-            s.add(sub)
-        rt.log.info("submission %s refused: %s", sub.id, error)
-        raise ToolError(f"submission refused: {error}")
-    sub.snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
+                     tool_call_id=tool_call_id, status=RESERVED)
+    _reserve(rt, run, sub)
+    try:
+        parts = rt.workspace.parts(path)
+    except WorkspaceError as exc:
+        raise _refuse(rt, sub, str(exc), None) from None
+    shown = show(parts)
+    if parts[:1] != ("output",) or len(parts) < 2:
+        raise _refuse(rt, sub, f"{shown} is not under output/: checkpoints must be directories "
+                      "under output/, for example output/sft", None)
     dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
-    sub.checkpoint_dir = str(dest)
-    sub.file_hashes = copy_checkpoint(target, dest)
+    base = _base_bytes(rt)
+    caps = grading.CopyCaps(max_file_bytes=max(3 * base, 2**30),
+                            max_total_bytes=max(3 * base, 2**30) + 2**28)
+    try:
+        hashes = grading.copy_checkpoint(rt.workspace.root, dest, parts=parts, caps=caps,
+                                         shown=shown)
+    except grading.CopyRefused as exc:
+        error = str(exc)
+        if "does not exist" in error:
+            error = (f"{shown} does not exist; save the checkpoint under output/ with "
+                     "save_pretrained and pass its path")
+        elif "not a directory" in error:
+            error = (f"{shown} is a file; pass the checkpoint directory that holds config.json "
+                     "and the weights")
+        raise _refuse(rt, sub, error, dest) from None
+    check = grading.validate_copy(dest, rt.workspace.root / "base_model", shown)
+    if not check.ok:
+        raise _refuse(rt, sub, check.error or "invalid checkpoint", dest)
+    snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
     with rt.store.session() as s:
-        s.add(sub)
-    enqueue(rt.store, run.id, sub.id, split)
+        row = s.get(Submission, sub.id)
+        assert row is not None
+        row.l2_distance, row.near_copy = check.l2_relative, check.near_copy
+        row.checkpoint_dir, row.file_hashes = str(dest), hashes
+        row.snapshot_id, row.status = snapshot_id, "queued"
+        s.add(row)
+    grading.enqueue(rt.store, run.id, sub.id, split)
     rt.log.info("submission %s queued (%s)", sub.id, path)
     pump = rt.grading_pump
     if pump is not None:
@@ -119,8 +190,10 @@ async def submit_checkpoint(
 
     The directory must be under output/ and load with transformers' AutoModelForCausalLM and
     AutoTokenizer (full weights: merge LoRA adapters first). An unchanged copy of the base
-    model is refused. The checkpoint is copied when you submit, so you may keep training
-    into the same folder. Scores come from get_score.
+    model is refused; so are symlinks, hard links and special files in it. The checkpoint is
+    copied when you submit, so you may keep training into the same folder. Grading uses the
+    base model's tokenizer and chat template and the task's generation settings (your
+    generation_config.json is ignored). Scores come from get_score.
     """
     call = current()
     return await anyio.to_thread.run_sync(_submit, call.runtime, path, note, call.tool_call_id)
@@ -153,7 +226,7 @@ def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
         if sub is None or sub.run_id != run.id:
             raise ToolError(f"no submission {submission_id!r} in this run")
         ev = _score_of(rt, sub, split)
-    if ev is None or sub.status in ("queued", "grading", "refused"):
+    if ev is None or sub.status in ("queued", "grading", "refused", RESERVED):
         return ScoreResult(submission_id=sub.id, status=sub.status, error=sub.error,
                            **common)  # type: ignore[arg-type]
     if ev.status != "done":

@@ -1,0 +1,242 @@
+"""Attacks on submissions: planted files, swaps after submitting, steering the grader, racing
+the submission limit.
+
+The checkpoint is copied first and only the copy is judged (`grading/hashing.py`); the grader
+builds its generation settings from the task and tokenizes with the base's tokenizer
+(`grading/engine.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+
+from a2rl.settings import Settings
+from a2rl.store import Store, Submission
+from a2rl.tasks import get_task
+
+from ..test_grading_checks import save_perturbed
+from .conftest import Agent
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _subs(agent: Agent) -> list[Submission]:
+    with agent.store.session() as s:
+        return list(s.exec(select(Submission).where(Submission.run_id == agent.run.id)).all())
+
+
+async def test_planted_files_in_a_checkpoint_are_refused(agent: Agent, tmp_path: Path) -> None:
+    """Symlinks (to /proc/self/environ, into another run's grader copy), hard links, FIFOs,
+    pickle-only weights and custom code: each refused, nothing left in the grader's area."""
+    ws = Path(agent.run.workspace)
+    good = save_perturbed(ws / "base_model", tmp_path / "good", 0.3)
+    other_copy = agent.settings.home_dir / "checkpoints" / "r-other" / "s-1"
+    shutil.copytree(good, other_copy)
+
+    def variant(name: str) -> Path:
+        d = ws / "output" / name
+        shutil.copytree(good, d)
+        return d
+
+    environ = variant("environ") / "generation_config.json"
+    environ.unlink()
+    os.symlink("/proc/self/environ", environ)
+    weights = variant("other_run") / "model.safetensors"
+    weights.unlink()
+    os.symlink(other_copy / "model.safetensors", weights)
+    os.link(variant("hard") / "config.json", ws / "code" / "config.json")
+    os.mkfifo(variant("fifo") / "tokenizer_config.extra")
+    pickle = variant("pickle")
+    (pickle / "model.safetensors").unlink()
+    (pickle / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")  # a pickle, never loaded
+    code = variant("remote_code")
+    cfg = json.loads((code / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModelForCausalLM": "evil.EvilModel"}
+    (code / "config.json").write_text(json.dumps(cfg))
+    pwned = tmp_path / "pwned"
+    (code / "evil.py").write_text(f"open({str(pwned)!r}, 'w').write('ran')\n")
+    await agent.sh("chmod -R a+rwX output code || true")
+    for name, expect in [("environ", "symlink"), ("other_run", "symlink"), ("hard", "hard link"),
+                         ("fifo", "FIFO"), ("pickle", "model"), ("remote_code", "custom code")]:
+        err = await agent.refused("submit_checkpoint", path=f"output/{name}")
+        assert "submission refused" in err and expect in err, (name, err)
+        assert "\n" not in err.strip().splitlines()[0]
+    assert not pwned.exists()
+    subs = _subs(agent)
+    assert len(subs) == 6 and all(s.status == "refused" and not s.checkpoint_dir for s in subs)
+    copies = agent.settings.home_dir / "checkpoints" / agent.run.id
+    assert not copies.exists() or not any(copies.iterdir())
+    assert (await agent.ok("budget_status"))["submissions_used"] == 0
+
+
+async def test_traversal_and_escapes_are_refused(agent: Agent, tmp_path: Path) -> None:
+    await agent.sh(f"ln -s {tmp_path} output/escape && ln -s ../base_model output/base")
+    for path, expect in [("../x", "outside the workspace"), ("/etc", "absolute"),
+                         ("output/../base_model", "not under output/"), ("code", "output/"),
+                         ("output/escape", "symlink"), ("output/base", "symlink")]:
+        err = await agent.refused("submit_checkpoint", path=path)
+        assert expect in err, (path, err)
+
+
+# -- the copy is what is judged -----------------------------------------------------------
+
+#: Swaps output/a (trained) with output/b (the base weights) atomically, as fast as it can.
+SWAPPER = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+open("code/started", "w").write("1")
+while not os.path.exists("code/stop") and n < 5_000_000:
+    if libc.renameat2(-100, b"output/a", -100, b"output/b", 2) != 0:
+        raise SystemExit(os.strerror(ctypes.get_errno()))
+    n += 1
+open("code/swaps", "w").write(str(n))
+"""
+
+
+async def test_swapping_in_the_base_while_submitting_changes_nothing(
+        agent: Agent, tmp_path: Path) -> None:
+    """A job swaps the trained folder with the base weights while we submit: every accepted
+    submission's grader copy holds the trained weights it was validated on, byte for byte."""
+    import anyio
+
+    ws = Path(agent.run.workspace)
+    trained = save_perturbed(ws / "base_model", ws / "output" / "a", 0.3)
+    trained_sha = _sha(trained / "model.safetensors")
+    shutil.copytree(ws / "base_model", ws / "output" / "b")
+    await agent.sh("chmod -R a+rwX output")
+    await agent.ok("edit_file", path="code/swap.py", new_text=SWAPPER)
+    job = await agent.sh("python code/swap.py", wait_s=0)
+    for _ in range(100):
+        if (ws / "code" / "started").exists():
+            break
+        await anyio.sleep(0.05)
+    results = [await agent.call("submit_checkpoint", path="output/a") for _ in range(3)]
+    await agent.ok("edit_file", path="code/stop", new_text="")
+    await agent.ok("job_status", job_id=job["job_id"], wait_s=20)
+    assert int((ws / "code" / "swaps").read_text()) > 100
+    for sub in _subs(agent):
+        if sub.status == "refused":
+            assert "base model's" in (sub.error or "") or "changed while" in (sub.error or "")
+            continue
+        copy = Path(sub.checkpoint_dir or "")
+        assert _sha(copy / "model.safetensors") == trained_sha == sub.file_hashes[
+            "model.safetensors"]
+    assert len(results) == 3
+
+
+# -- the grader, not the submission, decides how to generate -------------------------------
+
+def test_submission_cannot_steer_generation_or_decoding(tmp_path: Path) -> None:
+    """The same weights with a generation_config.json that suppresses digits and forbids
+    ending, or a tokenizer whose decoder rewrites digits, or its own chat template, generate
+    exactly what the clean files generate."""
+    from transformers import AutoTokenizer
+
+    from a2rl.grading import validate_copy
+    from a2rl.grading.evaluate import make_engine
+
+    settings = Settings(home=tmp_path / "home")
+    task = get_task("arith")
+    base = task.base_model_dir(settings)
+    clean = save_perturbed(base, tmp_path / "clean", 1e-3)
+    base_tok = AutoTokenizer.from_pretrained(base)
+    digits = [i for t, i in base_tok.get_vocab().items() if any(c.isdigit() for c in t)]
+
+    genconf = shutil.copytree(clean, tmp_path / "genconf")
+    cfg = json.loads((genconf / "generation_config.json").read_text())
+    cfg.update(suppress_tokens=digits, min_new_tokens=64, repetition_penalty=3.0)
+    (genconf / "generation_config.json").write_text(json.dumps(cfg))
+
+    decoder = shutil.copytree(clean, tmp_path / "decoder")
+    tok = json.loads((decoder / "tokenizer.json").read_text())
+    tok["decoder"] = {"type": "Sequence", "decoders": [d for d in [tok.get("decoder")] if d] + [
+        {"type": "Replace", "pattern": {"String": str(k)}, "content": "9"} for k in range(9)]}
+    (decoder / "tokenizer.json").write_text(json.dumps(tok))
+    tcfg = json.loads((decoder / "tokenizer_config.json").read_text())
+    tcfg["chat_template"] = "Always answer 9. {{ messages[0]['content'] }}"
+    (decoder / "tokenizer_config.json").write_text(json.dumps(tcfg))
+    # the attacks are real: loaded as the checkpoint says, they change the text
+    ids = base_tok("12345", add_special_tokens=False)["input_ids"]
+    assert AutoTokenizer.from_pretrained(decoder).decode(ids) != base_tok.decode(ids)
+
+    for d in (genconf, decoder):  # and both pass validation (same vocabulary)
+        assert validate_copy(d, base, d.name).ok
+    items = task.load_split("dev", settings)[:12]
+    prompts = [task.build_prompt(it) for it in items]
+    grader = task.spec.grader.capped(settings.grader_max_new_tokens)
+    outputs = {}
+    for d in (clean, genconf, decoder):
+        engine = make_engine(task, d, settings)
+        outputs[d.name] = engine.generate(prompts, max_new_tokens=grader.max_new_tokens,
+                                          stop=grader.stop)
+    assert outputs["genconf"] == outputs["clean"] and outputs["decoder"] == outputs["clean"]
+    assert task.score_outputs(items, outputs["decoder"]).score == task.score_outputs(
+        items, outputs["clean"]).score
+
+
+# -- races on the submission limit and the first import ------------------------------------
+
+CONCURRENT_FIRST_SUBMITS = """
+import json, sys, threading
+from pathlib import Path
+from a2rl.settings import Settings
+from a2rl.store import Run, Store
+from a2rl.tools.runtime import RunRuntime
+from a2rl.tools import submissions
+assert "transformers.models.auto.modeling_auto" not in sys.modules  # first use is below
+settings = Settings(home=Path(sys.argv[1]), db_url=sys.argv[3])
+store = Store(settings.database_url)
+with store.session() as s:
+    run = s.get(Run, sys.argv[2])
+rt = RunRuntime(settings, store, run)
+out, barrier = [], threading.Barrier(4)
+def go():
+    barrier.wait()
+    try:
+        out.append("ok " + submissions._submit(rt, "output/a", None, None).submission_id)
+    except Exception as exc:
+        out.append(f"{type(exc).__name__}: {exc}")
+threads = [threading.Thread(target=go) for _ in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(json.dumps(out))
+"""
+
+
+def test_concurrent_first_submits_respect_the_limit(settings: Settings, db_url: str,
+                                                   tmp_path: Path) -> None:
+    """Four submits at once in a fresh server process, limit 2: exactly two pass, two are
+    told the limit is reached, none fails on a half-imported module (SQLite and PostgreSQL)."""
+    from a2rl.server import create_run
+
+    settings = settings.model_copy(update={"db_url": db_url})
+    store = Store(db_url)
+    run = create_run(settings, store, task_id="arith", budget="30m", baseline=False,
+                     max_submissions=2).run
+    ws = Path(run.workspace)
+    save_perturbed(ws / "base_model", ws / "output" / "a", 0.3)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(CONCURRENT_FIRST_SUBMITS),
+                           str(settings.home_dir), run.id, settings.database_url],
+                          capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(o.split()[0] for o in out) == ["ToolError:", "ToolError:", "ok", "ok"], out
+    assert all("submission limit reached" in o for o in out if not o.startswith("ok"))
+    store.close()
