@@ -83,7 +83,7 @@ class RunRuntime:
         self.config = dict(run.config or {})
         self.owner = sandbox_owner(settings)
         # Job logs: written by the supervisor only, outside the workspace; jobs see them
-        # read-only at workspace/logs, and `logs/<job>.log` names them for the agent.
+        # read-only, and `logs/<job>.log` names them for the agent (see jobs.log_file_of).
         self.job_logs_dir = self.dir / "control" / "joblogs"
         self.scanner = RevisionScanner(store, run.id, self.workspace.root,
                                        settings.revision_exclude, settings.revision_max_bytes)

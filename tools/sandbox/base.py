@@ -4,9 +4,9 @@ A run has one long-lived *supervisor* (a bubblewrap process or a container) star
 from any MCP server. Every command is a job of that supervisor, never a child of the server:
 a server that stops or restarts leaves the jobs running, and a new server reattaches to the
 supervisor and finds them. Each job's output goes to a log the supervisor writes in a folder
-only it can write (`job_logs_dir`, outside the workspace, shown read-only to jobs at
-`logs/`); the tools layer reads it by head and tail and bounds it, so that truncation is decided
-in one place for every backend.
+only it can write (`job_logs_dir`, outside the workspace, shown read-only to jobs and linked
+from `logs/<job>.log`); the tools layer reads it by head and tail and bounds it, so that
+truncation is decided in one place for every backend.
 
 Methods are synchronous (the tools layer calls them from a worker thread) and raise
 `SandboxError` with a message fit for the agent when something goes wrong.
@@ -72,7 +72,7 @@ class SandboxSpec(BaseModel):
     network: bool = False
     require_isolation: bool = True  # refuse to run unisolated (no bubblewrap) when True
     python_prefixes: list[Path] = Field(default_factory=list)  # Python envs to show read-only
-    # Where job logs are written; jobs see it read-only at workspace/logs. Default:
+    # Where job logs are written; jobs see them read-only (linked from logs/<job>.log). Default:
     # control_dir/joblogs, host-only.
     job_logs_dir: Path | None = None
     # The jobs' user when the server runs as root (ignored otherwise: jobs then share the

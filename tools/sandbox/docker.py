@@ -12,8 +12,8 @@ given by a device request, never shared between two running sandboxes unless `sh
 
 The run's folders are mounted at fixed container paths (`/workspace`, `/a2rl/...`), so no
 component of the host path (a 0700 home, say) must be traversable by the sandbox user. Job
-logs are written by the supervisor into `/a2rl/joblogs` and shown read-only at
-`/workspace/logs`.
+logs are written by the supervisor into `/a2rl/joblogs` (read-only to jobs) and linked from
+`/workspace/logs/<job>.log`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any
 from .base import SandboxError, SandboxSpec
 from .cgroup import SUPERVISOR_RESERVE
 from .local import (
+    LOGS_INSIDE,
     SOCKET_NAME,
     START_TIMEOUT,
     SUPERVISOR_INSIDE,
@@ -46,7 +47,6 @@ LABEL_MANAGED = "a2rl.managed"
 CONTAINER_PATH = "/usr/local/bin:/usr/bin:/bin"
 WORKSPACE_INSIDE = "/workspace"
 CONTROL_INSIDE = "/a2rl/control"  # the supervisor's socket; root-only
-LOGS_INSIDE = "/a2rl/joblogs"  # where the supervisor writes job logs
 SERVICES_INSIDE = "/a2rl/services"
 # Capabilities the supervisor keeps (jobs keep none): switch to the sandbox user, signal and
 # read the /proc of its jobs, give its socket to the server's user, write its folders.
@@ -120,8 +120,7 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
               Mount(ws, str(spec.workspace), type="bind")]
     mounts += [Mount(f"{ws}/{rel}", str(spec.workspace / rel), type="bind", read_only=True)
                for rel in spec.readonly_paths if (spec.workspace / rel).exists()]
-    mounts += [Mount(f"{ws}/logs", str(spec.logs_dir), type="bind", read_only=True),
-               Mount(LOGS_INSIDE, str(spec.logs_dir), type="bind"),
+    mounts += [Mount(LOGS_INSIDE, str(spec.logs_dir), type="bind"),
                Mount(CONTROL_INSIDE, str(spec.control_dir / "sock"), type="bind")]
     if spec.services_dir is not None:
         mounts.append(Mount(SERVICES_INSIDE, str(spec.services_dir), type="bind"))
@@ -133,7 +132,8 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
         "command": ["python3", "-I", SUPERVISOR_INSIDE,
                     "--socket", f"{CONTROL_INSIDE}/{SOCKET_NAME}",
                     "--socket-owner", f"{os.getuid()}:{os.getgid()}",
-                    "--logs-dir", LOGS_INSIDE, "--oom-file", oom_file_inside(), *args],
+                    "--logs-dir", LOGS_INSIDE, "--logs-view", LOGS_INSIDE,
+                    "--oom-file", oom_file_inside(), *args],
         "name": container_name(spec.run_id),
         "labels": {LABEL_MANAGED: "1", LABEL_RUN: spec.run_id, LABEL_GPUS: ",".join(spec.gpus)},
         "user": "0:0",  # the supervisor; each job drops to the sandbox user
@@ -228,9 +228,6 @@ class DockerSandbox(LocalSandbox):
     def _prepare_ownership(self) -> None:
         """Let the jobs' user write the workspace; the socket and log folders stay root's."""
         give_workspace(self.spec)
-        logs = self.spec.workspace / "logs"
-        if not logs.is_dir() and not logs.is_symlink():
-            logs.mkdir()  # the mount point of the job logs
 
     def _force_stop(self) -> None:
         c = self.container()

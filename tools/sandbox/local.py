@@ -18,8 +18,8 @@ and process limits, and a second way to kill them all.
 
 The host filesystem is not shown wholesale: only the system folders, a few files of /etc, the
 Python prefixes, the workspace (read-write, with `readonly_paths` mounted read-only over it), the
-job logs folder (read-only at workspace/logs; the supervisor writes it through a descriptor) and
-the services folder.
+job logs folder (read-only at /a2rl/joblogs, linked from workspace/logs/<job>.log; the
+supervisor writes it through a descriptor) and the services folder.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 SUPERVISOR_SCRIPT = Path(__file__).with_name("supervisor.py")
 SUPERVISOR_INSIDE = "/a2rl/supervisor.py"  # where bubblewrap shows the script
+LOGS_INSIDE = "/a2rl/joblogs"  # where jobs see their logs, read-only (both backends)
 SOCKET_NAME = "supervisor.sock"
 SANDBOX_VAR = "A2RL_SANDBOX"  # the run's nonce in every job's environment (the unisolated sweep)
 SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_PTRACE")
@@ -176,7 +177,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
             args += ["--ro-bind", str(path), str(path)]
         else:
             log.warning("readonly path %s does not exist; nothing to protect", path)
-    args += ["--ro-bind", str(spec.logs_dir), f"{workspace}/logs"]
+    args += ["--ro-bind", str(spec.logs_dir), LOGS_INSIDE]
     if spec.services_dir is not None:
         args += ["--bind", str(spec.services_dir), str(spec.services_dir)]
     args += ["--chdir", workspace, "--", *inner]
@@ -196,7 +197,7 @@ def supervisor_args(spec: SandboxSpec, isolated: bool = True) -> list[str]:
             "--log-limit", str(parse_size(spec.log_bytes)),
             "--disk-limit", str(parse_size(spec.disk)),
             "--memory-label", spec.memory]
-    for rel in [*spec.readonly_paths, "logs"]:
+    for rel in spec.readonly_paths:
         args += ["--readonly", rel]
     return args
 
@@ -209,7 +210,7 @@ def give_workspace(spec: SandboxSpec) -> None:
     uid, gid = spec.job_user()
     if (uid, gid) == (os.getuid(), os.getgid()):
         return
-    skip = {*spec.readonly_paths, "logs"}
+    skip = set(spec.readonly_paths)
     root_fd = os.open(spec.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         os.fchown(root_fd, uid, gid)
@@ -328,9 +329,6 @@ class LocalSandbox:
         self._write_private(self._token_path, token + "\n")
         if bwrap:
             give_workspace(spec)
-        logs_dir = spec.workspace / "logs"
-        if not logs_dir.is_dir() and not logs_dir.is_symlink():
-            logs_dir.mkdir()  # the mount point of the job logs
         cgroup = self.cgroup
         cgroup.create(parse_size(spec.memory), spec.pids_limit)
         oom_file = cgroup.oom_file()
@@ -347,6 +345,7 @@ class LocalSandbox:
             "--listen-fd", str(listener.fileno()),
             "--logs-fd", str(logs_fd),
             *supervisor_args(spec, isolated=bwrap is not None),
+            "--logs-view", LOGS_INSIDE if bwrap else str(spec.logs_dir),
         ]
         if oom_fd is not None:
             inner += ["--oom-fd", str(oom_fd)]

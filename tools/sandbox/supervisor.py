@@ -26,7 +26,8 @@ sandbox user (`--uid/--gid`: no groups, no capabilities, no_new_privs) before ru
 
 A job is `bash -c command` in the workspace, stdin /dev/null, stdout and stderr a pipe that the
 supervisor copies into the job's log `<job_id>.log` in a folder only it can write (`--logs-fd`,
-a directory descriptor, or `--logs-dir`), shown read-only to jobs. Each job runs under its own
+a directory descriptor, or `--logs-dir`), shown read-only to jobs at `--logs-view`, and linked
+from workspace/logs/<job_id>.log by the job itself. Each job runs under its own
 forked *shim* (which keeps the supervisor's user: a job cannot signal it): a session leader and
 child subreaper, so whatever the command double-forks or setsids stays in the shim's tree, and
 `kill` finds it there. The job ends when bash exits; leftovers it started in the background keep
@@ -149,6 +150,7 @@ class Limits:
         self.disk: int = args.disk_limit
         self.memory: str = args.memory_label
         self.readonly: set[str] = set(args.readonly or [])
+        self.logs_view: str = args.logs_view
 
 
 class Job:
@@ -199,6 +201,17 @@ def drop_privileges(limits: Limits) -> None:
     PRCTL(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 
 
+def show_log(job_id: str, logs_view: str) -> None:
+    """As the job's user: link workspace/logs/<job>.log to the read-only log, so that
+    `tail logs/<job>.log` works in commands. The link is the agent's to break; the server
+    never reads it (it reads the supervisor's folder)."""
+    if not logs_view:
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs("logs", exist_ok=True)
+        os.symlink(f"{logs_view}/{job_id}.log", f"logs/{job_id}.log")
+
+
 def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str, str],
              limits: Limits) -> None:
     """Body of the forked per-job process; never returns.
@@ -237,6 +250,7 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
                 for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
                     signal.signal(signum, signal.SIG_DFL)
                 drop_privileges(limits)
+                show_log(env[JOB_VAR], limits.logs_view)
                 os.execve(bash, argv, env)
             except BaseException as exc:
                 with contextlib.suppress(OSError):
@@ -697,6 +711,7 @@ def parse_args() -> argparse.Namespace:
     logs = parser.add_mutually_exclusive_group(required=True)
     logs.add_argument("--logs-fd", type=int, help="an inherited descriptor of the logs folder")
     logs.add_argument("--logs-dir", help="the logs folder (jobs cannot write it)")
+    parser.add_argument("--logs-view", default="", help="where jobs see the logs folder")
     parser.add_argument("--uid", type=int, default=-1, help="the jobs' user when run as root")
     parser.add_argument("--gid", type=int, default=-1)
     parser.add_argument("--pids-limit", type=int, default=0)
