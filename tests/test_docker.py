@@ -181,3 +181,25 @@ def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type:
             DockerSandbox(shared)._launch()
     finally:
         holder.remove(force=True)
+
+
+async def test_any_home_even_under_a_0700_folder(dsettings, store: Store,  # type: ignore[no-untyped-def]
+                                                 tmp_path: Path) -> None:
+    """Root's default home is 0700: the container's users must not need to cross it."""
+    private = tmp_path / "root-like"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    settings = dsettings.model_copy(update={"home": private / ".a2rl"})
+    run = create_run(settings, store, task_id="fixture", budget="30m", baseline=False).run
+    try:
+        async with client_for(settings, store, run) as c:
+            out = await sh(c, "echo made > code/x.txt && cat code/x.txt && pwd && "
+                              "tail -n 1 logs/$A2RL_JOB.log")
+            assert out["exit_code"] == 0, out
+            assert out["output"].splitlines()[:2] == ["made", "/workspace"]
+            status = await c.call_tool("job_status", {"job_id": out["job_id"]})
+            assert "made" in status.structured_content["output"]
+        assert (Path(run.workspace) / "code" / "x.txt").read_text() == "made\n"
+        assert private.stat().st_mode & 0o777 == 0o700  # nothing was opened up
+    finally:
+        finish_run(settings, store, run.id)
