@@ -326,6 +326,10 @@ class Supervisor:
                 shim = os.fork()
                 if shim == 0:
                     job_shim(write_end, out_write, self.bash, argv, child_env, self.limits)
+            except OSError:  # no process left to fork (the limit): nothing must leak
+                for fd in (log_fd, out_read, read_end):
+                    os.close(fd)
+                raise
             finally:
                 os.close(write_end)
                 os.close(out_write)
