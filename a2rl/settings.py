@@ -52,6 +52,17 @@ class Settings(BaseModel):
     docker_pids_limit: int = Field(4096, description="process limit of a run's container")
     docker_cpus: float = Field(0.0, description="CPU limit of a run's container (0: none)")
     docker_shm_size: str = Field("2g", description="/dev/shm size of a run's container")
+    sandbox_uid: int = Field(61000, description="user (and group) id jobs run as when the "
+                             "server runs as root, on both backends; owns the workspace")
+    sandbox_memory: str = Field("32g", description="memory limit of a local run's jobs "
+                                "(a cgroup; where none is writable, not limited)")
+    sandbox_pids_limit: int = Field(4096, description="process limit of a local run's jobs")
+    sandbox_disk: str = Field("200g", description="bytes a run's workspace may take; the "
+                              "job writing past it is ended (both backends)")
+    sandbox_file_size: str = Field("100g", description="largest file a job may write "
+                                   "(RLIMIT_FSIZE, both backends)")
+    job_log_max_bytes: str = Field("1g", description="output bytes one job may write to its "
+                                   "log; more ends the job as a log flood")
     base_model: str = Field("", description="base model of every task (hub id, folder or "
                             "tiny-llama); empty: each task's own default")
     task_base_models: dict[str, str] = Field(

@@ -191,7 +191,7 @@ def test_search_service_from_bwrap_is_recorded(dsqa: Settings, store: Store) -> 
     (workspace / "code" / "probe.py").write_text(script)
     sandbox.spawn("probe", f"{sys.executable} code/probe.py", "logs/probe.log")
     job = sandbox.wait("probe", 60)
-    log = (workspace / "logs" / "probe.log").read_text()
+    log = (rt.job_logs_dir / "probe.log").read_text()  # the supervisor's copy, not the link
     try:
         assert job.exit_code == 0, log
         assert "[1] Triton: Triton is the largest" in log and log.count("REFUSED") == 2, log

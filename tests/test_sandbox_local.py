@@ -32,7 +32,7 @@ def make_spec(tmp_path: Path, **overrides: object) -> SandboxSpec:
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     fields: dict[str, object] = {
-        "run_id": "test-run",
+        "run_id": f"test-{random.randrange(1 << 40):x}",  # one cgroup per sandbox
         "workspace": workspace,
         "control_dir": tmp_path / "control",
         "deadline": time.time() + 300,
@@ -89,10 +89,11 @@ def bwrap_sandbox(tmp_path: Path) -> Iterator[MakeSandbox]:
 def run(sandbox: LocalSandbox, command: str, timeout: float = 30) -> tuple[int | None, str]:
     """Run one command to its end; return its exit code and its log."""
     job_id = f"j{random.randrange(1 << 30)}"
-    sandbox.spawn(job_id, command, f"logs/{job_id}.log")
+    sandbox.spawn(job_id, command)
     job = sandbox.wait(job_id, timeout)
     assert job.state == JobState.exited, job
-    log = (sandbox.spec.workspace / job.log_path).read_bytes().decode("utf-8", "replace")
+    assert job.log_path == f"logs/{job_id}.log"
+    log = (sandbox.spec.logs_dir / f"{job_id}.log").read_bytes().decode("utf-8", "replace")
     return job.exit_code, log
 
 
@@ -141,8 +142,8 @@ def test_spawn_wait_and_exit_codes(make_sandbox: MakeSandbox, mode: str) -> None
     # stdin is /dev/null and nothing of the supervisor (socket, pipes, other logs) leaks in.
     assert log.splitlines() == [str(sandbox.spec.workspace)] * 2 + ["read=1", "0", "1", "2"]
 
-    job = sandbox.spawn("slow", "sleep 30", "slow.log")
-    assert job.state == JobState.running and job.log_path == "slow.log"
+    job = sandbox.spawn("slow", "sleep 30")
+    assert job.state == JobState.running and job.log_path == "logs/slow.log"
     assert sandbox.wait("slow", 0.2).state == JobState.running
     assert [j.job_id for j in sandbox.list()].count("slow") == 1
     killed = sandbox.kill("slow")
@@ -152,17 +153,17 @@ def test_spawn_wait_and_exit_codes(make_sandbox: MakeSandbox, mode: str) -> None
     with pytest.raises(SandboxError, match="no job"):
         sandbox.get("missing")
     with pytest.raises(SandboxError, match="already exists"):
-        sandbox.spawn("slow", "true", "again.log")
-    with pytest.raises(SandboxError, match="outside the workspace"):
-        sandbox.spawn("escape", "true", "../escape.log")
+        sandbox.spawn("slow", "true")
+    with pytest.raises(SandboxError, match="bad job id"):
+        sandbox.spawn("../escape", "true")
 
 
 def test_log_takes_invalid_utf8_and_large_output(make_sandbox: MakeSandbox) -> None:
     sandbox = make_sandbox()
-    sandbox.spawn("bin", r"printf 'a\xff\xfeb\n'; head -c 10000000 /dev/zero | tr '\0' x", "b.log")
+    sandbox.spawn("bin", r"printf 'a\xff\xfeb\n'; head -c 10000000 /dev/zero | tr '\0' x")
     job = sandbox.wait("bin", 60)
     assert job.exit_code == 0
-    data = (sandbox.spec.workspace / "b.log").read_bytes()
+    data = (sandbox.spec.logs_dir / "bin.log").read_bytes()
     assert data.startswith(b"a\xff\xfeb\n")
     assert len(data) == 5 + 10_000_000
 
@@ -180,7 +181,7 @@ def test_kill_leaves_no_descendant(make_sandbox: MakeSandbox) -> None:
         sleep 1000.{tag}4
         """
     )
-    sandbox.spawn("tree", command, "tree.log")
+    sandbox.spawn("tree", command)
     assert wait_for(lambda: len(host_pids(f"1000.{tag}")) == 4), host_pids(f"1000.{tag}")
     job = sandbox.kill("tree")
     assert job.state == JobState.killed
@@ -190,7 +191,7 @@ def test_kill_leaves_no_descendant(make_sandbox: MakeSandbox) -> None:
 def test_kill_after_exit_sweeps_leftovers(make_sandbox: MakeSandbox) -> None:
     sandbox = make_sandbox()
     tag = f"{random.randrange(10**6, 10**7)}"
-    sandbox.spawn("bg", f"setsid sleep 1000.{tag} > /dev/null 2>&1 &", "bg.log")
+    sandbox.spawn("bg", f"setsid sleep 1000.{tag} > /dev/null 2>&1 &")
     assert sandbox.wait("bg", 10).state == JobState.exited
     assert wait_for(lambda: len(host_pids(f"1000.{tag}")) == 1)
     assert sandbox.kill("bg").state == JobState.exited  # it had ended by itself
@@ -200,7 +201,7 @@ def test_kill_after_exit_sweeps_leftovers(make_sandbox: MakeSandbox) -> None:
 def test_deadline_stops_jobs_and_supervisor(make_sandbox: MakeSandbox) -> None:
     sandbox = make_sandbox()
     tag = f"{random.randrange(10**6, 10**7)}"
-    sandbox.spawn("long", f"sleep 1000.{tag}", "long.log")
+    sandbox.spawn("long", f"sleep 1000.{tag}")
     assert wait_for(lambda: len(host_pids(f"1000.{tag}")) == 1)
     sandbox.set_deadline(time.time() + 1.0)
     job = sandbox.wait("long", 20)
@@ -215,7 +216,7 @@ def test_deadline_stops_jobs_and_supervisor(make_sandbox: MakeSandbox) -> None:
 def test_stop_is_idempotent(make_sandbox: MakeSandbox) -> None:
     sandbox = make_sandbox()
     tag = f"{random.randrange(10**6, 10**7)}"
-    sandbox.spawn("long", f"sleep 1000.{tag}", "long.log")
+    sandbox.spawn("long", f"sleep 1000.{tag}")
     assert wait_for(lambda: len(host_pids(f"1000.{tag}")) == 1)
     sandbox.stop()
     sandbox.stop()
@@ -236,7 +237,7 @@ def test_reattach_after_the_caller_is_killed(tmp_path: Path, mode: str) -> None:
         from a2rl.tools.sandbox.local import LocalSandbox
         sandbox = LocalSandbox(SandboxSpec.model_validate_json(sys.argv[1]))
         sandbox.start()
-        sandbox.spawn("survivor", "echo started; sleep 1000.{tag}", "survivor.log")
+        sandbox.spawn("survivor", "echo started; sleep 1000.{tag}")
         print("spawned", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         """
@@ -257,7 +258,7 @@ def test_reattach_after_the_caller_is_killed(tmp_path: Path, mode: str) -> None:
         job = sandbox.get("survivor")
         assert job.state == JobState.running
         assert sandbox.wait("survivor", 0.3).state == JobState.running
-        assert wait_for(lambda: (spec.workspace / "survivor.log").read_text() == "started\n")
+        assert wait_for(lambda: (spec.logs_dir / "survivor.log").read_text() == "started\n")
         assert host_pids(f"1000.{tag}")
         assert sandbox.kill("survivor").state == JobState.killed
         assert wait_for(lambda: not host_pids(f"1000.{tag}"), 5)
@@ -295,12 +296,14 @@ def test_environment_is_scrubbed(
     assert log.splitlines()[1].startswith("Python 3")
 
 
-def test_written_files_belong_to_the_host_user(make_sandbox: MakeSandbox) -> None:
+def test_written_files_belong_to_the_jobs_user(make_sandbox: MakeSandbox, mode: str) -> None:
     sandbox = make_sandbox()
     assert run(sandbox, "mkdir -p out && echo x > out/f")[0] == 0
+    # Isolated as root, jobs run as the sandbox user; otherwise as the server's own user.
+    uid, gid = sandbox.spec.job_user() if mode == "bwrap" else (os.getuid(), os.getgid())
     for path in (sandbox.spec.workspace / "out", sandbox.spec.workspace / "out" / "f"):
-        assert path.stat().st_uid == os.getuid()
-        assert path.stat().st_gid == os.getgid()
+        assert path.stat().st_uid == uid
+        assert path.stat().st_gid == gid
 
 
 def test_refuses_to_run_unisolated_when_isolation_is_required(
@@ -330,7 +333,7 @@ def test_sandbox_hides_the_host(bwrap_sandbox: MakeSandbox, tmp_path: Path) -> N
     assert run(sandbox, f"cat {store}/hidden.jsonl")[0] != 0
     assert run(sandbox, "cat ../store/hidden.jsonl")[0] != 0
     assert run(sandbox, f"cat {sandbox.spec.control_dir}/token")[0] != 0
-    assert run(sandbox, f"ls {tmp_path}")[1].split() == sorted(["control", "ws"])
+    assert run(sandbox, f"ls {tmp_path}")[1].split() == ["ws"]  # not even the socket
     assert run(sandbox, f"test -e {ws} && test -w {ws}")[0] == 0
     if os.access("/root", os.W_OK):
         with tempfile.NamedTemporaryFile(dir="/root", prefix="a2rl-secret-") as secret:

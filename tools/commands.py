@@ -16,8 +16,8 @@ from sqlmodel import select
 
 from a2rl.store import Job
 
-from .jobs import job_info, log_file, new_job_id, reconcile, settle
-from .output import read_bounded
+from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle
+from .output import log_size, read_bounded
 from .results import CommandResult, JobStatusResult
 from .runtime import current
 from .sandbox.base import JobState, SandboxError
@@ -51,19 +51,19 @@ async def run_command(
         raise ToolError("command is empty")
     sandbox = await anyio.to_thread.run_sync(rt.sandbox)
     job_id = new_job_id()
-    log_path = f"logs/{job_id}.log"
-    (rt.workspace.root / "logs").mkdir(exist_ok=True)
+    log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see jobs.log_file_of
     with rt.store.session() as s:
         s.add(Job(id=job_id, run_id=rt.run_id, command=command, log_path=log_path,
                   tool_call_id=call.tool_call_id))
     try:
-        await anyio.to_thread.run_sync(sandbox.spawn, job_id, command, log_path)
+        await anyio.to_thread.run_sync(sandbox.spawn, job_id, command)
         sj = await anyio.to_thread.run_sync(sandbox.wait, job_id, _bound_wait(wait_s))
     except SandboxError as exc:
         await anyio.to_thread.run_sync(lambda: settle(rt, None, job_id, call.tool_call_id, True))
         raise ToolError(str(exc)) from exc
     s_ = rt.settings
-    out = read_bounded(rt.workspace.root / log_path, s_.output_head_bytes, s_.output_tail_bytes)
+    out = await anyio.to_thread.run_sync(
+        read_bounded, log_file_of(rt, log_path), s_.output_head_bytes, s_.output_tail_bytes)
     if sj.state == JobState.running:
         with rt.store.session() as s:
             row = s.get(Job, job_id)
@@ -77,7 +77,9 @@ async def run_command(
                  "wait_s=30) or stop it with job_kill")
     await anyio.to_thread.run_sync(lambda: settle(rt, sj, job_id, call.tool_call_id))
     hint = ""
-    if sj.state in (JobState.killed, JobState.timeout):
+    if sj.reason:  # a limit ended it: the supervisor says which
+        hint = sj.reason
+    elif sj.state in (JobState.killed, JobState.timeout):
         hint = f"the command was {sj.state.value}"
     elif sj.exit_code is not None and (sj.exit_code < 0 or sj.exit_code >= 128):
         signum = -sj.exit_code if sj.exit_code < 0 else sj.exit_code - 128
@@ -130,11 +132,11 @@ async def job_status(
             row = await anyio.to_thread.run_sync(
                 lambda: settle(rt, None, job_id, call.tool_call_id, lost=True))
     path = log_file(rt, row)
-    size = path.stat().st_size if path.exists() else 0
+    size = await anyio.to_thread.run_sync(log_size, path)
     offset = min(offset, size)
     tail = rt.settings.output_head_bytes + rt.settings.output_tail_bytes
     start = max(offset, size - tail)
-    out = read_bounded(path, 0, tail, offset=start)
+    out = await anyio.to_thread.run_sync(lambda: read_bounded(path, 0, tail, offset=start))
     return JobStatusResult(job=job_info(row), output=out.text, output_offset=start,
                            next_offset=size, truncated=start > offset)
 
@@ -154,5 +156,6 @@ async def job_kill(
     except SandboxError as exc:
         raise ToolError(str(exc)) from exc
     row = await anyio.to_thread.run_sync(lambda: settle(rt, sj, job_id, call.tool_call_id))
-    out = read_bounded(log_file(rt, row), 0, rt.settings.output_tail_bytes)
+    out = await anyio.to_thread.run_sync(
+        read_bounded, log_file(rt, row), 0, rt.settings.output_tail_bytes)
     return JobStatusResult(job=job_info(row), output=out.text, next_offset=row.log_bytes)

@@ -16,7 +16,7 @@ from sqlmodel import select
 
 from a2rl.store import Job
 
-from .output import bound_bytes
+from .output import read_head_tail
 from .results import JobInfo
 from .runtime import RunRuntime, aware
 from .sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
@@ -36,15 +36,12 @@ def job_info(row: Job) -> JobInfo:
 
 
 def keep_log(rt: RunRuntime, log_path: str) -> tuple[str | None, int]:
-    path = rt.workspace.root / log_path
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None, 0
+    """Store the head and tail of a job's log (never read whole); its blob and size."""
     keep = rt.settings.job_log_keep_bytes
-    if len(data) > keep:
-        data = bound_bytes(data, keep // 2, keep // 2).text.encode()
-    return rt.store.put_blob(data), path.stat().st_size
+    data, size = read_head_tail(log_file_of(rt, log_path), keep // 2, keep - keep // 2)
+    if size == 0:
+        return None, 0
+    return rt.store.put_blob(data), size
 
 
 def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
@@ -129,5 +126,14 @@ def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
     return settled
 
 
+def log_file_of(rt: RunRuntime, log_path: str) -> Path:
+    """Where a job's log is on the host: `logs/<job>.log` names a file of the supervisor's
+    folder (jobs cannot write it); any other path (rows of older versions) is not read."""
+    folder, _, name = log_path.partition("/")
+    if folder != "logs" or not name or "/" in name or name.startswith("."):
+        return rt.job_logs_dir / ".none"
+    return rt.job_logs_dir / name
+
+
 def log_file(rt: RunRuntime, row: Job) -> Path:
-    return rt.workspace.root / row.log_path
+    return log_file_of(rt, row.log_path)

@@ -64,12 +64,11 @@ def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
     raise ToolError(f"unknown sandbox backend {backend!r}: use local or docker")
 
 
-def sandbox_owner(backend: str) -> tuple[int, int] | None:
-    """Who must own files we write for the sandbox (a container's user when we are root)."""
-    if backend == "docker" and os.getuid() == 0:
-        from .sandbox.docker import SANDBOX_UID
-
-        return SANDBOX_UID, SANDBOX_UID
+def sandbox_owner(settings: Settings) -> tuple[int, int] | None:
+    """Who must own files we write in a workspace: the sandbox user when we are root (jobs run
+    as that user on both backends), else nobody else (jobs share our user)."""
+    if os.geteuid() == 0:
+        return settings.sandbox_uid, settings.sandbox_uid
     return None
 
 
@@ -82,7 +81,10 @@ class RunRuntime:
         self.readonly = readonly
         self.backend = run.backend
         self.config = dict(run.config or {})
-        self.owner = sandbox_owner(run.backend)
+        self.owner = sandbox_owner(settings)
+        # Job logs: written by the supervisor only, outside the workspace; jobs see them
+        # read-only, and `logs/<job>.log` names them for the agent (see jobs.log_file_of).
+        self.job_logs_dir = self.dir / "control" / "joblogs"
         self.scanner = RevisionScanner(store, run.id, self.workspace.root,
                                        settings.revision_exclude, settings.revision_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
@@ -129,6 +131,12 @@ class RunRuntime:
                 # the venv first: its bin/ leads PATH inside the sandbox
                 prefixes = list(dict.fromkeys([Path(sys.prefix).resolve(),
                                                Path(sys.base_prefix).resolve()]))
+                st = self.settings
+                fields: dict[str, Any] = {
+                    "memory": st.sandbox_memory, "pids_limit": st.sandbox_pids_limit,
+                    # a container's own settings, fixed when the run was made, come over these
+                    **self.config.get("container", {}),
+                }
                 spec = SandboxSpec(
                     run_id=self.run_id, workspace=self.workspace.root,
                     readonly_paths=self.readonly, control_dir=self.dir / "control",
@@ -136,8 +144,9 @@ class RunRuntime:
                     deadline=deadline.timestamp() if deadline else 4102444800.0,
                     network=bool(self.config.get("network", False)),
                     require_isolation=not self.config.get("allow_unisolated", False),
-                    python_prefixes=list(prefixes),
-                    **{k: v for k, v in self.config.get("container", {}).items()},
+                    python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
+                    uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
+                    file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes, **fields,
                 )
                 spec.control_dir.mkdir(parents=True, exist_ok=True)
                 spec.services_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]

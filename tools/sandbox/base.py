@@ -3,8 +3,10 @@
 A run has one long-lived *supervisor* (a bubblewrap process or a container) started detached
 from any MCP server. Every command is a job of that supervisor, never a child of the server:
 a server that stops or restarts leaves the jobs running, and a new server reattaches to the
-supervisor and finds them. Each job's output goes to a log file in the workspace; the tools
-layer reads and bounds it, so that truncation is decided in one place for every backend.
+supervisor and finds them. Each job's output goes to a log the supervisor writes in a folder
+only it can write (`job_logs_dir`, outside the workspace, shown read-only to jobs and linked
+from `logs/<job>.log`); the tools layer reads it by head and tail and bounds it, so that
+truncation is decided in one place for every backend.
 
 Methods are synchronous (the tools layer calls them from a worker thread) and raise
 `SandboxError` with a message fit for the agent when something goes wrong.
@@ -12,6 +14,7 @@ Methods are synchronous (the tools layer calls them from a worker thread) and ra
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -39,7 +42,21 @@ class SandboxJob(BaseModel):
     pid: int | None = None
     started_at: float  # epoch seconds
     ended_at: float | None = None
-    log_path: str  # relative to the workspace
+    log_path: str  # as the agent sees it, relative to the workspace: logs/<job_id>.log
+    reason: str = ""  # why a limit ended it ("killed: memory limit 2g reached"), else empty
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size such as "16g", "512m", "100k" or "4096" (0 or "" for no limit)."""
+    if isinstance(text, int):
+        return text
+    value = text.strip().lower().removesuffix("b")
+    if not value:
+        return 0
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    if value[-1] in units:
+        return int(float(value[:-1]) * units[value[-1]])
+    return int(value)
 
 
 class SandboxSpec(BaseModel):
@@ -55,15 +72,37 @@ class SandboxSpec(BaseModel):
     network: bool = False
     require_isolation: bool = True  # refuse to run unisolated (no bubblewrap) when True
     python_prefixes: list[Path] = Field(default_factory=list)  # Python envs to show read-only
+    # Where job logs are written; jobs see them read-only (linked from logs/<job>.log). Default:
+    # control_dir/joblogs, host-only.
+    job_logs_dir: Path | None = None
+    # The jobs' user when the server runs as root (ignored otherwise: jobs then share the
+    # server's user, and the walls rest on the namespaces).
+    uid: int = 61000
+    gid: int = 61000
+    # Limits, on every backend ("0" or 0: none).
+    memory: str = "16g"
+    pids_limit: int = 4096
+    disk: str = "0"  # bytes the workspace may take (a watch of the supervisor)
+    file_size: str = "0"  # the largest file a job may write (RLIMIT_FSIZE)
+    log_bytes: str = "0"  # output bytes kept per job; more ends the job (log flood)
     # Container backends only:
     image: str | None = None
     gpus: list[str] = Field(default_factory=list)  # host device ids, e.g. ["0", "1"]
     share_gpus: bool = False  # allow a GPU another running sandbox holds
-    memory: str = "16g"
-    pids_limit: int = 4096
     cpus: float | None = None
     shm_size: str = "2g"
     keep_container: bool = False
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.job_logs_dir or self.control_dir / "joblogs"
+
+    def job_user(self) -> tuple[int, int]:
+        """Who jobs run as: the sandbox user when we are root, else our own user (an
+        unprivileged user namespace can map no other)."""
+        if os.geteuid() == 0:
+            return self.uid, self.gid
+        return os.getuid(), os.getgid()
 
 
 @runtime_checkable
@@ -82,8 +121,12 @@ class Sandbox(Protocol):
         """Whether the supervisor answers."""
         ...
 
-    def spawn(self, job_id: str, command: str, log_path: str) -> SandboxJob:
-        """Run `command` with bash in the workspace as a new job; output goes to log_path."""
+    def spawn(self, job_id: str, command: str, log_path: str | None = None) -> SandboxJob:
+        """Run `command` with bash in the workspace as a new job.
+
+        Its output goes to `<job_logs_dir>/<job_id>.log`, seen by the agent as the returned
+        job's `log_path` (`logs/<job_id>.log`); `log_path` is accepted for older callers and
+        ignored: a job never chooses where its log is written."""
         ...
 
     def wait(self, job_id: str, timeout: float) -> SandboxJob:

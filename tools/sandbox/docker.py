@@ -1,12 +1,19 @@
 """The `docker` backend: one container per run, the same supervisor inside.
 
-The container's main process is the sandbox supervisor (the stdlib-only `supervisor.py`), so
-jobs, kills, deadlines and reattachment work exactly as on the local backend, over the same
-unix socket in `control_dir/sock/` (bind-mounted; the token stays on the host). The container
-is hardened: a non-root user, every capability dropped, no-new-privileges, a read-only root
-filesystem with a private /tmp, pids/memory/CPU limits, no network unless asked, and only the
-environment the sandbox needs. GPUs are given by a device request, never shared between two
-running sandboxes unless `share_gpus`.
+The container's main process (pid 1) is the sandbox supervisor (the stdlib-only
+`supervisor.py`), so jobs, kills, deadlines, limits and reattachment work exactly as on the local
+backend, over a unix socket the supervisor binds in `control_dir/sock/` (mounted at a fixed path
+only container root can reach; the token stays on the host). The supervisor runs as container
+root with only the capabilities it needs (switch user, signal and read its jobs' /proc, write
+its own folders) and no-new-privileges; every job drops to the sandbox user with no capability.
+The container is otherwise hardened: a read-only root filesystem with a private /tmp, pids and
+memory limits, no network unless asked, and only the environment the sandbox needs. GPUs are
+given by a device request, never shared between two running sandboxes unless `share_gpus`.
+
+The run's folders are mounted at fixed container paths (`/workspace`, `/a2rl/...`), so no
+component of the host path (a 0700 home, say) must be traversable by the sandbox user. Job
+logs are written by the supervisor into `/a2rl/joblogs` (read-only to jobs) and linked from
+`/workspace/logs/<job>.log`.
 """
 
 from __future__ import annotations
@@ -20,15 +27,30 @@ from pathlib import Path
 from typing import Any
 
 from .base import SandboxError, SandboxSpec
-from .local import SOCKET_NAME, START_TIMEOUT, SUPERVISOR_INSIDE, SUPERVISOR_SCRIPT, LocalSandbox
+from .cgroup import SUPERVISOR_RESERVE
+from .local import (
+    LOGS_INSIDE,
+    SOCKET_NAME,
+    START_TIMEOUT,
+    SUPERVISOR_INSIDE,
+    SUPERVISOR_SCRIPT,
+    LocalSandbox,
+    give_workspace,
+    supervisor_args,
+)
 
 log = logging.getLogger(__name__)
 
 LABEL_RUN = "a2rl.run"
 LABEL_GPUS = "a2rl.gpus"
 LABEL_MANAGED = "a2rl.managed"
-SANDBOX_UID = 1000  # the image's unprivileged user, used when the server runs as root
 CONTAINER_PATH = "/usr/local/bin:/usr/bin:/bin"
+WORKSPACE_INSIDE = "/workspace"
+CONTROL_INSIDE = "/a2rl/control"  # the supervisor's socket; root-only
+SERVICES_INSIDE = "/a2rl/services"
+# Capabilities the supervisor keeps (jobs keep none): switch to the sandbox user, signal and
+# read the /proc of its jobs, give its socket to the server's user, write its folders.
+SUPERVISOR_CAPS = ["SETUID", "SETGID", "KILL", "SYS_PTRACE", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
 
 
 def docker_client() -> Any:
@@ -65,11 +87,6 @@ def container_name(run_id: str) -> str:
     return f"a2rl-{run_id}"
 
 
-def sandbox_user() -> tuple[int, int]:
-    uid, gid = os.getuid(), os.getgid()
-    return (SANDBOX_UID, SANDBOX_UID) if uid == 0 else (uid, gid)
-
-
 def gpus_in_use(client: Any, exclude_run: str | None = None) -> dict[str, str]:
     """Host GPU id -> run id, for every running a2rl container."""
     used: dict[str, str] = {}
@@ -82,43 +99,55 @@ def gpus_in_use(client: Any, exclude_run: str | None = None) -> dict[str, str]:
     return used
 
 
+def oom_file_inside() -> str:
+    """The container's own OOM counter, as the container sees its cgroup."""
+    if Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        return "/sys/fs/cgroup/memory.events"
+    return "/sys/fs/cgroup/memory/memory.oom_control"
+
+
 def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
     """Keyword arguments of `containers.run` for this spec (pure: tested without an engine)."""
     from docker.types import DeviceRequest, Mount
 
-    ws = str(spec.workspace)
-    uid, gid = sandbox_user()
+    ws = WORKSPACE_INSIDE
     env = {
-        "PATH": CONTAINER_PATH, "HOME": ws, "XDG_CACHE_HOME": f"{ws}/.cache",
+        "PATH": CONTAINER_PATH, "HOME": ws, "USER": "a2rl", "XDG_CACHE_HOME": f"{ws}/.cache",
         "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "TMPDIR": "/tmp", "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1", **spec.env, "A2RL_SUPERVISOR_TOKEN": token,
     }
     mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_SCRIPT), type="bind", read_only=True),
-              Mount(ws, ws, type="bind")]
-    mounts += [Mount(str(spec.workspace / rel), str(spec.workspace / rel), type="bind",
-                     read_only=True)
+              Mount(ws, str(spec.workspace), type="bind")]
+    mounts += [Mount(f"{ws}/{rel}", str(spec.workspace / rel), type="bind", read_only=True)
                for rel in spec.readonly_paths if (spec.workspace / rel).exists()]
-    sock_dir = str(spec.control_dir / "sock")
-    mounts.append(Mount(sock_dir, sock_dir, type="bind"))
+    mounts += [Mount(LOGS_INSIDE, str(spec.logs_dir), type="bind"),
+               Mount(CONTROL_INSIDE, str(spec.control_dir / "sock"), type="bind")]
     if spec.services_dir is not None:
-        mounts.append(Mount(str(spec.services_dir), str(spec.services_dir), type="bind"))
+        mounts.append(Mount(SERVICES_INSIDE, str(spec.services_dir), type="bind"))
+        env["A2RL_SERVICES_DIR"] = SERVICES_INSIDE
+    args = supervisor_args(spec)
+    args[args.index("--workspace") + 1] = ws
     config: dict[str, Any] = {
         "image": spec.image,
-        "command": ["python3", "-I", SUPERVISOR_INSIDE, "--socket",
-                    f"{sock_dir}/{SOCKET_NAME}", "--workspace", ws,
-                    "--deadline", repr(spec.deadline)],
+        "command": ["python3", "-I", SUPERVISOR_INSIDE,
+                    "--socket", f"{CONTROL_INSIDE}/{SOCKET_NAME}",
+                    "--socket-owner", f"{os.getuid()}:{os.getgid()}",
+                    "--logs-dir", LOGS_INSIDE, "--logs-view", LOGS_INSIDE,
+                    "--oom-file", oom_file_inside(), *args],
         "name": container_name(spec.run_id),
         "labels": {LABEL_MANAGED: "1", LABEL_RUN: spec.run_id, LABEL_GPUS: ",".join(spec.gpus)},
-        "user": f"{uid}:{gid}",
+        "user": "0:0",  # the supervisor; each job drops to the sandbox user
         "working_dir": ws,
         "environment": env,
         "mounts": mounts,
         "network_mode": "bridge" if spec.network else "none",
         "cap_drop": ["ALL"],
+        "cap_add": SUPERVISOR_CAPS,
         "security_opt": ["no-new-privileges"],
         "read_only": True,
         "tmpfs": {"/tmp": "rw,nosuid,nodev,size=4g"},
-        "pids_limit": spec.pids_limit,
+        # the supervisor's own threads count too; the supervisor ends a job at pids_limit
+        "pids_limit": spec.pids_limit + SUPERVISOR_RESERVE,
         "mem_limit": spec.memory,
         "memswap_limit": spec.memory,  # no swap: a memory hog is killed, not slowed to a crawl
         "shm_size": spec.shm_size,
@@ -197,25 +226,8 @@ class DockerSandbox(LocalSandbox):
             time.sleep(0.05)
 
     def _prepare_ownership(self) -> None:
-        """Let the container's user write its workspace and socket, nothing else of ours."""
-        uid, gid = sandbox_user()
-        if uid == os.getuid():
-            return
-        sock_dir = self.spec.control_dir / "sock"
-        readonly = [self.spec.workspace / r for r in self.spec.readonly_paths]
-        for path in [self.spec.workspace, sock_dir, *self._writable_tree()]:
-            if not any(path == r or path.is_relative_to(r) for r in readonly):
-                os.chown(path, uid, gid, follow_symlinks=False)
-        if self.spec.services_dir is not None:
-            os.chown(self.spec.services_dir, uid, gid)
-
-    def _writable_tree(self) -> list[Path]:
-        readonly = {self.spec.workspace / r for r in self.spec.readonly_paths}
-        found = []
-        for root, dirs, files in os.walk(self.spec.workspace):
-            dirs[:] = [d for d in dirs if Path(root, d) not in readonly]
-            found += [Path(root, n) for n in dirs + files]
-        return found
+        """Let the jobs' user write the workspace; the socket and log folders stay root's."""
+        give_workspace(self.spec)
 
     def _force_stop(self) -> None:
         c = self.container()

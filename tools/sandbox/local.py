@@ -3,12 +3,23 @@
 The supervisor (`supervisor.py`, standard library only) is launched detached from the caller, in
 its own session and without --die-with-parent, so a server killed outright leaves it and its
 jobs running; a later `start()` with the same spec reattaches through the socket in
-`control_dir/sock/`. The token that authenticates calls lives in `control_dir/token` (0600), which
-the sandbox never sees: only the `sock/` folder is mounted inside.
+`control_dir/sock/`. That socket is bound here, outside the sandbox, and handed to the supervisor
+as an inherited descriptor: no path inside the sandbox leads to it. The token that authenticates
+calls lives in `control_dir/token` (0600), which the sandbox never sees.
 
-Inside bubblewrap the host filesystem is not shown wholesale: only the system folders, a few
-files of /etc, the Python prefixes, the workspace (read-write, with `readonly_paths` mounted
-read-only over it), the socket folder and the services folder.
+Inside bubblewrap the supervisor is the pid namespace's init (`--as-pid-1`): jobs cannot signal
+it, and killing it from the host ends every process of the run. When the server runs as root,
+bubblewrap runs without a user namespace, the supervisor keeps only the capabilities to switch
+user, signal and read its jobs' /proc, and every job runs as the sandbox user (`spec.uid`), who
+owns the workspace's writable tree. As an ordinary user, jobs share the server's user (an
+unprivileged user namespace maps no other) and the walls are the namespaces alone. Every
+process of a run is also in the run's cgroup where one can be made (`cgroup.py`): the memory
+and process limits, and a second way to kill them all.
+
+The host filesystem is not shown wholesale: only the system folders, a few files of /etc, the
+Python prefixes, the workspace (read-write, with `readonly_paths` mounted read-only over it), the
+job logs folder (read-only at /a2rl/joblogs, linked from workspace/logs/<job>.log; the
+supervisor writes it through a descriptor) and the services folder.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import json
 import logging
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -28,14 +40,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a2rl.tools.sandbox.base import JobState, SandboxError, SandboxJob, SandboxSpec
+from a2rl.tools.sandbox.base import JobState, SandboxError, SandboxJob, SandboxSpec, parse_size
+from a2rl.tools.sandbox.cgroup import RunCgroup
 
 log = logging.getLogger(__name__)
 
 SUPERVISOR_SCRIPT = Path(__file__).with_name("supervisor.py")
 SUPERVISOR_INSIDE = "/a2rl/supervisor.py"  # where bubblewrap shows the script
+LOGS_INSIDE = "/a2rl/joblogs"  # where jobs see their logs, read-only (both backends)
 SOCKET_NAME = "supervisor.sock"
-SANDBOX_VAR = "A2RL_SANDBOX"  # must match supervisor.py
+SANDBOX_VAR = "A2RL_SANDBOX"  # the run's nonce in every job's environment (the unisolated sweep)
+SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_PTRACE")
 START_TIMEOUT = 15.0
 CALL_TIMEOUT = 10.0
 KILL_TIMEOUT = 60.0  # a kill sweeps /proc until nothing is left, then waits for the reap
@@ -67,6 +82,7 @@ def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
     env = {
         "PATH": ":".join([*bins, "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": workspace,
+        "USER": "a2rl",  # no passwd entry names the sandbox user; getpass needs a name
         "XDG_CACHE_HOME": f"{workspace}/.cache",
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
@@ -105,20 +121,48 @@ def host_system_binds() -> list[str]:
     return args
 
 
-def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str]) -> list[str]:
+def open_parents(paths: list[Path]) -> list[str]:
+    """bubblewrap arguments making the folders above each mount point traversable.
+
+    bubblewrap copies a missing parent's mode from the host (/root: 0700), which the sandbox
+    user could then not cross; only these empty folders of the sandbox's own root are made."""
+    args: list[str] = []
+    seen: set[Path] = set()
+    for path in paths:
+        for parent in reversed(path.parents[:-1]):  # from the top down, "/" left out
+            if parent in seen or str(parent) in SYSTEM_DIRS or parent == Path("/etc"):
+                continue
+            seen.add(parent)
+            args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
+                  info_fd: int) -> list[str]:
     """The bubblewrap command line; mounts are applied in order, later ones over earlier."""
-    args = [bwrap, "--unshare-all"]
-    if spec.network:
-        args.append("--share-net")
-    # --cap-drop only matters (and is only allowed) when bwrap runs as root: root inside must not
-    # keep the capabilities to remount or read past file permissions.
     if os.geteuid() == 0:
+        # Real root, no user namespace: the supervisor may then switch its jobs to the sandbox
+        # user, and keeps nothing but what that and killing them need.
+        args = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not spec.network:
+            args.append("--unshare-net")
         args += ["--cap-drop", "ALL"]
-    args += ["--new-session", "--clearenv"]
+        for cap in SUPERVISOR_CAPS:
+            args += ["--cap-add", cap]
+    else:
+        args = [bwrap, "--unshare-all"]
+        if spec.network:
+            args.append("--share-net")
+    # The supervisor is pid 1: the kernel drops the signals jobs send it.
+    args += ["--as-pid-1", "--info-fd", str(info_fd), "--new-session", "--clearenv"]
     for key, value in {**sandbox_env(spec), SANDBOX_VAR: nonce}.items():
         args += ["--setenv", key, value]
     args += host_system_binds()
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+    mounted = [*spec.python_prefixes, spec.workspace, Path(SUPERVISOR_INSIDE)]
+    if spec.services_dir is not None:
+        mounted.append(spec.services_dir)
+    args += open_parents([p for p in mounted if not str(p).startswith(SYSTEM_DIRS)])
     for prefix in spec.python_prefixes:
         if spec.control_dir.resolve().is_relative_to(prefix.resolve()):
             raise SandboxError(f"python prefix {prefix} would show the sandbox's token inside")
@@ -133,12 +177,69 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str]) -
             args += ["--ro-bind", str(path), str(path)]
         else:
             log.warning("readonly path %s does not exist; nothing to protect", path)
-    sock_dir = str(spec.control_dir / "sock")
-    args += ["--bind", sock_dir, sock_dir]
+    args += ["--ro-bind", str(spec.logs_dir), LOGS_INSIDE]
     if spec.services_dir is not None:
         args += ["--bind", str(spec.services_dir), str(spec.services_dir)]
     args += ["--chdir", workspace, "--", *inner]
     return args
+
+
+def supervisor_args(spec: SandboxSpec, isolated: bool = True) -> list[str]:
+    """The limits and the jobs' user, as the supervisor's command line options.
+
+    Unisolated (no bubblewrap, --unsafe-local) jobs keep the server's user: the whole host is
+    visible to them anyway, and the server's Python may sit in a home only its user reaches."""
+    uid, gid = spec.job_user() if isolated else (-1, -1)
+    args = ["--workspace", str(spec.workspace), "--deadline", repr(spec.deadline),
+            "--uid", str(uid), "--gid", str(gid),
+            "--pids-limit", str(spec.pids_limit),
+            "--fsize-limit", str(parse_size(spec.file_size)),
+            "--log-limit", str(parse_size(spec.log_bytes)),
+            "--disk-limit", str(parse_size(spec.disk)),
+            "--memory-label", spec.memory]
+    for rel in spec.readonly_paths:
+        args += ["--readonly", rel]
+    return args
+
+
+def give_workspace(spec: SandboxSpec) -> None:
+    """Make the workspace's writable tree the jobs' user's, without following a link.
+
+    os.fwalk holds each folder open and chown acts on a name inside it, so a job that swaps a
+    folder for a symlink meanwhile makes us chown the link itself, never its target."""
+    uid, gid = spec.job_user()
+    if (uid, gid) == (os.getuid(), os.getgid()):
+        return
+    skip = set(spec.readonly_paths)
+    root_fd = os.open(spec.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(root_fd, uid, gid)
+        for top, dirs, files, dir_fd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
+            if top == ".":
+                dirs[:] = [d for d in dirs if d not in skip]
+                files = [f for f in files if f not in skip]
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+    finally:
+        os.close(root_fd)
+
+
+def bind_socket(path: Path) -> socket.socket:
+    """A listening unix socket at `path`, reachable only by our user (the folder is 0700)."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    old = os.umask(0o077)
+    try:
+        # Through the folder's descriptor: unix socket paths are limited to 108 bytes.
+        sock.bind(f"/proc/self/fd/{fd}/{path.name}")
+    finally:
+        os.umask(old)
+        os.close(fd)
+    sock.listen(512)
+    return sock
 
 
 class LocalSandbox:
@@ -183,6 +284,8 @@ class LocalSandbox:
     def start(self) -> None:
         self._control.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self._control / "sock").mkdir(exist_ok=True, mode=0o700)
+        # Jobs read their logs (read-only, root's files) but never write this folder.
+        self.spec.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         with open(self._control / "start.lock", "w") as lock:
             # Two callers starting the same run at once must not launch two supervisors.
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -204,6 +307,10 @@ class LocalSandbox:
         log.info("reattached to the supervisor of run %s", self.spec.run_id)
         return True
 
+    @property
+    def cgroup(self) -> RunCgroup:
+        return RunCgroup(self.spec.run_id)
+
     def _launch(self) -> None:
         spec = self.spec
         if spec.deadline <= time.time():
@@ -216,25 +323,34 @@ class LocalSandbox:
                 "bubblewrap is required to isolate the sandbox: install `bubblewrap` "
                 "or pass --unsafe-local to run commands unisolated"
             )
+        self._force_stop()  # whatever is left of an earlier supervisor of this run
         token = secrets.token_hex(32)
         nonce = secrets.token_hex(8)
         self._write_private(self._token_path, token + "\n")
-        with contextlib.suppress(FileNotFoundError):
-            self._socket_path.unlink()  # stale, from a supervisor that died
+        if bwrap:
+            give_workspace(spec)
+        cgroup = self.cgroup
+        cgroup.create(parse_size(spec.memory), spec.pids_limit)
+        oom_file = cgroup.oom_file()
 
+        listener = bind_socket(self._socket_path)
+        logs_fd = os.open(spec.logs_dir, os.O_RDONLY | os.O_DIRECTORY)
+        oom_fd = os.open(oom_file, os.O_RDONLY) if oom_file is not None else None
+        info_read, info_write = os.pipe()
+        fds = [listener.fileno(), logs_fd, info_write] + ([oom_fd] if oom_fd is not None else [])
         inner = [
             supervisor_python(spec),
             "-I",
             SUPERVISOR_INSIDE if bwrap else str(SUPERVISOR_SCRIPT),
-            "--socket",
-            str(self._socket_path),
-            "--workspace",
-            str(spec.workspace),
-            "--deadline",
-            repr(spec.deadline),
+            "--listen-fd", str(listener.fileno()),
+            "--logs-fd", str(logs_fd),
+            *supervisor_args(spec, isolated=bwrap is not None),
+            "--logs-view", LOGS_INSIDE if bwrap else str(spec.logs_dir),
         ]
+        if oom_fd is not None:
+            inner += ["--oom-fd", str(oom_fd)]
         if bwrap:
-            command = bwrap_command(bwrap, spec, nonce, inner)
+            command = bwrap_command(bwrap, spec, nonce, inner, info_write)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             log.warning(
@@ -246,16 +362,25 @@ class LocalSandbox:
             command = inner
             env = {**sandbox_env(spec), SANDBOX_VAR: nonce}
 
-        with open(self._log_path, "ab") as out:
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=spec.workspace,
-                env=env,
-                start_new_session=True,  # survives the caller; no --die-with-parent either
-            )
+        try:
+            with open(self._log_path, "ab") as out:
+                proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=spec.workspace,
+                    env=env,
+                    pass_fds=fds,
+                    start_new_session=True,  # survives the caller; no --die-with-parent either
+                )
+        finally:
+            for fd in fds:
+                os.close(fd)
+            listener.detach()
+        supervisor_pid = self._supervisor_pid(proc, info_read) if bwrap else proc.pid
+        if supervisor_pid is not None:
+            cgroup.add(supervisor_pid)  # before any job exists: every job is born inside
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.write(token.encode() + b"\n")
@@ -267,6 +392,8 @@ class LocalSandbox:
         meta = {
             "pid": proc.pid,
             "pid_start": _start_time(proc.pid),
+            "supervisor_pid": supervisor_pid,
+            "supervisor_start": _start_time(supervisor_pid) if supervisor_pid else None,
             "nonce": nonce,
             "isolated": self._isolated,
         }
@@ -291,6 +418,27 @@ class LocalSandbox:
                     ) from None
             time.sleep(0.02)
 
+    @staticmethod
+    def _supervisor_pid(proc: subprocess.Popen[bytes], info_read: int) -> int | None:
+        """The host pid of bubblewrap's child, the supervisor, from bwrap's --info-fd."""
+        data = b""
+        end = time.monotonic() + START_TIMEOUT
+        try:
+            while time.monotonic() < end:
+                ready, _, _ = select.select([info_read], [], [], 0.1)
+                if ready:
+                    chunk = os.read(info_read, 4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                    with contextlib.suppress(ValueError):
+                        return int(json.loads(data)["child-pid"])
+                elif proc.poll() is not None:
+                    break
+        finally:
+            os.close(info_read)
+        return None
+
     def alive(self) -> bool:
         if self._proc is not None:
             self._proc.poll()  # reap it if it has ended, so no zombie lingers
@@ -314,17 +462,24 @@ class LocalSandbox:
         self._force_stop()
 
     def _force_stop(self) -> None:
-        """Make sure the launcher process and, unisolated, every job of this run are gone."""
+        """Make sure no process of this run is left: the supervisor (the pid namespace's init:
+        killing it ends every process in the namespace, a kernel guarantee), the launcher, the
+        run's cgroup, and, unisolated without a cgroup, every process carrying its marker."""
         meta = self._read_meta()
-        pid = meta.get("pid")
+        sup = meta.get("supervisor_pid")
         # The start time guards against killing a stranger that reused a long-dead pid.
+        if isinstance(sup, int) and _start_time(sup) == meta.get("supervisor_start"):
+            with contextlib.suppress(OSError):
+                os.kill(sup, signal.SIGKILL)
+        pid = meta.get("pid")
         ours = isinstance(pid, int) and _start_time(pid) == meta.get("pid_start")
         if ours and self._wait_gone(pid, 5.0):
-            # The launcher leads its own process group: bwrap and its pid-1 init are in it, and
-            # killing that init ends the whole pid namespace.
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
             self._wait_gone(pid, 2.0)
+        cgroup = self.cgroup
+        cgroup.kill_all()
+        cgroup.remove()
         nonce = meta.get("nonce")
         if not meta.get("isolated") and isinstance(nonce, str) and nonce:
             _kill_marked(nonce)
@@ -345,12 +500,9 @@ class LocalSandbox:
 
     # -- jobs ----------------------------------------------------------------------------------
 
-    def spawn(self, job_id: str, command: str, log_path: str) -> SandboxJob:
-        workspace = os.path.normpath(self.spec.workspace)
-        target = os.path.normpath(os.path.join(workspace, log_path))
-        if not target.startswith(workspace + os.sep):
-            raise SandboxError(f"log path {log_path!r} is outside the workspace")
-        fields = {"job_id": job_id, "command": command, "log_path": target, "env": self.spec.env}
+    def spawn(self, job_id: str, command: str, log_path: str | None = None) -> SandboxJob:
+        del log_path  # a job's log is always logs/<job_id>.log, in the supervisor's folder
+        fields = {"job_id": job_id, "command": command, "env": self.spec.env}
         reply = self._call("spawn", fields)
         return self._job(reply["job"])
 
@@ -373,8 +525,7 @@ class LocalSandbox:
         self._call("set_deadline", {"deadline": deadline})
 
     def _job(self, data: dict[str, Any]) -> SandboxJob:
-        log_path = os.path.relpath(data["log_path"], self.spec.workspace)
-        return SandboxJob(**{**data, "state": JobState(data["state"]), "log_path": log_path})
+        return SandboxJob(**{**data, "state": JobState(data["state"])})
 
     # -- transport -----------------------------------------------------------------------------
 

@@ -1,14 +1,15 @@
 """Per-run job supervisor: a standalone script, standard library only.
 
-It runs inside bubblewrap (or, unisolated, as a plain detached process) where only this file is
-visible, so it must not import anything from a2rl. It listens on a unix socket and speaks JSON
-lines: one request object per line, one response object per line, several connections at once.
+It runs inside bubblewrap or a container (or, unisolated, as a plain detached process) where only
+this file is visible, so it must not import anything from a2rl. It listens on a unix socket and
+speaks JSON lines: one request object per line, one response object per line, several
+connections at once.
 
 Every request carries the token the launcher wrote on stdin: {"token": ..., "op": ..., ...}.
 Responses are {"ok": true, ...} or {"ok": false, "error": "..."}. Operations:
 
     ping                                   -> {"ok", "pid", "deadline"}
-    spawn {job_id, command, log_path, env} -> {"ok", "job"}
+    spawn {job_id, command, env}           -> {"ok", "job"}
     get {job_id}                           -> {"ok", "job"}
     wait {job_id, timeout}                 -> {"ok", "job"}  (returns early when the job ends)
     list                                   -> {"ok", "jobs"}
@@ -16,12 +17,27 @@ Responses are {"ok": true, ...} or {"ok": false, "error": "..."}. Operations:
     set_deadline {deadline}                -> {"ok", "deadline"}
     shutdown                               -> {"ok"} once every job is killed; then it exits
 
-A job is `bash -c command` in the workspace, stdin /dev/null, stdout and stderr appended to
-log_path, with A2RL_JOB=<job_id> and A2RL_SANDBOX=<nonce> in its environment. Each job runs under
-its own forked *shim*: a session leader and child subreaper, so whatever the command
-double-forks or setsids stays in the shim's tree, and `kill` finds it there (and by session,
-process group and marker variable). The job ends when bash exits; leftovers it started in the
-background keep running, under the shim, until the job is killed or the sandbox stops.
+Out of the jobs' reach. In a sandbox the supervisor is the pid namespace's init (pid 1) and
+installs no signal handler, so the kernel drops every signal a job sends it, SIGKILL and SIGSTOP
+included; it is not dumpable (no ptrace, no /proc/1/{mem,environ,fd} for a job). Its listening
+socket is bound by the launcher outside the sandbox and handed over as an inherited descriptor
+(`--listen-fd`): no path to it exists inside. When it starts as root, every job drops to the
+sandbox user (`--uid/--gid`: no groups, no capabilities, no_new_privs) before running anything.
+
+A job is `bash -c command` in the workspace, stdin /dev/null, stdout and stderr a pipe that the
+supervisor copies into the job's log `<job_id>.log` in a folder only it can write (`--logs-fd`,
+a directory descriptor, or `--logs-dir`), shown read-only to jobs at `--logs-view`, and linked
+from workspace/logs/<job_id>.log by the job itself. Each job runs under its own
+forked *shim* (which keeps the supervisor's user: a job cannot signal it): a session leader and
+child subreaper, so whatever the command double-forks or setsids stays in the shim's tree, and
+`kill` finds it there. The job ends when bash exits; leftovers it started in the background keep
+running, under the shim, until the job is killed or the sandbox stops.
+
+Limits the supervisor enforces itself (the kernel's cgroup or container limits stay the hard
+wall): a log over `--log-limit` bytes ends the job ("log flood"); a job with `--pids-limit`
+processes is ended; a workspace over `--disk-limit` bytes ends the job writing it; files are
+capped by RLIMIT_FSIZE (`--fsize-limit`). The reason is kept in the job's `reason` and appended
+to its log, so the agent reads it with the output.
 
 Exit codes: a job that dies of signal N has exit_code -N (the convention of Python's
 subprocess); bash itself reports 128+N when the command was not its last simple command, and
@@ -34,13 +50,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import hmac
 import json
 import os
+import re
+import resource
+import select
 import signal
 import socket
 import socketserver
 import sys
+import termios
 import threading
 import time
 import warnings
@@ -49,9 +70,12 @@ from typing import Any
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
-SANDBOX_VAR = "A2RL_SANDBOX"  # the supervisor's nonce, inherited by every job
-JOB_VAR = "A2RL_JOB"  # the job id, so that daemonized descendants can still be found
-KILL_ROUNDS = 50
+PR_SET_NO_NEW_PRIVS = 38
+JOB_VAR = "A2RL_JOB"  # the job id, for the job's own use
+KILL_ROUNDS = 200
+JOB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+WATCH_EVERY = 0.5  # seconds between two looks at the jobs' processes
+DISK_EVERY = 2.0  # seconds between two measures of the workspace
 
 
 def log(message: str) -> None:
@@ -64,6 +88,13 @@ PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # resolved once: forked shims c
 def prctl(option: int, value: int) -> None:
     if PRCTL(option, value, 0, 0, 0) != 0:
         log(f"prctl({option}) failed: errno {ctypes.get_errno()}")
+
+
+def human(n: int) -> str:
+    for unit, size in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return f"{n} bytes"
 
 
 class Proc:
@@ -87,18 +118,16 @@ def read_proc(pid: int) -> Proc | None:
     return Proc(pid, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]), fields[0])
 
 
-def read_environ(pid: int) -> dict[str, str]:
+def written_bytes(pid: int) -> int:
+    """Bytes a process wrote (its `wchar`); 0 when unreadable."""
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return {}
-    env: dict[str, str] = {}
-    for item in raw.split(b"\0"):
-        key, sep, value = item.partition(b"=")
-        if sep and key in (SANDBOX_VAR.encode(), JOB_VAR.encode()):
-            env[key.decode()] = value.decode("utf-8", "replace")
-    return env
+        with open(f"/proc/{pid}/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"wchar:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def list_procs() -> dict[int, Proc]:
@@ -106,14 +135,28 @@ def list_procs() -> dict[int, Proc]:
     for name in os.listdir("/proc"):
         if name.isdigit():
             proc = read_proc(int(name))
-            if proc is not None and proc.state != "Z":
+            if proc is not None and proc.state not in ("Z", "X"):
                 procs[proc.pid] = proc
     return procs
 
 
+class Limits:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.uid: int = args.uid
+        self.gid: int = args.gid
+        self.pids: int = args.pids_limit
+        self.fsize: int = args.fsize_limit
+        self.log_bytes: int = args.log_limit
+        self.disk: int = args.disk_limit
+        self.memory: str = args.memory_label
+        self.readonly: set[str] = set(args.readonly or [])
+        self.logs_view: str = args.logs_view
+
+
 class Job:
-    def __init__(self, job_id: str, command: str, log_path: str, shim: int):
-        self.job_id, self.command, self.log_path = job_id, command, log_path
+    def __init__(self, job_id: str, command: str, shim: int, log_fd: int, oom0: int):
+        self.job_id, self.command = job_id, command
+        self.log_path = f"logs/{job_id}.log"
         self.shim = shim  # the job's own subreaper; every descendant stays in its tree
         self.shim_reaped = False  # once reaped, its pid may belong to a stranger
         self.pid: int | None = None  # bash, the command itself
@@ -122,6 +165,14 @@ class Job:
         self.started_at = time.time()
         self.ended_at: float | None = None
         self.stop_reason: str | None = None  # "killed" or "timeout" once the supervisor kills it
+        self.reason = ""  # why a limit ended it, for the agent
+        self.log_fd = log_fd
+        self.log_bytes = 0
+        self.log_lock = threading.Lock()  # held while a chunk moves from the pipe to the log
+        self.pump_done = threading.Event()
+        self.out_read = -1  # the read end of its output pipe, owned by the pump
+        self.oom0 = oom0  # the memory cgroup's OOM kill count when the job started
+        self.written = 0  # bytes its live processes had written at the last disk check
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -133,46 +184,79 @@ class Job:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "log_path": self.log_path,
+            "reason": self.reason,
         }
 
 
-def job_shim(report: int, log_fd: int, bash: str, argv: list[str], env: dict[str, str]) -> None:
+def drop_privileges(limits: Limits) -> None:
+    """In a job's process, before exec: the sandbox user, no groups, nothing to regain."""
+    if limits.fsize > 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.fsize, limits.fsize))
+    if os.getuid() == 0 and limits.uid >= 0:
+        os.setgroups([])
+        os.setresgid(limits.gid, limits.gid, limits.gid)
+        os.setresuid(limits.uid, limits.uid, limits.uid)  # clears every capability set
+        if os.getuid() == 0 or os.geteuid() == 0:
+            raise OSError("could not leave root")
+    PRCTL(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+
+
+def show_log(job_id: str, logs_view: str) -> None:
+    """As the job's user: link workspace/logs/<job>.log to the read-only log, so that
+    `tail logs/<job>.log` works in commands. The link is the agent's to break; the server
+    never reads it (it reads the supervisor's folder)."""
+    if not logs_view:
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs("logs", exist_ok=True)
+        os.symlink(f"{logs_view}/{job_id}.log", f"logs/{job_id}.log")
+
+
+def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str, str],
+             limits: Limits) -> None:
     """Body of the forked per-job process; never returns.
 
-    It becomes a session leader and a child subreaper, then runs bash: a descendant that
-    double-forks or calls setsid is reparented to this process, not to the supervisor, so the
-    job's whole tree is always the tree under it. It reports bash's pid and exit code on the
-    `report` pipe and lives on, reaping, while leftovers of the job run.
+    It becomes a session leader and a child subreaper, then forks bash, which alone drops to the
+    sandbox user: a descendant that double-forks or calls setsid is reparented to this process,
+    not to the supervisor, so the job's whole tree is always the tree under it, and the job
+    cannot signal the shim. It reports bash's pid and exit code on the `report` pipe and lives
+    on, reaping, while leftovers of the job run.
     """
     code = 0
     try:
-        # Only async-signal-safe-ish calls here: the parent has other threads, whose locks
-        # (logging, stderr) may be held in this copy of memory.
+        # Only system calls here: the parent has other threads, whose locks (logging, stderr)
+        # may be held in this copy of memory.
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
-        # The parent's other descriptors (the listening socket, other jobs' report pipes, whose
-        # readers would never see EOF) must not live on here. Listing them beats closerange up
-        # to a high limit, which is one syscall per number where close_range is unavailable.
+        # The parent's other descriptors (the listening socket, other jobs' pipes, whose
+        # readers would never see EOF, the logs folder) must not live on here.
         for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2 and int(name) not in (report, log_fd):
+            if int(name) > 2 and int(name) not in (report, out_fd):
                 with contextlib.suppress(OSError):
                     os.close(int(name))
         os.setsid()
         PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         PRCTL(PR_SET_NAME, b"a2rl-job", 0, 0, 0)
-        pid = os.posix_spawn(
-            bash,
-            argv,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, log_fd, 1),
-                (os.POSIX_SPAWN_DUP2, log_fd, 2),
-            ],
-            setsigmask=(),
-            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM),
-        )
-        os.close(log_fd)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                null = os.open("/dev/null", os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(out_fd, 1)
+                os.dup2(out_fd, 2)
+                for fd in (null, out_fd, report):
+                    if fd > 2:
+                        os.close(fd)
+                for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
+                    signal.signal(signum, signal.SIG_DFL)
+                drop_privileges(limits)
+                show_log(env[JOB_VAR], limits.logs_view)
+                os.execve(bash, argv, env)
+            except BaseException as exc:
+                with contextlib.suppress(OSError):
+                    os.write(2, f"a2rl: the job could not start: {exc}\n".encode())
+            os._exit(127)
+        os.close(out_fd)
         os.write(report, b"pid %d\n" % pid)
         while True:
             try:
@@ -190,48 +274,71 @@ def job_shim(report: int, log_fd: int, bash: str, argv: list[str], env: dict[str
 
 
 class Supervisor:
-    def __init__(self, token: str, workspace: str, deadline: float):
+    def __init__(self, token: str, workspace: str, deadline: float, logs_fd: int,
+                 limits: Limits, oom_fd: int | None):
         self.token = token
         self.workspace = workspace
         self.deadline = deadline
-        self.nonce = os.environ.get(SANDBOX_VAR, "")
+        self.logs_fd = logs_fd
+        self.limits = limits
+        self.oom_fd = oom_fd
         self.jobs: dict[str, Job] = {}
         self.by_shim: dict[int, Job] = {}
         self.lock = threading.Condition()
         self.children = threading.Event()  # set once there is something to reap
         self.stopping = threading.Event()
-        self.marker_cache: dict[tuple[int, int], str | None] = {}
         self.bash = "/bin/bash" if os.path.exists("/bin/bash") else "/usr/bin/bash"
+        self.last_disk = 0.0
 
     # -- processes ---------------------------------------------------------------------------
 
-    def spawn(self, job_id: str, command: str, log_path: str, env: dict[str, str]) -> Job:
-        if not os.path.isabs(log_path):
-            raise ValueError("log_path must be absolute")
+    def oom_kills(self) -> int:
+        """The memory cgroup's OOM kill count (v1 memory.oom_control, v2 memory.events)."""
+        if self.oom_fd is None:
+            return 0
+        try:
+            data = os.pread(self.oom_fd, 4096, 0)
+        except OSError:
+            return 0
+        for line in data.splitlines():
+            key, _, value = line.partition(b" ")
+            if key == b"oom_kill":
+                return int(value)
+        return 0
+
+    def spawn(self, job_id: str, command: str, env: dict[str, str]) -> Job:
+        if not JOB_ID.match(job_id):
+            raise ValueError(f"bad job id {job_id!r}")
         if self.stopping.is_set():
             raise ValueError("the sandbox is stopping")
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
         child_env = dict(os.environ)
         child_env.update(env)
         child_env[JOB_VAR] = job_id
-        child_env[SANDBOX_VAR] = self.nonce
         argv = ["bash", "-c", command]
         with self.lock:  # held until the job is in the table, so the reaper can match it
             if job_id in self.jobs:
                 raise ValueError(f"job {job_id!r} already exists")
-            log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            log_fd = os.open(f"{job_id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                             | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=self.logs_fd)
+            out_read, out_write = os.pipe()
             read_end, write_end = os.pipe()
             try:
                 shim = os.fork()
                 if shim == 0:
-                    job_shim(write_end, log_fd, self.bash, argv, child_env)
+                    job_shim(write_end, out_write, self.bash, argv, child_env, self.limits)
+            except OSError:  # no process left to fork (the limit): nothing must leak
+                for fd in (log_fd, out_read, read_end):
+                    os.close(fd)
+                raise
             finally:
                 os.close(write_end)
-                os.close(log_fd)
-            job = Job(job_id, command, log_path, shim)
+                os.close(out_write)
+            job = Job(job_id, command, shim, log_fd, self.oom_kills())
+            job.out_read = out_read
             self.jobs[job_id] = job
             self.by_shim[shim] = job
         self.children.set()
+        threading.Thread(target=self.pump, args=(job, out_read), daemon=True).start()
         reports = os.fdopen(read_end, "rb")
         first = reports.readline().split()
         with self.lock:
@@ -239,6 +346,56 @@ class Supervisor:
                 job.pid = int(first[1])
             threading.Thread(target=self.follow, args=(job, reports), daemon=True).start()
             return job
+
+    def pump(self, job: Job, out_read: int) -> None:
+        """Copy the job's output into its log, up to the log limit; then end the job."""
+        flooded = False
+        try:
+            while True:
+                ready, _, _ = select.select([out_read], [], [], 0.2)
+                if not ready:
+                    continue
+                with job.log_lock:
+                    data = os.read(out_read, 1 << 16)
+                    if not data:
+                        break
+                    if flooded:
+                        continue
+                    room = self.limits.log_bytes - job.log_bytes
+                    if self.limits.log_bytes > 0 and len(data) > room:
+                        data = data[: max(room, 0)]
+                        flooded = True
+                    if job.log_fd >= 0:
+                        with contextlib.suppress(OSError):
+                            os.write(job.log_fd, data)
+                    job.log_bytes += len(data)
+                if flooded:
+                    reason = (f"killed: log flood: the job wrote more than "
+                              f"{human(self.limits.log_bytes)} of output")
+                    threading.Thread(target=self.end_for, args=(job, reason),
+                                     daemon=True).start()
+        finally:
+            with job.log_lock:
+                job.pump_done.set()
+                os.close(out_read)
+            self.release_log(job)
+
+    def note(self, job: Job, reason: str) -> None:
+        """Keep why a limit ended the job and append it to the log, where the agent reads it."""
+        if job.reason:
+            return
+        job.reason = reason
+        with job.log_lock, contextlib.suppress(OSError):
+            if job.log_fd >= 0:
+                os.write(job.log_fd, f"\n[a2rl] {reason}\n".encode())
+        log(f"job {job.job_id}: {reason}")
+
+    def end_for(self, job: Job, reason: str) -> None:
+        """End one job because it hit a limit."""
+        if job.state != "running":
+            return
+        self.note(job, reason)
+        self.kill_jobs({job.job_id}, "killed")
 
     def follow(self, job: Job, reports: Any) -> None:
         """Read the shim's report of bash's exit; EOF without one means the shim was killed."""
@@ -249,6 +406,13 @@ class Supervisor:
                 if parts[:1] == [b"exit"]:
                     code = int(parts[1])
                     break
+        # What bash wrote before it exited is in the pipe: wait until the pump has moved it
+        # (leftovers in the background may keep the pipe open, so not for its end).
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end and not self.pipe_empty(job):
+            time.sleep(0.005)
+        if job.stop_reason is None and code is not None:
+            self.explain_exit(job, code)
         with self.lock:
             job.ended_at = time.time()
             job.state = job.stop_reason or "exited"
@@ -256,6 +420,34 @@ class Supervisor:
                 code = -signal.SIGKILL if job.stop_reason else (None if job.pid else 127)
             job.exit_code = code
             self.lock.notify_all()
+        self.release_log(job)
+
+    @staticmethod
+    def release_log(job: Job) -> None:
+        """Close the log once the job has ended and its pipe is drained."""
+        with job.log_lock:
+            if job.log_fd >= 0 and job.pump_done.is_set() and job.state != "running":
+                os.close(job.log_fd)
+                job.log_fd = -1
+
+    @staticmethod
+    def pipe_empty(job: Job) -> bool:
+        """Whether everything written to the job's pipe so far is in its log: the pump holds
+        log_lock from each read to its write, so an empty pipe under the lock means so."""
+        with job.log_lock:
+            if job.pump_done.is_set():
+                return True
+            buf = bytearray(4)
+            fcntl.ioctl(job.out_read, termios.FIONREAD, buf)
+            return int.from_bytes(buf, sys.byteorder) == 0
+
+    def explain_exit(self, job: Job, code: int) -> None:
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self.oom_kills() > job.oom0:
+            self.note(job, f"killed: memory limit {self.limits.memory} reached (the kernel's "
+                           "out-of-memory killer ended a process of this job)")
+        elif code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) and self.limits.fsize > 0:
+            self.note(job, f"killed: file size limit {human(self.limits.fsize)} reached "
+                           "(no file may be larger)")
 
     def reap_forever(self) -> None:
         while True:
@@ -271,73 +463,70 @@ class Supervisor:
                 job = self.by_shim.pop(pid, None)
                 if job is not None:
                     job.shim_reaped = True
-                # Otherwise an orphan whose shim was gone, adopted by this subreaper.
+                # Otherwise an orphan whose shim was gone, adopted by this init or subreaper.
 
-    def members(self, procs: dict[int, Proc], job_ids: set[str] | None) -> set[int]:
-        """Live processes of the given jobs (all when job_ids is None), their shims excluded."""
+    def tree(self, procs: dict[int, Proc], job_ids: set[str] | None) -> dict[str, set[int]]:
+        """Live processes of the given jobs (all when job_ids is None), shims excluded."""
         with self.lock:
             roots = {
-                j.shim
+                j.shim: j.job_id
                 for j in self.jobs.values()
                 if not j.shim_reaped and (job_ids is None or j.job_id in job_ids)
             }
         children: dict[int, list[int]] = {}
-        found: set[int] = set()
         for proc in procs.values():
             children.setdefault(proc.ppid, []).append(proc.pid)
-            if proc.pid in roots or proc.pid == os.getpid():
-                continue
-            if proc.sid in roots or proc.pgrp in roots:
-                found.add(proc.pid)
-                continue
-            # The marker finds a process that somehow left the tree (it cannot, short of
-            # ptrace tricks; this is a second net).
-            key = (proc.pid, proc.start)
-            if key not in self.marker_cache:
-                env = read_environ(proc.pid)
-                mine = self.nonce and env.get(SANDBOX_VAR) == self.nonce
-                self.marker_cache[key] = env.get(JOB_VAR) if mine else None
-            marked = self.marker_cache[key]
-            if marked is not None and (job_ids is None or marked in job_ids):
-                found.add(proc.pid)
-        stack = [*roots, *found]
-        while stack:
-            for child in children.get(stack.pop(), ()):
-                if child not in found and child not in roots:
-                    found.add(child)
-                    stack.append(child)
+        found: dict[str, set[int]] = {}
+        for shim, job_id in roots.items():
+            members = found.setdefault(job_id, set())
+            stack = [shim]
+            # A process of the shim's session or group that left its tree (it cannot, short
+            # of ptrace tricks) is found too.
+            members.update(p.pid for p in procs.values()
+                           if p.pid != shim and (p.sid == shim or p.pgrp == shim))
+            stack += list(members)
+            while stack:
+                for child in children.get(stack.pop(), ()):
+                    if child not in members and child != shim:
+                        members.add(child)
+                        stack.append(child)
         return found
 
+    def members(self, procs: dict[int, Proc], job_ids: set[str] | None) -> set[int]:
+        return set().union(*self.tree(procs, job_ids).values())
+
     def kill_jobs(self, job_ids: set[str] | None, reason: str) -> None:
-        """SIGKILL every process of the given jobs until none is left, then their shims."""
+        """Stop every process of the given jobs, then SIGKILL them until none is left."""
         with self.lock:
             for job in self.jobs.values():
                 if (job_ids is None or job.job_id in job_ids) and job.state == "running":
-                    job.stop_reason = reason
+                    job.stop_reason = job.stop_reason or reason
         me = os.getpid()
-        for _ in range(KILL_ROUNDS):
-            procs = list_procs()
-            found = self.members(procs, job_ids)
-            if job_ids is None:  # shutting down: orphans this process adopted go too
-                found.update(p.pid for p in procs.values() if p.ppid == me)
-                with self.lock:
-                    found -= {j.shim for j in self.jobs.values() if not j.shim_reaped}
-            if not found:
-                break
-            # The shims stay alive meanwhile: whatever the killed processes fork lands under
-            # them and is found by the next round.
-            for pid in found:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
+        # SIGSTOP first: a stopped process forks no more, so a fork bomb cannot outrun the
+        # sweep; then SIGKILL the whole, stopped set at once.
+        for signum in (signal.SIGSTOP, signal.SIGKILL):
+            for _ in range(KILL_ROUNDS):
+                procs = list_procs()
+                found = self.members(procs, job_ids)
+                if job_ids is None:  # shutting down: orphans this process adopted go too
+                    found.update(p.pid for p in procs.values() if p.ppid == me)
+                    with self.lock:
+                        found -= {j.shim for j in self.jobs.values() if not j.shim_reaped}
+                if signum == signal.SIGSTOP:
+                    found = {pid for pid in found if procs[pid].state not in ("T", "t")}
+                if not found:
+                    break
+                # The shims stay alive meanwhile: whatever the killed processes fork lands
+                # under them and is found by the next round.
+                for pid in found:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signum)
+                time.sleep(0.005)
         with self.lock:
             for job in self.jobs.values():
                 if (job_ids is None or job.job_id in job_ids) and not job.shim_reaped:
                     with contextlib.suppress(OSError):
                         os.kill(job.shim, signal.SIGKILL)
-        live = {(p.pid, p.start) for p in list_procs().values()}
-        for key in [k for k in self.marker_cache if k not in live]:
-            self.marker_cache.pop(key, None)  # another kill may be pruning too
         # Wait briefly for the shims' reports so that the answer is final.
         end = time.monotonic() + 2.0
         with self.lock:
@@ -346,6 +535,75 @@ class Supervisor:
                 for j in self.jobs.values()
             ):
                 self.lock.wait(0.05)
+
+    # -- limits --------------------------------------------------------------------------------
+
+    def watch_limits(self) -> None:
+        """End a job that reaches the process limit, or writes past the disk limit."""
+        while not self.stopping.is_set():
+            time.sleep(WATCH_EVERY)
+            try:
+                self.check_limits()
+            except Exception as exc:  # a limit check must never end the supervisor
+                log(f"limit check failed: {exc!r}")
+
+    def check_limits(self) -> None:
+        with self.lock:
+            if not any(j.state == "running" or not j.shim_reaped for j in self.jobs.values()):
+                return
+        procs = list_procs()
+        tree = self.tree(procs, None)
+        if self.limits.pids > 0:
+            for job_id, members in tree.items():
+                if len(members) + 1 >= self.limits.pids:
+                    self.end_for(self.jobs[job_id], f"killed: process limit "
+                                 f"{self.limits.pids} reached (too many processes or threads)")
+        if self.limits.disk <= 0 or time.monotonic() - self.last_disk < DISK_EVERY:
+            return
+        self.last_disk = time.monotonic()
+        written = {job_id: sum(written_bytes(p) for p in members)
+                   for job_id, members in tree.items()}
+        used = self.workspace_bytes()
+        if used > self.limits.disk:
+            # The writer is the job whose processes wrote the most since the last look.
+            # Its writes may be done by now (processes gone): then the newest running job.
+            deltas = {j: w - self.jobs[j].written for j, w in written.items()}
+            writers = [j for j, d in sorted(deltas.items(), key=lambda kv: -kv[1]) if d > 0]
+            with self.lock:
+                running = sorted((j for j in self.jobs.values() if j.state == "running"),
+                                 key=lambda j: -j.started_at)
+            writers += [j.job_id for j in running]
+            for job_id in writers[:1]:
+                self.end_for(self.jobs[job_id], f"killed: workspace disk limit "
+                             f"{human(self.limits.disk)} reached ({used >> 20} MiB used); "
+                             "delete files to make room")
+        for job_id, w in written.items():
+            self.jobs[job_id].written = w
+
+    def workspace_bytes(self, cap: int = 200_000) -> int:
+        """Bytes the writable workspace takes on disk (blocks: a sparse file counts as used)."""
+        total, seen = 0, 0
+        stack = [self.workspace]
+        top = True
+        while stack and seen < cap:
+            folder = stack.pop()
+            try:
+                with os.scandir(folder) as it:
+                    for entry in it:
+                        seen += 1
+                        if top and entry.name in self.limits.readonly:
+                            continue
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        total += st.st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+            except OSError:
+                pass
+            top = False
+        return total
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -363,9 +621,7 @@ class Supervisor:
             return {"ok": True, "pid": os.getpid(), "deadline": self.deadline}
         if op == "spawn":
             env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
-            job = self.spawn(
-                str(request["job_id"]), str(request["command"]), str(request["log_path"]), env
-            )
+            job = self.spawn(str(request["job_id"]), str(request["command"]), env)
             return {"ok": True, "job": job.as_dict()}
         if op == "get":
             with self.lock:
@@ -448,13 +704,34 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     supervisor: Supervisor
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--socket", required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--listen-fd", type=int, help="an inherited, listening unix socket")
+    where.add_argument("--socket", help="a path to bind (containers: a supervisor-only mount)")
+    parser.add_argument("--socket-owner", default="", help="uid:gid to give the bound socket")
     parser.add_argument("--workspace", required=True)
     parser.add_argument("--deadline", type=float, required=True)
-    args = parser.parse_args()
+    logs = parser.add_mutually_exclusive_group(required=True)
+    logs.add_argument("--logs-fd", type=int, help="an inherited descriptor of the logs folder")
+    logs.add_argument("--logs-dir", help="the logs folder (jobs cannot write it)")
+    parser.add_argument("--logs-view", default="", help="where jobs see the logs folder")
+    parser.add_argument("--uid", type=int, default=-1, help="the jobs' user when run as root")
+    parser.add_argument("--gid", type=int, default=-1)
+    parser.add_argument("--pids-limit", type=int, default=0)
+    parser.add_argument("--fsize-limit", type=int, default=0)
+    parser.add_argument("--log-limit", type=int, default=0)
+    parser.add_argument("--disk-limit", type=int, default=0)
+    parser.add_argument("--memory-label", default="")
+    oom = parser.add_mutually_exclusive_group()
+    oom.add_argument("--oom-fd", type=int, help="the memory cgroup's OOM counter file, open")
+    oom.add_argument("--oom-file", help="the memory cgroup's OOM counter file")
+    parser.add_argument("--readonly", action="append", help="workspace inputs: not counted")
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     # A container gets its token in the environment (there is no stdin to write to); drop it
     # before any job can inherit it. Our memory and /proc environ become unreadable below.
     token = os.environ.pop("A2RL_SUPERVISOR_TOKEN", "") or sys.stdin.readline().strip()
@@ -463,34 +740,62 @@ def main() -> None:
     # Forking with threads is safe here: the shim only makes system calls (see job_shim).
     warnings.filterwarnings("ignore", message=".*fork.*", category=DeprecationWarning)
     prctl(PR_SET_CHILD_SUBREAPER, 1)
-    # Not dumpable: a job running as the same user cannot read the token from our memory.
+    # Not dumpable: no job can ptrace us or read our memory, environment or descriptors.
     prctl(PR_SET_DUMPABLE, 0)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if os.getpid() == 1:
+        # As a pid namespace's init with no handler installed, the kernel drops every signal
+        # sent from inside the namespace, SIGKILL and SIGSTOP included: no job can end or
+        # freeze us. Python's own SIGINT handler would be a way in: remove it.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
-    supervisor = Supervisor(token, args.workspace, args.deadline)
-    sock_dir, sock_name = os.path.split(args.socket)
-    # Binding a relative name avoids the 108-byte limit on unix socket paths.
-    os.chdir(sock_dir)
-    if os.path.exists(sock_name):
-        os.unlink(sock_name)
-    server = Server(sock_name, Handler, bind_and_activate=False)
+    logs_fd = args.logs_fd
+    if logs_fd is None:
+        logs_fd = os.open(args.logs_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    os.set_inheritable(logs_fd, False)
+    oom_fd = args.oom_fd
+    if oom_fd is None and args.oom_file:
+        with contextlib.suppress(OSError):
+            oom_fd = os.open(args.oom_file, os.O_RDONLY | os.O_CLOEXEC)
+    if oom_fd is not None:
+        os.set_inheritable(oom_fd, False)
+    supervisor = Supervisor(token, args.workspace, args.deadline, logs_fd, Limits(args),
+                            oom_fd)
+    if args.listen_fd is not None:
+        server = Server("", Handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = socket.socket(fileno=args.listen_fd)
+        server.socket.set_inheritable(False)
+        where = f"descriptor {args.listen_fd}"
+    else:
+        sock_dir, sock_name = os.path.split(args.socket)
+        os.chdir(sock_dir)  # binding a relative name avoids the 108-byte limit
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sock_name)
+        server = Server(sock_name, Handler, bind_and_activate=False)
+        old_umask = os.umask(0o077)
+        server.server_bind()
+        os.umask(old_umask)
+        if args.socket_owner:
+            uid, gid = (int(x) for x in args.socket_owner.split(":"))
+            os.chown(sock_name, uid, gid)
+        server.server_activate()
+        where = args.socket
     server.supervisor = supervisor
-    server.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    old_umask = os.umask(0o077)
-    server.server_bind()
-    os.umask(old_umask)
-    server.server_activate()
     os.chdir(args.workspace)
 
     threading.Thread(target=supervisor.reap_forever, daemon=True).start()
     threading.Thread(target=supervisor.watchdog, args=(server,), daemon=True).start()
-    log(f"listening on {args.socket}, pid {os.getpid()}")
+    threading.Thread(target=supervisor.watch_limits, daemon=True).start()
+    log(f"listening on {where}, pid {os.getpid()}, uid {os.getuid()}")
     try:
         server.serve_forever(poll_interval=0.1)  # how soon a shutdown takes effect
     finally:
         supervisor.stop("killed")
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(sock_dir, sock_name))
+        if args.socket:
+            with contextlib.suppress(OSError):
+                os.unlink(args.socket)
         log("exited")
 
 

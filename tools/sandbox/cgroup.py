@@ -1,0 +1,131 @@
+"""A run's control group: the kernel's count of its processes, its memory wall, its kill switch.
+
+The local backend puts a run's supervisor (and so every job it forks) into one cgroup per run,
+where the server may write cgroups: the v1 `pids`, `memory` and `freezer` hierarchies (as on
+hosts without a unified hierarchy, as root), or a writable cgroup v2 tree with the `pids` and
+`memory` controllers. Processes cannot leave it (moving needs write access to another cgroup's
+`cgroup.procs`, which the sandbox user lacks and the sandbox does not even mount), so killing
+every process in it ends the run whatever its jobs did. Where no cgroup is writable (an
+unprivileged user without a delegated subtree) the run's pid namespace is the kill switch and
+the supervisor's own watch the only process limit; memory is then not limited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+ROOT = Path("/sys/fs/cgroup")
+V1_CONTROLLERS = ("pids", "memory", "freezer")
+GROUP = "a2rl"
+SUPERVISOR_RESERVE = 64  # the supervisor's own threads count against the pids limit
+
+
+class RunCgroup:
+    """One run's cgroup folder(s); every method is a no-op where none could be made."""
+
+    def __init__(self, run_id: str, root: Path = ROOT) -> None:
+        self.run_id = run_id
+        self.v2 = (root / "cgroup.controllers").exists()
+        if self.v2:
+            self.paths = {"": root / GROUP / run_id}
+        else:
+            self.paths = {c: root / c / GROUP / run_id for c in V1_CONTROLLERS
+                          if os.access(root / c, os.W_OK)}
+        self.root = root
+
+    @property
+    def exists(self) -> bool:
+        return any(p.is_dir() for p in self.paths.values())
+
+    def create(self, memory_bytes: int, pids_max: int) -> bool:
+        """Make the cgroup with its limits; False where this host gives us none."""
+        made = False
+        for controller, path in list(self.paths.items()):
+            try:
+                if self.v2:
+                    parent = path.parent
+                    parent.mkdir(exist_ok=True)
+                    for folder in (self.root, parent):  # controllers must be given downward
+                        with contextlib.suppress(OSError):
+                            (folder / "cgroup.subtree_control").write_text("+pids +memory")
+                path.mkdir(parents=True, exist_ok=True)
+                made = True
+            except OSError as exc:
+                log.info("no %s cgroup for run %s: %s", controller or "v2", self.run_id, exc)
+                del self.paths[controller]
+                continue
+            self._limit(controller, path, memory_bytes, pids_max)
+        return made
+
+    def _limit(self, controller: str, path: Path, memory_bytes: int, pids_max: int) -> None:
+        writes: list[tuple[str, str]] = []
+        if controller in ("pids", "") and pids_max > 0:
+            writes.append(("pids.max", str(pids_max + SUPERVISOR_RESERVE)))
+        if controller == "memory" and memory_bytes > 0:
+            writes += [("memory.limit_in_bytes", str(memory_bytes)),
+                       ("memory.memsw.limit_in_bytes", str(memory_bytes))]  # when swap counts
+        if controller == "" and memory_bytes > 0:
+            writes += [("memory.max", str(memory_bytes)), ("memory.swap.max", "0")]
+        for name, value in writes:
+            try:
+                (path / name).write_text(value)
+            except OSError as exc:
+                if "memsw" not in name and "swap" not in name:
+                    log.warning("cgroup limit %s=%s not set for run %s: %s", name, value,
+                                self.run_id, exc)
+
+    def add(self, pid: int) -> None:
+        for path in self.paths.values():
+            with contextlib.suppress(OSError):
+                (path / "cgroup.procs").write_text(str(pid))
+
+    def oom_file(self) -> Path | None:
+        """The file whose `oom_kill N` line counts the OOM kills in this cgroup."""
+        if self.v2:
+            return self.paths[""] / "memory.events" if "" in self.paths else None
+        return self.paths["memory"] / "memory.oom_control" if "memory" in self.paths else None
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for path in self.paths.values():
+            with contextlib.suppress(OSError):
+                found.update(int(x) for x in (path / "cgroup.procs").read_text().split())
+        return found
+
+    def kill_all(self, timeout: float = 10.0) -> bool:
+        """SIGKILL every process in the cgroup; True once it is empty."""
+        if not self.exists:
+            return True
+        freezer = self.paths.get("freezer")
+        end = time.monotonic() + timeout
+        while True:
+            if self.v2:
+                with contextlib.suppress(OSError):
+                    (self.paths[""] / "cgroup.kill").write_text("1")
+            if freezer is not None:  # frozen, nothing forks while we kill
+                with contextlib.suppress(OSError):
+                    (freezer / "freezer.state").write_text("FROZEN")
+            for pid in self.pids():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            if freezer is not None:
+                with contextlib.suppress(OSError):
+                    (freezer / "freezer.state").write_text("THAWED")
+            time.sleep(0.02)
+            if not self.pids():
+                return True
+            if time.monotonic() > end:
+                log.warning("run %s: processes left in its cgroup: %s", self.run_id, self.pids())
+                return False
+
+    def remove(self) -> None:
+        for path in self.paths.values():
+            with contextlib.suppress(OSError):
+                path.rmdir()
