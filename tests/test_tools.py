@@ -275,3 +275,14 @@ async def test_isolation(client: Client, backend, run: Run) -> None:  # type: ig
 async def test_task_resource_and_instructions(client: Client, run: Run) -> None:
     res = await client.read_resource("a2rl://task")
     assert "fixture" in res.contents[0].text.lower()
+
+
+async def test_logs_folder_holds_job_logs_and_the_agents_own_files(client: Client) -> None:
+    """Job logs are read from where only the supervisor writes; any other file under logs/ is
+    the agent's own, read from the workspace."""
+    r = await call(client, "run_command", command="echo from-the-job; echo mine > logs/mine.log")
+    job_log = r.structured_content["log_path"]
+    r = await call(client, "read_file", path=job_log)
+    assert not r.is_error and "from-the-job" in r.structured_content["content"]
+    r = await call(client, "read_file", path="logs/mine.log")
+    assert not r.is_error and "mine" in r.structured_content["content"]

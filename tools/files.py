@@ -73,6 +73,10 @@ def _is_binary(head: bytes) -> bool:
     return False
 
 
+#: The name of a job's log (`jobs.new_job_id()` + ".log"), written by the supervisor.
+JOB_LOG = re.compile(r"j-[0-9a-f]{8}\.log")
+
+
 def _target(rt: RunRuntime, path: str) -> tuple[WorkspaceFS, tuple[str, ...], tuple[str, ...]]:
     """(filesystem, parts inside it, prefix shown to the agent) for a path to read.
 
@@ -81,7 +85,8 @@ def _target(rt: RunRuntime, path: str) -> tuple[WorkspaceFS, tuple[str, ...], tu
     """
     parts = rt.workspace.parts(path)
     logs = getattr(rt, "job_logs_dir", None)
-    if logs is not None and parts[:1] == ("logs",):
+    # Only the job logs' own names: the rest of logs/ is the agent's folder like any other.
+    if logs is not None and len(parts) == 2 and parts[0] == "logs" and JOB_LOG.fullmatch(parts[1]):
         return WorkspaceFS(Path(logs)), parts[1:], ("logs",)
     return rt.workspace.fs(rt.owner), parts, ()
 
