@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_gpu_check_smoke_runs_every_check(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    # One thread: the smoke shapes are tiny, and the build machines are shared.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     env.pop("OUT", None)
     p = subprocess.run([str(ROOT / "bench" / "gpu_check.sh"), "--smoke", "--out", str(out)],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
