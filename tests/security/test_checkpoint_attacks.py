@@ -44,7 +44,7 @@ async def test_planted_files_in_a_checkpoint_are_refused(agent: Agent, tmp_path:
     pickle-only weights and custom code: each refused, nothing left in the grader's area."""
     ws = Path(agent.run.workspace)
     good = save_perturbed(ws / "base_model", tmp_path / "good", 0.3)
-    other_copy = agent.settings.home_dir / "checkpoints" / "r-other" / "s-1"
+    other_copy = agent.settings.home_dir / "checkpoints" / f"r-other-{agent.run.id}" / "s-1"
     shutil.copytree(good, other_copy)
 
     def variant(name: str) -> Path:
