@@ -83,6 +83,12 @@ def _add_graded_submission(store: Store, run_id: str) -> None:
         s.flush()
         assert snap.id is not None
         s.add(SnapshotFile(snapshot_id=snap.id, path="code/train.py", blob_sha=rev.blob_sha))
+        # as the real scanner's snapshot: the task's own files, untouched, are in it too
+        for initial in s.exec(select(Revision).where(Revision.run_id == run_id,
+                                                     Revision.source == "initial")).all():
+            if initial.blob_sha and initial.path != "code/train.py":
+                s.add(SnapshotFile(snapshot_id=snap.id, path=initial.path,
+                                   blob_sha=initial.blob_sha))
         s.add(Submission(id="s-0archive", run_id=run_id, path="output/ck", status="graded",
                          snapshot_id=snap.id, tool_call_id=call.id, created_at=run.ended_at,
                          file_hashes={"model.safetensors": "0" * 64}))
