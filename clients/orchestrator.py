@@ -184,11 +184,12 @@ class Orchestrator:
                              backend=opts.backend, start_clock=True, protocol=opts.protocol,
                              profile=opts.profile,
                              max_submissions=opts.max_submissions, seed=opts.seed,
-                             agent=opts.agent, **opts.sandbox)
+                             agent=opts.agent, fleet={"fleet_id": opts.fleet_id,
+                                                      "fleet_repeat": opts.fleet_repeat,
+                                                      "fleet_node": opts.fleet_node},
+                             **opts.sandbox)
         run = created.run
-        self._update(run.id, agent_version=connector.version(), driver_model=opts.model,
-                     fleet_id=opts.fleet_id, fleet_repeat=opts.fleet_repeat,
-                     fleet_node=opts.fleet_node)
+        self._update(run.id, agent_version=connector.version(), driver_model=opts.model)
         self.say(f"run {run.id}: baseline dev {run.baseline_dev}, test {run.baseline_test}; "
                  f"agent {opts.agent}")
         home = Path(run.workspace).parent / "agent" / "home"

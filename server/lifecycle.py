@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import BudgetEvent, Run, Store, utcnow
@@ -50,13 +51,15 @@ def create_run(
     max_submissions: int | None = None, seed: int | None = None, agent: str | None = None,
     network: bool = False, unsafe_local: bool | None = None, baseline: bool = True,
     grading_clock: str = "counted", gpus: list[str] | None = None, share_gpus: bool = False,
-    keep_container: bool = False, profile: str = "a2rl",
+    keep_container: bool = False, profile: str = "a2rl", fleet: dict[str, Any] | None = None,
 ) -> CreatedRun:
     """Make a run: its folder, a workspace with the task's visible files, a token and a row.
 
     The budget clock starts now with `start_clock` (a2rl run), else at the first tool call.
     `profile` is the evaluation profile (`a2rl.tasks.profiles`): the task is built for it, so
     the workspace, the default budget and base model and every evaluation follow it.
+    `fleet` (`fleet_id`, `fleet_repeat`, `fleet_node`) is written with the row itself, so a
+    run whose node dies right after it is made still belongs to its fleet.
     """
     from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
 
@@ -86,7 +89,7 @@ def create_run(
         id=run_id, task_id=task_id, backend=backend, protocol=protocol, profile=profile,
         workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
         max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
-        base_model=task.base_model_name(settings),
+        base_model=task.base_model_name(settings), **(fleet or {}),
         baseline_dev=scores["dev"].score if scores else None,
         baseline_test=scores["test"].score if scores else None,
         config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
