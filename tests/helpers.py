@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlmodel import select
@@ -23,3 +25,13 @@ def last_call(store: Store, run_id: str) -> ToolCall:
 
 def text_of(result: Any) -> str:
     return " ".join(getattr(p, "text", "") for p in result.content)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll `predicate` until it holds or `timeout` passes; its last value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()

@@ -22,6 +22,7 @@ from a2rl.tools.sandbox.base import JobState, Sandbox, SandboxError, SandboxSpec
 from a2rl.tools.sandbox.local import LocalSandbox
 
 from .conftest import require_bwrap
+from .helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -112,14 +113,6 @@ def host_pids(tag: str) -> list[int]:
             continue
     return found
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 # -- jobs (both modes) -------------------------------------------------------------------------

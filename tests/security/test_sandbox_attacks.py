@@ -13,7 +13,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
@@ -25,6 +25,7 @@ from a2rl.store import Job, Store
 from a2rl.tools.runtime import RunRuntime
 
 from ..conftest import require
+from ..helpers import wait_for
 from .conftest import Agent, open_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -65,14 +66,6 @@ def host_procs(marker: str) -> list[int]:
             continue
     return found
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def supervisor_answers(agent: Agent) -> int:
