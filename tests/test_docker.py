@@ -99,8 +99,11 @@ async def test_hidden_data_is_not_in_the_container(dsettings, store: Store, drun
 
 async def test_fork_bomb_and_memory_hog(dsettings, store: Store, drun: Run) -> None:  # type: ignore[no-untyped-def]
     async with client_for(dsettings, store, drun) as c:
-        bomb = await sh(c, "python3 -c 'import os\nwhile True:\n    try: os.fork()\n"
-                           "    except OSError: pass'", wait_s=3)
+        # Each child sleeps rather than forking again: the pids limit is under test here, and a
+        # recursive Python bomb of 200 processes can also reach the 512m memory limit first.
+        bomb = await sh(c, "python3 -c 'import os, time\nwhile True:\n    try:\n"
+                           "        if os.fork() == 0: time.sleep(600)\n"
+                           "    except OSError: time.sleep(0.01)'", wait_s=3)
         assert bomb["status"] == "running"
         r = await c.call_tool("job_kill", {"job_id": bomb["job_id"]})
         assert not r.is_error, r
