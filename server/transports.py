@@ -33,7 +33,8 @@ def adopt_on_start(store: Store) -> None:
     if docker_runs:
         from a2rl.tools.sandbox.docker import adopt_containers
 
-        adopt_containers({run_id for run_id, ended in docker_runs if ended is None})
+        adopt_containers({run_id for run_id, ended in docker_runs if ended is None},
+                         store.identity)
 
 
 def max_message_bytes(settings: Settings) -> int:

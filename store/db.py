@@ -154,6 +154,19 @@ class Store:
             raise StoreError(f"cannot open the store {display_url(url)}: {_reason(exc)}"
                              ) from None
 
+    @property
+    def identity(self) -> str:
+        """A short, stable name of this database (no credentials in it): what a resource that
+        outlives the process, such as a run's container, is labelled with, so that a server of
+        one store never adopts or removes another store's on a shared engine."""
+        import hashlib
+        from pathlib import Path
+
+        parsed = make_url(self.url).set(password=None)
+        if self.dialect == "sqlite" and parsed.database and parsed.database != ":memory:":
+            parsed = parsed.set(database=str(Path(parsed.database).resolve()))
+        return hashlib.sha256(parsed.render_as_string().encode()).hexdigest()[:16]
+
     def _exists(self, database: str | None) -> bool:
         """Whether the store was made already (a SQLite file, or our tables in a server)."""
         if self.dialect == "sqlite" and database and database != ":memory:":

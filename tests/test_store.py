@@ -228,3 +228,19 @@ def test_v3_store_is_migrated(db_url: str) -> None:
         s.get(Run, "r-paper").profile = "paper"
     with store.session() as s:
         assert s.exec(select(Run.id).where(Run.profile == "paper")).all() == ["r-paper"]
+
+
+def test_identity_names_the_database_not_the_spelling(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What containers are labelled with: one database, one name, however its URL is written;
+    another database, another name; no credentials in it."""
+    monkeypatch.chdir(tmp_path)
+    a = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    a_relative = Store("sqlite:///a.db")
+    b = Store(f"sqlite:///{tmp_path / 'b.db'}")
+    try:
+        assert a.identity == a_relative.identity != b.identity
+        assert len(a.identity) == 16 and "a.db" not in a.identity
+    finally:
+        for s in (a, a_relative, b):
+            s.close()

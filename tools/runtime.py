@@ -138,7 +138,8 @@ class RunRuntime:
                     **self.config.get("container", {}),
                 }
                 spec = SandboxSpec(
-                    run_id=self.run_id, workspace=self.workspace.root,
+                    run_id=self.run_id, store_id=self.store.identity,
+                    workspace=self.workspace.root,
                     readonly_paths=self.readonly, control_dir=self.dir / "control",
                     services_dir=self.dir / "services",
                     deadline=deadline.timestamp() if deadline else 4102444800.0,

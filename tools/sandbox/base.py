@@ -63,6 +63,9 @@ class SandboxSpec(BaseModel):
     """What a backend needs to know to build one run's sandbox."""
 
     run_id: str
+    # The store the run belongs to (`Store.identity`): a backend whose sandboxes outlive the
+    # server labels them with it, so that a server never adopts another store's.
+    store_id: str = ""
     workspace: Path  # read-write, the working directory; seen at the same path inside
     readonly_paths: list[str] = Field(default_factory=list)  # workspace-relative inputs
     control_dir: Path  # host-only folder for the supervisor's socket, token and log

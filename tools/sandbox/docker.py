@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 LABEL_RUN = "a2rl.run"
 LABEL_GPUS = "a2rl.gpus"
 LABEL_MANAGED = "a2rl.managed"
+LABEL_STORE = "a2rl.store"  # Store.identity: which store's run the container serves
 CONTAINER_PATH = "/usr/local/bin:/usr/bin:/bin"
 WORKSPACE_INSIDE = "/workspace"
 CONTROL_INSIDE = "/a2rl/control"  # the supervisor's socket; root-only
@@ -135,7 +136,8 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
                     "--logs-dir", LOGS_INSIDE, "--logs-view", LOGS_INSIDE,
                     "--oom-file", oom_file_inside(), *args],
         "name": container_name(spec.run_id),
-        "labels": {LABEL_MANAGED: "1", LABEL_RUN: spec.run_id, LABEL_GPUS: ",".join(spec.gpus)},
+        "labels": {LABEL_MANAGED: "1", LABEL_RUN: spec.run_id, LABEL_STORE: spec.store_id,
+                   LABEL_GPUS: ",".join(spec.gpus)},
         "user": "0:0",  # the supervisor; each job drops to the sandbox user
         "working_dir": ws,
         "environment": env,
@@ -241,14 +243,17 @@ class DockerSandbox(LocalSandbox):
             self._socket_path.unlink()
 
 
-def adopt_containers(live_runs: set[str]) -> dict[str, list[str]]:
-    """At server start: keep the containers of live runs (their jobs go on), remove the rest."""
+def adopt_containers(live_runs: set[str], store_id: str) -> dict[str, list[str]]:
+    """At server start: keep the containers of this store's live runs (their jobs go on) and
+    remove this store's others. Another store's containers on the same engine are not ours to
+    judge: its runs are unknown here, live or not."""
     try:
         client = docker_client()
     except SandboxError:
         return {"kept": [], "removed": []}
     kept, removed = [], []
-    for c in client.containers.list(all=True, filters={"label": LABEL_MANAGED}):
+    mine = [LABEL_MANAGED, f"{LABEL_STORE}={store_id}"]
+    for c in client.containers.list(all=True, filters={"label": mine}):
         run = c.labels.get(LABEL_RUN, "")
         if run in live_runs and c.status == "running":
             kept.append(run)
