@@ -9,8 +9,11 @@ command -v npm >/dev/null || { echo "agent-clis: npm is not installed (Node >= 2
 key=$(sha256sum "$pkg" | cut -c1-16)
 dir=${A2RL_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/a2rl}/npm-$key
 stamp="$dir/.a2rl-installed"
+mkdir -p "$dir"
+# Several installers at once (test workers, a fleet's nodes) take turns; the first installs.
+exec 9>"$dir.lock"
+flock 9
 if [ ! -f "$stamp" ]; then
-  mkdir -p "$dir"
   cp "$pkg" "$dir/package.json"
   lock="$root/clients/package-lock.json"
   if [ -f "$lock" ]; then
