@@ -59,6 +59,10 @@ class Settings(BaseModel):
     sandbox_pids_limit: int = Field(4096, description="process limit of a local run's jobs")
     sandbox_disk: str = Field("200g", description="bytes a run's workspace may take; the "
                               "job writing past it is ended (both backends)")
+    sandbox_disk_volume: Literal["auto", "off"] = Field(
+        "auto", description="auto: when the server is root and has loop devices, each "
+        "workspace is its own size-limited filesystem (sandbox_disk plus the task's inputs), so "
+        "the kernel stops a write past the limit; off: the supervisor's watch alone")
     sandbox_file_size: str = Field("100g", description="largest file a job may write "
                                    "(RLIMIT_FSIZE, both backends)")
     job_log_max_bytes: str = Field("1g", description="output bytes one job may write to its "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings, parse_duration
@@ -17,6 +18,7 @@ from a2rl.store import BudgetEvent, Run, Store, utcnow
 from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import RunRuntime, run_logger
+from a2rl.tools.sandbox import volume
 
 from .auth import new_token
 from .finalize import finalize_scores
@@ -74,6 +76,8 @@ def create_run(
     root = settings.runs_dir / run_id
     workspace = root / "workspace"
     workspace.mkdir(parents=True)
+    disk_volume = volume.workspace_volume(settings.sandbox_disk_volume, settings.sandbox_disk,
+                                          task.base_model_dir(settings), root, workspace)
     for d in WORKSPACE_DIRS:
         (workspace / d).mkdir()
     task.prepare_workspace(workspace, settings)
@@ -93,7 +97,7 @@ def create_run(
         baseline_dev=scores["dev"].score if scores else None,
         baseline_test=scores["test"].score if scores else None,
         config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
-                "unsafe_local": unsafe,
+                "unsafe_local": unsafe, "disk_volume": disk_volume,
                 "container": container_settings(settings, task.spec.sandbox_image, gpus or [],
                                                 share_gpus, keep_container)
                 if backend == "docker" else {}},
@@ -136,5 +140,6 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
         run.ended_at, run.status, run.end_reason = utcnow(), "finished", reason
         s.add(run)
         s.add(BudgetEvent(run_id=run_id, kind="finished", detail={"reason": reason}))
+    volume.unmount(Path(run.workspace))  # its files stay in the run's workspace.img
     rt.log.info("run finished: %s", reason)
     return run

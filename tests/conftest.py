@@ -58,6 +58,18 @@ def _fixture_task() -> None:
     from . import fixture_task  # noqa: F401  (registers the task)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _unmount_workspace_volumes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Runs a test made and never finished keep their workspace volume mounted (as a user's
+    open run does); at the end of the session none may stay behind under its folders."""
+    yield
+    base = str(tmp_path_factory.getbasetemp().resolve())
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    for point in sorted((p for p in points if p.startswith(base + "/")), reverse=True):
+        subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=60)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

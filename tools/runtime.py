@@ -24,6 +24,7 @@ from a2rl.store import BudgetEvent, Run, Store, utcnow
 
 from .paths import Workspace
 from .revisions import RevisionScanner
+from .sandbox import volume
 from .sandbox.base import Sandbox, SandboxSpec
 
 READONLY_INPUTS = ["base_model", "data", "env"]
@@ -76,6 +77,8 @@ class RunRuntime:
     def __init__(self, settings: Settings, store: Store, run: Run) -> None:
         self.settings, self.store, self.run_id = settings, store, run.id
         self.dir = run_dir(run)
+        if run.ended_at is None and (run.config or {}).get("disk_volume"):
+            volume.remount(self.dir, Path(run.workspace))  # before anything opens it
         readonly = [p for p in READONLY_INPUTS if (Path(run.workspace) / p).exists()]
         self.workspace = Workspace(Path(run.workspace), readonly)
         self.readonly = readonly

@@ -23,6 +23,7 @@ from a2rl.server import finish_run
 from a2rl.settings import Settings
 from a2rl.store import Job, Store
 from a2rl.tools.runtime import RunRuntime
+from a2rl.tools.sandbox import volume
 
 from ..conftest import require
 from ..helpers import wait_for
@@ -244,6 +245,21 @@ async def test_disk_filler_ends_that_job(agent: Agent) -> None:
     used = sum(p.stat().st_blocks * 512 for p in workspace.rglob("fill*"))
     assert used < 12 * 30_000_000
     assert (await agent.sh("rm -f code/fill*; echo freed"))["output"].strip() == "freed"
+
+
+async def test_fallocate_faster_than_the_watch_meets_the_kernel(agent: Agent) -> None:
+    """fallocate reserves blocks at once, well inside the watch's interval: the workspace's own
+    size-limited filesystem refuses them (ENOSPC) before any host disk is spent."""
+    require(volume.unavailable_reason() is None,
+            f"a workspace volume cannot be made here: {volume.unavailable_reason()}")
+    workspace = Path(agent.run.workspace)
+    assert os.path.ismount(workspace) and agent.run.config["disk_volume"]
+    out = await agent.sh("for i in $(seq 1 40); do fallocate -l 30M code/f$i 2>&1 || break; "
+                         "done; echo done", wait_s=30)
+    assert "No space left on device" in out["output"], out
+    used = sum(p.stat().st_blocks * 512 for p in workspace.rglob("f*") if p.is_file())
+    assert used < 40 * 30 << 20
+    assert (await agent.sh("rm -f code/f*; echo freed"))["output"].strip() == "freed"
 
 
 async def test_sparse_file_cannot_exceed_the_file_size_limit(agent: Agent) -> None:

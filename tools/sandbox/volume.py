@@ -1,0 +1,126 @@
+"""A size-limited filesystem for a run's workspace: the kernel's disk wall.
+
+The supervisor's watch (`--disk-limit`) measures the workspace every few seconds and ends the
+job that wrote past the limit, with a message the agent reads; but between two looks a job can
+write at disk speed, and `fallocate` reserves gigabytes at once. So when the server runs as root
+with loop devices (the usual GPU machine), the workspace is its own ext4 filesystem: a sparse
+image under the run's folder, loop-mounted on `workspace/`. A write past its size fails with
+ENOSPC whatever the job does, on both backends (bubblewrap and containers bind the mounted
+folder). The image holds the limit plus the task's inputs (base model, data) plus room for the
+filesystem itself, so the watch still speaks first and the kernel holds the line behind it.
+
+The mount lives while the run does: `finish_run` detaches it (`umount --lazy`, so a container
+that still holds the folder cannot keep it), and the files stay in `workspace.img`
+(`mount -o loop,ro <run>/workspace.img <folder>` to look at them). Without root or loop devices
+the watch alone remains, and `a2rl config show` says which is in force via `sandbox_disk_volume`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+IMAGE_NAME = "workspace.img"
+# Room for ext4's own metadata (journal, inode tables, reserved groups) above the payload.
+OVERHEAD_BYTES = 64 << 20
+OVERHEAD_FRACTION = 0.03
+BYTES_PER_INODE = 1 << 20  # few, large inode tables: nothing to zero in the background
+
+
+class VolumeError(RuntimeError):
+    """The volume could not be made or mounted (one line, for the user)."""
+
+
+def unavailable_reason() -> str | None:
+    """Why a volume cannot be made here, or None when it can."""
+    if os.geteuid() != 0:
+        return "the server is not root (mounting needs it)"
+    for tool in ("mkfs.ext4", "mount", "umount"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed"
+    if not Path("/dev/loop-control").exists():
+        return "no loop devices (/dev/loop-control is missing)"
+    return None
+
+
+def image_size(limit_bytes: int, inputs_bytes: int) -> int:
+    """Bytes of the image for a workspace limit and the inputs copied in (read-only folders
+    the watch does not count), with room for the filesystem itself."""
+    payload = limit_bytes + inputs_bytes
+    return payload + OVERHEAD_BYTES + int(payload * OVERHEAD_FRACTION)
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes the regular files under `path` hold (the server's own inputs, not the agent's)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+# What a task copies in besides its base model (TASK.md, data, env files: a few MB for the
+# paper's tasks). The image is sparse: room costs nothing until it is written.
+INPUTS_ALLOWANCE = 512 << 20
+
+
+def workspace_volume(mode: str, limit: str, base_model: Path, run_dir: Path,
+                     workspace: Path) -> bool:
+    """Make and mount the run's volume on its empty `workspace` when `mode` is auto and this
+    machine can; False when the watch alone will limit the disk."""
+    from .base import parse_size
+
+    limit_bytes = parse_size(limit)
+    if mode == "off" or limit_bytes <= 0 or unavailable_reason() is not None:
+        return False
+    inputs = tree_bytes(base_model) + INPUTS_ALLOWANCE
+    make(run_dir / IMAGE_NAME, workspace, image_size(limit_bytes, inputs))
+    return True
+
+
+def remount(run_dir: Path, workspace: Path) -> None:
+    """Mount a live run's volume again where it is not (the host rebooted, say)."""
+    image = run_dir / IMAGE_NAME
+    if image.is_file() and not os.path.ismount(workspace):
+        mount(image, workspace)
+
+
+def _run(argv: list[str]) -> None:
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        detail = (p.stderr or p.stdout).strip().splitlines()
+        raise VolumeError(f"{argv[0]} failed: {detail[-1] if detail else p.returncode}")
+
+
+def make(image: Path, mountpoint: Path, size_bytes: int) -> None:
+    """Create a sparse ext4 image of `size_bytes` and mount it on the empty `mountpoint`."""
+    with open(image, "xb") as f:
+        f.truncate(size_bytes)
+    try:
+        _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-i", str(BYTES_PER_INODE),
+              "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", str(image)])
+        mount(image, mountpoint)
+        (mountpoint / "lost+found").rmdir()  # the agent's folder holds only what we put there
+    except (VolumeError, OSError, subprocess.TimeoutExpired) as exc:
+        unmount(mountpoint)
+        image.unlink(missing_ok=True)
+        raise VolumeError(f"cannot make the workspace volume: {exc}") from None
+
+
+def mount(image: Path, mountpoint: Path) -> None:
+    """Mount the image on `mountpoint` (again, e.g. after the host rebooted); no-op if it is."""
+    if os.path.ismount(mountpoint):
+        return
+    # noinit_itable: no background thread zeroing inode tables into the sparse image.
+    _run(["mount", "-o", "loop,nosuid,nodev,noinit_itable", str(image), str(mountpoint)])
+
+
+def unmount(mountpoint: Path) -> None:
+    """Detach the volume; what still holds it (a kept container) lets go when it ends."""
+    if os.path.ismount(mountpoint):
+        subprocess.run(["umount", "--lazy", str(mountpoint)], capture_output=True, timeout=60)
