@@ -11,7 +11,6 @@ fails to load is left out of `list_tasks` (and named by `task_load_errors`) and 
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
@@ -19,8 +18,6 @@ from a2rl.registry import PluginLoadError, Registry
 
 from .base import Task
 from .profiles import check_profile
-
-log = logging.getLogger(__name__)
 
 #: The entry-point group an installed package declares its tasks under.
 ENTRY_POINT_GROUP = "a2rl.tasks"
@@ -115,7 +112,7 @@ def task_load_errors() -> dict[str, str]:
 
 def list_tasks(profile: str | None = None) -> list[Task]:
     """Every task (`profile` None or a2rl), or those that have the profile `profile`; a task
-    that cannot be loaded is left out (logged; see `task_load_errors`)."""
+    that cannot be loaded is left out (`task_load_errors` says why; `a2rl tasks` prints it)."""
     from .profiles import PAPER_TASKS
 
     ids = task_ids()
@@ -126,6 +123,6 @@ def list_tasks(profile: str | None = None) -> list[Task]:
     for task_id in ids:
         try:
             tasks.append(get_task(task_id, profile or "a2rl"))
-        except PluginLoadError as exc:
-            log.warning("%s", exc)
+        except PluginLoadError:
+            continue
     return tasks
