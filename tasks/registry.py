@@ -61,6 +61,14 @@ def register(task_id: str, factory: str | Callable[[], Task]) -> None:
             del _INSTANCES[key]
 
 
+def unregister(task_id: str) -> None:
+    """Remove a task registered in code, and its built instances (tests use this)."""
+    with _LOCK:
+        TASKS.unregister(task_id)
+        for key in [k for k in _INSTANCES if k[0] == task_id]:
+            del _INSTANCES[key]
+
+
 def task_ids() -> list[str]:
     """Every task id, built-in and installed, sorted, without importing any task."""
     return sorted(TASKS.names())

@@ -115,6 +115,33 @@ def test_a_task_plugin_that_fails_is_named_and_the_others_listed(
     assert "broken" not in task_ids()
 
 
+def test_register_replaces_a_task_and_checks_what_it_builds() -> None:
+    from a2rl.tasks.arith.task import ArithTask
+    from a2rl.tasks.registry import register, unregister
+
+    class Renamed(ArithTask):
+        pass
+
+    try:
+        register("arith2", Renamed)
+        with pytest.raises(PluginLoadError, match="'arith2' .* has spec.id 'arith'; the two "):
+            get_task("arith2")
+        register("arith2", lambda: "not a task")  # type: ignore[arg-type, return-value]
+        with pytest.raises(PluginLoadError, match="built a str, not a Task"):
+            get_task("arith2")
+        first = Renamed()
+        first.spec = first.spec.model_copy(update={"id": "arith2"})
+        register("arith2", lambda: first)
+        assert get_task("arith2") is first and get_task("arith2") is first  # built once
+        second = Renamed()
+        second.spec = first.spec
+        register("arith2", lambda: second)  # a new registration drops the built instance
+        assert get_task("arith2") is second
+    finally:
+        unregister("arith2")
+    assert "arith2" not in task_ids()
+
+
 def test_sandbox_backends_and_grading_engines_are_registries() -> None:
     from a2rl.grading.engine_select import ENGINES, choose_engine
     from a2rl.tools.runtime import make_sandbox
