@@ -890,13 +890,15 @@ def tasks(
     as_json: JsonFlag = False,
 ) -> None:
     """List the tasks with their levels; with --profile, each task's evaluation settings."""
-    from a2rl.tasks import list_tasks
+    from a2rl.tasks import list_tasks, task_load_errors
 
     try:
         found = list_tasks(profile)
     except ValueError as exc:
         _fail(str(exc))
         return
+    for reason in task_load_errors().values():  # a broken plugin: said once, the rest listed
+        typer.echo(f"warning: {reason}", err=True)
     if profile is not None:
         docs = [t.profile_settings(_settings()) for t in found]
         if as_json:

@@ -21,9 +21,11 @@ Before a model is loaded on CUDA, the free device memory is checked against an e
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
+from a2rl.registry import Registry
 from a2rl.settings import Settings
 
 from .engine import GenerationEngine, TransformersEngine, transformers_engine_version
@@ -71,10 +73,11 @@ def choose_engine(requested: str, *, cuda: bool, vllm: bool) -> EngineKind:
         if not cuda:
             raise EngineUnavailable("grading_engine=vllm needs a CUDA GPU, and none is visible")
         return "vllm"
-    if requested in ("transformers", "static"):
+    if requested in ENGINES:  # a kind with no machine requirement (vLLM's is checked above)
         return requested  # type: ignore[return-value]
-    raise EngineUnavailable(f"unknown grading_engine {requested!r}: use auto, transformers, "
-                            "static or vllm")
+    *first, last = ["auto", *ENGINES.names()]
+    raise EngineUnavailable(f"unknown grading_engine {requested!r}: use {', '.join(first)} "
+                            f"or {last}")
 
 
 def chosen_engine(settings: Settings) -> EngineKind:
@@ -82,15 +85,75 @@ def chosen_engine(settings: Settings) -> EngineKind:
                          vllm=vllm_available())
 
 
-def engine_identity(kind: EngineKind, *, cuda: bool) -> tuple[str, str]:
-    """(engine_name, engine_version) of `kind` without loading a model (baseline cache key)."""
-    if kind == "vllm":
+@dataclass(frozen=True)
+class EngineRequest:
+    """Everything a driver needs to load an engine, decided by `build_engine`."""
+
+    checkpoint_dir: Path
+    settings: Settings
+    batch_size: int
+    chat_template: str | None
+    tokenizer_dir: Path | None
+    cuda: bool
+    gpu_fraction: float  # of the whole device, for engines that reserve it up front (vLLM)
+
+
+class EngineDriver(Protocol):
+    """How one engine kind is named, versioned and loaded (one per `EngineKind`)."""
+
+    def identity(self, *, cuda: bool) -> tuple[str, str]:
+        """(engine_name, engine_version) without loading a model (the baseline cache key)."""
+        ...
+
+    def build(self, request: EngineRequest) -> GenerationEngine: ...
+
+
+class _TransformersDriver:
+    def identity(self, *, cuda: bool) -> tuple[str, str]:
+        return TransformersEngine.engine_name, transformers_engine_version()
+
+    def build(self, r: EngineRequest) -> GenerationEngine:
+        return TransformersEngine(r.checkpoint_dir, batch_size=r.batch_size,
+                                  chat_template=r.chat_template, tokenizer_dir=r.tokenizer_dir)
+
+
+class _StaticDriver:
+    def identity(self, *, cuda: bool) -> tuple[str, str]:
+        return StaticCacheEngine.engine_name, static_engine_version(compiled=cuda)
+
+    def build(self, r: EngineRequest) -> GenerationEngine:
+        return StaticCacheEngine(r.checkpoint_dir, batch_size=r.batch_size,
+                                 chat_template=r.chat_template, tokenizer_dir=r.tokenizer_dir,
+                                 compile_cache=compile_cache_dir(r.settings.home_dir))
+
+
+class _VllmDriver:
+    """vLLM is imported only here, when chosen: most machines do not have it."""
+
+    def identity(self, *, cuda: bool) -> tuple[str, str]:
         from .engine_vllm import vllm_engine_version
 
         return "vllm", vllm_engine_version()
-    if kind == "static":
-        return StaticCacheEngine.engine_name, static_engine_version(compiled=cuda)
-    return TransformersEngine.engine_name, transformers_engine_version()
+
+    def build(self, r: EngineRequest) -> GenerationEngine:
+        from .engine_vllm import VllmEngine
+
+        return VllmEngine(r.checkpoint_dir, chat_template=r.chat_template,
+                          tokenizer_dir=r.tokenizer_dir, gpu_memory_utilization=r.gpu_fraction)
+
+
+#: The grading engines by kind, in the same registry mechanism as tasks, agents and backends.
+#: No entry-point group: the engine is part of every score's provenance and of the baseline
+#: cache key, so the set is a2rl's to vouch for.
+ENGINES: Registry[EngineDriver] = Registry("grading engine", check=callable)
+ENGINES.register("transformers", _TransformersDriver, source="builtin")
+ENGINES.register("static", _StaticDriver, source="builtin")
+ENGINES.register("vllm", _VllmDriver, source="builtin")
+
+
+def engine_identity(kind: EngineKind, *, cuda: bool) -> tuple[str, str]:
+    """(engine_name, engine_version) of `kind` without loading a model (baseline cache key)."""
+    return ENGINES.create(kind).identity(cuda=cuda)
 
 
 def build_engine(
@@ -116,14 +179,7 @@ def build_engine(
         # its KV cache, never more than is free now (the agent's job holds the rest).
         fraction = min(0.9, max(1.5 * need, need + 2 * GIB) / fit.total_bytes,
                        (fit.free_bytes - GIB // 2) / fit.total_bytes)
-    if kind == "vllm":
-        from .engine_vllm import VllmEngine
-
-        return VllmEngine(checkpoint_dir, chat_template=chat_template,
-                          tokenizer_dir=tokenizer_dir, gpu_memory_utilization=fraction)
-    if kind == "static":
-        return StaticCacheEngine(checkpoint_dir, batch_size=batch_size,
-                                 chat_template=chat_template, tokenizer_dir=tokenizer_dir,
-                                 compile_cache=compile_cache_dir(settings.home_dir))
-    return TransformersEngine(checkpoint_dir, batch_size=batch_size, chat_template=chat_template,
-                              tokenizer_dir=tokenizer_dir)
+    request = EngineRequest(checkpoint_dir=checkpoint_dir, settings=settings,
+                            batch_size=batch_size, chat_template=chat_template,
+                            tokenizer_dir=tokenizer_dir, cuda=cuda, gpu_fraction=fraction)
+    return ENGINES.create(kind).build(request)

@@ -1,64 +1,136 @@
-"""The task registry: ids to `Task` instances, built lazily so listing tasks stays cheap."""
+"""The task registry: task ids to `Task` instances, one per (id, profile).
+
+Built on `a2rl.registry.Registry`: the built-in tasks are registered here as `"module:Class"`
+strings, and installed packages add tasks through the `a2rl.tasks` entry-point group (see
+docs/adding-a-task.md). Nothing is imported until a task is used: `task_ids()` lists every id
+from these strings and the installed metadata alone, while `get_task` imports and builds one
+task, and `list_tasks` builds the ones it returns (it needs their specs). A task whose package
+fails to load is left out of `list_tasks` (and named by `task_load_errors`) and is a one-line
+`PluginLoadError` when asked for by id.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+
+from a2rl.registry import PluginLoadError, Registry
 
 from .base import Task
 from .profiles import check_profile
 
-_FACTORIES: dict[str, Callable[[], Task]] = {}
+#: The entry-point group an installed package declares its tasks under.
+ENTRY_POINT_GROUP = "a2rl.tasks"
+
+#: The tasks that ship with a2rl. Registered in code rather than as a2rl's own entry points:
+#: an editable checkout then never lists a stale set (entry points are metadata, rewritten only
+#: by a reinstall), and a plugin cannot take a built-in's id (code registrations win).
+BUILTIN_TASKS: dict[str, str] = {
+    "arith": "a2rl.tasks.arith.task:ArithTask",
+    "gsm8k": "a2rl.tasks.gsm8k.task:GSM8KTask",
+    "humaneval": "a2rl.tasks.humaneval.task:HumanEvalTask",
+    "alpacaeval": "a2rl.tasks.alpacaeval.task:AlpacaEvalTask",
+    "textquest": "a2rl.tasks.textquest.task:TextQuestTask",
+    "webshop": "a2rl.tasks.webshop.task:WebShopTask",
+    "alfworld": "a2rl.tasks.alfworld.task:AlfWorldTask",
+    "deepsearchqa": "a2rl.tasks.deepsearchqa.task:DeepSearchQATask",
+}
+
+
+def _is_task_factory(target: object) -> bool:
+    """A `Task` subclass, or any other callable (a factory; its result is checked on build)."""
+    if isinstance(target, type):
+        return issubclass(target, Task)
+    return callable(target)
+
+
+TASKS: Registry[Task] = Registry("task", group=ENTRY_POINT_GROUP, check=_is_task_factory)
+for _id, _target in BUILTIN_TASKS.items():
+    TASKS.register(_id, _target, source="builtin")
+
 _INSTANCES: dict[tuple[str, str], Task] = {}
+_LOCK = threading.RLock()
 
 
-def register(task_id: str, factory: Callable[[], Task]) -> None:
-    """Add a task; a later registration under the same id replaces the earlier one."""
-    _FACTORIES[task_id] = factory
-    for key in [k for k in _INSTANCES if k[0] == task_id]:
-        del _INSTANCES[key]
+def register(task_id: str, factory: str | Callable[[], Task]) -> None:
+    """Add a task (a `Task` class, a factory, or `"module:attr"`); a later registration under
+    the same id replaces the earlier one and its built instances."""
+    with _LOCK:
+        TASKS.register(task_id, factory)
+        for key in [k for k in _INSTANCES if k[0] == task_id]:
+            del _INSTANCES[key]
+
+
+def unregister(task_id: str) -> None:
+    """Remove a task registered in code, and its built instances (tests use this)."""
+    with _LOCK:
+        TASKS.unregister(task_id)
+        for key in [k for k in _INSTANCES if k[0] == task_id]:
+            del _INSTANCES[key]
+
+
+def task_ids() -> list[str]:
+    """Every task id, built-in and installed, sorted, without importing any task."""
+    return sorted(TASKS.names())
+
+
+def _build(task_id: str) -> Task:
+    factory = TASKS.load(task_id)
+    entry = TASKS.entry(task_id)
+    try:
+        task = factory()
+    except Exception as exc:
+        if entry.source == "builtin":
+            raise
+        raise PluginLoadError(f"task {task_id!r} ({entry.source}, {entry.target}) failed to "
+                              f"build: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(task, Task):
+        raise PluginLoadError(f"task {task_id!r} ({entry.source}, {entry.target}) built a "
+                              f"{type(task).__name__}, not a Task")
+    if task.spec.id != task_id:
+        raise PluginLoadError(f"task {task_id!r} ({entry.source}) has spec.id "
+                              f"{task.spec.id!r}; the two must match")
+    return task
 
 
 def get_task(task_id: str, profile: str = "a2rl") -> Task:
-    """The task `task_id` configured for evaluation profile `profile` (one instance each)."""
+    """The task `task_id` configured for evaluation profile `profile` (one instance each).
+
+    Unknown ids raise `UnknownName` and broken plugins `PluginLoadError`, both `KeyError`s.
+    """
     profile = check_profile(profile)
-    if task_id not in _FACTORIES:
-        known = ", ".join(sorted(_FACTORIES)) or "none"
-        raise KeyError(f"unknown task {task_id!r}; known tasks: {known}")
-    if (task_id, "a2rl") not in _INSTANCES:
-        _INSTANCES[(task_id, "a2rl")] = _FACTORIES[task_id]()
-    if (task_id, profile) not in _INSTANCES:
-        _INSTANCES[(task_id, profile)] = _INSTANCES[(task_id, "a2rl")].with_profile(profile)
-    return _INSTANCES[(task_id, profile)]
+    with _LOCK:
+        if (task_id, "a2rl") not in _INSTANCES:
+            _INSTANCES[(task_id, "a2rl")] = _build(task_id)
+        if (task_id, profile) not in _INSTANCES:
+            _INSTANCES[(task_id, profile)] = _INSTANCES[(task_id, "a2rl")].with_profile(profile)
+        return _INSTANCES[(task_id, profile)]
+
+
+def task_load_errors() -> dict[str, str]:
+    """Task id -> one-line reason, for each task that cannot be loaded or built."""
+    errors: dict[str, str] = {}
+    for task_id in task_ids():
+        try:
+            get_task(task_id)
+        except PluginLoadError as exc:
+            errors[task_id] = str(exc)
+    return errors
 
 
 def list_tasks(profile: str | None = None) -> list[Task]:
-    """Every task (`profile` None or a2rl), or those that have the profile `profile`."""
+    """Every task (`profile` None or a2rl), or those that have the profile `profile`; a task
+    that cannot be loaded is left out (`task_load_errors` says why; `a2rl tasks` prints it)."""
     from .profiles import PAPER_TASKS
 
-    ids = sorted(_FACTORIES)
+    ids = task_ids()
     if profile not in (None, "a2rl"):
+        check_profile(profile)  # type: ignore[arg-type]
         ids = [i for i in ids if i in PAPER_TASKS]
-    return [get_task(task_id, profile or "a2rl") for task_id in ids]
-
-
-def _register_builtin() -> None:
-    from .alfworld.task import AlfWorldTask
-    from .alpacaeval.task import AlpacaEvalTask
-    from .arith.task import ArithTask
-    from .deepsearchqa.task import DeepSearchQATask
-    from .gsm8k.task import GSM8KTask
-    from .humaneval.task import HumanEvalTask
-    from .textquest.task import TextQuestTask
-    from .webshop.task import WebShopTask
-
-    register("arith", ArithTask)
-    register("gsm8k", GSM8KTask)
-    register("humaneval", HumanEvalTask)
-    register("alpacaeval", AlpacaEvalTask)
-    register("textquest", TextQuestTask)
-    register("webshop", WebShopTask)
-    register("alfworld", AlfWorldTask)
-    register("deepsearchqa", DeepSearchQATask)
-
-
-_register_builtin()
+    tasks = []
+    for task_id in ids:
+        try:
+            tasks.append(get_task(task_id, profile or "a2rl"))
+        except PluginLoadError:
+            continue
+    return tasks

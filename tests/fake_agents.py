@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from a2rl import __version__
 from a2rl.clients.base import AgentContext, AgentLaunch
-from a2rl.clients.registry import CONNECTORS
+from a2rl.clients.registry import AGENTS
 
 
 class ScriptAgent:
@@ -57,4 +57,4 @@ class Snoops(ScriptAgent):
 
 
 for cls in (NeverStops, Crashes, Snoops):
-    CONNECTORS[f"test-{cls.__name__.lower()}"] = (__name__, cls.__name__)
+    AGENTS.register(f"test-{cls.__name__.lower()}", f"{__name__}:{cls.__name__}")

@@ -19,6 +19,7 @@ from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 
+from a2rl.registry import RegistryError, UnknownName
 from a2rl.settings import Settings
 from a2rl.store import BudgetEvent, Run, Store, utcnow
 
@@ -26,6 +27,7 @@ from .paths import Workspace
 from .revisions import RevisionScanner
 from .sandbox import volume
 from .sandbox.base import Sandbox, SandboxSpec
+from .sandbox.registry import BACKENDS, create_sandbox
 
 READONLY_INPUTS = ["base_model", "data", "env"]
 
@@ -54,15 +56,14 @@ def run_logger(run_id: str, path: Path) -> logging.Logger:
 
 
 def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
-    if backend == "local":
-        from .sandbox.local import LocalSandbox
-
-        return LocalSandbox(spec)
-    if backend == "docker":
-        from .sandbox.docker import DockerSandbox
-
-        return DockerSandbox(spec)
-    raise ToolError(f"unknown sandbox backend {backend!r}: use local or docker")
+    """The run's sandbox, from the backend registry (`tools/sandbox/registry.py`)."""
+    try:
+        return create_sandbox(backend, spec)
+    except UnknownName:
+        raise ToolError(f"unknown sandbox backend {backend!r}: use "
+                        f"{' or '.join(BACKENDS.names())}") from None
+    except RegistryError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def sandbox_owner(settings: Settings) -> tuple[int, int] | None:

@@ -1,0 +1,251 @@
+"""Plugins: the one registry mechanism (`a2rl.registry`) behind tasks, agents, sandbox backends
+and grading engines, and a real package (tests/plugin_pkg) that adds a task and an agent through
+entry points, installed into a throwaway environment and run end to end with the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mcp.server.mcpserver.exceptions import ToolError
+
+from a2rl.registry import PluginLoadError, Registry, UnknownName
+from a2rl.tasks import Task, get_task, list_tasks, task_ids, task_load_errors
+from a2rl.tasks.registry import TASKS
+
+PLUGIN_SRC = Path(__file__).parent / "plugin_pkg"
+
+
+def _write_dist(site: Path, name: str, entry_points: dict[str, dict[str, str]]) -> None:
+    """An installed distribution as importlib.metadata finds it: a dist-info with entry points."""
+    info = site / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    lines = []
+    for group, eps in entry_points.items():
+        lines.append(f"[{group}]")
+        lines += [f"{k} = {v}" for k, v in eps.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+
+
+# --- the mechanism ---------------------------------------------------------------------------
+def test_registry_loads_on_first_use_and_says_what_is_known() -> None:
+    reg: Registry[object] = Registry("widget", group=None)
+    reg.register("odict", "collections:OrderedDict")
+    reg.register("made", lambda: "built")
+    assert reg.names() == ["odict", "made"] and "odict" in reg and "nope" not in reg
+    assert reg.create("made") == "built" and type(reg.create("odict")).__name__ == "OrderedDict"
+    with pytest.raises(UnknownName) as err:
+        reg.load("nope")
+    assert str(err.value) == "unknown widget 'nope'; known widgets: made, odict"
+    assert isinstance(err.value, KeyError)  # callers that caught KeyError still do
+
+
+def test_a_broken_target_is_one_line_when_used_and_never_breaks_the_others() -> None:
+    reg: Registry[object] = Registry("widget", check=callable)
+    reg.register("fine", "collections:OrderedDict")
+    reg.register("missing", "no_such_module_a2rl:Thing")
+    reg.register("notcallable", "a2rl.tasks.arith.task:N_TRAIN")
+    with pytest.raises(PluginLoadError) as err:
+        reg.load("missing")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("widget 'missing' (code, ")
+    assert "no_such_module_a2rl:Thing" in message and "ModuleNotFoundError" in message
+    with pytest.raises(PluginLoadError, match="'notcallable' .* is not a valid widget"):
+        reg.load("notcallable")
+    loaded, errors = reg.load_all()
+    assert list(loaded) == ["fine"] and set(errors) == {"missing", "notcallable"}
+
+
+def test_entry_points_add_names_without_import_and_code_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_dist(tmp_path, "a2rl-test-widgets", {"a2rl.test-widgets": {
+        "ext": "no_such_module_a2rl:Widget", "builtin": "no_such_module_a2rl:Other"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg: Registry[object] = Registry("widget", group="a2rl.test-widgets")
+    reg.register("builtin", "collections:OrderedDict", source="builtin")
+    assert reg.names() == ["builtin", "ext"]
+    assert reg.entry("ext").source == "entry point of a2rl-test-widgets"
+    assert type(reg.create("builtin")).__name__ == "OrderedDict"  # not the plugin's
+    with pytest.raises(PluginLoadError, match="entry point of a2rl-test-widgets"):
+        reg.load("ext")
+
+
+def test_listing_tasks_and_agents_imports_none_of_them() -> None:
+    code = ("import sys, a2rl.tasks, a2rl.clients.registry as c\n"
+            "ids, agents = a2rl.tasks.task_ids(), c.agent_names()\n"
+            "mods = [m for m in sys.modules if m.startswith(('a2rl.tasks.', 'a2rl.clients.'))]\n"
+            "print(ids, agents, sorted(mods))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    ids, agents, mods = out.split("] [")
+    assert "'arith'" in ids and "'alfworld'" in ids and "'claude-code'" in agents
+    for heavy in ("a2rl.tasks.arith.task", "a2rl.tasks.alfworld", "a2rl.tasks.gsm8k",
+                  "a2rl.clients.llm", "a2rl.clients.claude_code", "a2rl.clients.openhands"):
+        assert heavy not in mods, mods
+
+
+def test_a_task_plugin_that_fails_is_named_and_the_others_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write_dist(tmp_path, "a2rl-broken-task", {"a2rl.tasks": {
+        "broken": "no_such_module_a2rl.task:Broken", "notatask": "collections:OrderedDict"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    TASKS.refresh()
+    try:
+        assert {"broken", "notatask", "arith"} <= set(task_ids())
+        assert "arith" in [t.spec.id for t in list_tasks()]
+        errors = task_load_errors()
+        assert set(errors) >= {"broken", "notatask"}
+        assert "ModuleNotFoundError" in errors["broken"] and "not a valid task" in errors[
+            "notatask"]
+        with pytest.raises(KeyError, match="task 'broken' .*cannot be loaded"):
+            get_task("broken")
+    finally:
+        monkeypatch.undo()
+        TASKS.refresh()
+    assert "broken" not in task_ids()
+
+
+def test_register_replaces_a_task_and_checks_what_it_builds() -> None:
+    from a2rl.tasks.arith.task import ArithTask
+    from a2rl.tasks.registry import register, unregister
+
+    class Renamed(ArithTask):
+        pass
+
+    try:
+        register("arith2", Renamed)
+        with pytest.raises(PluginLoadError, match="'arith2' .* has spec.id 'arith'; the two "):
+            get_task("arith2")
+        register("arith2", lambda: "not a task")  # type: ignore[arg-type, return-value]
+        with pytest.raises(PluginLoadError, match="built a str, not a Task"):
+            get_task("arith2")
+        first = Renamed()
+        first.spec = first.spec.model_copy(update={"id": "arith2"})
+        register("arith2", lambda: first)
+        assert get_task("arith2") is first and get_task("arith2") is first  # built once
+        second = Renamed()
+        second.spec = first.spec
+        register("arith2", lambda: second)  # a new registration drops the built instance
+        assert get_task("arith2") is second
+    finally:
+        unregister("arith2")
+    assert "arith2" not in task_ids()
+
+
+def test_sandbox_backends_and_grading_engines_are_registries() -> None:
+    from a2rl.grading.engine_select import ENGINES, choose_engine
+    from a2rl.tools.runtime import make_sandbox
+    from a2rl.tools.sandbox.local import LocalSandbox
+    from a2rl.tools.sandbox.registry import BACKENDS
+
+    assert BACKENDS.names() == ["local", "docker"] and BACKENDS.load("local") is LocalSandbox
+    with pytest.raises(ToolError, match="unknown sandbox backend 'vm': use local or docker"):
+        make_sandbox("vm", None)  # type: ignore[arg-type]
+    assert ENGINES.names() == ["transformers", "static", "vllm"]
+    assert choose_engine("transformers", cuda=False, vllm=False) == "transformers"
+    assert ENGINES.create("transformers").identity(cuda=False)[0] == "transformers"
+
+
+# --- a real plugin package, installed and run end to end ------------------------------------
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A throwaway venv that sees this environment's packages (a2rl included) and has
+    tests/plugin_pkg installed: nothing is added to the environment the tests run in.
+
+    Why a venv rather than PYTHONPATH: the grading worker runs `python -I`, which ignores
+    PYTHON* variables but keeps the interpreter's site-packages, so a plugin must be installed
+    where `sys.executable`'s site finds it, as a user's would be."""
+    root = tmp_path_factory.mktemp("plugin-env")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip())
+    # this environment's site-packages (with a2rl's editable install) after the venv's own
+    (site / "zz_a2rl_parent.pth").write_text(
+        f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    src = root / "src"  # built from a copy: the build leaves egg-info and build/ behind
+    shutil.copytree(PLUGIN_SRC, src)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                    "--no-build-isolation", "--disable-pip-version-check", "--target",
+                    str(site), str(src)], check=True, capture_output=True, timeout=300)
+    # the console script, as pip writes it for a2rl: `a2rl run` serves in-process agents
+    # through `<bin>/a2rl serve` beside the interpreter
+    script = venv / "bin" / "a2rl"
+    script.write_text(f"#!{python}\nimport sys\nfrom a2rl.cli import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    yield script
+
+
+def _a2rl(a2rl: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("A2RL_", "PYTHON"))}
+    env["A2RL_HOME"] = str(home)
+    return subprocess.run([str(a2rl), *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
+                                                           tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    listed = _a2rl(plugin_env, home, "tasks", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {r["id"]: r for r in json.loads(listed.stdout)}
+    assert rows["echo"]["title"] == "Echo a word (example plugin)" and "arith" in rows
+    agents = _a2rl(plugin_env, home, "agents", "--json")
+    assert agents.returncode == 0, agents.stderr
+    idle = next(r for r in json.loads(agents.stdout) if r["name"] == "idle")
+    assert idle["installed"] and idle["kind"] == "inprocess" and idle["version"] == "0.1.0"
+
+    run = _a2rl(plugin_env, home, "run", "--task", "echo", "--agent", "idle", "--budget", "3m",
+                "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["task"] == "echo" and summary["agent"] == "idle"
+    assert summary["baseline_score"] is not None and summary["submissions"] == 0
+    assert summary["final_score"] == summary["baseline_score"]  # nothing submitted
+    assert summary["tool_calls"] >= 2, (summary, run.stderr)  # read_file, budget_status
+    shown = json.loads(_a2rl(plugin_env, home, "show", summary["run_id"], "--json").stdout)
+    assert shown["status"] == "finished" and shown["task_id"] == "echo"
+
+
+def test_the_plugin_is_not_in_the_test_environment(plugin_env: Path) -> None:
+    """Installed only in the throwaway venv: here the task does not exist."""
+    assert "echo" not in task_ids()
+    with pytest.raises(KeyError, match="unknown task 'echo'"):
+        get_task("echo")
+    assert issubclass(TASKS.load("arith"), Task)  # type: ignore[arg-type]
+
+
+def test_a_broken_installed_plugin_is_one_line_and_the_rest_still_list(plugin_env: Path,
+                                                                        tmp_path: Path) -> None:
+    (site,) = (plugin_env.parent.parent / "lib").glob("python*/site-packages")
+    _write_dist(site, "a2rl-broken-plugin", {"a2rl.tasks": {"broken": "gone_a2rl_mod:Task"},
+                                              "a2rl.agents": {"ghost": "gone_a2rl_mod:Agent"}})
+    home = tmp_path / "home"
+    listed = _a2rl(plugin_env, home, "tasks")
+    assert listed.returncode == 0, listed.stderr
+    assert {"arith", "echo"} <= {line.split()[0] for line in listed.stdout.splitlines()}
+    warnings = listed.stderr.splitlines()
+    assert len(warnings) == 1, listed.stderr
+    (warning,) = warnings
+    assert warning.startswith("warning: task 'broken' (entry point of a2rl-broken-plugin, "
+                              "gone_a2rl_mod:Task) cannot be loaded: ModuleNotFoundError")
+    created = _a2rl(plugin_env, home, "create", "--task", "broken")
+    assert created.returncode == 2 and "Traceback" not in created.stderr
+    assert "task 'broken' (entry point of a2rl-broken-plugin" in created.stderr
+    agents = _a2rl(plugin_env, home, "agents", "--json")
+    ghost = next(r for r in json.loads(agents.stdout) if r["name"] == "ghost")
+    assert not ghost["installed"] and "cannot be loaded" in ghost["title"]
+    assert any(r["name"] == "idle" and r["installed"] for r in json.loads(agents.stdout))
