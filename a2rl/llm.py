@@ -14,7 +14,9 @@ share what is said here, once:
   policy below decides, and each attempt is visible to the caller (the agent's transcript, the
   judges' raw answers and request counts).
 - **Key**: read from the variable the endpoint names (`api_key_env`); none set means no
-  Authorization header at all (local servers such as vLLM take none), never an empty bearer.
+  Authorization header at all (local servers such as vLLM take none), never an empty bearer and
+  never the SDK's own fallback to OPENAI_API_KEY. The base URL is always ours too (the SDK's
+  OPENAI_BASE_URL does not apply); its organization and project variables still do.
 - **Retry policy** (`RetryPolicy`): a failed request is retried when the failure is transient:
   a transport error (connection refused or reset, timeout), HTTP 408, 409, 429 or any 5xx (the
   SDK's own rule), or a 200 whose body is no chat completion. Any other status (400, 401, 403,
@@ -174,7 +176,7 @@ class Outcome(Generic[T]):
 
 
 #: Reads an accepted answer out of a reply, or says why it is refused (then retried).
-Accept = Callable[[Reply], "tuple[T | None, str]"]
+Accept = Callable[[Reply], tuple[T | None, str]]
 OnRetry = Callable[[int, Failure, float], None]
 
 
