@@ -110,8 +110,9 @@ def _why(failure: Failure, ep: Endpoint) -> str:
     if failure.kind == "http":
         hint = f" (is {ep.api_key_env} set?)" if failure.status in (401, 403) else ""
         return f"HTTP {failure.status} from {ep.origin}{hint}: {failure.detail}"
-    if failure.kind == "transport":
-        return f"{failure.detail} from {ep.origin}"
+    if failure.kind == "transport":  # "ConnectError from http://host:port: ..."
+        name, _, message = failure.detail.partition(": ")
+        return f"{name} from {ep.origin}: {message}"
     return f"{ep.origin} answered no chat completion: {failure.detail}"
 
 
