@@ -6,6 +6,8 @@ that a 10,000-call run still fits a prompt). The computed fields never depend on
 `add_narrative` only sets `Report.narrative`, which records the model and endpoint and is shown
 as generated in every format. Any failure (not configured, transport error, HTTP error, an
 empty answer) becomes a `Narrative` without text and a one-line reason instead of an exception.
+The request goes through the one client `a2rl.llm.ChatClient`, under its retry policy (here one
+retry by default: a report should not wait long for prose).
 
 Endpoint: `narrative_base_url`, `narrative_model` and `narrative_api_key_env`, each falling back
 to the judge's setting (`judge_base_url`, ...). With `narrative_base_url` set, a missing key
@@ -16,23 +18,17 @@ API by default) without its key counts as not configured, so nothing is sent.
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
-from pydantic import BaseModel, ValidationError
-
+from a2rl.llm import ChatClient, Endpoint, Failure, Reply, RetryPolicy
 from a2rl.settings import Settings
 
 from .schema import Narrative, Report
 
 PROMPT_VERSION = "narrative.1"
 MAX_INPUT_CHARS = 60_000
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 SYSTEM_PROMPT = (
     "You summarize one run of an LLM agent that was asked to post-train a small base model "
     "within a time budget. You are given the run's computed report as JSON. Write a short "
@@ -43,38 +39,11 @@ SYSTEM_PROMPT = (
 )
 
 
-class _Message(BaseModel):
-    content: str | None = None
-
-
-class _Choice(BaseModel):
-    message: _Message
-
-
-class _ChatResponse(BaseModel):
-    model: str | None = None
-    choices: list[_Choice]
-
-
-class Endpoint(BaseModel):
-    base_url: str
-    model: str
-    api_key_env: str
-    timeout_s: float
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Endpoint:
-        return cls(base_url=settings.narrative_base_url or settings.judge_base_url,
-                   model=settings.narrative_model or settings.judge_model,
-                   api_key_env=settings.narrative_api_key_env or settings.judge_api_key_env,
-                   timeout_s=settings.narrative_timeout_s)
-
-    @property
-    def origin(self) -> str:
-        """scheme://host[:port]: what the report records (never a path, query or credential)."""
-        parts = urlsplit(self.base_url)
-        return f"{parts.scheme}://{parts.hostname or ''}" + (
-            f":{parts.port}" if parts.port else "")
+def narrative_endpoint(settings: Settings) -> Endpoint:
+    """`narrative_*`, each falling back to the judge's setting."""
+    return Endpoint(base_url=settings.narrative_base_url or settings.judge_base_url,
+                    model=settings.narrative_model or settings.judge_model,
+                    api_key_env=settings.narrative_api_key_env or settings.judge_api_key_env)
 
 
 def condensed(report: Report) -> dict[str, Any]:
@@ -108,11 +77,10 @@ def _one_line(text: str, limit: int = 200) -> str:
 def write_narrative(report: Report, settings: Settings, environ: Mapping[str, str] | None = None,
                     retries: int = 1, backoff_s: float = 1.0) -> Narrative:
     """Ask the configured endpoint for a narrative of `report`; never raises for its failures."""
-    ep = Endpoint.from_settings(settings)
+    ep = narrative_endpoint(settings)
     base = {"model": ep.model or None, "endpoint": ep.origin if ep.base_url else None,
             "prompt_version": PROMPT_VERSION}
-    env = os.environ if environ is None else environ
-    key = env.get(ep.api_key_env, "")
+    key = ep.api_key(environ)
     if not ep.base_url or not ep.model:
         return Narrative(status="not_configured", **base,
                          reason="no endpoint or model: set narrative_base_url and "
@@ -122,39 +90,39 @@ def write_narrative(report: Report, settings: Settings, environ: Mapping[str, st
         return Narrative(status="not_configured", **base,
                          reason=f"no key in ${ep.api_key_env} for the judge's endpoint "
                                 f"{ep.origin}; set it, or narrative_base_url for a local server")
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
     body = {"model": ep.model, "temperature": 0.2, "max_tokens": 600,
             "messages": [{"role": "system", "content": SYSTEM_PROMPT},
                          {"role": "user", "content": _prompt(report)}]}
-    url = ep.base_url.rstrip("/") + "/chat/completions"
-    why = ""
-    for attempt in range(retries + 1):
-        try:
-            resp = httpx.post(url, json=body, headers=headers, timeout=ep.timeout_s)
-        except httpx.HTTPError as exc:
-            why = f"{type(exc).__name__} from {ep.origin}: {exc}"
-        else:
-            if resp.status_code == 200:
-                return _from_response(resp, ep, base)
-            hint = f" (is {ep.api_key_env} set?)" if resp.status_code in (401, 403) else ""
-            why = f"HTTP {resp.status_code} from {ep.origin}{hint}: {resp.text}"
-            if resp.status_code not in RETRY_STATUSES:
-                break
-        if attempt < retries:
-            time.sleep(backoff_s * 2 ** attempt)
-    return Narrative(status="failed", **base, reason=_one_line(why))
-
-
-def _from_response(resp: httpx.Response, ep: Endpoint, base: dict[str, Any]) -> Narrative:
+    policy = RetryPolicy(max_retries=retries, backoff_s=backoff_s,
+                         timeout_s=settings.narrative_timeout_s)
+    client = ChatClient(ep, policy, api_key=key)
     try:
-        answer = _ChatResponse.model_validate(resp.json())
-    except (ValueError, ValidationError) as exc:
-        return Narrative(status="failed", **base,
-                         reason=_one_line(f"{ep.origin} answered no chat completion: {exc}"))
-    text = (answer.choices[0].message.content or "").strip() if answer.choices else ""
+        outcome = client.complete(body)
+    finally:
+        client.close()
+    if outcome.value is None:
+        assert outcome.failure is not None
+        return Narrative(status="failed", **base, reason=_one_line(_why(outcome.failure, ep)))
+    return _from_reply(outcome.value, ep, base)
+
+
+def _why(failure: Failure, ep: Endpoint) -> str:
+    if failure.kind == "http":
+        hint = f" (is {ep.api_key_env} set?)" if failure.status in (401, 403) else ""
+        return f"HTTP {failure.status} from {ep.origin}{hint}: {failure.detail}"
+    if failure.kind == "transport":  # "ConnectError from http://host:port: ..."
+        name, _, message = failure.detail.partition(": ")
+        return f"{name} from {ep.origin}: {message}"
+    return f"{ep.origin} answered no chat completion: {failure.detail}"
+
+
+def _from_reply(reply: Reply, ep: Endpoint, base: dict[str, Any]) -> Narrative:
+    text = reply.text.strip()
     if not text:
         return Narrative(status="failed", **base, reason=f"{ep.origin} answered no text")
-    return Narrative(status="generated", **{**base, "model": answer.model or ep.model},
+    model = reply.data.get("model")
+    return Narrative(status="generated",
+                     **{**base, "model": model if isinstance(model, str) and model else ep.model},
                      text=text, generated_at=datetime.now(UTC).isoformat())
 
 

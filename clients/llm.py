@@ -29,9 +29,10 @@ Context policy (the transcript sent to the model stays bounded, whatever the run
    message, the first user message and the last `KEEP_RECENT_TURNS` turns are never touched, so
    the model always sees the rules, the task and what it just did.
 
-HTTP errors: 429, 5xx and connection errors are retried `llm_retries` times with exponential
-backoff (honouring Retry-After); other errors, or retries running out, raise `LlmAgentError`
-with the status and the start of the body.
+Requests go through `a2rl.llm.AsyncChatClient`, under its one retry policy (transient failures:
+transport errors, 408/409/429/5xx, a body that is no chat completion) with `llm_retries` retries
+and `llm_backoff_s` as the first wait (honouring Retry-After); other statuses, or retries running
+out, raise `LlmAgentError` with the status and the start of the body.
 
 Options (`AgentContext.options`, all strings): llm_base_url (required), llm_api_key_env
 (default OPENAI_API_KEY; without that variable no Authorization header is sent, for local
@@ -48,24 +49,21 @@ reason done, max_turns, budget, cancelled or error. `stop_reason` and `turns` sa
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import anyio
-import httpx
 from mcp import Client
 from pydantic import BaseModel, Field
 
 import a2rl
+from a2rl.llm import AsyncChatClient, Endpoint, Failure, RetryPolicy
 
 from .base import AgentContext
 
 KEEP_RECENT_TURNS = 2  # assistant messages (with their tool results) never elided
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
-MAX_RETRY_AFTER_S = 60.0
 BUDGET_OVER_MARKERS = ("budget exhausted", "this run has ended")
 
 
@@ -108,6 +106,13 @@ class LlmOptions(BaseModel):
             return cls(base_url=base.rstrip("/"), model=ctx.model, **values)
         except ValueError as exc:
             raise LlmAgentError(f"invalid llm option: {exc}") from exc
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=self.base_url, model=self.model, api_key_env=self.api_key_env)
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(max_retries=self.retries, backoff_s=self.backoff_s,
+                           timeout_s=self.timeout_s)
 
 
 # --- pure helpers (unit-tested directly) ---------------------------------------------------
@@ -217,14 +222,13 @@ class LlmConnector:
     kind: Literal["inprocess"] = "inprocess"
     experimental = False
 
-    def __init__(self, http: httpx.AsyncClient | None = None) -> None:
+    def __init__(self) -> None:
         self.transcript: list[dict[str, Any]] = []
         self.stop_reason: str | None = None
         self.turns = 0
-        self._http = http  # injectable for tests; else one is made per run
 
     def installed(self) -> bool:
-        return True  # only needs httpx, a dependency
+        return True  # only needs the openai SDK, a dependency
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
         """A model and an endpoint; the key is optional (local servers take none)."""
@@ -250,26 +254,20 @@ class LlmConnector:
         if client.instructions:
             self._add(messages, {"role": "system", "content": client.instructions})
         self._add(messages, {"role": "user", "content": ctx.prompt})
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(opts.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        http = self._http or httpx.AsyncClient(
-            timeout=httpx.Timeout(opts.timeout_s, connect=min(30.0, opts.timeout_s)))
+        llm = AsyncChatClient(opts.endpoint(), opts.policy())
         try:
-            self.stop_reason = await self._loop(client, opts, http, headers, messages, known,
+            self.stop_reason = await self._loop(client, opts, llm, messages, known,
                                                 payload_tools)
         except anyio.get_cancelled_exc_class():
             self.stop_reason = "cancelled"  # the orchestrator's deadline
             raise
         finally:
-            if self._http is None:
-                await http.aclose()
+            await llm.aclose()
             self.transcript.append({"kind": "stop", "reason": self.stop_reason or "error",
                                     "turns": self.turns})
 
-    async def _loop(self, client: Client, opts: LlmOptions, http: httpx.AsyncClient,
-                    headers: dict[str, str], messages: list[dict[str, Any]], known: set[str],
+    async def _loop(self, client: Client, opts: LlmOptions, llm: AsyncChatClient,
+                    messages: list[dict[str, Any]], known: set[str],
                     tools: list[dict[str, Any]]) -> str:
         for turn in range(1, opts.max_turns + 1):
             self.turns = turn
@@ -281,12 +279,8 @@ class LlmConnector:
             if opts.max_tokens is not None:
                 body["max_tokens"] = opts.max_tokens
             started = time.monotonic()
-            answer = await self._complete(http, f"{opts.base_url}/chat/completions", headers,
-                                          body, opts)
-            choice = (answer.get("choices") or [None])[0]
-            if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
-                raise LlmAgentError(f"the model endpoint answered without a message: "
-                                    f"{json.dumps(answer)[:500]}")
+            answer = await self._complete(llm, body)
+            choice = answer["choices"][0]
             self.transcript.append({
                 "kind": "response", "turn": turn, "elapsed_s": round(time.monotonic() - started, 3),
                 "usage": answer.get("usage"), "finish_reason": choice.get("finish_reason"),
@@ -357,35 +351,28 @@ class LlmConnector:
         messages.append(message)
         self.transcript.append({"kind": "message", "message": message})
 
-    async def _complete(self, http: httpx.AsyncClient, url: str, headers: dict[str, str],
-                        body: dict[str, Any], opts: LlmOptions) -> dict[str, Any]:
-        """One chat completion, retrying what is worth retrying (429, 5xx, connection errors)."""
-        last = ""
-        for attempt in range(opts.retries + 1):
-            delay = opts.backoff_s * (2 ** attempt)
-            try:
-                response = await http.post(url, json=body, headers=headers)
-            except httpx.TransportError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    try:
-                        data = response.json()
-                    except ValueError as exc:
-                        raise LlmAgentError(f"the model endpoint {url} answered with invalid "
-                                            f"JSON: {response.text[:500]!r}") from exc
-                    if not isinstance(data, dict):
-                        raise LlmAgentError(f"the model endpoint {url} answered {data!r:.500}")
-                    return data
-                last = f"HTTP {response.status_code}: {response.text[:500]}"
-                if response.status_code not in RETRY_STATUSES:
-                    raise LlmAgentError(f"the model endpoint {url} refused the request ({last})")
-                retry_after = response.headers.get("retry-after", "")
-                if retry_after.replace(".", "", 1).isdigit():
-                    delay = min(float(retry_after), MAX_RETRY_AFTER_S)
-            if attempt < opts.retries:
-                self.transcript.append({"kind": "retry", "attempt": attempt + 1, "error": last,
-                                        "delay_s": delay})
-                await anyio.sleep(delay)
-        raise LlmAgentError(f"the model endpoint {url} failed after {opts.retries + 1} attempts "
-                            f"({last})")
+    async def _complete(self, llm: AsyncChatClient, body: dict[str, Any]) -> dict[str, Any]:
+        """One chat completion under the shared retry policy; each retry goes in the
+        transcript, a refusal or retries running out raise `LlmAgentError`."""
+        def on_retry(attempt: int, failure: Failure, delay: float) -> None:
+            self.transcript.append({"kind": "retry", "attempt": attempt,
+                                    "error": _describe(failure), "delay_s": delay})
+
+        outcome = await llm.complete(body, on_retry=on_retry)
+        if outcome.value is not None:
+            return outcome.value.data
+        url = f"{llm.endpoint.base_url}/chat/completions"
+        failure = outcome.failure
+        assert failure is not None
+        if not failure.retryable:
+            raise LlmAgentError(f"the model endpoint {url} refused the request "
+                                f"({_describe(failure)})")
+        raise LlmAgentError(f"the model endpoint {url} failed after {len(outcome.attempts)} "
+                            f"attempts ({_describe(failure)})")
+
+
+def _describe(failure: Failure) -> str:
+    """The agent's wording of a failed request (its error messages say "HTTP 429: ...")."""
+    if failure.kind == "http":
+        return f"HTTP {failure.status}: {failure.detail}"
+    return failure.detail if failure.kind == "transport" else failure.describe()

@@ -11,7 +11,9 @@ each request gets the script's next step. A step is
 - a `Poll`: the same call again and again while `until(last tool text)` is false, then the
   next step (a training job polled until it ends, a score polled until graded).
 
-`fail(status, times)` makes the next requests fail with that status before the script goes on.
+`fail(status, times, retry_after=None)` makes the next requests fail with that status (and a
+`Retry-After` header when given) before the script goes on; `fail(200)` is a 200 whose body is no
+chat completion.
 Every request body, its headers and every tool call issued are recorded. When the script runs
 out the server answers a final text and sets `overrun`.
 
@@ -95,7 +97,7 @@ class FakeOpenAI:
         self.issued: list[dict[str, Any]] = []  # every tool call sent to the agent
         self.errors: list[str] = []  # exceptions raised by the script itself
         self.overrun = False
-        self._failures: list[int] = []
+        self._failures: list[tuple[int, str | None]] = []
         self._lock = threading.Lock()
         self._n = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -109,9 +111,9 @@ class FakeOpenAI:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def fail(self, status: int, times: int = 1) -> None:
+    def fail(self, status: int, times: int = 1, retry_after: str | None = None) -> None:
         with self._lock:
-            self._failures.extend([status] * times)
+            self._failures.extend([(status, retry_after)] * times)
 
     def close(self) -> None:
         self._httpd.shutdown()
@@ -174,9 +176,12 @@ class FakeOpenAI:
             def log_message(self, *_args: Any) -> None:  # keep test output quiet
                 pass
 
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
+            def _send(self, status: int, payload: dict[str, Any],
+                      retry_after: str | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                if retry_after is not None:
+                    self.send_header("Retry-After", retry_after)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -196,8 +201,9 @@ class FakeOpenAI:
                     fake.requests.append(body)
                     fake.headers.append({k.lower(): v for k, v in self.headers.items()})
                     if fake._failures:
-                        status = fake._failures.pop(0)
-                        self._send(status, {"error": {"message": f"injected {status}"}})
+                        status, retry_after = fake._failures.pop(0)
+                        self._send(status, {"error": {"message": f"injected {status}"}},
+                                   retry_after)
                         return
                     try:
                         payload = fake.answer(body)

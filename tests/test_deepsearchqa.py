@@ -121,8 +121,6 @@ def _episode(eid: str, actions: list[str]) -> Episode:
 
 
 def test_judge_scoring_errors_malformed_and_empty(dsqa: Settings) -> None:
-    from a2rl.grading.judge import Judge
-
     task = DeepSearchQATask()
     items = data.split_rows(data.load_rows(dsqa), "test")
     items = [*items, {**items[0], "id": "extra-1"}, {**items[1], "id": "extra-2"}]
@@ -130,7 +128,7 @@ def test_judge_scoring_errors_malformed_and_empty(dsqa: Settings) -> None:
     with FakeJudge(policy=lambda _outputs: next(verdicts)) as fake:
         settings = dsqa.model_copy(update={"judge_base_url": fake.base_url,
                                            "judge_model": "fake-judge"})
-        task.judge = CorrectnessJudge(Judge.from_settings(settings, environ={}))
+        task.judge = CorrectnessJudge.from_settings(settings, environ={})
         episodes = [
             _episode("a", ["search[x]", "answer[herman melville]"]),  # CORRECT
             _episode("b", ["answer[]"]),  # empty: incorrect, no judge call
@@ -282,7 +280,6 @@ def test_paper_split_is_the_harness_datasets_shuffle(settings: Settings, tmp_pat
 
 
 def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings) -> None:
-    from a2rl.grading.judge import Judge
     from a2rl.tasks.deepsearchqa.judge import string_match
 
     # deepsearchqa/eval.py `_string_match`: containment for a single answer, every
@@ -295,7 +292,7 @@ def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings) -> None:
     with FakeJudge(policy=lambda _outputs: "CORRECT") as fake:
         settings = dsqa.model_copy(update={"judge_base_url": fake.base_url,
                                            "judge_model": "fake-judge"})
-        task = DeepSearchQATask(CorrectnessJudge(Judge.from_settings(settings, environ={})))
+        task = DeepSearchQATask(CorrectnessJudge.from_settings(settings, environ={}))
         paper = task.with_profile("paper")
         assert paper.get_judge().rules == "paper" and task.get_judge().rules == "a2rl"
         gold = items[0]["answer"].lower()

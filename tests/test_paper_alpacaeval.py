@@ -142,8 +142,8 @@ def rank_by_marker(messages: list[dict[str, Any]]) -> Any:
 
 
 def paper_task(server: Any, cache: Any = None) -> Any:
-    from a2rl.grading.judge import Judge, JudgeConfig
     from a2rl.tasks.alpacaeval import AlpacaEvalTask
+    from a2rl.tasks.alpacaeval.judge import Judge, JudgeConfig
 
     judge = Judge(JudgeConfig(base_url=server.base_url, model="fake-judge", backoff_s=0.001,
                               timeout_s=10), cache, api_key="sk-test")
@@ -214,7 +214,7 @@ def test_paper_task_judges_with_the_package_annotator(home: Any, library_lc: Any
 
 
 def test_paper_judgments_are_cached(home: Any) -> None:
-    from a2rl.grading.judge import JudgeCache
+    from a2rl.tasks.alpacaeval.judge import JudgeCache
 
     from .fake_openai import FakeOpenAI
 

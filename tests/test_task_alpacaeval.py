@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from a2rl.grading.evaluate import evaluate
-from a2rl.grading.judge import (
+from a2rl.settings import Settings, load_settings
+from a2rl.tasks.alpacaeval import AlpacaEvalTask
+from a2rl.tasks.alpacaeval.judge import (
     SYSTEM_PROMPT,
     Judge,
     JudgeCache,
@@ -18,8 +20,6 @@ from a2rl.grading.judge import (
     model_shown_first,
     parse_verdict,
 )
-from a2rl.settings import Settings, load_settings
-from a2rl.tasks.alpacaeval import AlpacaEvalTask
 from a2rl.tasks.alpacaeval.length_control import length_controlled_win_rate, win_rate
 
 from .fake_judge import FakeJudge, always, answer, shown_outputs

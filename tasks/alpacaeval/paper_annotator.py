@@ -16,9 +16,10 @@ reference, outputs_2 = model)`; the order is switched per instruction by its
 passes it) and switched back after parsing (preference 3 - p); the prompt is filled by its
 `make_prompts` and split into chat messages by its `prompt_to_chatml`; the answer is the first
 tool call's arguments (else the message text) parsed by its `pipeline_meta_parser`. Identical
-outputs are a draw (1.5) without a request. A request failing at the HTTP level is retried (the
-library's OpenAI decoder retries too); an answer that does not parse is NaN, not retried, and
-is left out of the win rates, as alpaca_eval leaves it out.
+outputs are a draw (1.5) without a request. A request failing at the HTTP level is retried
+under `a2rl.llm`'s one policy (the library's OpenAI decoder retries too); an answer that does not
+parse is NaN, not retried, and is left out of the win rates, as alpaca_eval leaves it out. The
+requests go through the task's `Judge.client` and its answer cache (one count, one key).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import random
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,13 +34,16 @@ from functools import lru_cache
 from importlib import metadata, resources
 from typing import Any
 
-import httpx
 import pandas as pd
 import yaml
 
+from a2rl.llm import Reply
+from a2rl.llm_cache import cached_map
+
+from .judge import Judge
+
 ANNOTATOR = "alpaca_eval_gpt4_turbo_fn"
 HARNESS_MODEL = "gpt-5.2"  # annotators_gpt52_fn/configs.yaml: completions_kwargs.model_name
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
 def _alpaca_eval() -> Any:
@@ -135,10 +137,9 @@ def request_body(model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
     return {"model": model, "messages": messages, **kwargs}
 
 
-def completion_text(payload: dict[str, Any]) -> str:
-    """As alpaca_eval's OpenAI decoder reads a choice: the first tool call's arguments, else
-    the message content."""
-    message = payload["choices"][0]["message"]
+def completion_text(message: dict[str, Any]) -> str:
+    """As alpaca_eval's OpenAI decoder reads a choice's message: the first tool call's
+    arguments, else the message content."""
     calls = message.get("tool_calls") or []
     if calls:
         return str(calls[0]["function"]["arguments"])
@@ -146,10 +147,10 @@ def completion_text(payload: dict[str, Any]) -> str:
 
 
 class PaperAnnotator:
-    """Pairwise annotations over the configured judge (`a2rl.grading.judge.Judge`: endpoint,
-    key, retries, concurrency and cache), with alpaca_eval's annotator config."""
+    """Pairwise annotations over the configured judge (`Judge`: endpoint, key, retries,
+    concurrency and cache), with alpaca_eval's annotator config."""
 
-    def __init__(self, judge: Any) -> None:
+    def __init__(self, judge: Judge) -> None:
         self.judge = judge
 
     def public(self) -> dict[str, Any]:
@@ -163,49 +164,34 @@ class PaperAnnotator:
                  hashlib.sha256(row["output_2"].encode()).hexdigest()]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
-    def _ask(self, client: httpx.Client, row: pd.Series) -> Annotation:
+    def _ask(self, row: pd.Series) -> Annotation:
         is_switched = bool(row["is_switched_outputs"])
         if row["output_1"] == row["output_2"]:
             return Annotation(preference=1.5, is_switched=is_switched,
                               raw=["<identical outputs: draw without judging>"])
         body = request_body(self.judge.config.model, messages_for(row))
-        raws: list[str] = []
-        error = ""
-        config = self.judge.config
-        for attempt in range(config.max_retries + 1):
-            error = ""
-            # the judge's request counter and auth header: one judge, one count, one key
-            with self.judge._count_lock:
-                self.judge.requests_made += 1
+
+        def accept(reply: Reply) -> tuple[str | None, str]:
             try:
-                resp = client.post(self.judge.url, json=body, headers=self.judge._headers)
-                status = resp.status_code
-            except httpx.HTTPError as exc:
-                status, error = 0, f"transport: {type(exc).__name__}: {exc}"
-            if status == 200:
-                try:
-                    text = completion_text(resp.json())
-                except (ValueError, KeyError, IndexError, TypeError):
-                    text, error = "", f"bad response body: {resp.text[:300]}"
-                if not error:
-                    raws.append(text)
-                    shown = parse(text)
-                    if shown is None:
-                        return Annotation(preference=None, is_switched=is_switched, raw=raws,
-                                          error=f"unparsable answer: {text[:100]!r}",
-                                          attempts=attempt + 1)
-                    pref = 3.0 - shown if is_switched else shown
-                    return Annotation(preference=pref, is_switched=is_switched, raw=raws,
-                                      attempts=attempt + 1)
-            elif status:
-                error = f"http {status}: {resp.text[:300]}"
-            raws.append(f"<error: {error}>")
-            if status and status != 200 and status not in RETRY_STATUSES:
-                return Annotation(None, is_switched, raws, error, attempt + 1)
-            if attempt < config.max_retries:
-                delay = min(60.0, config.backoff_s * (2 ** attempt))
-                time.sleep(delay * (0.5 + random.random() / 2))
-        return Annotation(None, is_switched, raws, error, config.max_retries + 1)
+                return completion_text(reply.message), ""
+            except (KeyError, IndexError, TypeError) as exc:
+                return None, f"bad response body: {type(exc).__name__}: {exc}"
+
+        # an unparsable answer is accepted (and NaN): alpaca_eval does not ask again
+        outcome = self.judge.client.complete(body, accept)
+        raws = [f"<error: {a.failure.describe()}>" if a.failure else a.text or ""
+                for a in outcome.attempts]
+        if outcome.value is None:
+            return Annotation(None, is_switched, raws, outcome.error, len(outcome.attempts))
+        raws[-1] = outcome.value
+        shown = parse(outcome.value)
+        if shown is None:
+            return Annotation(preference=None, is_switched=is_switched, raw=raws,
+                              error=f"unparsable answer: {outcome.value[:100]!r}",
+                              attempts=len(outcome.attempts))
+        pref = 3.0 - shown if is_switched else shown
+        return Annotation(preference=pref, is_switched=is_switched, raw=raws,
+                          attempts=len(outcome.attempts))
 
     def annotate(self, instructions: Sequence[str], outputs: Sequence[str],
                  references: Sequence[str]) -> list[Annotation]:
@@ -214,8 +200,9 @@ class PaperAnnotator:
             raise ValueError("instructions, outputs and references differ in length")
         df = switched(instructions, references, outputs)
         rows = [df.iloc[i] for i in range(len(df))]
-        return self.judge.cached_map(
-            [self._key(r) for r in rows],
-            lambda client, i: self._ask(client, rows[i]),
+        return cached_map(
+            self.judge.cache, self.judge.config.model, [self._key(r) for r in rows],
+            lambda i: self._ask(rows[i]),
             lambda a: None if a.preference is None else asdict(a),
-            lambda hit: Annotation(**{**hit, "attempts": 0, "cached": True}))
+            lambda hit: Annotation(**{**hit, "attempts": 0, "cached": True}),
+            concurrency=self.judge.config.concurrency)

@@ -12,7 +12,7 @@ Data (read as plain files; `tatsu-lab/alpaca_eval`'s dataset script no longer lo
 - `A2RL_ALPACAEVAL_DIR`: a directory holding the reference JSON file and `alpaca.jsonl` (rows of
   `tatsu-lab/alpaca`), used instead of the hub (tests point it at fixtures in the real schema).
 
-Scoring: see `a2rl.grading.judge` (protocol, prompt, cache, settings) and `length_control.py`.
+Scoring: see `judge.py` (protocol, prompt, cache, settings) and `length_control.py`.
 The score is the length-controlled win rate; the raw win rate and both intervals are metrics.
 
 The `paper` profile (`paper_spec`) evaluates as the reference harness does
@@ -59,7 +59,7 @@ def _description(grader: GraderSettings = GRADER, name: str = "description.md") 
 #: What `a2rl tasks --profile` shows beyond the spec (TaskSpec.notes; profile plumbing).
 NOTES = {
     "prompt_format": "the instruction as one user message, base model's chat template",
-    "judge": "a2rl.grading.judge: alpaca_eval_clf_gpt4_turbo prompt, text answer m/M",
+    "judge": "a2rl.tasks.alpacaeval.judge: alpaca_eval_clf_gpt4_turbo prompt, text answer m/M",
     "score": "length-controlled win rate: logistic fit on tanh(length difference / sd), "
              "no instruction-difficulty term (length_control.py)",
 }
@@ -166,7 +166,7 @@ class AlpacaEvalTask(Task):
 
     def __init__(self, n_train: int = N_TRAIN, n_dev: int = N_DEV, judge: Any = None) -> None:
         self.n_train, self.n_dev = n_train, n_dev
-        #: a `a2rl.grading.judge.Judge`; built from the environment on first use when None.
+        #: a `judge.Judge`; built from the environment on first use when None.
         self.judge = judge
         self._settings: Settings | None = None
         self.spec = _spec(n_train, n_dev)
@@ -217,7 +217,7 @@ class AlpacaEvalTask(Task):
 
     def get_judge(self) -> Any:
         if self.judge is None:
-            from a2rl.grading.judge import Judge
+            from .judge import Judge
 
             self.judge = Judge.from_settings(self._settings or load_settings()[0])
         return self.judge

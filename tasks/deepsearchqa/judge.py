@@ -1,9 +1,10 @@
-"""Is an answer correct? An LLM judge over the AlpacaEval task's OpenAI-compatible endpoint.
+"""Is an answer correct? DeepSearchQA's LLM judge, over the one client `a2rl.llm`.
 
-Why reuse `a2rl.grading.judge.Judge`: the endpoint, key, retries with backoff, concurrency and
-the SQLite cache are the same settings (`judge_*`) and the same code; only the question asked
-differs. The judge sees the question, the gold answer, its type (`Single Answer` or
-`Set Answer`) and the response, and must answer exactly `CORRECT` or `INCORRECT`.
+The endpoint, key, retry policy and concurrency are the model-graded scorers' settings
+(`judge_*`, read by `a2rl.llm.judge_endpoint`), the answers are cached in the shared answer cache
+(`a2rl.llm_cache`); only the question asked is this task's. The judge sees the question, the
+gold answer, its type (`Single Answer` or `Set Answer`) and the response, and must answer
+exactly `CORRECT` or `INCORRECT`.
 
 Rules the scorer relies on: an empty answer is incorrect without asking; a judge failure
 (transport, HTTP error, malformed verdict after the retries) is an **error**, never correct; a
@@ -18,15 +19,13 @@ to a string match (`string_match`); so does the paper profile.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-import httpx
-
-from a2rl.grading.judge import RETRY_STATUSES, Judge, JudgeCache
+from a2rl.llm import ChatClient, Reply, judge_endpoint
+from a2rl.llm_cache import AnswerCache, cache_key, cached_map, judge_cache_path, sha256_text
+from a2rl.settings import Settings
 
 PROMPT_VERSION = "dsqa-correctness.1"
 SYSTEM = ("You grade answers to research questions against a gold answer. You are strict and "
@@ -66,6 +65,8 @@ Rules:
 Reply with exactly one word: CORRECT or INCORRECT."""
 
 Verdict = Literal["correct", "incorrect", "error"]
+Rules = Literal["a2rl", "paper"]
+MAX_TOKENS = 8  # one word, with room for a stray period or markdown
 
 
 @dataclass
@@ -87,20 +88,44 @@ def parse_grade(text: str) -> Literal["correct", "incorrect"] | None:
 
 
 class CorrectnessJudge:
-    """Grades (question, gold, type, response) with a `Judge`'s endpoint, retries and cache."""
+    """Grades (question, gold, type, response) through one `ChatClient`, cached."""
 
-    def __init__(self, judge: Judge, rules: str = "a2rl") -> None:
-        # a copy sharing the endpoint, key and cache; the verdict needs more tokens than m/M
-        self.judge = copy.copy(judge)
-        self.judge.config = self.config = dataclasses.replace(judge.config, max_tokens=8)
-        self.requests_made = 0
+    def __init__(self, client: ChatClient, cache: AnswerCache | None = None, *,
+                 rules: Rules = "a2rl", concurrency: int = 8) -> None:
+        self.client = client
+        self.cache = cache
+        self.concurrency = concurrency
         #: "a2rl" (extra set items fail) or "paper" (the harness's rules)
-        self.rules = rules
+        self.rules: Rules = rules
         self.prompt_version = PAPER_PROMPT_VERSION if rules == "paper" else PROMPT_VERSION
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None,
+                      rules: Rules = "a2rl") -> CorrectnessJudge:
+        """The configured judge (`judge_*` settings), its key read from `environ`."""
+        endpoint, policy = judge_endpoint(settings)
+        return cls(ChatClient(endpoint, policy, environ=environ),
+                   AnswerCache(judge_cache_path(settings)), rules=rules,
+                   concurrency=settings.judge_concurrency)
+
+    def with_rules(self, rules: Rules) -> CorrectnessJudge:
+        """The same endpoint, client and cache under other rules (a profile's)."""
+        return CorrectnessJudge(self.client, self.cache, rules=rules,
+                                concurrency=self.concurrency)
+
+    @property
+    def requests_made(self) -> int:
+        return self.client.requests_made
 
     @property
     def model_key(self) -> str:
-        return f"{self.config.model}|{self.prompt_version}"
+        return f"{self.client.endpoint.model}|{self.prompt_version}"
+
+    def public(self) -> dict[str, Any]:
+        """What provenance may record (no key, only the variable's name)."""
+        ep = self.client.endpoint
+        return {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env,
+                "max_tokens": MAX_TOKENS, "prompt_version": self.prompt_version}
 
     def messages(self, question: str, gold: str, answer_type: str, response: str
                  ) -> list[dict[str, str]]:
@@ -109,45 +134,39 @@ class CorrectnessJudge:
                                answer_type=answer_type or "Single Answer", response=response)
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
-    def grade_one(self, client: httpx.Client, question: str, gold: str, answer_type: str,
-                  response: str) -> Grade:
+    def grade_one(self, question: str, gold: str, answer_type: str, response: str) -> Grade:
+        """One verdict (malformed ones asked again under the retry policy); never raises for
+        judge failures: those are an `error` grade."""
         if not response.strip():
             return Grade("incorrect", ["<empty answer: incorrect without judging>"])
-        messages = self.messages(question, gold, answer_type, response)
-        raws: list[str] = []
-        error = ""
-        for attempt in range(self.config.max_retries + 1):
-            text, error = self.judge._ask(client, messages)
-            self.requests_made += 1
-            if text is not None:
-                raws.append(text)
-                verdict = parse_grade(text)
-                if verdict is not None:
-                    return Grade(verdict, raws, attempts=attempt + 1)
-                error = f"malformed answer: {text[:100]!r}"
-            else:
-                raws.append(f"<error: {error}>")
-                retriable = (error.startswith(("transport", "bad response"))
-                             or any(error.startswith(f"http {s}") for s in RETRY_STATUSES))
-                if not retriable:
-                    return Grade("error", raws, error, attempt + 1)
-            if attempt < self.config.max_retries:
-                self.judge._sleep(attempt)
-        return Grade("error", raws, error, self.config.max_retries + 1)
+        body = {"model": self.client.endpoint.model, "temperature": 0, "max_tokens": MAX_TOKENS,
+                "messages": self.messages(question, gold, answer_type, response)}
+
+        def accept(reply: Reply) -> tuple[str | None, str]:
+            verdict = parse_grade(reply.text)
+            return verdict, "" if verdict else f"malformed answer: {reply.text[:100]!r}"
+
+        outcome = self.client.complete(body, accept)
+        raws = [a.text if a.text is not None else f"<error: {a.failure.describe()}>"  # type: ignore[union-attr]
+                for a in outcome.attempts]
+        if outcome.value is None:
+            return Grade("error", raws, outcome.error, len(outcome.attempts))
+        return Grade(outcome.value, raws, attempts=len(outcome.attempts))  # type: ignore[arg-type]
 
     def grade_many(self, questions: Sequence[str], golds: Sequence[str],
                    types: Sequence[str], responses: Sequence[str]) -> list[Grade]:
         """Grades in input order; cached verdicts cost nothing, errors are never cached, and an
         empty response is graded without the cache (it needs no request)."""
-        keys = [JudgeCache.key(f"{q}\n{t}", r, g, self.model_key) if r.strip() else None
+        keys = [cache_key(self.prompt_version, self.client.endpoint.model, q, t,
+                          sha256_text(r), sha256_text(g)) if r.strip() else None
                 for q, g, t, r in zip(questions, golds, types, responses, strict=True)]
-        return self.judge.cached_map(
-            keys,
-            lambda client, i: self.grade_one(client, questions[i], golds[i], types[i],
-                                             responses[i]),
+        return cached_map(
+            self.cache, self.model_key, keys,
+            lambda i: self.grade_one(questions[i], golds[i], types[i], responses[i]),
             lambda g: None if g.verdict == "error" else {"verdict": g.verdict,
                                                          "raw_answers": g.raw_answers},
-            lambda hit: Grade(hit["verdict"], hit["raw_answers"], cached=True))
+            lambda hit: Grade(hit["verdict"], hit["raw_answers"], cached=True),
+            concurrency=self.concurrency)
 
 
 def string_match(predicted: str, gold: str, answer_type: str) -> bool:

@@ -116,7 +116,7 @@ class DeepSearchQATask(InteractiveTask):
 
             task.rollout = PAPER_ROLLOUT
             if isinstance(task.judge, CorrectnessJudge):
-                task.judge = CorrectnessJudge(task.judge.judge, rules="paper")
+                task.judge = task.judge.with_rules("paper")
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
                 "prompt_version": "paper-1",
@@ -185,12 +185,10 @@ class DeepSearchQATask(InteractiveTask):
     # --- scoring --------------------------------------------------------------------------
     def get_judge(self) -> Any:
         if self.judge is None:
-            from a2rl.grading.judge import Judge
-
             from .judge import CorrectnessJudge
 
-            self.judge = CorrectnessJudge(Judge.from_settings(self._settings_or_default()),
-                                          rules=self.profile)
+            self.judge = CorrectnessJudge.from_settings(
+                self._settings_or_default(), rules="paper" if self.profile == "paper" else "a2rl")
         return self.judge
 
     def score_episodes(self, items: Sequence[dict[str, Any]],
@@ -235,7 +233,7 @@ class DeepSearchQATask(InteractiveTask):
             "n_empty_answers": sum(a == "" for a in answers),
             "n_judge_errors": sum(g.verdict == "error" for g in grades),
             "judge_requests": judge.requests_made - before,
-            "judge": {**judge.config.public(), "prompt_version": judge.prompt_version},
+            "judge": judge.public(),
         })
         if self.profile == "paper":
             result.metrics["n_string_match_fallbacks"] = n_fallback

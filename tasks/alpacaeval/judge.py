@@ -1,4 +1,4 @@
-"""A pairwise LLM judge over any OpenAI-compatible chat completions endpoint (AlpacaEval style).
+"""AlpacaEval's pairwise judge: the protocol of the `a2rl` profile, over `a2rl.llm`.
 
 Protocol
 --------
@@ -14,19 +14,21 @@ The prompt is AlpacaEval 2.0's own: the system message and user template of
 log-probabilities of the tokens `m` and `M` (max_tokens=1); endpoints differ in logprob support,
 so this judge asks for a short greedy completion (temperature 0) and parses the **text** strictly:
 after stripping surrounding whitespace the answer must be exactly `m` or `M`; anything else is
-malformed. A malformed answer or an HTTP failure (transport error, 408/409/429/5xx) is retried
-with exponential backoff and jitter; any other HTTP status fails at once. After the retries the
+malformed. A malformed answer and a transient failure are retried under `a2rl.llm`'s one retry
+policy (transport errors, 408/409/429/5xx; exponential backoff with jitter); any other HTTP
+status fails at once. After the retries the
 item is an **error**: it is recorded with every raw answer and never counts as a win (the task
 scores it as a loss). Two shortcuts need no judge: an empty model output loses, and a model output
 identical to the reference is a draw (0.5), as in AlpacaEval.
 
 Cache
 -----
-Successful verdicts are stored in SQLite at `settings.home_dir / "judge-cache" / "judge.sqlite"`,
-keyed by the sha256 of (instruction, sha256(output), sha256(reference), judge model, prompt
-version). That is the issue's key (instruction, output hash, judge model) plus the reference and
-the prompt, so a changed reference or prompt is never answered from a stale entry. Errors are not
-cached: a re-grading asks again for those items only.
+Successful verdicts are stored in the shared answer cache (`a2rl.llm_cache`, the SQLite file
+`settings.home_dir / "judge-cache" / "judge.sqlite"`), keyed by the sha256 of (instruction,
+sha256(output), sha256(reference), judge model, prompt version). That is the issue's key
+(instruction, output hash, judge model) plus the reference and the prompt, so a changed reference
+or prompt is never answered from a stale entry. Errors are not cached: a re-grading asks again
+for those items only.
 
 Settings (`a2rl config show`; each also an `A2RL_` variable)
 -----------------------------------------------------------
@@ -37,33 +39,28 @@ Settings (`a2rl config show`; each also an `A2RL_` variable)
   `OPENAI_API_KEY`); no key set means no Authorization header (local servers).
 - `judge_max_retries` (default 4: five attempts), `judge_timeout_s` (default 120),
   `judge_concurrency` (default 8 requests in flight). Backoff (1 s, doubled per attempt, capped
-  at 60 s) and the answer's token limit (4) are fixed by `JudgeConfig`.
+  at 60 s: `a2rl.llm.RetryPolicy`) and the answer's token limit (4) are fixed by `JudgeConfig`.
+
+`Judge` is also the AlpacaEval task's handle on its endpoint: the `paper` profile's annotator
+(`paper_annotator.py`) sends its own requests through `Judge.client` and shares its cache.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import random
-import sqlite3
-import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-import httpx
-
+from a2rl.llm import ChatClient, Endpoint, Reply, RetryPolicy
+from a2rl.llm_cache import AnswerCache, cache_key, cached_map, judge_cache_path, sha256_text
 from a2rl.settings import Settings
-
-T = TypeVar("T")
 
 #: Bump when the prompt or the parsing changes (part of the cache key).
 JUDGE_PROMPT_VERSION = "alpaca_eval_clf_gpt4_turbo.1"
-RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 SYSTEM_PROMPT = (
     "You are a highly efficient assistant, who evaluates and selects the best large language "
@@ -122,6 +119,13 @@ class JudgeConfig:
                    max_retries=settings.judge_max_retries, timeout_s=settings.judge_timeout_s,
                    concurrency=settings.judge_concurrency)
 
+    def endpoint(self) -> Endpoint:
+        return Endpoint(base_url=self.base_url, model=self.model, api_key_env=self.api_key_env)
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(max_retries=self.max_retries, backoff_s=self.backoff_s,
+                           timeout_s=self.timeout_s)
+
     def public(self) -> dict[str, Any]:
         """What provenance may record (no key, only the variable's name)."""
         return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
@@ -163,95 +167,47 @@ def parse_verdict(text: str) -> Literal["m", "M"] | None:
     return answer if answer in ("m", "M") else None  # type: ignore[return-value]
 
 
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-class JudgeCache:
-    """Successful judgments in one SQLite file, keyed by the sha256 of the cache key."""
+class JudgeCache(AnswerCache):
+    """The shared answer cache, with this protocol's key."""
 
     def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        with self._connect() as db:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("CREATE TABLE IF NOT EXISTS judgments (key TEXT PRIMARY KEY, "
-                       "judge_model TEXT, value TEXT NOT NULL, created REAL)")
-
-    def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30)
+        super().__init__(path)
 
     @staticmethod
     def key(instruction: str, output: str, reference: str, judge_model: str) -> str:
-        parts = [instruction, sha256_text(output), sha256_text(reference), judge_model,
-                 JUDGE_PROMPT_VERSION]
-        return sha256_text(json.dumps(parts))
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        with self._lock, self._connect() as db:
-            row = db.execute("SELECT value FROM judgments WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
-
-    def put(self, key: str, judge_model: str, value: dict[str, Any]) -> None:
-        with self._lock, self._connect() as db:
-            db.execute("INSERT OR REPLACE INTO judgments VALUES (?, ?, ?, ?)",
-                       (key, judge_model, json.dumps(value), time.time()))
+        return cache_key(instruction, sha256_text(output), sha256_text(reference), judge_model,
+                         JUDGE_PROMPT_VERSION)
 
 
 class Judge:
     """Pairwise preference of a model output over a reference output, cached."""
 
-    def __init__(self, config: JudgeConfig, cache: JudgeCache | None = None,
+    def __init__(self, config: JudgeConfig, cache: AnswerCache | None = None,
                  *, api_key: str | None = None) -> None:
         self.config = config
         self.cache = cache
         key = api_key if api_key is not None else os.environ.get(config.api_key_env, "")
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.requests_made = 0
-        self._count_lock = threading.Lock()
+        #: the one client: this judge's requests and the paper annotator's go through it
+        self.client = ChatClient(config.endpoint(), config.policy(), api_key=key)
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Judge:
         """The configured judge; its key is read from the variable `judge_api_key_env` names."""
         config = JudgeConfig.from_settings(settings)
         env = os.environ if environ is None else environ
-        cache = JudgeCache(settings.home_dir / "judge-cache" / "judge.sqlite")
-        return cls(config, cache, api_key=env.get(config.api_key_env, ""))
+        return cls(config, JudgeCache(judge_cache_path(settings)),
+                   api_key=env.get(config.api_key_env, ""))
 
     @property
-    def url(self) -> str:
-        return self.config.base_url.rstrip("/") + "/chat/completions"
+    def requests_made(self) -> int:
+        """Every request sent, retries included."""
+        return self.client.requests_made
 
     def messages(self, instruction: str, first: str, second: str) -> list[dict[str, str]]:
         user = USER_TEMPLATE.format(instruction=instruction, output_1=first, output_2=second)
         return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
-    # --- one request --------------------------------------------------------------------------
-    def _ask(self, client: httpx.Client, messages: list[dict[str, str]]) -> tuple[str | None, str]:
-        """(answer text, "") or (None, error description). Counts every request sent."""
-        body = {"model": self.config.model, "messages": messages, "temperature": 0,
-                "max_tokens": self.config.max_tokens}
-        with self._count_lock:
-            self.requests_made += 1
-        try:
-            resp = client.post(self.url, json=body, headers=self._headers)
-        except httpx.HTTPError as exc:
-            return None, f"transport: {type(exc).__name__}: {exc}"
-        if resp.status_code != 200:
-            return None, f"http {resp.status_code}: {resp.text[:300]}"
-        try:
-            content = resp.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            return None, f"bad response body: {resp.text[:300]}"
-        return (content if isinstance(content, str) else ""), ""
-
-    def _sleep(self, attempt: int) -> None:
-        delay = min(60.0, self.config.backoff_s * (2 ** attempt))
-        time.sleep(delay * (0.5 + random.random() / 2))
-
-    def judge_one(self, client: httpx.Client, item_id: str, instruction: str, output: str,
-                  reference: str) -> Judgment:
+    def judge_one(self, item_id: str, instruction: str, output: str, reference: str) -> Judgment:
         """Ask (with retries) which output is better; never raises for judge failures."""
         if not output.strip():
             return Judgment(winner="reference", model_position=None, error=None,
@@ -262,57 +218,22 @@ class Judge:
         first_is_model = model_shown_first(item_id)
         position: Literal["m", "M"] = "m" if first_is_model else "M"
         first, second = (output, reference) if first_is_model else (reference, output)
-        messages = self.messages(instruction, first, second)
-        raws: list[str] = []
-        error = ""
-        attempts = 0
-        for attempt in range(self.config.max_retries + 1):
-            attempts = attempt + 1
-            text, error = self._ask(client, messages)
-            if text is not None:
-                raws.append(text)
-                verdict = parse_verdict(text)
-                if verdict is not None:
-                    winner: Winner = "model" if verdict == position else "reference"
-                    return Judgment(winner=winner, model_position=position, raw_answers=raws,
-                                    attempts=attempts)
-                error = f"malformed answer: {text[:100]!r}"
-            else:
-                raws.append(f"<error: {error}>")
-                retriable = (error.startswith("transport") or error.startswith("bad response")
-                             or any(error.startswith(f"http {s}") for s in RETRY_STATUSES))
-                if not retriable:
-                    break
-            if attempt < self.config.max_retries:
-                self._sleep(attempt)
-        return Judgment(winner="error", model_position=position, raw_answers=raws,
-                        error=error, attempts=attempts)
+        body = {"model": self.config.model, "messages": self.messages(instruction, first, second),
+                "temperature": 0, "max_tokens": self.config.max_tokens}
 
-    # --- many items ---------------------------------------------------------------------------
-    def cached_map(self, keys: Sequence[str | None], ask: Callable[[httpx.Client, int], T],
-                   save: Callable[[T], dict[str, Any] | None],
-                   load: Callable[[dict[str, Any]], T]) -> list[T]:
-        """`ask(client, i)` for every i without a cached answer, concurrently; results in input
-        order. `keys[i]` None: never cached. `save` gives what to cache (None: nothing, as for
-        errors, which are asked again next time); `load` rebuilds a result from the cache."""
-        results: list[T | None] = [None] * len(keys)
-        todo: list[int] = []
-        for i, key in enumerate(keys):
-            hit = self.cache.get(key) if self.cache and key is not None else None
-            if hit is not None:
-                results[i] = load(hit)
-            else:
-                todo.append(i)
-        if todo:
-            with httpx.Client(timeout=self.config.timeout_s) as client, ThreadPoolExecutor(
-                    max_workers=max(1, self.config.concurrency)) as pool:
-                futures = {i: pool.submit(ask, client, i) for i in todo}
-                for i, fut in futures.items():
-                    results[i] = result = fut.result()
-                    value = save(result)
-                    if self.cache and keys[i] is not None and value is not None:
-                        self.cache.put(keys[i], self.config.model, value)  # type: ignore[arg-type]
-        return [r for r in results if r is not None]
+        def accept(reply: Reply) -> tuple[Literal["m", "M"] | None, str]:
+            verdict = parse_verdict(reply.text)
+            return verdict, "" if verdict else f"malformed answer: {reply.text[:100]!r}"
+
+        outcome = self.client.complete(body, accept)
+        raws = [a.text if a.text is not None else f"<error: {a.failure.describe()}>"  # type: ignore[union-attr]
+                for a in outcome.attempts]
+        if outcome.value is None:
+            return Judgment(winner="error", model_position=position, raw_answers=raws,
+                            error=outcome.error, attempts=len(outcome.attempts))
+        winner: Winner = "model" if outcome.value == position else "reference"
+        return Judgment(winner=winner, model_position=position, raw_answers=raws,
+                        attempts=len(outcome.attempts))
 
     def judge_many(self, item_ids: Sequence[str], instructions: Sequence[str],
                    outputs: Sequence[str], references: Sequence[str]) -> list[Judgment]:
@@ -322,12 +243,12 @@ class Judge:
             raise ValueError("item_ids, instructions, outputs and references differ in length")
         keys = [JudgeCache.key(instructions[i], outputs[i], references[i], self.config.model)
                 for i in range(n)]
-        return self.cached_map(
-            keys,
-            lambda client, i: self.judge_one(client, item_ids[i], instructions[i], outputs[i],
-                                             references[i]),
+        return cached_map(
+            self.cache, self.config.model, keys,
+            lambda i: self.judge_one(item_ids[i], instructions[i], outputs[i], references[i]),
             lambda j: None if j.winner == "error" else {
                 "winner": j.winner, "model_position": j.model_position,
                 "raw_answers": j.raw_answers},
             lambda hit: Judgment(winner=hit["winner"], model_position=hit["model_position"],
-                                 raw_answers=hit["raw_answers"], attempts=0, cached=True))
+                                 raw_answers=hit["raw_answers"], attempts=0, cached=True),
+            concurrency=self.config.concurrency)

@@ -1,0 +1,338 @@
+"""The one OpenAI-compatible chat completions client: every model call a2rl makes goes here.
+
+Four callers speak this protocol: the `llm` agent (`a2rl.clients.llm`, async, tool calls), the
+AlpacaEval pairwise judge and its paper annotator (`a2rl.tasks.alpacaeval`), the DeepSearchQA
+correctness judge (`a2rl.tasks.deepsearchqa`) and the report narrative
+(`a2rl.analysis.narrative`). They differ in what they ask and how they read the answer; they
+share what is said here, once:
+
+- **Transport**: the `openai` SDK (`OpenAI` / `AsyncOpenAI`) against `{base_url}/chat/completions`.
+  The request body is the caller's dict, sent as is (`extra_body`), so that the wire is what the
+  caller wrote (a judge's prompt, an agent's tools), and the answer is read as the JSON it is
+  (`with_raw_response`), so that a server's loose dialect (tool arguments as an object, missing
+  fields) reaches the caller untouched. The SDK's own retries are off (`max_retries=0`): the
+  policy below decides, and each attempt is visible to the caller (the agent's transcript, the
+  judges' raw answers and request counts).
+- **Key**: read from the variable the endpoint names (`api_key_env`); none set means no
+  Authorization header at all (local servers such as vLLM take none), never an empty bearer and
+  never the SDK's own fallback to OPENAI_API_KEY. The base URL is always ours too (the SDK's
+  OPENAI_BASE_URL does not apply); its organization and project variables still do.
+- **Retry policy** (`RetryPolicy`): a failed request is retried when the failure is transient:
+  a transport error (connection refused or reset, timeout), HTTP 408, 409, 429 or any 5xx (the
+  SDK's own rule), or a 200 whose body is no chat completion. Any other status (400, 401, 403,
+  404, 422, ...) fails at once. The wait before retry k (k = 0, 1, ...) is
+  `min(max_backoff_s, backoff_s * 2**k)` scaled by a random factor in [0.5, 1] (jitter, so that
+  concurrent judges do not retry in lockstep), or the server's `Retry-After` seconds when it
+  sends them (capped at `max_backoff_s`). A caller may also refuse an answer (a judge's malformed
+  verdict): that attempt counts as a retryable failure under the same policy.
+
+Why not the SDK's built-in retries: they are invisible per attempt, and the agent's transcript
+and the judges' records must show each one; the statuses are the SDK's all the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # the SDK costs ~0.4 s to import: only callers that send requests pay it
+    import openai
+
+    from a2rl.settings import Settings
+
+__all__ = ["AsyncChatClient", "Attempt", "ChatClient", "Endpoint", "Failure", "Outcome", "Reply",
+           "RetryPolicy", "judge_endpoint", "retryable_status"]
+
+T = TypeVar("T")
+
+FailureKind = Literal["http", "transport", "bad_response", "refused_answer"]
+
+
+def retryable_status(status: int) -> bool:
+    """Transient HTTP statuses: 408 (timeout), 409 (lock), 429 (rate limit), any 5xx."""
+    return status in (408, 409, 429) or status >= 500
+
+
+class RetryPolicy(BaseModel):
+    """How often and how patiently one request is tried; what is retried is fixed (above)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_retries: int = Field(4, ge=0, description="retries after the first attempt")
+    backoff_s: float = Field(1.0, ge=0, description="wait before the first retry")
+    max_backoff_s: float = Field(60.0, ge=0, description="cap on one wait, Retry-After included")
+    timeout_s: float = Field(120.0, gt=0, description="timeout of one request")
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait after failed attempt `attempt` (0-based) before the next one."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_backoff_s)
+        base = min(self.max_backoff_s, self.backoff_s * (2 ** attempt))
+        return base * (0.5 + random.random() / 2)
+
+
+class Endpoint(BaseModel):
+    """Where requests go and which model answers; the key is named, never stored."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_url: str
+    model: str
+    api_key_env: str = "OPENAI_API_KEY"
+
+    @property
+    def origin(self) -> str:
+        """scheme://host[:port]: what records may show (never a path, query or credential)."""
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.hostname or ''}" + (
+            f":{parts.port}" if parts.port else "")
+
+    def api_key(self, environ: Mapping[str, str] | None = None) -> str:
+        return (os.environ if environ is None else environ).get(self.api_key_env, "")
+
+
+def judge_endpoint(settings: Settings) -> tuple[Endpoint, RetryPolicy]:
+    """The model-graded scorers' endpoint and policy: the `judge_*` settings."""
+    return (Endpoint(base_url=settings.judge_base_url, model=settings.judge_model,
+                     api_key_env=settings.judge_api_key_env),
+            RetryPolicy(max_retries=settings.judge_max_retries,
+                        timeout_s=settings.judge_timeout_s))
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A 200 answer: its JSON body and the first choice's message."""
+
+    data: dict[str, Any]
+    message: dict[str, Any]
+
+    @property
+    def text(self) -> str:
+        content = self.message.get("content")
+        return content if isinstance(content, str) else ""
+
+    @property
+    def choice(self) -> dict[str, Any]:
+        return self.data["choices"][0]
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One attempt that gave no usable answer. `detail` is the response body's start for
+    `http`, the exception for `transport`, the body for `bad_response`, the caller's reason for
+    `refused_answer`."""
+
+    kind: FailureKind
+    detail: str
+    status: int | None = None
+    retry_after: float | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind != "http" or retryable_status(self.status or 0)
+
+    def describe(self) -> str:
+        """The one-line form the judges record ("http 503: ...", "transport: ...")."""
+        if self.kind == "http":
+            return f"http {self.status}: {self.detail}"
+        if self.kind == "transport":
+            return f"transport: {self.detail}"
+        if self.kind == "bad_response":
+            return f"bad response body: {self.detail}"
+        return self.detail
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One request as sent: the answer's text when one came back, else None; the failure."""
+
+    text: str | None
+    failure: Failure | None
+
+
+@dataclass
+class Outcome(Generic[T]):
+    """A completed exchange: the accepted value (None when every attempt failed)."""
+
+    value: T | None
+    attempts: list[Attempt] = field(default_factory=list)
+
+    @property
+    def failure(self) -> Failure | None:
+        return self.attempts[-1].failure if self.value is None and self.attempts else None
+
+    @property
+    def error(self) -> str:
+        failure = self.failure
+        return failure.describe() if failure else ""
+
+
+#: Reads an accepted answer out of a reply, or says why it is refused (then retried).
+Accept = Callable[[Reply], tuple[T | None, str]]
+OnRetry = Callable[[int, Failure, float], None]
+
+
+class _Exchange(Generic[T]):
+    """The retry decisions of one request, shared by the sync and the async client."""
+
+    def __init__(self, policy: RetryPolicy, accept: Accept[T] | None) -> None:
+        self.policy = policy
+        self.accept = accept
+        self.outcome: Outcome[T] = Outcome(None)
+
+    def record(self, result: Reply | Failure) -> float | None:
+        """Take one attempt's result; the seconds to wait before the next, or None: done."""
+        failure: Failure | None
+        if isinstance(result, Reply):
+            value, why = self.accept(result) if self.accept else (result, "")  # type: ignore[assignment]
+            failure = None if value is not None else Failure("refused_answer", why)
+            self.outcome.attempts.append(Attempt(result.text, failure))
+            if value is not None:
+                self.outcome.value = value  # type: ignore[assignment]
+                return None
+        else:
+            failure = result
+            self.outcome.attempts.append(Attempt(None, failure))
+        assert failure is not None
+        n = len(self.outcome.attempts)
+        if not failure.retryable or n > self.policy.max_retries:
+            return None
+        return self.policy.delay(n - 1, failure.retry_after)
+
+
+def _reply(text: str) -> Reply | Failure:
+    try:
+        data = json.loads(text)
+        message = data["choices"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return Failure("bad_response", text[:300])
+    if not isinstance(data, dict) or not isinstance(message, dict):
+        return Failure("bad_response", text[:300])
+    return Reply(data, message)
+
+
+def _failure(exc: Exception) -> Failure:
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        after = exc.response.headers.get("retry-after", "")
+        retry_after = float(after) if after.replace(".", "", 1).isdigit() else None
+        return Failure("http", exc.response.text[:500], exc.status_code, retry_after)
+    cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else exc
+    return Failure("transport", f"{type(cause).__name__}: {cause}")
+
+
+class _Base:
+    def __init__(self, endpoint: Endpoint, policy: RetryPolicy | None = None, *,
+                 api_key: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+        self.endpoint = endpoint
+        self.policy = policy or RetryPolicy()
+        self._key = api_key if api_key is not None else endpoint.api_key(environ)
+        self.requests_made = 0  # every attempt sent, across threads
+        self._count_lock = threading.Lock()
+
+    def _sdk_kwargs(self) -> dict[str, Any]:
+        # a placeholder key keeps the SDK from reading OPENAI_API_KEY; without our key the
+        # Authorization header is omitted per request (`_request`)
+        return {"api_key": self._key or "unused", "base_url": self.endpoint.base_url.rstrip("/"),
+                "max_retries": 0, "timeout": self.policy.timeout_s}
+
+    def _request(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        import openai
+
+        with self._count_lock:
+            self.requests_made += 1
+        params = dict(body)
+        model = params.pop("model", self.endpoint.model)
+        messages = params.pop("messages")
+        return {"model": model, "messages": messages, "extra_body": params,
+                "extra_headers": {} if self._key else {"Authorization": openai.Omit()}}
+
+
+class ChatClient(_Base):
+    """Synchronous chat completions (judges, narrative); safe to share across threads."""
+
+    def __init__(self, endpoint: Endpoint, policy: RetryPolicy | None = None, *,
+                 api_key: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+        super().__init__(endpoint, policy, api_key=api_key, environ=environ)
+        self._sdk: openai.OpenAI | None = None
+        self._sdk_lock = threading.Lock()
+
+    def _client(self) -> openai.OpenAI:
+        with self._sdk_lock:
+            if self._sdk is None:
+                import openai
+
+                self._sdk = openai.OpenAI(**self._sdk_kwargs())
+            return self._sdk
+
+    def send(self, body: Mapping[str, Any]) -> Reply | Failure:
+        """One request, no retry: `body` is the JSON sent (`model` defaults to the endpoint's)."""
+        import openai
+
+        try:
+            raw = self._client().chat.completions.with_raw_response.create(**self._request(body))
+        except (openai.APIError, ValueError) as exc:
+            return _failure(exc)
+        return _reply(raw.text)
+
+    def complete(self, body: Mapping[str, Any], accept: Accept[T] | None = None,
+                 on_retry: OnRetry | None = None) -> Outcome[T]:
+        """`send` under the retry policy until an answer is accepted or the policy gives up."""
+        import time
+
+        exchange: _Exchange[T] = _Exchange(self.policy, accept)
+        while (delay := exchange.record(self.send(body))) is not None:
+            if on_retry:
+                on_retry(len(exchange.outcome.attempts), exchange.outcome.attempts[-1].failure,
+                         delay)  # type: ignore[arg-type]
+            time.sleep(delay)
+        return exchange.outcome
+
+    def close(self) -> None:
+        if self._sdk is not None:
+            self._sdk.close()
+
+
+class AsyncChatClient(_Base):
+    """The same for async callers (the `llm` agent): cancellable while waiting."""
+
+    def __init__(self, endpoint: Endpoint, policy: RetryPolicy | None = None, *,
+                 api_key: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+        super().__init__(endpoint, policy, api_key=api_key, environ=environ)
+        import openai
+
+        self._sdk = openai.AsyncOpenAI(**self._sdk_kwargs())
+
+    async def send(self, body: Mapping[str, Any]) -> Reply | Failure:
+        import openai
+
+        try:
+            raw = await self._sdk.chat.completions.with_raw_response.create(
+                **self._request(body))
+        except (openai.APIError, ValueError) as exc:
+            return _failure(exc)
+        return _reply(raw.text)
+
+    async def complete(self, body: Mapping[str, Any], accept: Accept[T] | None = None,
+                       on_retry: OnRetry | None = None) -> Outcome[T]:
+        import anyio
+
+        exchange: _Exchange[T] = _Exchange(self.policy, accept)
+        while (delay := exchange.record(await self.send(body))) is not None:
+            if on_retry:
+                on_retry(len(exchange.outcome.attempts), exchange.outcome.attempts[-1].failure,
+                         delay)  # type: ignore[arg-type]
+            await anyio.sleep(delay)
+        return exchange.outcome
+
+    async def aclose(self) -> None:
+        await self._sdk.close()
