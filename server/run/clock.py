@@ -94,8 +94,10 @@ class RunClock:
         run = self.run()
         if run.started_at is not None:
             return run
+        # the row locked (SQLite's BEGIN IMMEDIATE serializes writers anyway): two processes
+        # serving the run start one clock
         with self._lock, self.store.session() as s:
-            run = s.get(Run, self.run_id)
+            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
             assert run is not None
             if run.started_at is None:
                 s.add(start_row(run, utcnow()))
