@@ -16,6 +16,7 @@ class RunStatus(StrEnum):
     running = "running"  # the budget clock runs
     finalizing = "finalizing"  # jobs stopped; queued grading and the final score in progress
     finished = "finished"
+    failed = "failed"  # an `a2rl fleet` run whose node was lost before it could finalize
 
 
 class GradingClock(StrEnum):

@@ -21,6 +21,7 @@ from a2rl.store import (
     EvaluationStatus,
     GradeRequest,
     GradeState,
+    GradingClock,
     JobState,
     Run,
     RunStatus,
@@ -174,7 +175,7 @@ def test_pump_is_the_grading_hook(store: Store, settings: Settings) -> None:
 
 def test_statuses_keep_their_stored_words() -> None:
     """The enums name the words already in every store: changing one is a data migration."""
-    assert list(RunStatus) == ["created", "running", "finalizing", "finished"]
+    assert list(RunStatus) == ["created", "running", "finalizing", "finished", "failed"]
     assert list(SubmissionStatus) == ["validating", "refused", "queued", "grading", "graded",
                                       "failed"]
     assert list(EvaluationStatus) == ["done", "failed"]
@@ -182,6 +183,8 @@ def test_statuses_keep_their_stored_words() -> None:
     assert list(JobState) == ["running", "exited", "killed", "timeout", "lost"]
     assert list(BudgetEventKind) == ["clock_start", "grading", "exhausted", "finished"]
     assert Run(id="r", task_id="t", workspace="/w", budget_s=1).status == "created"
+    from a2rl.cli import GRADING_CLOCKS, RUN_STATUSES  # spelled out there: the CLI starts light
+    assert tuple(RunStatus) == RUN_STATUSES and tuple(GradingClock) == GRADING_CLOCKS
 
 
 def test_tools_reach_the_run_without_the_server_app(tmp_path: Path) -> None:
