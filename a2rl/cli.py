@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, NoReturn, get_args
 
 import typer
 from typer.core import TyperGroup
@@ -84,9 +84,11 @@ BACKENDS = get_args(Settings.model_fields["backend"].annotation)
 PROTOCOLS = ("heldout", "paper")
 PROFILES = ("a2rl", "paper")  # a2rl.tasks.profiles.PROFILES, without importing the tasks
 NETWORKS = ("none", "bridge")
-GRADING_CLOCKS = ("counted", "paused")
 FORMATS = ("md", "html", "json")
-RUN_STATUSES = ("created", "running", "finalizing", "finished", "failed")  # failed: fleet
+# the values of a2rl.store.RunStatus and GradingClock (a test holds them equal), spelled out:
+# the CLI starts without importing the store
+RUN_STATUSES = ("created", "running", "finalizing", "finished", "failed")
+GRADING_CLOCKS = ("counted", "paused")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document")]
@@ -211,13 +213,25 @@ def _read_store(settings: Settings):  # type: ignore[no-untyped-def]
         return None
 
 
-def _no_run(run_id: str) -> None:
+def _no_run(run_id: str) -> NoReturn:
     _fail(f"run {run_id!r} does not exist (see a2rl runs)")
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     _say_error(message)
     raise typer.Exit(code)
+
+
+def _key_values(items: list[str] | None, flag: str) -> dict[str, str]:
+    """Repeated `flag KEY=VALUE` options as a dict (a later KEY wins); a malformed one
+    fails the command with a one-line message naming `flag`."""
+    pairs: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            _fail(f"{flag} takes KEY=VALUE, not {item!r}")
+        pairs[key] = value
+    return pairs
 
 
 def _progress() -> Any:
@@ -567,11 +581,7 @@ def run_cmd(
     agent_options = {"llm_api_key_env": llm_api_key_env}
     if llm_base_url:
         agent_options["llm_base_url"] = llm_base_url
-    for item in agent_option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            _fail(f"--agent-option takes KEY=VALUE, not {item!r}")
-        agent_options[key] = value
+    agent_options.update(_key_values(agent_option, "--agent-option"))
     _check_run_options(task, budget)
     try:
         check_options(RunOptions(task=task, agent=agent, model=model, budget=budget,
@@ -773,12 +783,7 @@ def fleet(
 
     from a2rl.fleet import FleetRunner, load_plan, plan_from_flags
 
-    options: dict[str, str] = {}
-    for item in agent_option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            _fail(f"--agent-option takes KEY=VALUE, not {item!r}")
-        options[key] = value
+    options = _key_values(agent_option, "--agent-option")
     fields = {"budget": budget, "gpus_per_run": gpus_per_run, "resource": resource,
               "backend": backend, "seed": seed, "profile": profile}
     try:

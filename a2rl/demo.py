@@ -14,7 +14,6 @@ from a2rl.clients.orchestrator import Orchestrator, RunOptions, RunSummary
 from a2rl.settings import Settings
 from a2rl.store import Store
 
-DemoSummary = RunSummary
 DEMO_FIELDS = ["run_id", "task", "baseline_score", "best_score", "final_score", "submissions",
                "tool_calls", "revisions", "seconds"]
 

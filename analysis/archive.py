@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from a2rl import __version__
 from a2rl.store import SCHEMA_VERSION as STORE_SCHEMA_VERSION
-from a2rl.store import Store
+from a2rl.store import Store, aware
 from a2rl.store.transfer import (
     RUN_TABLES,
     IdConflictError,
@@ -44,7 +44,6 @@ from a2rl.store.transfer import (
     load_run,
 )
 
-from .data import aware
 from .render_md import render_markdown
 from .report import build_report
 from .schema import SCHEMA_VERSION as REPORT_SCHEMA_VERSION

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import zlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import func
 from sqlmodel import col, select
@@ -21,15 +21,9 @@ from a2rl.store import (
     Store,
     Submission,
     ToolCall,
+    aware,
 )
 from a2rl.store.queries import INITIAL_SOURCE, baseline_evaluation
-
-
-def aware(dt: datetime | None) -> datetime | None:
-    """SQLite drops the zone; every stored time is UTC."""
-    if dt is None:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
 
 
 @dataclass

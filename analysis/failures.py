@@ -6,7 +6,9 @@ import math
 import re
 from datetime import timedelta
 
-from .data import RunData, aware
+from a2rl.store import aware
+
+from .data import RunData
 from .schema import Evidence, Failure
 
 TRACEBACK = "Traceback (most recent call last)"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .data import RunData, aware
+from a2rl.store import aware
+
+from .data import RunData
 from .schema import (
     JobEvent,
     ProcessMetrics,

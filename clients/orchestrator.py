@@ -28,10 +28,10 @@ from mcp import Client, StdioServerParameters
 from pydantic import BaseModel
 from sqlmodel import select
 
+from a2rl.server.run import RunClock
 from a2rl.settings import Settings
-from a2rl.store import Run, Store, Submission
+from a2rl.store import Run, Store, Submission, SubmissionStatus
 from a2rl.store.queries import best_submission, run_summary
-from a2rl.tools.runtime import aware
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
 from .base import AgentContext, McpEndpoint
@@ -173,7 +173,7 @@ class Orchestrator:
         self.warn = warn or say
 
     def run(self, opts: RunOptions) -> RunSummary:
-        from a2rl.server import create_run
+        from a2rl.server.run import create_run, finish_run
 
         started = time.monotonic()
         connector = get_connector(opts.agent, **({"say": self.say}
@@ -211,15 +211,14 @@ class Orchestrator:
                       "crashed": f"agent crashed (exit {code})",
                       "interrupted": "interrupted"}.get(status, status)
             self.say(f"finalizing ({reason}): the best submission is scored on the test split")
-            from a2rl.server import finish_run
-
             finish_run(self.settings, self.store, run.id, reason=reason)
         return self.summary(run.id, started)
 
     def _remaining(self, run: Run) -> float:
-        deadline = aware(run.deadline)
-        assert deadline is not None
-        return max(0.0, deadline.timestamp() - time.time())
+        """Seconds the agent has left, from the run's clock (started with the run)."""
+        clock = RunClock(self.store, run.id).read()
+        assert clock.deadline is not None
+        return clock.remaining_s
 
     async def _run_inprocess(self, connector: Any, ctx: AgentContext,
                              run: Run) -> tuple[str, int | None]:
@@ -296,7 +295,7 @@ class Orchestrator:
             run = s.get(Run, run_id)
             assert run is not None
             failed = s.exec(select(Submission.error).where(
-                Submission.run_id == run_id, Submission.status == "failed")).all()
+                Submission.run_id == run_id, Submission.status == SubmissionStatus.failed)).all()
         counts = run_summary(self.store, run_id) or {}
         best = best_submission(self.store, run_id, "test" if run.protocol == "paper" else "dev")
         errors = list(dict.fromkeys((e or "no reason recorded").strip().splitlines()[0][:300]

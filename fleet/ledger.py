@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from sqlmodel import select
 
-from a2rl.store import Run, Store, utcnow
+from a2rl.store import Run, RunStatus, Store, utcnow
 
 from .plan import RunSpec
 
 #: Run states that count as done for resuming: the run was finalized (whatever the agent did).
-DONE = "finished"
+DONE = RunStatus.finished
 #: The state of a run whose node died or whose fleet stopped before it could finalize.
-FAILED = "failed"
+FAILED = RunStatus.failed
 
 
 def _key(run: Run) -> tuple[str, str, str, int]:

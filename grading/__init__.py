@@ -26,14 +26,15 @@ from .hashing import (
     tree_digest,
     tree_hashes,
 )
-from .queue import MAX_ATTEMPTS, claim, drain, enqueue, process_one, run_worker
+from .queue import MAX_ATTEMPTS, claim, enqueue, process_one, run_worker, spec_for
 
 __all__ = [
     "GRADER_VERSION", "MAX_ATTEMPTS", "NEAR_COPY_L2", "CheckpointCheck", "CopyCaps",
     "CopyRefused", "DeviceBusy",
     "EngineUnavailable", "EvalResult", "GenerationEngine", "GpuMemoryUnavailable",
     "StaticCacheEngine", "TransformersEngine", "baseline_key", "choose_engine", "claim",
-    "copy_checkpoint", "cut_at_stop", "data_hash", "device_lock", "drain", "enqueue",
-    "ensure_baseline", "evaluate", "process_one", "run_worker", "sha256_file", "tree_digest",
+    "copy_checkpoint", "cut_at_stop", "data_hash", "device_lock", "enqueue",
+    "ensure_baseline", "evaluate", "process_one", "run_worker", "sha256_file", "spec_for",
+    "tree_digest",
     "tree_hashes", "validate_checkpoint", "validate_copy", "wilson_interval",
 ]

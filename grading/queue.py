@@ -2,8 +2,11 @@
 
 Why a lease: whichever process serves the run (`a2rl serve`, `a2rl run`, `a2rl finish`) drains
 the queue; if it dies mid-evaluation the lease expires and another claims the request again
-(up to `MAX_ATTEMPTS`). Why a subprocess: see `a2rl.grading.worker`. Every outcome, including
-a timeout or a crash, ends as an `Evaluation` row, so the agent gets an answer either way.
+(up to `MAX_ATTEMPTS`). What follows a graded request for its run (the grading time on the
+run's clock, pruning copies) is the run's business: `a2rl.server.run.grading` wraps
+`process_one` with it, so every caller that grades does it. Why a subprocess: see
+`a2rl.grading.worker`. Every outcome, including a timeout or a crash, ends as an `Evaluation`
+row, so the agent gets an answer either way.
 """
 
 from __future__ import annotations
@@ -23,10 +26,22 @@ from sqlalchemy import and_, or_, update
 from sqlmodel import select
 
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, GradeRequest, Run, Store, Submission, utcnow
+from a2rl.store import (
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    GradeRequest,
+    GradeState,
+    Run,
+    Store,
+    Submission,
+    SubmissionStatus,
+    utcnow,
+)
 
 from .device_lock import device_lock
 from .evaluate import EvalResult
+from .worker import WorkerSpec
 
 MAX_ATTEMPTS = 3
 STDERR_TAIL_CHARS = 2000
@@ -44,13 +59,17 @@ def enqueue(store: Store, run_id: str, submission_id: str, split: str) -> int:
         return req.id
 
 
-def _claimable(now: object) -> object:
-    return or_(GradeRequest.state == "queued",
-               and_(GradeRequest.state == "leased", GradeRequest.lease_until < now))
+def _claimable(now: object, run_id: str | None) -> object:
+    ready = or_(GradeRequest.state == GradeState.queued,
+                and_(GradeRequest.state == GradeState.leased, GradeRequest.lease_until < now))
+    return ready if run_id is None else and_(ready, GradeRequest.run_id == run_id)
 
 
-def claim(store: Store, owner: str, lease_s: float) -> GradeRequest | None:
+def claim(store: Store, owner: str, lease_s: float,
+          run_id: str | None = None) -> GradeRequest | None:
     """Lease the oldest queued request (or one whose lease expired), or return None.
+
+    With `run_id`, only that run's requests: finalizing one run must not grade another's.
 
     The conditional UPDATE is the atomic step: two claimers can read the same candidate, but
     only one UPDATE matches it; the other moves on to the next candidate. On PostgreSQL the
@@ -61,14 +80,14 @@ def claim(store: Store, owner: str, lease_s: float) -> GradeRequest | None:
     now = utcnow()
     with store.session() as s:
         for _ in range(10):
-            cand = s.exec(select(GradeRequest.id).where(_claimable(now))
+            cand = s.exec(select(GradeRequest.id).where(_claimable(now, run_id))
                           .order_by(GradeRequest.id).limit(1)
                           .with_for_update(skip_locked=True)).first()
             if cand is None:
                 return None
             res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
-                         .where(GradeRequest.id == cand, _claimable(now))
-                         .values(state="leased", lease_owner=owner,
+                         .where(GradeRequest.id == cand, _claimable(now, run_id))
+                         .values(state=GradeState.leased, lease_owner=owner,
                                  lease_until=now + timedelta(seconds=lease_s),
                                  attempts=GradeRequest.attempts + 1))
             if res.rowcount == 1:
@@ -95,7 +114,8 @@ def _failure_reason(rc: int | None, timed_out: bool, timeout_s: float, stderr: s
     return f"{reason}; stderr tail:\n{tail}" if tail else reason
 
 
-def run_worker(spec: dict, timeout_s: float) -> tuple[EvalResult | None, str | None, float]:
+def run_worker(spec: WorkerSpec | dict, timeout_s: float,
+               ) -> tuple[EvalResult | None, str | None, float]:
     """Run `python -I -m a2rl.grading.worker` on `spec`; (result, failure reason, seconds).
 
     Isolated mode (`-I`: no current folder or script folder on sys.path, no PYTHON* variables,
@@ -107,7 +127,8 @@ def run_worker(spec: dict, timeout_s: float) -> tuple[EvalResult | None, str | N
         err_path = Path(tmp) / "stderr.txt"
         cwd = Path(tmp) / "cwd"
         cwd.mkdir(mode=0o700)
-        cmd = [sys.executable, "-I", "-m", "a2rl.grading.worker", "--spec", json.dumps(spec),
+        text = spec.model_dump_json() if isinstance(spec, WorkerSpec) else json.dumps(spec)
+        cmd = [sys.executable, "-I", "-m", "a2rl.grading.worker", "--spec", text,
                "--out", str(out)]
         started = time.monotonic()
         with err_path.open("wb") as err:
@@ -137,38 +158,50 @@ def _finish(store: Store, req_id: int, ev: Evaluation, error: str | None) -> Non
         s.flush()
         req = s.get(GradeRequest, req_id)
         assert req is not None
-        req.state = "failed" if error else "done"
+        req.state = GradeState.failed if error else GradeState.done
         req.evaluation_id = ev.id
         req.lease_until = None
         s.add(req)
         sub = s.get(Submission, req.submission_id)
         if sub is not None:
-            sub.status = "failed" if error else "graded"
+            sub.status = SubmissionStatus.failed if error else SubmissionStatus.graded
             sub.error = error
             s.add(sub)
 
 
+def spec_for(run: Run, sub: Submission, split: str, settings: Settings) -> WorkerSpec:
+    """What the grader process is told to evaluate: the run's task under its profile, the
+    submission's stored copy, on `split`."""
+    assert sub.checkpoint_dir
+    return WorkerSpec(task_id=run.task_id, profile=run.profile,
+                      checkpoint_dir=sub.checkpoint_dir, split=split,
+                      settings=settings.model_dump(mode="json"))
+
+
 def process_one(
-    store: Store, settings: Settings, owner: str, timeout_s: float = 600.0
+    store: Store, settings: Settings, owner: str, timeout_s: float = 600.0,
+    run_id: str | None = None,
 ) -> GradeRequest | None:
-    """Claim one request, evaluate its submission's stored copy, record the outcome.
+    """Claim one request (of `run_id` only, when given), evaluate its submission's stored
+    copy, record the outcome.
 
     Returns the request it processed, or None when the queue was empty. Holds the device
     lock for the whole evaluation.
     """
     with device_lock(settings):
-        req = claim(store, owner, lease_s=timeout_s + LEASE_MARGIN_S)
+        req = claim(store, owner, lease_s=timeout_s + LEASE_MARGIN_S, run_id=run_id)
         if req is None:
             return None
         assert req.id is not None
         started = utcnow()
-        ev = Evaluation(run_id=req.run_id, submission_id=req.submission_id, kind="submission",
-                        split=req.split, status="failed", started_at=started)
+        ev = Evaluation(run_id=req.run_id, submission_id=req.submission_id,
+                        kind=EvaluationKind.submission, split=req.split,
+                        status=EvaluationStatus.failed, started_at=started)
         with store.session() as s:
             sub = s.get(Submission, req.submission_id)
             run = s.get(Run, req.run_id)
             if sub is not None:
-                sub.status = "grading"
+                sub.status = SubmissionStatus.grading
                 s.add(sub)
         error: str | None = None
         if req.attempts > MAX_ATTEMPTS:
@@ -177,12 +210,10 @@ def process_one(
         elif sub is None or run is None or not sub.checkpoint_dir:
             error = "the submission has no stored checkpoint copy to evaluate"
         else:
-            spec = {"task_id": run.task_id, "profile": run.profile,
-                    "checkpoint_dir": sub.checkpoint_dir,
-                    "split": req.split, "settings": settings.model_dump(mode="json")}
+            spec = spec_for(run, sub, req.split, settings)
             result, error, elapsed = run_worker(spec, timeout_s)
             if result is not None:
-                ev.status, ev.score, ev.ci_low, ev.ci_high = ("done", result.score,
+                ev.status, ev.score, ev.ci_low, ev.ci_high = (EvaluationStatus.done, result.score,
                                                               result.ci_low, result.ci_high)
                 ev.n_items = result.n_items
                 ev.metrics = {**result.metrics, "wall_s": round(elapsed, 3)}
@@ -193,10 +224,3 @@ def process_one(
         _finish(store, req.id, ev, error)
         return req
 
-
-def drain(store: Store, settings: Settings, owner: str, timeout_s: float = 600.0) -> int:
-    """Process requests until the queue is empty; returns how many were processed."""
-    n = 0
-    while process_one(store, settings, owner, timeout_s) is not None:
-        n += 1
-    return n

@@ -4,10 +4,10 @@ Why a process: an evaluation loads untrusted weights and may run out of memory, 
 the interpreter. The caller (`a2rl.grading.queue.process_one`) imposes a timeout, kills the
 whole process group if needed and records the failure; the server survives.
 
-The worker never writes to the store. It reads its job either from a JSON spec
-(`--spec '{"task_id": ..., "checkpoint_dir": ..., "split": ..., "settings": {...}}'`) or from
-the store (`--db URL --request ID`: the grade request's submission copy), and writes the
-`EvalResult` as JSON to `--out FILE` (or stdout). Exit 0 on success, 2 on a usage error,
+The worker never reads or writes the store. It reads its job from a JSON spec
+(`--spec '{"task_id": ..., "checkpoint_dir": ..., "split": ..., "settings": {...}}'`, built from
+the grade request by `a2rl.grading.queue.spec_for`) and writes the `EvalResult` as JSON to
+`--out FILE` (or stdout). Exit 0 on success, 2 on a usage error,
 1 on an evaluation error (the traceback goes to stderr), 3 when the model does not fit in the
 GPU's free memory beside the agent's job (one line on stderr saying how much is needed and
 free; see `gpu_memory`).
@@ -19,7 +19,6 @@ to the device when the worker exits, whichever way it exits.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,26 +38,6 @@ class WorkerSpec(BaseModel):
     settings: dict[str, Any] = {}
 
 
-def spec_from_store(db_url: str, request_id: int, settings: dict[str, Any]) -> WorkerSpec:
-    from a2rl.store import GradeRequest, Run, Store, Submission
-
-    store = Store(db_url)
-    try:
-        with store.session() as s:
-            req = s.get(GradeRequest, request_id)
-            if req is None:
-                raise SystemExit(f"no grade request {request_id}")
-            sub = s.get(Submission, req.submission_id)
-            run = s.get(Run, req.run_id)
-            if sub is None or not sub.checkpoint_dir or run is None:
-                raise SystemExit(f"grade request {request_id} has no stored checkpoint")
-            return WorkerSpec(task_id=run.task_id, profile=run.profile,
-                              checkpoint_dir=sub.checkpoint_dir,
-                              split=req.split, settings=settings)
-    finally:
-        store.close()
-
-
 def run_spec(spec: WorkerSpec) -> str:
     from a2rl.tasks import get_task
 
@@ -73,18 +52,10 @@ def run_spec(spec: WorkerSpec) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m a2rl.grading.worker",
                                      description="Evaluate one checkpoint on one split.")
-    parser.add_argument("--spec", help="JSON WorkerSpec")
-    parser.add_argument("--db", help="store URL (with --request)")
-    parser.add_argument("--request", type=int, help="grade request id (with --db)")
-    parser.add_argument("--settings", default="{}", help="JSON Settings for --db mode")
+    parser.add_argument("--spec", required=True, help="JSON WorkerSpec")
     parser.add_argument("--out", help="write the EvalResult JSON here (default stdout)")
     args = parser.parse_args(argv)
-    if args.spec:
-        spec = WorkerSpec.model_validate_json(args.spec)
-    elif args.db and args.request is not None:
-        spec = spec_from_store(args.db, args.request, json.loads(args.settings))
-    else:
-        parser.error("give --spec, or --db and --request")
+    spec = WorkerSpec.model_validate_json(args.spec)
     try:
         text = run_spec(spec)
     except GpuMemoryUnavailable as exc:  # a plain status for the agent, not a traceback

@@ -2,7 +2,8 @@
 
 `A2RLServer.call_tool` is the single entry of every tool call: it finds the run, starts the
 budget clock on the first call, refuses work after the deadline, binds the run for the tool
-function and records the call whatever its outcome.
+function and records the call whatever its outcome. The clock is the run's (`run.clock`); this
+process's grading pump is each run's `GradingHook`.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from pydantic import ValidationError
 
 from a2rl import __version__
 from a2rl.settings import Settings
-from a2rl.store import BudgetEvent, Run, Store, utcnow
+from a2rl.store import Run, Store
 from a2rl.tools import TOOLS
-from a2rl.tools.runtime import CallContext, RunRuntime, aware, bind, unbind
+from a2rl.tools.runtime import CallContext, RunRuntime, bind, unbind
 
 from .argument_checks import check_arguments, validation_message
 from .auth import RunTokenVerifier
-from .grading_pump import GradingPump
 from .instructions import instructions_for
 from .recording import aend_call, astart_call, summarize
+from .run.clock import read_clock
+from .run.grading import GradingPump
 from .services import ServiceHost, start_run_services
 
 ALWAYS_ALLOWED = {"budget_status", "get_score"}
@@ -67,8 +69,7 @@ class RunRegistry:
                 run = s.get(Run, run_id)
             if run is None:
                 raise ToolError(f"run {run_id!r} does not exist")
-            rt = RunRuntime(self.settings, self.store, run)
-            rt.grading_pump = self.pump
+            rt = RunRuntime(self.settings, self.store, run, grading=self.pump)
             self._runtimes[run_id] = rt
             self._start_services(rt, run)
         return self._runtimes[run_id]
@@ -146,30 +147,24 @@ class A2RLServer(MCPServer[Any]):
             unbind(token)
 
     async def _check_budget(self, rt: RunRuntime, name: str) -> None:
-        run = rt.ensure_clock()
+        clock = read_clock(rt.clock.start())
         if name in ALWAYS_ALLOWED:
             return
-        deadline = aware(run.deadline)
-        if run.ended_at is not None:
-            raise ToolError(f"this run has ended ({run.end_reason or 'finished'}); "
+        if clock.ended:
+            raise ToolError(f"this run has ended ({clock.end_reason or 'finished'}); "
                             "no more work is possible")
-        if deadline is not None and utcnow() >= deadline:
+        if clock.exhausted and clock.deadline is not None:
             await anyio.to_thread.run_sync(exhaust, rt)
-            raise ToolError(f"budget exhausted: the deadline ({deadline.isoformat()}) has "
-                            "passed, running jobs were stopped; only budget_status answers now")
+            raise ToolError(f"budget exhausted: the deadline ({clock.deadline.isoformat()}) "
+                            "has passed, running jobs were stopped; only budget_status answers "
+                            "now")
 
 
 def exhaust(rt: RunRuntime) -> None:
-    """At the deadline: stop every job (once) and note it."""
-    from sqlmodel import select
-
+    """At the deadline: note it on the clock (once) and stop every job."""
     from a2rl.tools.jobs import stop_all
 
-    with rt.store.session() as s:
-        seen = s.exec(select(BudgetEvent).where(BudgetEvent.run_id == rt.run_id,
-                                                BudgetEvent.kind == "exhausted")).first()
-        if seen is None:
-            s.add(BudgetEvent(run_id=rt.run_id, kind="exhausted"))
+    rt.clock.exhaust()
     stop_all(rt)
 
 

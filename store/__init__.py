@@ -19,11 +19,24 @@ from .models import (
     SnapshotFile,
     Submission,
     ToolCall,
+    aware,
     utcnow,
+)
+from .status import (
+    BudgetEventKind,
+    EvaluationKind,
+    EvaluationStatus,
+    GradeState,
+    GradingClock,
+    JobState,
+    RunStatus,
+    SubmissionStatus,
 )
 
 __all__ = [
-    "SCHEMA_VERSION", "BaselineCache", "Blob", "BudgetEvent", "Evaluation", "GradeRequest",
-    "Job", "Meta", "Revision", "Run", "Snapshot", "SnapshotFile", "Store", "StoreError",
-    "StoreMissing", "StoreVersionError", "Submission", "ToolCall", "display_url", "utcnow",
+    "SCHEMA_VERSION", "BaselineCache", "Blob", "BudgetEvent", "BudgetEventKind", "Evaluation",
+    "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState", "GradingClock", "Job",
+    "JobState", "Meta", "Revision", "Run", "RunStatus", "Snapshot", "SnapshotFile", "Store",
+    "StoreError", "StoreMissing", "StoreVersionError", "Submission", "SubmissionStatus",
+    "ToolCall", "aware", "display_url", "utcnow",
 ]

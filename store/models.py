@@ -2,6 +2,7 @@
 
 Times are timezone-aware UTC. JSON columns hold small structured values (arguments, metrics,
 provenance); bulky content (file versions, job logs) lives in content-addressed `Blob` rows.
+Status columns are plain strings holding the values of the enums in `status.py`.
 """
 
 from __future__ import annotations
@@ -12,11 +13,29 @@ from typing import Any
 from sqlalchemy import JSON, Column, LargeBinary
 from sqlmodel import Field, SQLModel
 
+from .status import (
+    EvaluationKind,
+    EvaluationStatus,
+    GradeState,
+    GradingClock,
+    JobState,
+    RunStatus,
+    SubmissionStatus,
+)
+
 SCHEMA_VERSION = 4
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def aware(dt: datetime | None) -> datetime | None:
+    """A stored time as UTC-aware: SQLite hands back naive datetimes, and every time we store
+    is UTC."""
+    if dt is not None and dt.tzinfo is None:
+        return dt.replace(tzinfo=UTC)
+    return dt
 
 
 def _json(default: Any = None) -> Any:
@@ -35,13 +54,13 @@ class Meta(SQLModel, table=True):
 class Run(SQLModel, table=True):
     id: str = Field(primary_key=True)
     task_id: str = Field(index=True)
-    status: str = Field(default="created", index=True)  # created|running|finalizing|finished
+    status: str = Field(default=RunStatus.created, index=True)  # a RunStatus
     backend: str = "local"
     protocol: str = "heldout"  # heldout|paper
     workspace: str
     token_hash: str | None = Field(default=None, index=True)
     budget_s: float
-    grading_clock: str = "counted"  # counted|paused
+    grading_clock: str = GradingClock.counted
     max_submissions: int | None = None
     seed: int | None = None
     agent: str | None = None
@@ -130,7 +149,7 @@ class Job(SQLModel, table=True):
     id: str = Field(primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
     command: str
-    state: str = "running"  # running|exited|killed|timeout|lost
+    state: str = JobState.running
     exit_code: int | None = None
     is_background: bool = False  # True once it outlived run_command's wait
     log_path: str = ""
@@ -146,7 +165,7 @@ class Submission(SQLModel, table=True):
     run_id: str = Field(index=True, foreign_key="run.id")
     path: str
     note: str | None = None
-    status: str = "queued"  # refused|queued|grading|graded|failed
+    status: str = SubmissionStatus.queued
     error: str | None = None
     checkpoint_dir: str | None = None  # the grader-owned copy
     file_hashes: dict[str, str] = _json(dict)
@@ -161,9 +180,10 @@ class Evaluation(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: str | None = Field(default=None, index=True)
     submission_id: str | None = Field(default=None, index=True)
-    kind: str = "submission"  # submission|baseline|final
+    # an EvaluationKind; stores from before the queue may also hold "final"
+    kind: str = EvaluationKind.submission
     split: str  # dev|test
-    status: str = "done"  # done|failed
+    status: str = EvaluationStatus.done
     score: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
@@ -183,7 +203,7 @@ class GradeRequest(SQLModel, table=True):
     run_id: str = Field(index=True)
     submission_id: str = Field(index=True)
     split: str
-    state: str = Field(default="queued", index=True)  # queued|leased|done|failed
+    state: str = Field(default=GradeState.queued, index=True)
     lease_owner: str | None = None
     lease_until: datetime | None = None
     attempts: int = 0
@@ -200,7 +220,7 @@ class BaselineCache(SQLModel, table=True):
 class BudgetEvent(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
-    kind: str  # clock_start|grading_start|grading_end|exhausted|finished|...
+    kind: str  # a BudgetEventKind
     at: datetime = Field(default_factory=utcnow)
     detail: dict[str, Any] = _json(dict)
 

@@ -9,6 +9,7 @@ from sqlmodel import col, select
 
 from .db import Store
 from .models import Evaluation, Job, Revision, Run, Submission, ToolCall
+from .status import EvaluationKind, EvaluationStatus
 
 #: Revisions recorded when a run is made (the task's own files): not the agent's changes.
 INITIAL_SOURCE = "initial"
@@ -81,7 +82,7 @@ def run_details(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
                        .order_by(col(Evaluation.id))).all()
     scores: dict[str, dict[str, float | None]] = {}
     for sub_id, _kind, split, state, score in evals:
-        scores.setdefault(sub_id, {})[split] = score if state == "done" else None
+        scores.setdefault(sub_id, {})[split] = score if state == EvaluationStatus.done else None
     return {
         "job_list": [{"id": j.id, "state": j.state, "exit_code": j.exit_code,
                       "command": j.command, "started_at": j.started_at.isoformat(),
@@ -104,7 +105,8 @@ def baseline_evaluation(s: Any, run: Run, split: str) -> Evaluation | None:
     if score is None:
         return None
     return s.exec(select(Evaluation).where(
-        Evaluation.kind == "baseline", Evaluation.split == split, Evaluation.score == score)
+        Evaluation.kind == EvaluationKind.baseline, Evaluation.split == split,
+        Evaluation.score == score)
         .order_by(Evaluation.id)).first()  # type: ignore[arg-type]
 
 
@@ -114,7 +116,8 @@ def best_submission(store: Store, run_id: str, split: str) -> tuple[Submission, 
         rows = s.exec(select(Submission, Evaluation).join(
             Evaluation, Evaluation.submission_id == Submission.id).where(  # type: ignore[arg-type]
             Submission.run_id == run_id, Evaluation.split == split,
-            Evaluation.kind == "submission", Evaluation.status == "done")
+            Evaluation.kind == EvaluationKind.submission,
+            Evaluation.status == EvaluationStatus.done)
             .order_by(Submission.created_at)).all()  # type: ignore[arg-type]
     best = None
     for sub, ev in rows:

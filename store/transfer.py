@@ -39,6 +39,7 @@ from .models import (
     ToolCall,
 )
 from .queries import baseline_evaluation
+from .status import EvaluationKind
 
 #: Every table that holds a run's rows, in load order (referenced rows first).
 RUN_TABLES: dict[str, type[SQLModel]] = {
@@ -107,7 +108,7 @@ def dump_run(store: Store, run_id: str) -> RunDump:
             .order_by(col(Evaluation.id))).all()
         baselines = [b for split in ("dev", "test")
                      if (b := baseline_evaluation(s, run, split)) is not None]
-        rows["evaluation"] = baselines + [e for e in evals if e.kind != "baseline"]
+        rows["evaluation"] = baselines + [e for e in evals if e.kind != EvaluationKind.baseline]
         wanted = sorted(_referenced_blobs(run, rows))
         blobs: dict[str, bytes] = {}
         for i in range(0, len(wanted), 500):
@@ -145,7 +146,7 @@ def _insert_all(s: Any, model: type[SQLModel], rows: list[dict[str, Any]],
 def _same_baseline(s: Any, row: dict[str, Any]) -> int | None:
     """The id of a baseline evaluation in the target equal to this one, if any."""
     for ev in s.exec(select(Evaluation).where(
-            Evaluation.kind == "baseline", Evaluation.split == row["split"],
+            Evaluation.kind == EvaluationKind.baseline, Evaluation.split == row["split"],
             Evaluation.score == row["score"], Evaluation.n_items == row["n_items"])).all():
         if ev.provenance == row["provenance"]:
             return ev.id
@@ -188,7 +189,7 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
         evals: dict[int, int] = {}
         fresh = []
         for row in rows.get("evaluation", []):
-            reuse = _same_baseline(s, row) if row.get("kind") == "baseline" else None
+            reuse = _same_baseline(s, row) if row.get("kind") == EvaluationKind.baseline else None
             if reuse is not None:
                 evals[row["id"]] = reuse
             else:

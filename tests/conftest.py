@@ -53,6 +53,14 @@ def store(settings: Settings) -> Iterator[Store]:
     s.close()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with an end-to-end training run (marked slow) first, in their order: with files
+    side by side (pytest-xdist, a file per worker) the long ones then overlap the many short
+    ones instead of ending the session alone on one core."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)  # stable: order within a file kept
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _fixture_task() -> None:
     from . import fixture_task  # noqa: F401  (registers the task)

@@ -33,6 +33,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "store": Store(f"sqlite:///{home / 'a2rl.db'}")}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_demo_improves(demo: dict[str, Any]) -> None:
     s = demo["summary"]

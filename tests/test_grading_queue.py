@@ -153,14 +153,21 @@ def test_crashing_worker_reports_stderr(store: Store, ckpt, tmp_path: Path) -> N
 
 @SQLITE_ONLY
 def test_worker_reads_its_job_from_the_store(store: Store, ckpt, tmp_path: Path) -> None:
+    """The grader is told its job as `process_one` tells it: the spec built from the stored
+    request, its run and its submission (`spec_for`)."""
+    from a2rl.grading import spec_for
     from a2rl.grading.evaluate import EvalResult
     from a2rl.grading.worker import main
 
     settings, copy = ckpt
     req_id = submit(store, "s9", copy)
     out = tmp_path / "result.json"
-    assert main(["--db", store.url, "--request", str(req_id),
-                 "--settings", settings.model_dump_json(), "--out", str(out)]) == 0
+    with store.session() as s:
+        req = s.get(GradeRequest, req_id)
+        assert req is not None
+        spec = spec_for(s.get(Run, req.run_id), s.get(Submission, req.submission_id),  # type: ignore[arg-type]
+                        req.split, settings)
+    assert main(["--spec", spec.model_dump_json(), "--out", str(out)]) == 0
     result = EvalResult.model_validate_json(out.read_text())
     assert result.n_items == 200 and result.provenance["split"] == "dev"
     assert rows(store, Evaluation) == []  # the worker never writes to the store

@@ -137,8 +137,9 @@ def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
 
 
 def test_worker_reads_the_runs_profile_from_the_store(tmp_path: Path) -> None:
-    """`python -m a2rl.grading.worker --db --request`: the spec carries the run's profile."""
-    from a2rl.grading.worker import spec_from_store
+    """The grader's spec, as `process_one` builds it from a stored request: it carries the
+    run's profile."""
+    from a2rl.grading import spec_for
     from a2rl.store import GradeRequest, Submission
 
     url = f"sqlite:///{tmp_path / 'a2rl.db'}"
@@ -152,7 +153,13 @@ def test_worker_reads_the_runs_profile_from_the_store(tmp_path: Path) -> None:
     with store.session() as s:
         for run_id in ("r-a", "r-p"):
             s.add(GradeRequest(run_id=run_id, submission_id=f"s-{run_id}", split="test"))
+    specs = []
+    with store.session() as s:
+        for i in (1, 2):
+            req = s.get(GradeRequest, i)
+            assert req is not None
+            specs.append(spec_for(s.get(Run, req.run_id), s.get(Submission, req.submission_id),  # type: ignore[arg-type]
+                                  req.split, Settings(home=tmp_path)))
     store.close()
-    specs = [spec_from_store(url, i, {}) for i in (1, 2)]
     assert [(sp.task_id, sp.profile, sp.split) for sp in specs] == [
         ("gsm8k", "a2rl", "test"), ("gsm8k", "paper", "test")]

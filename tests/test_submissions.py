@@ -13,8 +13,7 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from a2rl.server import build_server, create_run, finish_run
-from a2rl.store import Evaluation, Run, Store, Submission
-from a2rl.tools.runtime import aware
+from a2rl.store import Evaluation, Run, Store, Submission, aware
 
 from .conftest import require_bwrap
 from .helpers import last_call, text_of

@@ -1,37 +1,35 @@
-"""budget_status, and the rule that ends a run's work at its deadline."""
+"""budget_status: the run's clock as the agent sees it, with its jobs and submissions.
+
+The clock itself (start, deadline, grading time, exhaustion) is `a2rl.server.run.clock`'s; the
+rule that refuses work after the deadline is the server's (`A2RLServer.call_tool`).
+"""
 
 from __future__ import annotations
 
 from sqlalchemy import func
 from sqlmodel import select
 
-from a2rl.store import BudgetEvent, Job, Submission, utcnow
+from a2rl.server.run.clock import read_clock
+from a2rl.store import Job, JobState, Submission, SubmissionStatus
 
 from .results import BudgetStatus
-from .runtime import RunRuntime, aware, current
-from .sandbox.base import JobState
+from .runtime import RunRuntime, current
 
 
 def compute_budget(rt: RunRuntime) -> BudgetStatus:
-    run = rt.run()
-    now = utcnow()
-    started, deadline = aware(run.started_at), aware(run.deadline)
-    used = (now - started).total_seconds() if started else 0.0
-    remaining = (deadline - now).total_seconds() if deadline else run.budget_s
+    run = rt.clock.run()
+    clock = read_clock(run)
     with rt.store.session() as s:
         running = s.exec(select(func.count()).select_from(Job).where(
             Job.run_id == run.id, Job.state == JobState.running)).one()
         submitted = s.exec(select(func.count()).select_from(Submission).where(
-            Submission.run_id == run.id, Submission.status != "refused")).one()
-        grading = s.exec(select(BudgetEvent).where(
-            BudgetEvent.run_id == run.id, BudgetEvent.kind == "grading")).all()
+            Submission.run_id == run.id, Submission.status != SubmissionStatus.refused)).one()
     return BudgetStatus(
-        budget_s=run.budget_s, used_s=round(min(max(used, 0.0), run.budget_s), 3),
-        remaining_s=round(max(remaining, 0.0), 3), clock_started=started is not None,
-        deadline=deadline.isoformat() if deadline else None,
-        exhausted=bool(deadline and now >= deadline) or run.ended_at is not None,
-        jobs_running=running, submissions_used=submitted, max_submissions=run.max_submissions,
-        grading_s=round(sum(float(e.detail.get("seconds", 0)) for e in grading), 3),
+        budget_s=clock.budget_s, used_s=round(clock.used_s, 3),
+        remaining_s=round(clock.remaining_s, 3), clock_started=clock.started_at is not None,
+        deadline=clock.deadline.isoformat() if clock.deadline else None,
+        exhausted=clock.exhausted, jobs_running=running, submissions_used=submitted,
+        max_submissions=run.max_submissions, grading_s=round(rt.clock.grading_s(), 3),
     )
 
 

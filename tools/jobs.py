@@ -14,11 +14,11 @@ from pathlib import Path
 from mcp.server.mcpserver.exceptions import ToolError
 from sqlmodel import select
 
-from a2rl.store import Job
+from a2rl.store import Job, aware
 
 from .output import read_head_tail
 from .results import JobInfo
-from .runtime import RunRuntime, aware
+from .runtime import RunRuntime
 from .sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 
 
@@ -106,7 +106,7 @@ def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
         return []
     sandbox = _attach(rt)
     if sandbox is None:
-        deadline = rt.deadline()
+        deadline = rt.clock.deadline()
         state = (JobState.timeout if deadline and deadline <= datetime.now(UTC)
                  else JobState.lost)
         return [settle(rt, None, row.id, tool_call_id, lost=True, lost_state=state)

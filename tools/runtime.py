@@ -1,8 +1,9 @@
-"""One run as the tools see it: its row, workspace, sandbox, revision scanner and log.
+"""One run as the tools see it: its row, clock, workspace, sandbox, revision scanner and log.
 
 A `RunRuntime` is built once per run per server process and shared by all of that run's
 calls. The tool functions find theirs through `current()`, set by the recording layer for the
-duration of one call.
+duration of one call. The clock is the run's own (`a2rl.server.run.clock`); grading requests
+go to the `GradingHook` the serving process plugged in.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 
 from a2rl.registry import RegistryError, UnknownName
+from a2rl.server.run.clock import RunClock
+from a2rl.server.run.hooks import GradingHook, QueueOnly
 from a2rl.settings import Settings
-from a2rl.store import BudgetEvent, Run, Store, utcnow
+from a2rl.store import Run, Store
 
 from .paths import Workspace
 from .revisions import RevisionScanner
@@ -34,13 +36,6 @@ READONLY_INPUTS = ["base_model", "data", "env"]
 
 def run_dir(run: Run) -> Path:
     return Path(run.workspace).parent
-
-
-def aware(dt: datetime | None) -> datetime | None:
-    """SQLite hands back naive datetimes; everything here is UTC."""
-    if dt is not None and dt.tzinfo is None:
-        return dt.replace(tzinfo=UTC)
-    return dt
 
 
 def run_logger(run_id: str, path: Path) -> logging.Logger:
@@ -75,7 +70,10 @@ def sandbox_owner(settings: Settings) -> tuple[int, int] | None:
 
 
 class RunRuntime:
-    def __init__(self, settings: Settings, store: Store, run: Run) -> None:
+    def __init__(self, settings: Settings, store: Store, run: Run,
+                 grading: GradingHook | None = None) -> None:
+        """`grading` is where submissions go: the serving process's grading pump, or (for a
+        runtime built elsewhere) the queue alone."""
         self.settings, self.store, self.run_id = settings, store, run.id
         self.dir = run_dir(run)
         if run.ended_at is None and (run.config or {}).get("disk_volume"):
@@ -92,8 +90,9 @@ class RunRuntime:
         self.scanner = RevisionScanner(store, run.id, self.workspace.root,
                                        settings.revision_exclude, settings.revision_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
+        self.clock = RunClock(store, run.id, self.log)
+        self.grading: GradingHook = grading or QueueOnly(store)
         self._sandbox: Sandbox | None = None
-        self.grading_pump: Any = None  # set by the serving process; woken on submission
         self._lock = threading.Lock()
 
     def run(self) -> Run:
@@ -101,27 +100,6 @@ class RunRuntime:
             run = s.get(Run, self.run_id)
             assert run is not None
             return run
-
-    def ensure_clock(self) -> Run:
-        """Start the budget clock at the first tool call of a run made with `a2rl create`."""
-        run = self.run()
-        if run.started_at is not None:
-            return run
-        with self._lock, self.store.session() as s:
-            run = s.get(Run, self.run_id)
-            assert run is not None
-            if run.started_at is None:
-                now = utcnow()
-                run.started_at, run.deadline = now, now + timedelta(seconds=run.budget_s)
-                run.status = "running"
-                s.add(run)
-                s.add(BudgetEvent(run_id=run.id, kind="clock_start", at=now,
-                                  detail={"budget_s": run.budget_s}))
-                self.log.info("budget clock started: %.0f s", run.budget_s)
-            return run
-
-    def deadline(self) -> datetime | None:
-        return aware(self.run().deadline)
 
     def has_sandbox(self) -> bool:
         """Whether a supervisor was ever started for this run (by any process)."""
@@ -131,7 +109,6 @@ class RunRuntime:
         """The run's sandbox, started (or reattached) on first use."""
         with self._lock:
             if self._sandbox is None:
-                deadline = self.deadline()
                 # the venv first: its bin/ leads PATH inside the sandbox
                 prefixes = list(dict.fromkeys([Path(sys.prefix).resolve(),
                                                Path(sys.base_prefix).resolve()]))
@@ -146,7 +123,7 @@ class RunRuntime:
                     workspace=self.workspace.root,
                     readonly_paths=self.readonly, control_dir=self.dir / "control",
                     services_dir=self.dir / "services",
-                    deadline=deadline.timestamp() if deadline else 4102444800.0,
+                    deadline=self.clock.deadline_ts(),
                     network=bool(self.config.get("network", False)),
                     require_isolation=not self.config.get("allow_unisolated", False),
                     python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,

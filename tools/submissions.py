@@ -4,8 +4,8 @@ A submission first reserves its row (counted against `--max-submissions` and ins
 transaction, so concurrent calls cannot exceed the limit), then its folder is copied once into
 a grader-owned area outside the sandbox (see `grading.hashing`: no symlink, hard link or
 special file, size caps), and only that copy is validated, hashed and graded; refusals are
-immediate and recorded. The call returns with a submission id while grading goes on in the
-serving process's grading pump.
+immediate and recorded. The call returns with a submission id while grading goes on through
+the run's `GradingHook` (the serving process's grading pump).
 """
 
 from __future__ import annotations
@@ -166,11 +166,8 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
         row.checkpoint_dir, row.file_hashes = str(dest), hashes
         row.snapshot_id, row.status = snapshot_id, "queued"
         s.add(row)
-    grading.enqueue(rt.store, run.id, sub.id, split)
+    rt.grading.request(run.id, sub.id, split)
     rt.log.info("submission %s queued (%s)", sub.id, path)
-    pump = rt.grading_pump
-    if pump is not None:
-        pump.wake()
     warning = ("the weights are very close to the base model's (near copy)"
                if check.near_copy else "")
     return SubmitResult(submission_id=sub.id, status="queued", split=split,

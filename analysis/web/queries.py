@@ -26,9 +26,9 @@ from a2rl.store import (
     Store,
     Submission,
     ToolCall,
+    aware,
 )
 
-from ..data import aware
 from ..improvement import Scored, paired_improvement
 from ..schema import Interval
 

@@ -15,23 +15,16 @@ Methods are synchronous (the tools layer calls them from a worker thread) and ra
 from __future__ import annotations
 
 import os
-from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from a2rl.store.status import JobState  # a job's state is stored: defined with the store's
+
 
 class SandboxError(RuntimeError):
     """A sandbox operation failed; the message is shown to the agent as is."""
-
-
-class JobState(StrEnum):
-    running = "running"
-    exited = "exited"  # ended by itself; exit_code says how
-    killed = "killed"  # by job_kill, a budget stop or the sandbox stopping
-    timeout = "timeout"  # killed at the run's deadline
-    lost = "lost"  # the supervisor that ran it is gone; its fate is unknown
 
 
 class SandboxJob(BaseModel):

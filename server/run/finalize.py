@@ -4,31 +4,35 @@ Under `heldout` the best-dev submission (ties: the earliest) is scored once on t
 test split and that is the final score. Under `paper` every submission was scored on test
 and the final score is the best. With no valid submission the final score is the baseline's
 test score and the improvement is 0. Checkpoint copies that can no longer matter are deleted.
+
+Only this run's queued requests are graded here, each with its run's follow-up (`grade_next`):
+another run's requests wait for a process serving it.
 """
 
 from __future__ import annotations
 
 from sqlmodel import select
 
-from a2rl.grading import drain, enqueue
+from a2rl.grading import enqueue
 from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, Run, Store
+from a2rl.store import Evaluation, EvaluationStatus, Run, Store
 from a2rl.store.queries import best_submission
 
-from .grading_pump import owner_name
+from .grading import grade_queued, owner_name
 
 
 def _test_score(store: Store, submission_id: str) -> Evaluation | None:
     with store.session() as s:
         return s.exec(select(Evaluation).where(
             Evaluation.submission_id == submission_id, Evaluation.split == "test",
-            Evaluation.status == "done")).first()
+            Evaluation.status == EvaluationStatus.done)).first()
 
 
 def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:
+    """Grade what the run still has queued, score its final submission, prune copies."""
     owner = owner_name()
-    drain(store, settings, owner)  # every submission accepted before the deadline
+    grade_queued(store, settings, run_id, owner)  # every submission accepted before the deadline
     with store.session() as s:
         run = s.get(Run, run_id)
         assert run is not None
@@ -42,7 +46,7 @@ def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:
         if best is not None:
             if _test_score(store, best[0].id) is None:
                 enqueue(store, run_id, best[0].id, "test")
-                drain(store, settings, owner)
+                grade_queued(store, settings, run_id, owner)
             ev = _test_score(store, best[0].id)
             if ev is not None:
                 final_sub, final = best[0].id, ev.score

@@ -1,5 +1,8 @@
 """Run lifecycle: create a run (workspace, token, row) and finish it (stop, settle, close).
 
+The clock parts (starting it with the run, closing it) are `RunClock`'s; finishing grades the
+run's own queued requests and scores its final submission (`finalize`).
+
 Layout of a run on disk, all under `$A2RL_HOME/runs/<run id>/`: `workspace/` (what the agent
 sees), `control/` (the sandbox supervisor's socket and token, never visible inside),
 `services/` (unix sockets a sandbox may use) and `run.log` (this run's server events).
@@ -9,18 +12,18 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings, parse_duration
-from a2rl.store import BudgetEvent, Run, Store, utcnow
+from a2rl.store import GradingClock, Run, RunStatus, Store, utcnow
 from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import RunRuntime, run_logger
 from a2rl.tools.sandbox import volume
 
-from .auth import new_token
+from ..auth import new_token
+from .clock import start_row
 from .finalize import finalize_scores
 
 WORKSPACE_DIRS = ["code", "output", "logs"]
@@ -65,7 +68,7 @@ def create_run(
     """
     from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
 
-    if grading_clock not in ("counted", "paused"):
+    if grading_clock not in tuple(GradingClock):
         raise ValueError(f"grading clock must be 'counted' or 'paused', not {grading_clock!r}")
     if protocol not in ("heldout", "paper"):
         raise ValueError(f"protocol must be 'heldout' or 'paper', not {protocol!r}")
@@ -88,7 +91,6 @@ def create_run(
 
         scores = ensure_baseline(store, task, task.base_model_dir(settings), settings)
     token, token_hash = new_token()
-    now = utcnow()
     run = Run(
         id=run_id, task_id=task_id, backend=backend, protocol=protocol, profile=profile,
         workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
@@ -102,13 +104,10 @@ def create_run(
                                                 share_gpus, keep_container)
                 if backend == "docker" else {}},
     )
-    if start_clock:
-        run.started_at, run.deadline, run.status = now, now + timedelta(seconds=budget_s), "running"
     with store.session() as s:
-        s.add(run)
         if start_clock:
-            s.add(BudgetEvent(run_id=run_id, kind="clock_start", at=now,
-                              detail={"budget_s": budget_s}))
+            s.add(start_row(run, utcnow()))
+        s.add(run)
     RevisionScanner(store, run_id, workspace.resolve(), settings.revision_exclude,
                     settings.revision_max_bytes).record_initial()
     run_logger(run_id, root / "run.log").info(
@@ -128,18 +127,9 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt = RunRuntime(settings, store, run)
     stop_all(rt)
     rt.scanner.scan("scan")
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        assert run is not None
-        run.status = "finalizing"
-        s.add(run)
+    rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        assert run is not None
-        run.ended_at, run.status, run.end_reason = utcnow(), "finished", reason
-        s.add(run)
-        s.add(BudgetEvent(run_id=run_id, kind="finished", detail={"reason": reason}))
+    run = rt.clock.close(reason)
     volume.unmount(Path(run.workspace))  # its files stay in the run's workspace.img
     rt.log.info("run finished: %s", reason)
     return run

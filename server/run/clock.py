@@ -1,0 +1,174 @@
+"""`RunClock`: a run's budget clock, the one place that reads or moves it.
+
+The clock lives in the store (the run row's `started_at`, `deadline`, `status` and its
+`BudgetEvent` rows), so every process serving a run sees the same clock and a restarted server
+finds it where it was. It starts when the run starts (`a2rl run`) or at the first tool call
+(`a2rl create`); grading time either counts (the default: the agent's jobs keep running) or,
+under `grading_clock = paused`, moves the deadline by as much once the evaluation is recorded;
+at the deadline it is exhausted once.
+
+Why here and not beside the tools: the tools (`budget_status`, job time limits, the sandbox's
+watchdog), the MCP server's deadline check and the orchestrator all read the same clock. This
+module imports only the store, so the tools can use it without importing the server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func
+from sqlmodel import select
+
+from a2rl.store import (
+    BudgetEvent,
+    BudgetEventKind,
+    GradingClock,
+    Run,
+    RunStatus,
+    Store,
+    aware,
+    utcnow,
+)
+
+#: A deadline far away, for a sandbox whose run's clock has not started (2100-01-01).
+NO_DEADLINE_TS = 4102444800.0
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """The clock at one moment: what `budget_status` reports and the server checks."""
+
+    budget_s: float
+    started_at: datetime | None
+    deadline: datetime | None
+    used_s: float
+    remaining_s: float
+    #: the deadline has passed or the run has ended: only `budget_status` answers now
+    exhausted: bool
+    ended: bool
+    end_reason: str | None
+
+
+def start_row(run: Run, now: datetime) -> BudgetEvent:
+    """Start `run`'s clock on the row itself (the caller adds both in one transaction)."""
+    run.started_at, run.deadline = now, now + timedelta(seconds=run.budget_s)
+    run.status = RunStatus.running
+    return BudgetEvent(run_id=run.id, kind=BudgetEventKind.clock_start, at=now,
+                       detail={"budget_s": run.budget_s})
+
+
+def read_clock(run: Run, now: datetime | None = None) -> ClockReading:
+    """The clock of a run row as it stands at `now` (default: this instant)."""
+    now = now or utcnow()
+    started, deadline = aware(run.started_at), aware(run.deadline)
+    used = (now - started).total_seconds() if started else 0.0
+    remaining = (deadline - now).total_seconds() if deadline else run.budget_s
+    return ClockReading(
+        budget_s=run.budget_s, started_at=started, deadline=deadline,
+        used_s=min(max(used, 0.0), run.budget_s), remaining_s=max(remaining, 0.0),
+        exhausted=bool(deadline and now >= deadline) or run.ended_at is not None,
+        ended=run.ended_at is not None, end_reason=run.end_reason)
+
+
+class RunClock:
+    """One run's clock over the store; cheap to build, safe to share between threads."""
+
+    def __init__(self, store: Store, run_id: str, log: logging.Logger | None = None) -> None:
+        self.store, self.run_id = store, run_id
+        self.log = log or logging.getLogger(f"a2rl.run.{run_id}")
+        self._lock = threading.Lock()
+
+    def run(self) -> Run:
+        with self.store.session() as s:
+            run = s.get(Run, self.run_id)
+            if run is None:
+                raise KeyError(f"run {self.run_id!r} does not exist")
+            return run
+
+    def start(self) -> Run:
+        """Start the clock if it has not started (a run made with `a2rl create` starts at its
+        first tool call); returns the run either way."""
+        run = self.run()
+        if run.started_at is not None:
+            return run
+        # the row locked (SQLite's BEGIN IMMEDIATE serializes writers anyway): two processes
+        # serving the run start one clock
+        with self._lock, self.store.session() as s:
+            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
+            assert run is not None
+            if run.started_at is None:
+                s.add(start_row(run, utcnow()))
+                s.add(run)
+                self.log.info("budget clock started: %.0f s", run.budget_s)
+            return run
+
+    def deadline(self) -> datetime | None:
+        return aware(self.run().deadline)
+
+    def deadline_ts(self) -> float:
+        """The deadline as a UNIX time, far away while the clock has not started (what a
+        sandbox's watchdog and a job's time limit take)."""
+        deadline = self.deadline()
+        return deadline.timestamp() if deadline else NO_DEADLINE_TS
+
+    def read(self, now: datetime | None = None) -> ClockReading:
+        return read_clock(self.run(), now)
+
+    def grading_s(self) -> float:
+        """Grading time recorded so far (whether or not it counted against the budget)."""
+        with self.store.session() as s:
+            details = s.exec(select(BudgetEvent.detail).where(
+                BudgetEvent.run_id == self.run_id,
+                BudgetEvent.kind == BudgetEventKind.grading)).all()
+        return sum(float((d or {}).get("seconds", 0)) for d in details)
+
+    def record_grading(self, seconds: float, submission_id: str | None,
+                       split: str | None) -> datetime | None:
+        """The clock around one evaluation: note its grading time and, under a paused grading
+        clock, resume it by moving the deadline that much later. Returns the new deadline
+        when it moved (an ended run's deadline never moves)."""
+        with self.store.session() as s:
+            run = s.get(Run, self.run_id)
+            if run is None:
+                return None
+            s.add(BudgetEvent(run_id=run.id, kind=BudgetEventKind.grading, detail={
+                "seconds": round(seconds, 3), "submission_id": submission_id, "split": split}))
+            if (run.grading_clock != GradingClock.paused or run.deadline is None
+                    or run.ended_at is not None):
+                return None
+            run.deadline = aware(run.deadline) + timedelta(seconds=seconds)  # type: ignore[operator]
+            s.add(run)
+            return run.deadline
+
+    def exhaust(self) -> bool:
+        """Note that the deadline passed, once; True the first time (the caller then stops
+        the run's jobs)."""
+        with self.store.session() as s:
+            seen = s.exec(select(func.count()).select_from(BudgetEvent).where(
+                BudgetEvent.run_id == self.run_id,
+                BudgetEvent.kind == BudgetEventKind.exhausted)).one()
+            if seen:
+                return False
+            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.exhausted))
+            return True
+
+    def set_status(self, status: RunStatus) -> None:
+        with self.store.session() as s:
+            run = s.get(Run, self.run_id)
+            assert run is not None
+            run.status = status
+            s.add(run)
+
+    def close(self, reason: str) -> Run:
+        """Stop the clock for good: the run has ended, for `reason`."""
+        with self.store.session() as s:
+            run = s.get(Run, self.run_id)
+            assert run is not None
+            run.ended_at, run.status, run.end_reason = utcnow(), RunStatus.finished, reason
+            s.add(run)
+            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.finished,
+                              detail={"reason": reason}))
+            return run

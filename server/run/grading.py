@@ -1,0 +1,125 @@
+"""Grading for a run: queue a submission, grade it, and do what follows for its run.
+
+The queue itself (lease, grader process, `Evaluation` row) is `a2rl.grading.queue`'s. What
+follows a graded request belongs to its run and is done here, whoever graded it: the grading
+time goes on the run's clock (and, under a paused grading clock, moves its deadline), and
+checkpoint copies that can no longer matter are pruned. `grade_next` is the only way this
+package grades, so the pump and finalization cannot differ on that follow-up.
+
+The pump drains the queue in whichever process serves runs. Queue rows live in the store and
+are claimed with a lease, so any number of serving processes (`a2rl serve`, `a2rl run`,
+`a2rl finish`) can pump side by side and a request whose process died is claimed again when
+its lease expires. Each evaluation runs in its own grader process; the pump's thread only
+waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from datetime import datetime
+
+from a2rl.grading import enqueue, process_one
+from a2rl.grading.pruning import prune_copies
+from a2rl.settings import Settings
+from a2rl.store import Evaluation, GradeRequest, Store, aware, utcnow
+
+from .clock import RunClock
+from .hooks import DeadlineMoved
+
+log = logging.getLogger(__name__)
+
+
+def owner_name() -> str:
+    """A lease owner unique to this process and call."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def record_grading(store: Store, req: GradeRequest) -> datetime | None:
+    """Put one graded request's grading time on its run's clock; returns the new deadline
+    when a paused grading clock moved it."""
+    with store.session() as s:
+        ev = s.get(Evaluation, req.evaluation_id) if req.evaluation_id else None
+    if ev is None:
+        return None
+    started, ended = aware(ev.started_at), aware(ev.ended_at) or utcnow()
+    seconds = (ended - started).total_seconds() if started else 0.0
+    return RunClock(store, req.run_id).record_grading(seconds, req.submission_id, req.split)
+
+
+def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None = None,
+               on_deadline: DeadlineMoved | None = None) -> GradeRequest | None:
+    """Grade the oldest claimable request (of `run_id` only, when given) and do its run's
+    follow-up; None when there was nothing to grade."""
+    req = process_one(store, settings, owner, run_id=run_id)
+    if req is None:
+        return None
+    with store.session() as s:  # the claimed copy predates its evaluation
+        req = s.get(GradeRequest, req.id) or req
+    prune_copies(store, req.run_id)
+    moved = record_grading(store, req)
+    if moved is not None and on_deadline is not None:
+        on_deadline(req.run_id, moved)
+    return req
+
+
+def grade_queued(store: Store, settings: Settings, run_id: str,
+                 owner: str | None = None) -> int:
+    """Grade the run's queued requests, and only its own, until none is left; returns how
+    many were graded (finalization waits on this)."""
+    owner = owner or owner_name()
+    n = 0
+    while grade_next(store, settings, owner, run_id=run_id) is not None:
+        n += 1
+    return n
+
+
+class GradingPump:
+    """The serving process's `GradingHook`: queues a request and wakes a thread that grades
+    every run's requests in the background."""
+
+    def __init__(self, settings: Settings, store: Store, idle_poll_s: float = 1.0,
+                 on_deadline: DeadlineMoved | None = None) -> None:
+        self.settings, self.store, self.idle_poll_s = settings, store, idle_poll_s
+        self.on_deadline = on_deadline
+        self.owner = owner_name()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def request(self, run_id: str, submission_id: str, split: str) -> int:
+        req_id = enqueue(self.store, run_id, submission_id, split)
+        self.wake()
+        return req_id
+
+    def start(self) -> GradingPump:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="a2rl-grading", daemon=True)
+            self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        """Start the thread on first use, or cut its idle wait short."""
+        self.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                req = grade_next(self.store, self.settings, self.owner,
+                                 on_deadline=self.on_deadline)
+            except Exception:  # a broken request must not stop grading for everyone
+                log.exception("grading failed")
+                req = None
+            if req is None:
+                self._wake.wait(self.idle_poll_s)
+                self._wake.clear()

@@ -1,0 +1,70 @@
+"""The states the store's rows move through, each defined once.
+
+Why `StrEnum`s over plain `str` columns: the columns stay `VARCHAR` holding the same words as
+ever (no migration, and analysts keep querying `status = 'graded'`), while code compares and
+assigns named members, so a typo is an `AttributeError` instead of a branch never taken. A row
+read back holds a plain `str`; a `StrEnum` member compares equal to it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    created = "created"  # made with `a2rl create`; the clock starts at the first tool call
+    running = "running"  # the budget clock runs
+    finalizing = "finalizing"  # jobs stopped; queued grading and the final score in progress
+    finished = "finished"
+    failed = "failed"  # an `a2rl fleet` run whose node was lost before it could finalize
+
+
+class GradingClock(StrEnum):
+    """Whether grading time counts against the budget (`counted`) or moves the deadline by as
+    much (`paused`)."""
+
+    counted = "counted"
+    paused = "paused"
+
+
+class SubmissionStatus(StrEnum):
+    validating = "validating"  # reserved (counted against the limit), being copied and checked
+    refused = "refused"
+    queued = "queued"
+    grading = "grading"
+    graded = "graded"
+    failed = "failed"
+
+
+class EvaluationStatus(StrEnum):
+    done = "done"
+    failed = "failed"
+
+
+class EvaluationKind(StrEnum):
+    submission = "submission"
+    baseline = "baseline"
+
+
+class GradeState(StrEnum):
+    """A grading queue row: `leased` while a grader holds it (until `lease_until`)."""
+
+    queued = "queued"
+    leased = "leased"
+    done = "done"
+    failed = "failed"
+
+
+class JobState(StrEnum):
+    running = "running"
+    exited = "exited"  # ended by itself; exit_code says how
+    killed = "killed"  # by job_kill, a budget stop or the sandbox stopping
+    timeout = "timeout"  # killed at the run's deadline
+    lost = "lost"  # the supervisor that ran it is gone; its fate is unknown
+
+
+class BudgetEventKind(StrEnum):
+    clock_start = "clock_start"
+    grading = "grading"  # one evaluation's grading time (detail: seconds, submission, split)
+    exhausted = "exhausted"  # the deadline passed; jobs were stopped
+    finished = "finished"  # the run was closed (detail: reason)
