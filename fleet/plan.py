@@ -47,6 +47,9 @@ class FleetPlan(BaseModel):
     profile: str = Field("a2rl", description="evaluation profile: a2rl or paper")
     max_submissions: int | None = None
     seed: int | None = Field(None, description="repeat i runs with seed + i")
+    task_options: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="task id -> its options (`[task_options.<id>]`; "
+        "-T on `a2rl run`)")
 
     model_config = {"extra": "forbid"}
 
@@ -85,7 +88,8 @@ class FleetPlan(BaseModel):
                             profile=self.profile,
                             max_submissions=self.max_submissions,
                             seed=None if self.seed is None else self.seed + i,
-                            options=dict(agent.options)))
+                            options=dict(agent.options),
+                            task_options=dict(self.task_options.get(task, {}))))
         return out
 
 
@@ -104,6 +108,7 @@ class RunSpec(BaseModel):
     max_submissions: int | None = None
     seed: int | None = None
     options: dict[str, str] = Field(default_factory=dict)
+    task_options: dict[str, str] = Field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str, int]:

@@ -178,6 +178,7 @@ def process_one(
             error = "the submission has no stored checkpoint copy to evaluate"
         else:
             spec = {"task_id": run.task_id, "profile": run.profile,
+                    "task_options": run.task_options,
                     "checkpoint_dir": sub.checkpoint_dir,
                     "split": req.split, "settings": settings.model_dump(mode="json")}
             result, error, elapsed = run_worker(spec, timeout_s)

@@ -34,6 +34,9 @@ from .gpu_memory import GpuMemoryUnavailable
 class WorkerSpec(BaseModel):
     task_id: str
     profile: str = "a2rl"  # the run's evaluation profile (a2rl.tasks.profiles)
+    #: the run's task options as recorded when it was made (a2rl.tasks.options): the grader
+    #: evaluates with exactly those, whatever its own settings say
+    task_options: dict[str, Any] = {}
     checkpoint_dir: str
     split: str
     settings: dict[str, Any] = {}
@@ -53,6 +56,7 @@ def spec_from_store(db_url: str, request_id: int, settings: dict[str, Any]) -> W
             if sub is None or not sub.checkpoint_dir or run is None:
                 raise SystemExit(f"grade request {request_id} has no stored checkpoint")
             return WorkerSpec(task_id=run.task_id, profile=run.profile,
+                              task_options=run.task_options,
                               checkpoint_dir=sub.checkpoint_dir,
                               split=req.split, settings=settings)
     finally:
@@ -64,7 +68,7 @@ def run_spec(spec: WorkerSpec) -> str:
 
     from .evaluate import evaluate
 
-    task = get_task(spec.task_id, spec.profile)
+    task = get_task(spec.task_id, spec.profile).with_options(spec.task_options)
     result = evaluate(task, Path(spec.checkpoint_dir), spec.split,  # type: ignore[arg-type]
                       Settings(**spec.settings))
     return result.model_dump_json()

@@ -19,14 +19,13 @@ from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 
+from a2rl.layout import LEGACY_READONLY_INPUTS
 from a2rl.settings import Settings
 from a2rl.store import BudgetEvent, Run, Store, utcnow
 
 from .paths import Workspace
 from .revisions import RevisionScanner
 from .sandbox.base import Sandbox, SandboxSpec
-
-READONLY_INPUTS = ["base_model", "data", "env"]
 
 
 def run_dir(run: Run) -> Path:
@@ -38,6 +37,17 @@ def aware(dt: datetime | None) -> datetime | None:
     if dt is not None and dt.tzinfo is None:
         return dt.replace(tzinfo=UTC)
     return dt
+
+
+def readonly_inputs(run: Run) -> list[str]:
+    """The workspace paths mounted read-only for `run`: those its task declared
+    (`Task.readonly_paths`, recorded when the run was made), else, for an older run, the
+    folders of `a2rl.layout.LEGACY_READONLY_INPUTS` it has. A declared path is kept even when
+    the task wrote nothing there: the file tools still refuse to create it."""
+    declared = run.readonly_paths
+    if declared is not None:
+        return [p.strip("/") for p in declared]
+    return [p for p in LEGACY_READONLY_INPUTS if (Path(run.workspace) / p).exists()]
 
 
 def run_logger(run_id: str, path: Path) -> logging.Logger:
@@ -76,7 +86,7 @@ class RunRuntime:
     def __init__(self, settings: Settings, store: Store, run: Run) -> None:
         self.settings, self.store, self.run_id = settings, store, run.id
         self.dir = run_dir(run)
-        readonly = [p for p in READONLY_INPUTS if (Path(run.workspace) / p).exists()]
+        readonly = readonly_inputs(run)
         self.workspace = Workspace(Path(run.workspace), readonly)
         self.readonly = readonly
         self.backend = run.backend

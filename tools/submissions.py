@@ -63,7 +63,10 @@ class SubmitResult(BaseModel):
     hint: str
 
 
-class ScoreResult(BaseModel):
+class SubmissionScore(BaseModel):
+    """What the agent is told about one submission's grading (the `score` tool's answer):
+    status and aggregate only, never per-item results (those are the grader's `TaskScore`)."""
+
     submission_id: str | None
     status: str = Field(description="queued, grading, graded, failed, refused or none")
     split: str | None = None
@@ -207,7 +210,7 @@ def _score_of(rt: RunRuntime, sub: Submission, split: str) -> Evaluation | None:
         ).first()
 
 
-def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
+def score_result(rt: RunRuntime, submission_id: str | None) -> SubmissionScore:
     run = rt.run()
     split = feedback_split(run)
     baseline = _baseline(run, split)
@@ -217,7 +220,7 @@ def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
                   best_score=best[1].score if best else None)
     if submission_id is None:
         if best is None:
-            return ScoreResult(submission_id=None, status="none", **common,  # type: ignore[arg-type]
+            return SubmissionScore(submission_id=None, status="none", **common,  # type: ignore[arg-type]
                                note="no graded submission yet")
         sub, ev = best
     else:
@@ -227,13 +230,13 @@ def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
             raise ToolError(f"no submission {submission_id!r} in this run")
         ev = _score_of(rt, sub, split)
     if ev is None or sub.status in ("queued", "grading", "refused", RESERVED):
-        return ScoreResult(submission_id=sub.id, status=sub.status, error=sub.error,
+        return SubmissionScore(submission_id=sub.id, status=sub.status, error=sub.error,
                            **common)  # type: ignore[arg-type]
     if ev.status != "done":
-        return ScoreResult(submission_id=sub.id, status="failed", error=ev.error,
+        return SubmissionScore(submission_id=sub.id, status="failed", error=ev.error,
                            **common)  # type: ignore[arg-type]
     improvement = None if ev.score is None or baseline is None else ev.score - baseline
-    return ScoreResult(submission_id=sub.id, status="graded", score=ev.score, ci_low=ev.ci_low,
+    return SubmissionScore(submission_id=sub.id, status="graded", score=ev.score, ci_low=ev.ci_low,
                        ci_high=ev.ci_high, improvement=improvement, **common)  # type: ignore[arg-type]
 
 
@@ -242,7 +245,7 @@ async def get_score(
         description="the submission to look at; omit for the best so far")] = None,
     wait_s: Annotated[float, Field(ge=0, le=MAX_SCORE_WAIT_S, description=(
         "wait up to this many seconds for grading to finish"))] = 0,
-) -> ScoreResult:
+) -> SubmissionScore:
     """A submission's score with the baseline and the improvement, or the best so far.
 
     Under the default `heldout` protocol scores are on a hidden dev split; the final score
