@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from .layout import BASE_MODEL, DATA, ENV, LOGS, OUTPUT
+
 ENV_PREFIX = "A2RL_"
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
 
@@ -35,7 +37,7 @@ class Settings(BaseModel):
     revision_max_bytes: int = Field(1_000_000, description="larger files are not revisioned")
     revision_exclude: list[str] = Field(
         default_factory=lambda: [
-            "output/*", "logs/*", "base_model/*", "data/*", "env/*", ".cache/*",
+            f"{OUTPUT}/*", f"{LOGS}/*", f"{BASE_MODEL}/*", f"{DATA}/*", f"{ENV}/*", ".cache/*",
             "*/__pycache__/*", "__pycache__/*", "*.pyc", ".a2rl/*",
         ],
         description="glob patterns (workspace-relative) never revisioned",

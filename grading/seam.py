@@ -126,3 +126,7 @@ class GradedTask(Protocol):
     def options_record(self, settings: Settings) -> dict[str, Any]:
         """The task's resolved options, as recorded in provenance."""
         ...
+
+    def options_defaults(self) -> dict[str, Any]:
+        """The task's options at their defaults (a baseline's key names only changed ones)."""
+        ...

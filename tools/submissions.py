@@ -22,6 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
+from a2rl.layout import BASE_MODEL, OUTPUT
 from a2rl.store import Evaluation, Run, Submission
 from a2rl.store.queries import best_submission
 
@@ -122,7 +123,7 @@ def _refuse(rt: RunRuntime, sub: Submission, error: str, dest: object) -> ToolEr
 
 def _base_bytes(rt: RunRuntime) -> int:
     try:
-        return sum(e.st.st_size for e in rt.workspace.fs().walk(("base_model",), max_depth=4))
+        return sum(e.st.st_size for e in rt.workspace.fs().walk((BASE_MODEL,), max_depth=4))
     except (WorkspaceError, WalkCapped):
         return 0
 
@@ -139,7 +140,7 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
     except WorkspaceError as exc:
         raise _refuse(rt, sub, str(exc), None) from None
     shown = show(parts)
-    if parts[:1] != ("output",) or len(parts) < 2:
+    if parts[:1] != (OUTPUT,) or len(parts) < 2:
         raise _refuse(rt, sub, f"{shown} is not under output/: checkpoints must be directories "
                       "under output/, for example output/sft", None)
     dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
@@ -158,7 +159,7 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
             error = (f"{shown} is a file; pass the checkpoint directory that holds config.json "
                      "and the weights")
         raise _refuse(rt, sub, error, dest) from None
-    check = grading.validate_copy(dest, rt.workspace.root / "base_model", shown)
+    check = grading.validate_copy(dest, rt.workspace.root / BASE_MODEL, shown)
     if not check.ok:
         raise _refuse(rt, sub, check.error or "invalid checkpoint", dest)
     snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
