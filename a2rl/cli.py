@@ -857,7 +857,7 @@ def fleet(
         raise typer.Exit(1)
 
 
-def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, str]],
+def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, Any]],
                         pairs: list[str] | None, settings: Settings,
                         profile: str) -> dict[str, dict[str, str]]:
     """Each task's options: the plan's `[task_options.<id>]`, then `-T TASK.KEY=VALUE` for
@@ -869,18 +869,18 @@ def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, str]],
     except OptionsError as exc:
         _fail(str(exc))
         raise
+    unknown = sorted({k.rpartition(".")[0] for k in given if "." in k} - set(tasks))
+    if unknown:
+        _fail(f"-T {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a task of this plan")
     out: dict[str, dict[str, str]] = {}
     for task in tasks:
-        mine = {**planned.get(task, {})}
+        mine = {k: str(v) for k, v in planned.get(task, {}).items()}
         for key, value in given.items():
             target, dot, name = key.rpartition(".")
             if not dot:
                 mine[key] = value
             elif target == task:
                 mine[name] = value
-        unknown = sorted({k.rpartition(".")[0] for k in given if "." in k} - set(tasks))
-        if unknown:
-            _fail(f"-T {unknown[0]}.…: {unknown[0]!r} is not a task of this plan")
         pairs_of_task = [f"{k}={v}" for k, v in mine.items()]
         out[task] = _task_options(task, pairs_of_task, settings, profile)
     return {task: opts for task, opts in out.items() if opts}

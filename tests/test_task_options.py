@@ -309,3 +309,18 @@ def test_tasks_and_grading_meet_only_at_the_seam() -> None:
                         if m.startswith("a2rl.tasks")}
     # only the worker, which finds a run's task by id through the registry
     assert grading_to_tasks == {("grading/worker.py", "a2rl.tasks")}
+
+
+def test_fleet_plans_carry_task_options_to_each_run() -> None:
+    from a2rl.fleet.node import run_argv
+    from a2rl.fleet.plan import FleetPlan
+
+    plan = FleetPlan.model_validate({
+        "name": "f", "tasks": ["gsm8k", "arith"], "agents": [{"name": "reference"}],
+        "task_options": {"gsm8k": {"data_dir": "/d", "base_model": "tiny-llama"}}})
+    runs = {r.task: r for r in plan.runs()}
+    assert runs["gsm8k"].task_options == {"data_dir": "/d", "base_model": "tiny-llama"}
+    assert runs["arith"].task_options == {}
+    argv = run_argv(runs["gsm8k"], "node-1", [])
+    assert argv[argv.index("-T") + 1] in ("data_dir=/d", "base_model=tiny-llama")
+    assert argv.count("-T") == 2 and "-T" not in run_argv(runs["arith"], "node-1", [])
