@@ -133,11 +133,6 @@ class Settings(BaseModel):
     def runs_dir(self) -> Path:
         return self.home_dir / "runs"
 
-    def base_model_of(self, task_id: str) -> str:
-        """The configured base model of `task_id` ("" when the task's default applies).
-        Deprecated: a task's option `base_model` (`Task.base_model_name`) is the full rule."""
-        return self.task_base_models.get(task_key(task_id)) or self.base_model
-
 
 def task_key(task_id: str) -> str:
     """A task id as it appears in variable names: `A2RL_<KEY>_BASE_MODEL`, lower-cased."""
