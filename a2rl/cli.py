@@ -107,6 +107,9 @@ ProfileOpt = Annotated[choices(*PROFILES), typer.Option(
     help="evaluation profile: a2rl (ours) or paper (the reference harness's; "
     "docs/paper-fidelity.md)")]
 MaxSubmissionsOpt = Annotated[int | None, typer.Option(min=1, help="default: unlimited")]
+TaskOptionOpt = Annotated[list[str] | None, typer.Option(
+    "-T", "--task-option", metavar="KEY=VALUE",
+    help="a task option (repeatable; see a2rl tasks <id>), over [tasks.<id>] in config.toml")]
 
 _quiet = False  # --quiet: no progress lines
 
@@ -184,6 +187,24 @@ def _check_run_options(task: str | None = None, budget: str | None = None) -> No
             get_task(task)
         except KeyError as exc:
             _fail(_message(exc))
+
+
+def _task_options(task: str, pairs: list[str] | None, settings: Settings,
+                  profile: str = "a2rl") -> dict[str, str]:
+    """`-T key=value` pairs for `task`, checked against its options now: a bad key or value
+    is one line naming the task, the key and what is allowed, before anything is made."""
+    from a2rl.tasks import OptionsError, get_task, parse_assignments
+
+    try:
+        given = parse_assignments(pairs or [])
+        get_task(task, profile).with_options(given).options(settings)
+    except OptionsError as exc:
+        _fail(str(exc))
+        raise
+    except (KeyError, ValueError) as exc:
+        _fail(_message(exc))
+        raise
+    return given
 
 
 def _settings(**overrides: Any) -> Settings:
@@ -322,6 +343,7 @@ def create(
     gpus: GpusOpt = None,
     network: NetworkOpt = "none",
     keep_container: KeepOpt = False,
+    task_option: TaskOptionOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
@@ -331,6 +353,7 @@ def create(
     settings = _settings(backend=backend)
     options = _sandbox_options(gpus, network, keep_container)
     _check_run_options(task, budget)
+    task_options = _task_options(task, task_option, settings, profile)
     store = _store(settings)
     say = _progress()
     say(f"creating a run of '{task}' and scoring the base model (the baseline; cached after "
@@ -339,7 +362,7 @@ def create(
         created = create_run(settings, store, task_id=task, budget=budget,
                              max_submissions=max_submissions, unsafe_local=unsafe_local or None,
                              protocol=protocol, grading_clock=grading_clock, profile=profile,
-                             **options)
+                             task_options=task_options, **options)
     except (KeyError, ValueError, SandboxError) as exc:
         _fail(_message(exc))
         return
@@ -568,6 +591,7 @@ def run_cmd(
         help="--agent llm: the variable holding the endpoint's key")] = "OPENAI_API_KEY",
     agent_option: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE passed to the connector, e.g. anthropic_base_url=http://...")] = None,
+    task_option: TaskOptionOpt = None,
     fleet: Annotated[str | None, typer.Option(hidden=True, help="set by a2rl fleet")] = None,
     fleet_repeat: Annotated[int | None, typer.Option(hidden=True)] = None,
     fleet_node: Annotated[str | None, typer.Option(hidden=True)] = None,
@@ -583,6 +607,7 @@ def run_cmd(
         agent_options["llm_base_url"] = llm_base_url
     agent_options.update(_key_values(agent_option, "--agent-option"))
     _check_run_options(task, budget)
+    task_options = _task_options(task, task_option, settings, profile)
     try:
         check_options(RunOptions(task=task, agent=agent, model=model, budget=budget,
                                  agent_options=agent_options))
@@ -595,7 +620,7 @@ def run_cmd(
         opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
                           protocol=protocol, profile=profile, max_submissions=max_submissions,
                           seed=None if seed is None else seed + i, agent_options=agent_options,
-                          sandbox=sandbox,
+                          sandbox=sandbox, task_options=task_options,
                           fleet_id=fleet, fleet_node=fleet_node,
                           fleet_repeat=None if fleet is None else (fleet_repeat or 0) + i)
         try:
@@ -770,6 +795,9 @@ def fleet(
         help="evaluation profile: a2rl (ours) or paper (docs/paper-fidelity.md)")] = None,
     agent_option: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE passed to every agent's connector")] = None,
+    task_option: Annotated[list[str] | None, typer.Option(
+        "-T", "--task-option", metavar="[TASK.]KEY=VALUE",
+        help="a task option for every task of the plan, or for TASK only (repeatable)")] = None,
     address: Annotated[str | None, typer.Option(
         help="auto, ray://HOST:10001 or HOST:6379; default: a local Ray instance")] = None,
     slots: Annotated[int, typer.Option(
@@ -809,6 +837,8 @@ def fleet(
         for a in plan.agents:
             a.options.update(options)
     settings = _settings()
+    plan.task_options = _fleet_task_options(plan.tasks, plan.task_options, task_option,
+                                            settings, plan.profile)
     store = _store(settings)
     if address and store.dialect == "sqlite":
         typer.echo("a2rl: warning: the store is a SQLite file, which nodes on other machines "
@@ -830,6 +860,35 @@ def fleet(
         typer.echo(f"compare them: a2rl compare --fleet {result.fleet}")
     if result.stopped or any(r.state == "failed" for r in result.runs):
         raise typer.Exit(1)
+
+
+def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, Any]],
+                        pairs: list[str] | None, settings: Settings,
+                        profile: str) -> dict[str, dict[str, str]]:
+    """Each task's options: the plan's `[task_options.<id>]`, then `-T TASK.KEY=VALUE` for
+    one task and `-T KEY=VALUE` for all; each checked against its task before Ray starts."""
+    from a2rl.tasks import OptionsError, parse_assignments
+
+    try:
+        given = parse_assignments(pairs or [])
+    except OptionsError as exc:
+        _fail(str(exc))
+        raise
+    unknown = sorted({k.rpartition(".")[0] for k in given if "." in k} - set(tasks))
+    if unknown:
+        _fail(f"-T {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a task of this plan")
+    out: dict[str, dict[str, str]] = {}
+    for task in tasks:
+        mine = {k: str(v) for k, v in planned.get(task, {}).items()}
+        for key, value in given.items():
+            target, dot, name = key.rpartition(".")
+            if not dot:
+                mine[key] = value
+            elif target == task:
+                mine[name] = value
+        pairs_of_task = [f"{k}={v}" for k, v in mine.items()]
+        out[task] = _task_options(task, pairs_of_task, settings, profile)
+    return {task: opts for task, opts in out.items() if opts}
 
 
 @app.command("export")
@@ -889,13 +948,20 @@ def import_cmd(
 
 @app.command()
 def tasks(
+    task_id: Annotated[str | None, typer.Argument(
+        metavar="[TASK]", help="one task: its options (set with -T key=value)")] = None,
     profile: Annotated[choices(*PROFILES) | None, typer.Option(
         help="show the evaluation settings in force under this profile (a2rl or paper)")
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List the tasks with their levels; with --profile, each task's evaluation settings."""
+    """List the tasks with their levels; with --profile, each task's evaluation settings;
+    with a task id, its options."""
     from a2rl.tasks import list_tasks, task_load_errors
+
+    if task_id is not None:
+        _print_task_options(task_id, as_json)
+        return
 
     try:
         found = list_tasks(profile)
@@ -925,6 +991,40 @@ def tasks(
         return
     for r in rows:
         typer.echo(f"{r['id']:12} level {r['level']}  {r['title']}")
+
+
+def _print_task_options(task_id: str, as_json: bool) -> None:
+    """`a2rl tasks <id>`: the task's options (name, type, default, description) and the
+    values now in force from config.toml and the deprecated settings."""
+    from a2rl.tasks import OptionsError, get_task
+
+    try:
+        task = get_task(task_id)
+    except KeyError as exc:
+        _fail(_message(exc))
+        raise
+    rows = task.options_model.describe()
+    try:
+        current = task.options_record(_settings())
+    except OptionsError as exc:
+        _fail(str(exc))
+        raise
+    for row in rows:
+        row["value"] = current.get(row["name"])
+    if as_json:
+        _print_json({"id": task.spec.id, "title": task.spec.title, "options": rows})
+        return
+    typer.echo(f"{task.spec.id}: {task.spec.title} (level {task.spec.level})")
+    typer.echo("options (-T key=value, or [tasks." + task.spec.id + "] in config.toml):")
+    for row in rows:
+        default = row["default"] if row["default"] != "" else '""'
+        typer.echo(f"  {row['name']:16} {row['type']:6} default {default}")
+        note = row["description"]
+        if row["deprecated_setting"]:
+            note += f" (deprecated setting: {row['deprecated_setting']})"
+        typer.echo(f"      {note}")
+        if row["value"] != row["default"]:
+            typer.echo(f"      now: {row['value']!r}")
 
 
 @app.command()

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from .layout import BASE_MODEL, DATA, ENV, LOGS, OUTPUT
+
 ENV_PREFIX = "A2RL_"
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
 
@@ -35,7 +37,7 @@ class Settings(BaseModel):
     revision_max_bytes: int = Field(1_000_000, description="larger files are not revisioned")
     revision_exclude: list[str] = Field(
         default_factory=lambda: [
-            "output/*", "logs/*", "base_model/*", "data/*", "env/*", ".cache/*",
+            f"{OUTPUT}/*", f"{LOGS}/*", f"{BASE_MODEL}/*", f"{DATA}/*", f"{ENV}/*", ".cache/*",
             "*/__pycache__/*", "__pycache__/*", "*.pyc", ".a2rl/*",
         ],
         description="glob patterns (workspace-relative) never revisioned",
@@ -69,31 +71,31 @@ class Settings(BaseModel):
                                    "log; more ends the job as a log flood")
     base_model: str = Field("", description="base model of every task (hub id, folder or "
                             "tiny-llama); empty: each task's own default")
+    tasks: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="each task's options, from the [tasks.<id>] tables "
+        "of config.toml (`a2rl tasks <id>` lists them; -T key=value overrides)")
+    # Deprecated aliases of task options (a2rl.tasks.options): each still sets its task's
+    # option when given, under [tasks.<id>] and -T. Kept so that existing configurations and
+    # variables (A2RL_GSM8K_DIR...) go on working; new task options are never added here.
     task_base_models: dict[str, str] = Field(
-        default_factory=dict, description="base model per task, over base_model (env: "
-        "A2RL_<TASK>_BASE_MODEL, or A2RL_TASK_BASE_MODELS=task=model,task=model)")
-    gsm8k_dir: str = Field("", description="folder with GSM8K train.jsonl and test.jsonl "
-                           "(in the dataset's schema) instead of the Hugging Face hub")
-    alpacaeval_dir: str = Field("", description="folder with the AlpacaEval JSON file and "
-                                "alpaca.jsonl instead of the Hugging Face hub")
+        default_factory=dict, description="deprecated: -T base_model= / [tasks.<id>] "
+        "base_model. Base model per task (env: A2RL_<TASK>_BASE_MODEL, or "
+        "A2RL_TASK_BASE_MODELS=task=model,task=model)")
+    gsm8k_dir: str = Field("", description="deprecated: gsm8k option data_dir")
+    alpacaeval_dir: str = Field("", description="deprecated: alpacaeval option data_dir")
     alpacaeval_reference_file: str = Field(
         "alpaca_eval_gpt4_baseline.json",
-        description="AlpacaEval reference outputs (2.0: gpt4 baseline; 1.0: alpaca_eval.json)")
-    webshop_dir: str = Field("", description="folder with WebShop's data files (items_shuffle*"
-                             ".json, items_ins_v2*.json, items_human_ins.json)")
-    webshop_num_products: int = Field(0, description="WebShop products used, the first N of "
-                                      "the file (the original's num_products; 0: all)")
-    alfworld_dir: str = Field("", description="folder with ALFWorld's json_2.1.1/ games "
-                              "(`a2rl alfworld download`); empty: $A2RL_HOME/data/alfworld")
-    deepsearchqa_dir: str = Field("", description="folder with DeepSearchQA's DSQA-full.csv "
-                                  "instead of the Hugging Face hub")
-    deepsearchqa_corpus: str = Field("", description="DeepSearchQA offline search corpus: a "
-                                     "jsonl file (or folder of them) of {id, title, text}")
-    deepsearchqa_search_url: str = Field("", description="DeepSearchQA web search endpoint "
-                                         "(POST JSON {query, k}); used over the corpus when "
-                                         "its key is set")
-    deepsearchqa_search_key_env: str = Field("A2RL_SEARCH_API_KEY", description="name of the "
-                                             "variable holding the web search endpoint's key")
+        description="deprecated: alpacaeval option reference_file")
+    webshop_dir: str = Field("", description="deprecated: webshop option data_dir")
+    webshop_num_products: int = Field(0, description="deprecated: webshop option "
+                                      "num_products")
+    alfworld_dir: str = Field("", description="deprecated: alfworld option data_dir")
+    deepsearchqa_dir: str = Field("", description="deprecated: deepsearchqa option data_dir")
+    deepsearchqa_corpus: str = Field("", description="deprecated: deepsearchqa option corpus")
+    deepsearchqa_search_url: str = Field("", description="deprecated: deepsearchqa option "
+                                         "search_url")
+    deepsearchqa_search_key_env: str = Field("A2RL_SEARCH_API_KEY", description="deprecated: "
+                                             "deepsearchqa option search_key_env")
     judge_base_url: str = Field("https://api.openai.com/v1",
                                 description="OpenAI-compatible endpoint of the judge, up to /v1")
     judge_model: str = Field("gpt-4-turbo", description="the judge model (AlpacaEval 2.0's)")
@@ -134,10 +136,6 @@ class Settings(BaseModel):
     @property
     def runs_dir(self) -> Path:
         return self.home_dir / "runs"
-
-    def base_model_of(self, task_id: str) -> str:
-        """The configured base model of `task_id` ("" when the task's default applies)."""
-        return self.task_base_models.get(task_key(task_id)) or self.base_model
 
 
 def task_key(task_id: str) -> str:
@@ -203,7 +201,12 @@ def load_settings(
         for key, value in data.get("a2rl", data).items():
             if key in Settings.model_fields:
                 values[key], sources[key] = value, f"file:{config_file}"
+        tables = data.get("tasks")  # [tasks.<id>], top-level even beside an [a2rl] table
+        if isinstance(tables, dict):
+            values["tasks"], sources["tasks"] = tables, f"file:{config_file}"
     for name in Settings.model_fields:
+        if name == "tasks":  # tables, not a variable: set with -T or config.toml
+            continue
         raw = env.get(ENV_PREFIX + name.upper())
         if raw not in (None, ""):
             values[name], sources[name] = _coerce(name, raw), "env"

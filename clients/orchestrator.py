@@ -73,6 +73,7 @@ class RunOptions(BaseModel):
     seed: int | None = None
     sandbox: dict[str, Any] = {}
     agent_options: dict[str, str] = {}
+    task_options: dict[str, str] = {}  # -T key=value (a2rl.tasks.options), recorded on the run
     # set by `a2rl fleet` on the node: the run's fleet, repeat index (the resume key) and node
     fleet_id: str | None = None
     fleet_repeat: int | None = None
@@ -182,7 +183,7 @@ class Orchestrator:
         self.say(f"creating a run of '{opts.task}' and scoring the base model (the baseline)")
         created = create_run(self.settings, self.store, task_id=opts.task, budget=opts.budget,
                              backend=opts.backend, start_clock=True, protocol=opts.protocol,
-                             profile=opts.profile,
+                             profile=opts.profile, task_options=opts.task_options,
                              max_submissions=opts.max_submissions, seed=opts.seed,
                              agent=opts.agent, fleet={"fleet_id": opts.fleet_id,
                                                       "fleet_repeat": opts.fleet_repeat,

@@ -58,6 +58,8 @@ def run_argv(spec: RunSpec, node_id: str, gpu_ids: list[str]) -> list[str]:
         argv += ["--gpus", ",".join(gpu_ids)]
     for key, value in spec.options.items():
         argv += ["--agent-option", f"{key}={value}"]
+    for key, value in spec.task_options.items():
+        argv += ["-T", f"{key}={value}"]
     return argv
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -47,6 +48,9 @@ class FleetPlan(BaseModel):
     profile: str = Field("a2rl", description="evaluation profile: a2rl or paper")
     max_submissions: int | None = None
     seed: int | None = Field(None, description="repeat i runs with seed + i")
+    task_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="task id -> its options (`[fleet.task_options.<id>]`"
+        "; -T on `a2rl run`)")
 
     model_config = {"extra": "forbid"}
 
@@ -85,7 +89,9 @@ class FleetPlan(BaseModel):
                             profile=self.profile,
                             max_submissions=self.max_submissions,
                             seed=None if self.seed is None else self.seed + i,
-                            options=dict(agent.options)))
+                            options=dict(agent.options),
+                            task_options={k: str(v) for k, v in
+                                          self.task_options.get(task, {}).items()}))
         return out
 
 
@@ -104,6 +110,7 @@ class RunSpec(BaseModel):
     max_submissions: int | None = None
     seed: int | None = None
     options: dict[str, str] = Field(default_factory=dict)
+    task_options: dict[str, str] = Field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str, int]:

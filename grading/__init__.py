@@ -4,37 +4,56 @@ Flow: `copy_checkpoint` (grader-owned copy with file hashes, taken first) -> `va
 (on that copy) -> `enqueue` -> `process_one` (lease, subprocess worker, `Evaluation` row).
 `ensure_baseline` scores the untouched base model once per (task, base model, grader,
 engine). The engine is chosen by `engine_select` (vLLM, static-cache transformers or plain
-`generate`).
+`generate`). What a task sees of grading is `seam` alone.
+
+The names below load lazily (PEP 562): a task importing `a2rl.grading.seam` must not pull in
+the store, the queue or the engines, and importing them here eagerly would make every task
+import depend on all of grading.
 """
 
-from a2rl.stats import wilson_interval  # re-exported: its home is a2rl.stats
+from __future__ import annotations
 
-from .baseline import baseline_key, ensure_baseline
-from .checks import NEAR_COPY_L2, CheckpointCheck, validate_checkpoint, validate_copy
-from .device_lock import DeviceBusy, device_lock
-from .engine import GenerationEngine, TransformersEngine, cut_at_stop
-from .engine_select import EngineUnavailable, choose_engine
-from .engine_static import StaticCacheEngine
-from .evaluate import GRADER_VERSION, EvalResult, evaluate
-from .gpu_memory import GpuMemoryUnavailable
-from .hashing import (
-    CopyCaps,
-    CopyRefused,
-    copy_checkpoint,
-    data_hash,
-    sha256_file,
-    tree_digest,
-    tree_hashes,
-)
-from .queue import MAX_ATTEMPTS, claim, enqueue, process_one, run_worker, spec_for
+import importlib
+from typing import Any
 
-__all__ = [
-    "GRADER_VERSION", "MAX_ATTEMPTS", "NEAR_COPY_L2", "CheckpointCheck", "CopyCaps",
-    "CopyRefused", "DeviceBusy",
-    "EngineUnavailable", "EvalResult", "GenerationEngine", "GpuMemoryUnavailable",
-    "StaticCacheEngine", "TransformersEngine", "baseline_key", "choose_engine", "claim",
-    "copy_checkpoint", "cut_at_stop", "data_hash", "device_lock", "enqueue",
-    "ensure_baseline", "evaluate", "process_one", "run_worker", "sha256_file", "spec_for",
-    "tree_digest",
-    "tree_hashes", "validate_checkpoint", "validate_copy", "wilson_interval",
-]
+#: public name -> the module (in this package, or its full name) that defines it
+_HOMES: dict[str, str] = {
+    "wilson_interval": "a2rl.stats",  # re-exported: its home is a2rl.stats
+    "baseline_key": ".baseline", "ensure_baseline": ".baseline",
+    "NEAR_COPY_L2": ".checks", "CheckpointCheck": ".checks",
+    "validate_checkpoint": ".checks", "validate_copy": ".checks",
+    "DeviceBusy": ".device_lock", "device_lock": ".device_lock",
+    "GenerationEngine": ".seam", "TransformersEngine": ".engine", "cut_at_stop": ".engine",
+    "EngineUnavailable": ".engine_select", "choose_engine": ".engine_select",
+    "StaticCacheEngine": ".engine_static",
+    "GRADER_VERSION": ".evaluate", "EvalResult": ".evaluate", "evaluate": ".evaluate",
+    "GpuMemoryUnavailable": ".gpu_memory",
+    "CopyCaps": ".hashing", "CopyRefused": ".hashing", "copy_checkpoint": ".hashing",
+    "data_hash": ".hashing", "sha256_file": ".hashing", "tree_digest": ".hashing",
+    "tree_hashes": ".hashing",
+    "MAX_ATTEMPTS": ".queue", "claim": ".queue", "enqueue": ".queue",
+    "process_one": ".queue", "run_worker": ".queue", "spec_for": ".queue",
+}
+
+__all__ = sorted(_HOMES)
+
+# Two names are also submodules' names: imported now, so that an `import
+# a2rl.grading.evaluate` elsewhere can never leave the module where the function is expected.
+# Both modules are light (no store, no engine).
+from .device_lock import device_lock as device_lock  # noqa: E402
+from .evaluate import evaluate as evaluate  # noqa: E402
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(home, __name__) if home.startswith(".") \
+        else importlib.import_module(home)
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

@@ -15,13 +15,14 @@ from sqlalchemy.exc import IntegrityError
 
 from a2rl.settings import Settings
 from a2rl.store import BaselineCache, Evaluation, Store, utcnow
-from a2rl.tasks import Split, Task
 
 from .device_lock import device_lock
 from .engine import GenerationEngine
 from .engine_select import chosen_engine, cuda_available, engine_identity
 from .evaluate import GRADER_VERSION, evaluate, make_engine
 from .hashing import tree_digest, tree_hashes
+from .seam import GradedTask as Task
+from .seam import Split
 
 SPLITS: tuple[Split, ...] = ("dev", "test")
 
@@ -41,6 +42,13 @@ def baseline_key(task: Task, base_dir: Path, settings: Settings) -> str:
     profile = getattr(task, "profile", "a2rl")
     if profile != "a2rl":  # only then: the a2rl profile's existing cache keys stay valid
         parts["profile"] = profile
+    # Options that change what is scored (a data folder, a reference file): only those set
+    # away from their defaults, so that existing keys stay valid. The base model is in the
+    # key already, by its bytes.
+    changed = {k: v for k, v in task.options_record(settings).items()
+               if k != "base_model" and v != task.options_defaults().get(k)}
+    if changed:
+        parts["task_options"] = changed
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -1,7 +1,8 @@
 """Generation engines: how the grader turns prompts into outputs.
 
-A small `GenerationEngine` protocol so a faster engine (`engine_static.StaticCacheEngine`,
-`engine_vllm.VllmEngine`; chosen in `engine_select`) can replace the plain transformers one
+A small `GenerationEngine` protocol (defined in `seam`, the interface tasks see) so a faster
+engine (`engine_static.StaticCacheEngine`, `engine_vllm.VllmEngine`; chosen in
+`engine_select`) can replace the plain transformers one
 without touching scoring. Every engine is greedy and batched, so a score is a deterministic
 function of the checkpoint and the prompts, and reports `engine_name` / `engine_version` for
 provenance. Engines may have `close()` to give the device memory back before the process ends.
@@ -13,29 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-Messages = list[dict[str, str]]
+# The engine's interface and prompt types are the grading seam's (what tasks see); re-exported.
+from .seam import GenerationEngine, Messages, Prompt, RawText
 
-
-class RawText(str):
-    """A prompt the engines send as is, never through a chat template: raw completion, as the
-    reference harness prompts a model under ALFWorld's `paper` profile (ReAct)."""
-
-
-Prompt = str | Messages
-
-
-@runtime_checkable
-class GenerationEngine(Protocol):
-    engine_name: str
-    engine_version: str
-
-    def generate(
-        self, prompts: Sequence[Prompt], max_new_tokens: int, stop: Sequence[str] = ()
-    ) -> list[str]:
-        """Greedy completions, one per prompt, in order, each cut at its first stop string."""
-        ...
+__all__ = ["GenerationEngine", "Messages", "Prompt", "RawText", "TransformersEngine",
+           "cut_at_stop", "decode_completion", "greedy_config", "load_tokenizer",
+           "release_model", "render_prompt", "transformers_engine_version"]
 
 
 def transformers_engine_version() -> str:

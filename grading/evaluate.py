@@ -1,9 +1,11 @@
 """One evaluation: a checkpoint, a task, a hidden split -> a score with its interval and
 provenance.
 
-The 95% interval is the Wilson score interval for a binomial proportion unless the task gives
-its own (a length-controlled win rate); both come from `a2rl.stats`, and the provenance's
-`ci_method` names the one used.
+How the items are played and scored is the task's strategy (`GradedTask.evaluate`, in
+`seam`): generate then score for most tasks, rollouts for interactive ones. This module only
+loads the split, builds the engine and records what was done; it never asks what kind of task
+it holds. The 95% interval is the task's (`TaskScore.interval`: Wilson's for a share of
+correct items, or the task's own, named by `ci_method`).
 """
 
 from __future__ import annotations
@@ -16,13 +18,9 @@ from pydantic import BaseModel, Field
 
 import a2rl
 from a2rl.settings import Settings
-from a2rl.stats import WILSON_METHOD, wilson_interval
-from a2rl.tasks import ItemResult, Split, Task
-from a2rl.tasks.interactive import InteractiveTask
 
-from .engine import GenerationEngine
-from .engine_select import build_engine, chosen_engine
 from .hashing import data_hash, tree_hashes
+from .seam import GenerationEngine, GradedTask, ItemResult, Split
 
 #: Bump when scoring, prompting or generation settings of the grader change.
 GRADER_VERSION = "2"  # 2: base tokenizer and task-built generation settings
@@ -40,11 +38,13 @@ class EvalResult(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
 
-def make_engine(task: Task, checkpoint_dir: Path, settings: Settings) -> GenerationEngine:
+def make_engine(task: GradedTask, checkpoint_dir: Path, settings: Settings) -> GenerationEngine:
     """The engine `settings.grading_engine` selects (see `engine_select`), tokenizing, prompting
     (chat template) and decoding with the base model's tokenizer (see TASK.md), with generation
     settings from the task, never from the submission (`engine.greedy_config`)."""
     from transformers import AutoTokenizer
+
+    from .engine_select import build_engine, chosen_engine
 
     base_dir = task.base_model_dir(settings)
     base_template = AutoTokenizer.from_pretrained(base_dir).chat_template
@@ -55,38 +55,31 @@ def make_engine(task: Task, checkpoint_dir: Path, settings: Settings) -> Generat
 
 
 def evaluate(
-    task: Task,
+    task: GradedTask,
     checkpoint_dir: Path,
     split: Split,
     settings: Settings,
     *,
     engine: GenerationEngine | None = None,
 ) -> EvalResult:
-    """Generate on every item of the hidden `split` and score the outputs."""
+    """Score the checkpoint on every item of the hidden `split`, the task's way."""
     checkpoint_dir = Path(checkpoint_dir)
     started = time.monotonic()
     items = task.load_split(split, settings)
     engine = engine or make_engine(task, checkpoint_dir, settings)
     loaded = time.monotonic()
     grader = task.spec.grader.capped(settings.grader_max_new_tokens)
-    if isinstance(task, InteractiveTask):  # level 3: play the instances (grading/rollout.py)
-        from .rollout import run_rollouts
-
-        scored = run_rollouts(task, items, engine, grader)
-    else:
-        outputs = engine.generate([task.build_prompt(it) for it in items],
-                                  max_new_tokens=grader.max_new_tokens, stop=grader.stop)
-        scored = task.score_outputs(items, outputs)
-    low, high = scored.ci or wilson_interval(scored.n_correct, scored.n_items)
-    low, high = min(low, scored.score), max(high, scored.score)  # float dust at 0 and 1
+    scored = task.evaluate(items, engine, grader)
+    low, high = scored.interval()
     metrics = {**scored.metrics, "load_s": round(loaded - started, 3),
                "generate_s": round(time.monotonic() - loaded, 3)}
     provenance = {
         "a2rl_version": a2rl.__version__,
         "task_id": task.spec.id,
-        "profile": getattr(task, "profile", "a2rl"),
+        "profile": task.profile,
         "task_version": task.spec.version,
         "prompt_version": task.spec.prompt_version,
+        "task_options": task.options_record(settings),
         "grader_version": GRADER_VERSION,
         "engine": engine.engine_name,
         "engine_version": engine.engine_version,
@@ -94,8 +87,7 @@ def evaluate(
         "data_hash": data_hash(items),
         "checkpoint_hashes": tree_hashes(checkpoint_dir),
         "generation": grader.model_dump(),
-        "ci_method": WILSON_METHOD if scored.ci is None
-        else str(scored.metrics.get("ci_method", "task-defined")),
+        "ci_method": scored.ci_method,
     }
     return EvalResult(score=scored.score, ci_low=low, ci_high=high, n_items=scored.n_items,
                       metrics=metrics, items=scored.items, provenance=provenance)

@@ -174,6 +174,7 @@ def spec_for(run: Run, sub: Submission, split: str, settings: Settings) -> Worke
     submission's stored copy, on `split`."""
     assert sub.checkpoint_dir
     return WorkerSpec(task_id=run.task_id, profile=run.profile,
+                      task_options=run.task_options,
                       checkpoint_dir=sub.checkpoint_dir, split=split,
                       settings=settings.model_dump(mode="json"))
 

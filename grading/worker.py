@@ -33,6 +33,9 @@ from .gpu_memory import GpuMemoryUnavailable
 class WorkerSpec(BaseModel):
     task_id: str
     profile: str = "a2rl"  # the run's evaluation profile (a2rl.tasks.profiles)
+    #: the run's task options as recorded when it was made (a2rl.tasks.options): the grader
+    #: evaluates with exactly those, whatever its own settings say
+    task_options: dict[str, Any] = {}
     checkpoint_dir: str
     split: str
     settings: dict[str, Any] = {}
@@ -43,7 +46,7 @@ def run_spec(spec: WorkerSpec) -> str:
 
     from .evaluate import evaluate
 
-    task = get_task(spec.task_id, spec.profile)
+    task = get_task(spec.task_id, spec.profile).with_options(spec.task_options)
     result = evaluate(task, Path(spec.checkpoint_dir), spec.split,  # type: ignore[arg-type]
                       Settings(**spec.settings))
     return result.model_dump_json()

@@ -11,9 +11,9 @@ or `{"ok": false, "error": "..."}`. A connection may carry many requests.
 Every request is recorded as a `ToolCall` row (tool `service.<name>`, the request as arguments,
 a summary of the answer, its duration and error), written by the same recording functions as MCP
 tool calls, so reports and `a2rl show` count service use with the agent's tool calls. The
-services of a run are the task's (`InteractiveTask.services`), started by `RunRegistry` when this
-process first serves the run; they live as long as the process (a restarted server binds them
-again).
+services of a run are the task's (`Task.services`, none by default), started by `RunRegistry`
+when this process first serves the run; they live as long as the process (a restarted server
+binds them again).
 """
 
 from __future__ import annotations
@@ -145,11 +145,8 @@ def start_run_services(settings: Settings, store: Store, run: Run,
                        services_dir: Path) -> list[ServiceHost]:
     """Start the services the run's task declares (none for most tasks)."""
     from a2rl.tasks import get_task  # heavy: only when a run is served
-    from a2rl.tasks.interactive import InteractiveTask
 
-    task = get_task(run.task_id, run.profile)
-    if not isinstance(task, InteractiveTask):
-        return []
+    task = get_task(run.task_id, run.profile).with_options(run.task_options or {})
     hosts = []
     for name, handler in task.services(settings).items():
         hosts.append(ServiceHost(store, run.id, services_dir, name, handler).start())

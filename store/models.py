@@ -91,6 +91,20 @@ class Run(SQLModel, table=True):
     # reference harness's evaluation); independent of `protocol`
     profile: str = "a2rl"
 
+    @property
+    def task_options(self) -> dict[str, Any]:
+        """The task's options the run was made with (`a2rl.tasks.options`, resolved). Kept in
+        `config` rather than a column of their own: no schema change, so stores of every
+        version read the same (runs made before options existed: {}, the defaults then)."""
+        return dict((self.config or {}).get("task_options") or {})
+
+    @property
+    def readonly_paths(self) -> list[str] | None:
+        """The workspace inputs the run's task declared read-only; None for a run made before
+        runs recorded them (`a2rl.layout.LEGACY_READONLY_INPUTS` applies)."""
+        paths = (self.config or {}).get("readonly_paths")
+        return list(paths) if paths is not None else None
+
 
 class ToolCall(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)

@@ -1,8 +1,11 @@
-"""The `Task` seam: what every task provides to the harness and the grader.
+"""The `Task` base: what every task provides to the harness and the grader.
 
 A task owns its data (a visible train split written into the workspace, hidden splits the
-grader loads from `$A2RL_HOME`), its prompt format, and its scoring. The workspace layout is the
-same for every task, so `prepare_workspace` is shared here; tasks add their own files.
+grader loads from `$A2RL_HOME`), its prompt format, its scoring, its options and how it is
+evaluated (`evaluate`: generate then score by default; interactive tasks play rollouts). The
+grader sees a task only through `a2rl.grading.seam.GradedTask`, which this class implements.
+The workspace layout is the same for every task (`a2rl.layout`), so `prepare_workspace` is
+shared here; tasks add their own files.
 """
 
 from __future__ import annotations
@@ -12,52 +15,23 @@ import json
 import os
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, Field
-
+from a2rl.grading.seam import ItemResult, Messages, Split, TaskScore
+from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
 from a2rl.settings import Settings
 
 from .base_models import resolve_base_model
+from .options import TaskOptions, check_keys
 from .profiles import PAPER_BUDGET, PAPER_TASKS, check_profile
-from .spec import TaskSpec
+from .spec import GraderSettings, TaskSpec
 
-Split = Literal["dev", "test"]
-Messages = list[dict[str, str]]
+if TYPE_CHECKING:
+    from a2rl.grading.seam import GenerationEngine
 
-#: Workspace folders created empty for the agent.
-WRITABLE_DIRS = ("code", "output", "logs")
-
-
-class ItemResult(BaseModel):
-    """One graded item. Per-item results stay in the store; the agent never sees them."""
-
-    id: str
-    prompt: str
-    output: str
-    expected: str
-    correct: bool
-    parsed: str | None = None
-    #: Interactive (level-3) tasks: the episode record (actions, observations, rewards,
-    #: success, error); `output` then holds its transcript. See docs/level3.md.
-    episode: dict[str, Any] | None = None
-
-
-class ScoreResult(BaseModel):
-    """Per-item results and their aggregate.
-
-    By default the score is the mean of `correct` and its 95% interval is Wilson's; a task
-    whose score is something else (a length-controlled win rate) gives its own interval.
-    """
-
-    score: float
-    n_items: int
-    n_correct: int
-    ci: tuple[float, float] | None = None
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    items: list[ItemResult] = Field(default_factory=list)
+__all__ = ["ItemResult", "Messages", "Split", "Task", "TaskScore", "copy_tree_readonly"]
 
 
 class Task(ABC):
@@ -67,6 +41,11 @@ class Task(ABC):
     #: The evaluation profile this instance is configured for (`a2rl.tasks.profiles`); tasks
     #: branch on it in their data, prompt and scoring methods.
     profile: str = "a2rl"
+    #: The task's options (`a2rl.tasks.options`): a subclass of `TaskOptions` for a task
+    #: with knobs of its own.
+    options_model: ClassVar[type[TaskOptions]] = TaskOptions
+    #: Options given explicitly (`with_options`: -T, or a run's record), over the settings'.
+    option_overrides: Mapping[str, Any] = {}
 
     def with_profile(self, profile: str) -> Task:
         """A copy of this task configured for `profile` (this task when it already is).
@@ -108,8 +87,47 @@ class Task(ABC):
 
     @property
     def readonly_paths(self) -> list[str]:
-        """Workspace paths the sandbox mounts read-only."""
+        """Workspace paths the sandbox mounts read-only (recorded on the run when it is made,
+        and used by its sandbox and file tools)."""
         return list(self.spec.readonly_paths)
+
+    # --- options ----------------------------------------------------------------------------
+    def with_options(self, overrides: Mapping[str, Any]) -> Task:
+        """A copy of this task whose options take `overrides` over the settings' (-T, or the
+        options recorded on a run); this task when there are none. Unknown keys are refused
+        now (`OptionsError`); values are checked by `options`."""
+        if not overrides:
+            return self
+        check_keys(self.options_model, self.spec.id, overrides, where="-T")
+        task = copy.copy(self)
+        task.option_overrides = {**self.option_overrides, **overrides}
+        return task
+
+    def options(self, settings: Settings) -> TaskOptions:
+        """The options in force: defaults, deprecated settings, `[tasks.<id>]`, overrides."""
+        return self.options_model.resolve(self.spec.id, settings, self.option_overrides)
+
+    def options_record(self, settings: Settings) -> dict[str, Any]:
+        """The resolved options as JSON, as runs and evaluations record them."""
+        return self.options(settings).model_dump(mode="json")
+
+    def options_defaults(self) -> dict[str, Any]:
+        return self.options_model().model_dump(mode="json")
+
+    # --- evaluation -------------------------------------------------------------------------
+    def evaluate(self, items: Sequence[dict[str, Any]], engine: GenerationEngine,
+                 grader: GraderSettings) -> TaskScore:
+        """The task's evaluation strategy. This default generates once per item (the task's
+        prompt) and scores the outputs; a task graded otherwise (rollouts) overrides it."""
+        outputs = engine.generate([self.build_prompt(it) for it in items],
+                                  max_new_tokens=grader.max_new_tokens, stop=grader.stop)
+        return self.score_outputs(items, outputs)
+
+    def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        """Per-run services the task's code inside the sandbox reaches over unix sockets
+        (`<run dir>/services/<name>.sock`, JSON lines; `a2rl.server.services`): name ->
+        handler of one request. Every request is recorded. None by default."""
+        return {}
 
     # --- data -------------------------------------------------------------------------------
     @abstractmethod
@@ -124,21 +142,22 @@ class Task(ABC):
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         """The chat messages the grader sends for `item` (rendered with the chat template)."""
 
-    @abstractmethod
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> ScoreResult:
-        """Score model outputs against items (same order)."""
+    ) -> TaskScore:
+        """Score model outputs against items (same order); used by the default `evaluate`.
+        A task whose `evaluate` does not generate single outputs need not implement it."""
+        raise NotImplementedError(f"{self.spec.id} scores outputs in its own `evaluate`")
 
     # --- workspace --------------------------------------------------------------------------
     base_model_override: str | None = None  # set by a task constructed with base_model=
 
     def base_model_name(self, settings: Settings) -> str:
-        """The base model this task uses: the constructor's override, then the settings'
-        `task_base_models[<task>]`, then `base_model`, then the spec's default (a hub id, a
-        folder or `tiny-llama`)."""
-        return (self.base_model_override or settings.base_model_of(self.spec.id)
-                or self.spec.default_base_model)
+        """The base model this task uses: the constructor's override, then the task's option
+        `base_model` (-T, `[tasks.<id>]`, the deprecated `task_base_models[<task>]`), then
+        the global `base_model`, then the spec's default (a hub id, a folder or `tiny-llama`)."""
+        return (self.base_model_override or self.options(settings).base_model
+                or settings.base_model or self.spec.default_base_model)
 
     def base_model_dir(self, settings: Settings) -> Path:
         """The cached base model (built or fetched on first use)."""
@@ -158,10 +177,10 @@ class Task(ABC):
         Pass `link_base_model=True` only when the sandbox guarantees read-only mounts.
         """
         workspace.mkdir(parents=True, exist_ok=True)
-        (workspace / "TASK.md").write_text(self.task_md())
+        (workspace / TASK_FILE).write_text(self.task_md())
         for name in WRITABLE_DIRS:
             (workspace / name).mkdir(exist_ok=True)
-        data = workspace / "data"
+        data = workspace / DATA
         data.mkdir(exist_ok=True)
         train = data / "train.jsonl"
         if train.exists():
@@ -170,7 +189,7 @@ class Task(ABC):
             for item in self.train_items(settings):
                 f.write(json.dumps(item) + "\n")
         train.chmod(0o444)
-        copy_tree_readonly(self.base_model_dir(settings), workspace / "base_model",
+        copy_tree_readonly(self.base_model_dir(settings), workspace / BASE_MODEL,
                            link=link_base_model)
 
 

@@ -1,7 +1,7 @@
 """`InteractiveTask`: the base of level-3 tasks, graded by rollouts in an environment.
 
 Why a separate base: a level-3 task has no fixed outputs to score. Its hidden split is a list of
-environment instances; the grader (`a2rl.grading.rollout`) plays each one with the submitted
+environment instances; its `evaluate` (`a2rl.tasks.rollout`) plays each one with the submitted
 model and scores the episodes. The task also writes the environment API into the workspace
 (`env/`, read-only) so the agent can roll out on training instances. The contract is in
 docs/level3.md.
@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from a2rl.layout import ENV, INTERACTIVE_READONLY_INPUTS
 from a2rl.settings import Settings
 
-from .base import ItemResult, Messages, ScoreResult, Task
+from .base import ItemResult, Messages, Task, TaskScore
 from .envapi.a2rl_env import Env, Episode, render_prompt
+from .spec import GraderSettings
+
+if TYPE_CHECKING:
+    from a2rl.grading.seam import GenerationEngine
+
+#: The read-only inputs of an interactive task's workspace (its `TaskSpec.readonly_paths`).
+READONLY_PATHS: list[str] = list(INTERACTIVE_READONLY_INPUTS)
 
 #: Files of the generic API written into every interactive workspace's env/.
 API_FILES = ("a2rl_env.py",)
@@ -55,11 +63,19 @@ class InteractiveTask(Task):
         """A group name for per-group success rates (ALFWorld: the task type); None: none."""
         return None
 
-    def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
-        """Per-run services the env code inside the sandbox reaches over unix sockets
-        (`<run dir>/services/<name>.sock`, JSON lines; `a2rl.server.services`): name ->
-        handler of one request. Every request is recorded. None by default."""
-        return {}
+    # --- evaluation -------------------------------------------------------------------------
+    def evaluate(self, items: Sequence[dict[str, Any]], engine: GenerationEngine,
+                 grader: GraderSettings) -> TaskScore:
+        """Rollouts: play every hidden instance with the engine's model, score the episodes."""
+        from .rollout import run_rollouts
+
+        return run_rollouts(self, items, engine, grader)
+
+    def play_episodes(self, items: Sequence[dict[str, Any]], engine: GenerationEngine,
+                      grader: GraderSettings | None = None) -> list[Episode] | None:
+        """This task's own episode loop for its profile (ALFWorld's `paper`: ReAct), or None
+        to be played by the shared loop (`rollout.play`)."""
+        return None
 
     def profile_settings(self, settings: Settings | None = None) -> dict[str, Any]:
         return {**super().profile_settings(settings), "max_steps": self.rollout.max_steps,
@@ -83,15 +99,10 @@ class InteractiveTask(Task):
                              self.rollout.history_window)
         return [{"role": "user", "content": text}]
 
-    def score_outputs(self, items: Sequence[dict[str, Any]],
-                      outputs: Sequence[str]) -> ScoreResult:
-        raise TypeError(f"{self.spec.id} is interactive: it is scored by rollouts "
-                        "(a2rl.grading.rollout.run_rollouts), not by single outputs")
-
     def score_episodes(self, items: Sequence[dict[str, Any]],
-                       episodes: Sequence[Episode]) -> ScoreResult:
-        """Success rate (Wilson interval by the caller), mean reward and steps, errors, and
-        per-group success; one `ItemResult` per episode with its full record."""
+                       episodes: Sequence[Episode]) -> TaskScore:
+        """Success rate (Wilson interval), mean reward and steps, errors, and per-group
+        success; one `ItemResult` per episode with its full record."""
         results: list[ItemResult] = []
         groups: dict[str, list[int]] = {}
         for item, ep in zip(items, episodes, strict=True):
@@ -103,9 +114,7 @@ class InteractiveTask(Task):
             if group is not None:
                 groups.setdefault(group, []).append(int(ep.success))
         n = len(results)
-        n_ok = sum(r.correct for r in results)
         metrics: dict[str, Any] = {
-            "success_rate": n_ok / n if n else 0.0,
             "mean_reward": sum(e.total_reward for e in episodes) / n if n else 0.0,
             "mean_steps": sum(e.steps for e in episodes) / n if n else 0.0,
             "n_errors": sum(e.error is not None for e in episodes),
@@ -113,8 +122,7 @@ class InteractiveTask(Task):
         }
         if groups:
             metrics["success_by_group"] = {g: sum(v) / len(v) for g, v in sorted(groups.items())}
-        return ScoreResult(score=metrics["success_rate"], n_items=n, n_correct=n_ok,
-                           metrics=metrics, items=results)
+        return TaskScore.from_items(results, metric="success_rate", count=False, **metrics)
 
     # --- workspace ------------------------------------------------------------------------
     def prepare_workspace(self, workspace: Path, settings: Settings, *,
@@ -122,7 +130,7 @@ class InteractiveTask(Task):
         """The shared layout, plus env/: the generic API, the backend, the manifest and the
         README, all read-only. Nothing of the hidden splits goes there."""
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        env = workspace / "env"
+        env = workspace / ENV
         files = {name: resources.files("a2rl.tasks.envapi").joinpath(name).read_text()
                  for name in API_FILES}
         files.update(self.env_backend_files())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from a2rl.layout import READONLY_INPUTS
+
 
 class SplitInfo(BaseModel):
     """One split of a task's data."""
@@ -47,7 +49,10 @@ class TaskSpec(BaseModel):
     grader: GraderSettings = Field(default_factory=GraderSettings)
     sandbox_image: str = "a2rl-sandbox"
     toy: bool = Field(False, description="offline toy task: may run unisolated with a warning")
-    readonly_paths: list[str] = Field(default_factory=lambda: ["base_model", "data"])
+    readonly_paths: list[str] = Field(
+        default_factory=lambda: list(READONLY_INPUTS),
+        description="workspace folders the sandbox mounts read-only (a2rl.layout's inputs, "
+                    "plus any of the task's own)")
     profile: str = Field("a2rl", description="the evaluation profile (a2rl.tasks.profiles)")
     notes: dict[str, str] = Field(
         default_factory=dict,

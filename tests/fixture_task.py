@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
-from a2rl.tasks import ScoreResult, Split, Task, TaskSpec, register
+from a2rl.tasks import Split, Task, TaskScore, TaskSpec, register
 
 
 class FixtureTask(Task):
@@ -24,8 +24,8 @@ class FixtureTask(Task):
     def build_prompt(self, item: dict[str, Any]) -> list[dict[str, str]]:
         return [{"role": "user", "content": item["prompt"]}]
 
-    def score_outputs(self, items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> ScoreResult:
-        return ScoreResult(score=0.0, n_items=0, n_correct=0)
+    def score_outputs(self, items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> TaskScore:
+        return TaskScore(score=0.0, n_items=0, n_correct=0)
 
     def base_model_dir(self, settings: Settings) -> Path:
         d = settings.home_dir / "models" / "fixture"

@@ -1,4 +1,4 @@
-"""The rollout engine (grading/rollout.py) with a scripted engine: batching by step, episode
+"""The rollout engine (tasks/rollout.py) with a scripted engine: batching by step, episode
 records stored as items, crash isolation, and the dispatch from `evaluate`."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from a2rl.grading.evaluate import evaluate
-from a2rl.grading.rollout import play
 from a2rl.settings import Settings
 from a2rl.tasks import get_task
 from a2rl.tasks.envapi.a2rl_env import EnvPool, Step, parse_action, render_prompt
+from a2rl.tasks.rollout import play
 from a2rl.tasks.textquest import game
 from a2rl.tasks.textquest.task import TextQuestTask
 

@@ -18,6 +18,8 @@ from typing import Annotated
 import anyio
 from pydantic import Field
 
+from a2rl.layout import LOGS
+
 from .results import EditFileResult, FileEntry, ListFilesResult, ReadFileResult
 from .runtime import RunRuntime, current
 from .workspace_fs import (
@@ -86,8 +88,8 @@ def _target(rt: RunRuntime, path: str) -> tuple[WorkspaceFS, tuple[str, ...], tu
     parts = rt.workspace.parts(path)
     logs = getattr(rt, "job_logs_dir", None)
     # Only the job logs' own names: the rest of logs/ is the agent's folder like any other.
-    if logs is not None and len(parts) == 2 and parts[0] == "logs" and JOB_LOG.fullmatch(parts[1]):
-        return WorkspaceFS(Path(logs)), parts[1:], ("logs",)
+    if logs is not None and len(parts) == 2 and parts[0] == LOGS and JOB_LOG.fullmatch(parts[1]):
+        return WorkspaceFS(Path(logs)), parts[1:], (LOGS,)
     return rt.workspace.fs(rt.owner), parts, ()
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from mcp.server.mcpserver.exceptions import ToolError
 from sqlmodel import select
 
+from a2rl.layout import LOGS
 from a2rl.store import Job, aware
 
 from .output import read_head_tail
@@ -130,7 +131,7 @@ def log_file_of(rt: RunRuntime, log_path: str) -> Path:
     """Where a job's log is on the host: `logs/<job>.log` names a file of the supervisor's
     folder (jobs cannot write it); any other path (rows of older versions) is not read."""
     folder, _, name = log_path.partition("/")
-    if folder != "logs" or not name or "/" in name or name.startswith("."):
+    if folder != LOGS or not name or "/" in name or name.startswith("."):
         return rt.job_logs_dir / ".none"
     return rt.job_logs_dir / name
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 
+from a2rl.layout import LEGACY_READONLY_INPUTS
 from a2rl.registry import RegistryError, UnknownName
 from a2rl.server.run.clock import RunClock
 from a2rl.server.run.hooks import GradingHook, QueueOnly
@@ -31,11 +32,20 @@ from .sandbox import volume
 from .sandbox.base import Sandbox, SandboxSpec
 from .sandbox.registry import BACKENDS, create_sandbox
 
-READONLY_INPUTS = ["base_model", "data", "env"]
-
 
 def run_dir(run: Run) -> Path:
     return Path(run.workspace).parent
+
+
+def readonly_inputs(run: Run) -> list[str]:
+    """The workspace paths mounted read-only for `run`: those its task declared
+    (`Task.readonly_paths`, recorded when the run was made), else, for an older run, the
+    folders of `a2rl.layout.LEGACY_READONLY_INPUTS` it has. A declared path is kept even when
+    the task wrote nothing there: the file tools still refuse to create it."""
+    declared = run.readonly_paths
+    if declared is not None:
+        return [p.strip("/") for p in declared]
+    return [p for p in LEGACY_READONLY_INPUTS if (Path(run.workspace) / p).exists()]
 
 
 def run_logger(run_id: str, path: Path) -> logging.Logger:
@@ -78,7 +88,7 @@ class RunRuntime:
         self.dir = run_dir(run)
         if run.ended_at is None and (run.config or {}).get("disk_volume"):
             volume.remount(self.dir, Path(run.workspace))  # before anything opens it
-        readonly = [p for p in READONLY_INPUTS if (Path(run.workspace) / p).exists()]
+        readonly = readonly_inputs(run)
         self.workspace = Workspace(Path(run.workspace), readonly)
         self.readonly = readonly
         self.backend = run.backend

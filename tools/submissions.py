@@ -22,6 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
+from a2rl.layout import BASE_MODEL, OUTPUT
 from a2rl.store import Evaluation, Run, Submission
 from a2rl.store.queries import best_submission
 
@@ -63,7 +64,10 @@ class SubmitResult(BaseModel):
     hint: str
 
 
-class ScoreResult(BaseModel):
+class SubmissionScore(BaseModel):
+    """What the agent is told about one submission's grading (the `score` tool's answer):
+    status and aggregate only, never per-item results (those are the grader's `TaskScore`)."""
+
     submission_id: str | None
     status: str = Field(description="queued, grading, graded, failed, refused or none")
     split: str | None = None
@@ -119,7 +123,7 @@ def _refuse(rt: RunRuntime, sub: Submission, error: str, dest: object) -> ToolEr
 
 def _base_bytes(rt: RunRuntime) -> int:
     try:
-        return sum(e.st.st_size for e in rt.workspace.fs().walk(("base_model",), max_depth=4))
+        return sum(e.st.st_size for e in rt.workspace.fs().walk((BASE_MODEL,), max_depth=4))
     except (WorkspaceError, WalkCapped):
         return 0
 
@@ -136,7 +140,7 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
     except WorkspaceError as exc:
         raise _refuse(rt, sub, str(exc), None) from None
     shown = show(parts)
-    if parts[:1] != ("output",) or len(parts) < 2:
+    if parts[:1] != (OUTPUT,) or len(parts) < 2:
         raise _refuse(rt, sub, f"{shown} is not under output/: checkpoints must be directories "
                       "under output/, for example output/sft", None)
     dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
@@ -155,7 +159,7 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
             error = (f"{shown} is a file; pass the checkpoint directory that holds config.json "
                      "and the weights")
         raise _refuse(rt, sub, error, dest) from None
-    check = grading.validate_copy(dest, rt.workspace.root / "base_model", shown)
+    check = grading.validate_copy(dest, rt.workspace.root / BASE_MODEL, shown)
     if not check.ok:
         raise _refuse(rt, sub, check.error or "invalid checkpoint", dest)
     snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
@@ -204,7 +208,7 @@ def _score_of(rt: RunRuntime, sub: Submission, split: str) -> Evaluation | None:
         ).first()
 
 
-def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
+def score_result(rt: RunRuntime, submission_id: str | None) -> SubmissionScore:
     run = rt.run()
     split = feedback_split(run)
     baseline = _baseline(run, split)
@@ -214,7 +218,7 @@ def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
                   best_score=best[1].score if best else None)
     if submission_id is None:
         if best is None:
-            return ScoreResult(submission_id=None, status="none", **common,  # type: ignore[arg-type]
+            return SubmissionScore(submission_id=None, status="none", **common,  # type: ignore[arg-type]
                                note="no graded submission yet")
         sub, ev = best
     else:
@@ -224,13 +228,13 @@ def score_result(rt: RunRuntime, submission_id: str | None) -> ScoreResult:
             raise ToolError(f"no submission {submission_id!r} in this run")
         ev = _score_of(rt, sub, split)
     if ev is None or sub.status in ("queued", "grading", "refused", RESERVED):
-        return ScoreResult(submission_id=sub.id, status=sub.status, error=sub.error,
+        return SubmissionScore(submission_id=sub.id, status=sub.status, error=sub.error,
                            **common)  # type: ignore[arg-type]
     if ev.status != "done":
-        return ScoreResult(submission_id=sub.id, status="failed", error=ev.error,
+        return SubmissionScore(submission_id=sub.id, status="failed", error=ev.error,
                            **common)  # type: ignore[arg-type]
     improvement = None if ev.score is None or baseline is None else ev.score - baseline
-    return ScoreResult(submission_id=sub.id, status="graded", score=ev.score, ci_low=ev.ci_low,
+    return SubmissionScore(submission_id=sub.id, status="graded", score=ev.score, ci_low=ev.ci_low,
                        ci_high=ev.ci_high, improvement=improvement, **common)  # type: ignore[arg-type]
 
 
@@ -239,7 +243,7 @@ async def get_score(
         description="the submission to look at; omit for the best so far")] = None,
     wait_s: Annotated[float, Field(ge=0, le=MAX_SCORE_WAIT_S, description=(
         "wait up to this many seconds for grading to finish"))] = 0,
-) -> ScoreResult:
+) -> SubmissionScore:
     """A submission's score with the baseline and the improvement, or the best so far.
 
     Under the default `heldout` protocol scores are on a hidden dev split; the final score

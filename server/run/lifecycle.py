@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from a2rl.layout import WRITABLE_DIRS
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import GradingClock, Run, RunStatus, Store, utcnow
 from a2rl.tools.jobs import stop_all
@@ -26,7 +27,7 @@ from ..auth import new_token
 from .clock import start_row
 from .finalize import finalize_scores
 
-WORKSPACE_DIRS = ["code", "output", "logs"]
+WORKSPACE_DIRS = list(WRITABLE_DIRS)  # a2rl.layout's; kept under this name for callers
 
 
 @dataclass
@@ -57,6 +58,7 @@ def create_run(
     network: bool = False, unsafe_local: bool | None = None, baseline: bool = True,
     grading_clock: str = "counted", gpus: list[str] | None = None, share_gpus: bool = False,
     keep_container: bool = False, profile: str = "a2rl", fleet: dict[str, Any] | None = None,
+    task_options: dict[str, Any] | None = None,
 ) -> CreatedRun:
     """Make a run: its folder, a workspace with the task's visible files, a token and a row.
 
@@ -65,6 +67,9 @@ def create_run(
     the workspace, the default budget and base model and every evaluation follow it.
     `fleet` (`fleet_id`, `fleet_repeat`, `fleet_node`) is written with the row itself, so a
     run whose node dies right after it is made still belongs to its fleet.
+    `task_options` (-T key=value) go over the settings' (`a2rl.tasks.options`); the resolved
+    options are recorded on the run, and its grader evaluates with them. A bad option raises
+    `OptionsError` before anything is made.
     """
     from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
 
@@ -72,7 +77,8 @@ def create_run(
         raise ValueError(f"grading clock must be 'counted' or 'paused', not {grading_clock!r}")
     if protocol not in ("heldout", "paper"):
         raise ValueError(f"protocol must be 'heldout' or 'paper', not {protocol!r}")
-    task = get_task(task_id, profile)
+    task = get_task(task_id, profile).with_options(task_options or {})
+    options = task.options_record(settings)  # checked now: nothing made on a bad option
     budget_s = parse_duration(budget or task.spec.default_budget or settings.default_budget)
     backend = backend or settings.backend
     run_id = new_run_id()
@@ -99,7 +105,8 @@ def create_run(
         baseline_dev=scores["dev"].score if scores else None,
         baseline_test=scores["test"].score if scores else None,
         config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
-                "unsafe_local": unsafe, "disk_volume": disk_volume,
+                "unsafe_local": unsafe, "disk_volume": disk_volume, "task_options": options,
+                "readonly_paths": task.readonly_paths,
                 "container": container_settings(settings, task.spec.sandbox_image, gpus or [],
                                                 share_gpus, keep_container)
                 if backend == "docker" else {}},

@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from a2rl.settings import Settings
 
 from .game import TASK_GROUPS, task_type
+from .options import AlfWorldOptions
 
 JSON_DIR = "json_2.1.1"
 #: a2rl split -> ALFWorld folder (and `AlfredTWEnv`'s train_eval name).
@@ -44,19 +45,21 @@ class GameRef(BaseModel):
         return TASK_GROUPS.get(self.task_type, self.task_type)
 
 
-def target_dir(settings: Settings) -> Path:
-    """Where the games are (or go): `alfworld_dir`, default `$A2RL_HOME/data/alfworld`."""
-    return (Path(settings.alfworld_dir).expanduser() if settings.alfworld_dir
+def target_dir(settings: Settings, options: AlfWorldOptions | None = None) -> Path:
+    """Where the games are (or go): the task's option `data_dir` (deprecated alias
+    `alfworld_dir`), default `$A2RL_HOME/data/alfworld`."""
+    opts = options or AlfWorldOptions.resolve("alfworld", settings)
+    return (Path(opts.data_dir).expanduser() if opts.data_dir
             else settings.home_dir / "data" / "alfworld")
 
 
-def data_dir(settings: Settings) -> Path:
+def data_dir(settings: Settings, options: AlfWorldOptions | None = None) -> Path:
     """The folder holding json_2.1.1/ (a clear one-line error when the download is missing)."""
-    folder = target_dir(settings)
+    folder = target_dir(settings, options)
     if not (folder / JSON_DIR).is_dir():
         raise RuntimeError(f"ALFWorld's game files are not in {folder}: run `a2rl alfworld "
-                           "download` (or set alfworld_dir / A2RL_ALFWORLD_DIR to a folder "
-                           f"holding {JSON_DIR}/)")
+                           "download` (or set -T data_dir= / the deprecated alfworld_dir to "
+                           f"a folder holding {JSON_DIR}/)")
     return folder
 
 

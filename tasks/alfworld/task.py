@@ -1,6 +1,6 @@
 """ALFWorld (level 3): household tasks in a text world, graded by rollouts.
 
-Graded by rollouts (`a2rl.grading.rollout`) of the real ALFWorld TextWorld games (`game.py`):
+Graded by rollouts (`a2rl.tasks.rollout`) of the real ALFWorld TextWorld games (`game.py`):
 one episode per hidden game, up to `MAX_STEPS` actions, success = the game is won. The score is
 the success rate with its Wilson interval, with the success rate per task type (pick, look,
 clean, heat, cool, pick_two) as a metric. Splits: train = ALFWorld's train games (visible in the
@@ -29,10 +29,11 @@ from a2rl.settings import Settings
 
 from ..base import Split
 from ..envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
-from ..interactive import InteractiveTask, RolloutSettings
+from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game, react
 from .data import N_DEV, N_TEST, data_dir, game_dir, list_games
+from .options import AlfWorldOptions
 from .workspace import write_train_games
 
 #: ALFWorld's usual step limit per episode (the original evaluation's max_nb_steps_per_episode).
@@ -157,6 +158,8 @@ class AlfWorldTask(InteractiveTask):
     """ALFWorld's text games (AlfredTWEnv); see description.md (and description_paper.md for
     the `paper` profile)."""
 
+    options_model = AlfWorldOptions
+
     rollout = ROLLOUT
     backend_name = "alfworld_env"
     #: The reference harness's evaluation (benchmarks/alfworld/eval.py, and the README's
@@ -180,7 +183,7 @@ class AlfWorldTask(InteractiveTask):
         default_budget="12h",
         splits=_splits(),
         grader=PAPER_GRADER,
-        readonly_paths=["base_model", "data", "env"],
+        readonly_paths=READONLY_PATHS,
     )
     paper_rollout = PAPER_ROLLOUT
 
@@ -197,7 +200,7 @@ class AlfWorldTask(InteractiveTask):
             default_budget="12h",
             splits=_splits(),
             grader=GRADER,
-            readonly_paths=["base_model", "data", "env"],
+            readonly_paths=READONLY_PATHS,
         )
 
     def with_profile(self, profile: str) -> AlfWorldTask:
@@ -211,13 +214,13 @@ class AlfWorldTask(InteractiveTask):
     # --- data -----------------------------------------------------------------------------
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
-        return demo_rows(data_dir(settings), settings)
+        return demo_rows(data_dir(settings, self.options(settings)), settings)
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """`{"id", "task_type"}` per game; the id is its folder under json_2.1.1."""
         if split not in ("dev", "test"):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
-        root = data_dir(settings)
+        root = data_dir(settings, self.options(settings))
         self._root = root  # make_env's folder (items stay plain JSON)
         return [g.model_dump() for g in list_games(root, split)]
 
@@ -235,7 +238,7 @@ class AlfWorldTask(InteractiveTask):
             return None
         if self._root is None:
             raise RuntimeError("load_split must be called before play_episodes")
-        from a2rl.grading.engine import RawText
+        from a2rl.grading.seam import RawText
 
         grader = grader or self.spec.grader
         prompts = react.load_prompts(self._root)
@@ -266,7 +269,7 @@ class AlfWorldTask(InteractiveTask):
         """The shared layout and env/, plus data/alfworld/: the train games only (dev and
         test games are never written there); under the `paper` profile also the ReAct
         examples the grader prompts with."""
-        root = data_dir(settings)
+        root = data_dir(settings, self.options(settings))
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
         dest = workspace / "data" / "alfworld"
         write_train_games(root, list_games(root, "train"), dest, link=link_base_model)

@@ -32,9 +32,10 @@ from typing import Any
 
 from a2rl.settings import Settings, load_settings
 
-from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .length_control import length_controlled_win_rate, win_rate
+from .options import AlpacaEvalOptions
 
 N_TRAIN, N_DEV, N_TEST = 2000, 200, 805
 EVAL_REPO = "tatsu-lab/alpaca_eval"
@@ -48,6 +49,8 @@ GRADER = GraderSettings(max_new_tokens=1024, stop=["<|im_end|>", "<|endoftext|>"
 #: max_model_len 4096; eval.py: vLLM, temperature 0, stopped by the end of sequence only).
 PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 512})
 PAPER_MAX_MODEL_LEN = 4096
+#: The paper profile's interval: normal, from alpaca_eval's standard error of the LC win rate.
+PAPER_CI_METHOD = "normal-95 (alpaca_eval lc_standard_error)"
 
 
 def _description(grader: GraderSettings = GRADER, name: str = "description.md") -> str:
@@ -110,14 +113,20 @@ def alpaca_prompt(row: dict[str, Any]) -> str:
     return f"{instruction}\n\n{extra}" if extra else instruction
 
 
-def _data_dir(settings: Settings) -> Path | None:
-    return Path(settings.alpacaeval_dir).expanduser() if settings.alpacaeval_dir else None
+def _options(settings: Settings, options: AlpacaEvalOptions | None) -> AlpacaEvalOptions:
+    return options or AlpacaEvalOptions.resolve("alpacaeval", settings)
 
 
-def load_eval_rows(settings: Settings) -> list[dict[str, Any]]:
+def _data_dir(options: AlpacaEvalOptions) -> Path | None:
+    return Path(options.data_dir).expanduser() if options.data_dir else None
+
+
+def load_eval_rows(settings: Settings,
+                   options: AlpacaEvalOptions | None = None) -> list[dict[str, Any]]:
     """The AlpacaEval rows (instruction, output, generator, dataset), from a file or the hub."""
-    name = settings.alpacaeval_reference_file
-    local = _data_dir(settings)
+    opts = _options(settings, options)
+    name = opts.reference_file
+    local = _data_dir(opts)
     if local is not None:
         path = local / name
         if not path.is_file():
@@ -139,9 +148,10 @@ def load_eval_rows(settings: Settings) -> list[dict[str, Any]]:
     return rows
 
 
-def load_alpaca_rows(n: int, settings: Settings) -> list[dict[str, Any]]:
+def load_alpaca_rows(n: int, settings: Settings,
+                     options: AlpacaEvalOptions | None = None) -> list[dict[str, Any]]:
     """The first `n` rows of tatsu-lab/alpaca (instruction, input, output)."""
-    local = _data_dir(settings)
+    local = _data_dir(_options(settings, options))
     if local is not None:
         path = local / ALPACA_FIXTURE
         with path.open() as f:
@@ -160,6 +170,8 @@ def load_alpaca_rows(n: int, settings: Settings) -> list[dict[str, Any]]:
 
 class AlpacaEvalTask(Task):
     """AlpacaEval 2.0 against reference outputs, judged by an OpenAI-compatible model."""
+
+    options_model = AlpacaEvalOptions
 
     #: The reference harness's evaluation (see the module docstring).
     paper_spec = _spec(N_TRAIN, N_DEV, paper=True)
@@ -182,7 +194,7 @@ class AlpacaEvalTask(Task):
     def _alpaca(self, settings: Settings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(train rows, dev rows). A source with fewer rows than both need (a small offline
         copy) keeps its last quarter as dev, as GSM8K does, so dev is never empty."""
-        rows = load_alpaca_rows(self.n_train + self.n_dev, settings)
+        rows = load_alpaca_rows(self.n_train + self.n_dev, settings, self.options(settings))
         cut = self.n_train if len(rows) == self.n_train + self.n_dev else \
             len(rows) - max(1, len(rows) // 4)
         return rows[:cut], rows[cut:]
@@ -209,7 +221,7 @@ class AlpacaEvalTask(Task):
             return [{"id": f"test-{i:04d}", "prompt": r["instruction"], "reference": r["output"],
                      "reference_generator": r.get("generator", ""),
                      "dataset": r.get("dataset", "")}
-                    for i, r in enumerate(load_eval_rows(settings))]
+                    for i, r in enumerate(load_eval_rows(settings, self.options(settings)))]
         raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:
@@ -224,7 +236,7 @@ class AlpacaEvalTask(Task):
 
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> ScoreResult:
+    ) -> TaskScore:
         if len(items) != len(outputs):
             raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
         if getattr(self, "profile", "a2rl") == "paper":
@@ -266,11 +278,12 @@ class AlpacaEvalTask(Task):
             "avg_output_length": sum(len(o) for o in outputs) / n if n else 0.0,
             "judge": judge.config.public(),
         }
-        return ScoreResult(score=lc["lc_win_rate"], n_items=n, n_correct=counts["model"],
-                           ci=tuple(lc["ci"]), metrics=metrics, items=results)
+        return TaskScore(score=lc["lc_win_rate"], n_items=n, n_correct=counts["model"],
+                         ci=tuple(lc["ci"]), ci_method=lc["method"], metrics=metrics,
+                         items=results)
 
     def _score_paper(self, items: Sequence[dict[str, Any]],
-                     outputs: Sequence[str]) -> ScoreResult:
+                     outputs: Sequence[str]) -> TaskScore:
         """The `paper` profile: alpaca_eval's annotator and its length-controlled GLM. The
         instruction index of the GLM's difficulty term is the item's position in the
         AlpacaEval file (its id's number), as alpaca_eval's positional index is."""
@@ -285,24 +298,24 @@ class AlpacaEvalTask(Task):
                                          [it["reference"] for it in items])
         if all(a.preference is None for a in annotations):
             # nothing to fit (the judge never answered usably): no win, and the record says why
-            return ScoreResult(score=0.0, n_items=len(items), n_correct=0, ci=(0.0, 1.0),
-                               metrics={"lc_win_rate": 0.0, "lc_method": "no parsable "
-                                        "annotation: nothing to fit",
-                                        "n_judge_errors": len(items),
-                                        "judge_requests": annotator.judge.requests_made
-                                        - requests_before, "judge": annotator.public()},
-                               items=[ItemResult(id=it["id"], prompt=it["prompt"], output=o,
-                                                 expected=it["reference"], correct=False,
-                                                 parsed=json.dumps({"error": a.error,
-                                                                    "raw_answers": a.raw}))
-                                      for it, o, a in zip(items, outputs, annotations,
-                                                          strict=True)])
+            return TaskScore(
+                score=0.0, n_items=len(items), n_correct=0, ci=(0.0, 1.0),
+                ci_method="none: no parsable annotation",
+                metrics={"lc_win_rate": 0.0, "lc_method": "no parsable annotation: nothing "
+                         "to fit", "n_judge_errors": len(items),
+                         "judge_requests": annotator.judge.requests_made - requests_before,
+                         "judge": annotator.public()},
+                items=[ItemResult(id=it["id"], prompt=it["prompt"], output=o,
+                                  expected=it["reference"], correct=False,
+                                  parsed=json.dumps({"error": a.error, "raw_answers": a.raw}))
+                       for it, o, a in zip(items, outputs, annotations, strict=True)])
         frame = paper_lc.annotations_frame([int(str(it["id"]).rsplit("-", 1)[1]) for it in items],
                                   [it["prompt"] for it in items], outputs,
                                   [it["reference"] for it in items],
                                   [a.ours for a in annotations])
         lc = paper_lc.length_controlled_win_rate(frame,
-                                                 paper_lc.load_df_gamed(_data_dir(settings)))
+                                                 paper_lc.load_df_gamed(
+                                                     _data_dir(self.options(settings))))
         results = []
         for item, output, a in zip(items, outputs, annotations, strict=True):
             record = {"preference": a.preference, "is_switched_outputs": a.is_switched,
@@ -329,5 +342,5 @@ class AlpacaEvalTask(Task):
             "avg_output_length": sum(len(o) for o in outputs) / n if n else 0.0,
             "judge": annotator.public(), "max_model_len": PAPER_MAX_MODEL_LEN,
         }
-        return ScoreResult(score=score, n_items=n, n_correct=lc["n_wins"], ci=ci,
-                           metrics=metrics, items=results)
+        return TaskScore(score=score, n_items=n, n_correct=lc["n_wins"], ci=ci,
+                         ci_method=PAPER_CI_METHOD, metrics=metrics, items=results)

@@ -13,7 +13,7 @@ from typing import Any
 
 from a2rl.settings import Settings
 
-from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..hidden_seed import secret_seed
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .generate import GENERATOR_VERSION, TRAIN_SEED, make_items, normalize_answer, with_messages
@@ -84,7 +84,7 @@ class ArithTask(Task):
 
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> ScoreResult:
+    ) -> TaskScore:
         if len(items) != len(outputs):
             raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
         results: list[ItemResult] = []
@@ -97,13 +97,6 @@ class ArithTask(Task):
             by_op.setdefault(_op(item["prompt"]), []).append(int(correct))
             results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
                                       expected=item["answer"], correct=correct, parsed=parsed))
-        n = len(results)
-        n_correct = sum(r.correct for r in results)
-        metrics = {
-            "accuracy": n_correct / n if n else 0.0,
-            "n_correct": n_correct,
-            "n_unparsed": unparsed,
-            "accuracy_by_op": {op: sum(v) / len(v) for op, v in sorted(by_op.items())},
-        }
-        return ScoreResult(score=metrics["accuracy"], n_items=n, n_correct=n_correct,
-                           metrics=metrics, items=results)
+        return TaskScore.from_items(
+            results, n_unparsed=unparsed,
+            accuracy_by_op={op: sum(v) / len(v) for op, v in sorted(by_op.items())})

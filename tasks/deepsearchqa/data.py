@@ -20,6 +20,8 @@ from typing import Any
 
 from a2rl.settings import Settings
 
+from .options import DeepSearchQAOptions
+
 REPO = "google/deepsearchqa"
 FILE = "DSQA-full.csv"
 SHUFFLE_SEED = 42
@@ -27,11 +29,14 @@ N_TRAIN, N_TEST, N_DEV = 100, 200, 100
 COLUMNS = ("problem", "answer")
 
 
-def csv_path(settings: Settings) -> Path:
-    if settings.deepsearchqa_dir:
-        path = Path(settings.deepsearchqa_dir).expanduser() / FILE
+def csv_path(settings: Settings, options: DeepSearchQAOptions | None = None) -> Path:
+    """The CSV: in the task's option `data_dir` (deprecated alias `deepsearchqa_dir`), else
+    from the hub."""
+    opts = options or DeepSearchQAOptions.resolve("deepsearchqa", settings)
+    if opts.data_dir:
+        path = Path(opts.data_dir).expanduser() / FILE
         if not path.is_file():
-            raise FileNotFoundError(f"deepsearchqa_dir={settings.deepsearchqa_dir} has no {FILE}")
+            raise FileNotFoundError(f"deepsearchqa_dir={opts.data_dir} has no {FILE}")
         return path
     try:
         from huggingface_hub import hf_hub_download
@@ -40,13 +45,14 @@ def csv_path(settings: Settings) -> Path:
     except Exception as exc:  # offline and not cached, or the hub refused
         raise RuntimeError(
             f"cannot fetch {FILE} from the dataset {REPO} on the Hugging Face hub and no cached "
-            f"copy exists ({type(exc).__name__}); connect once, or set deepsearchqa_dir "
-            f"(A2RL_DEEPSEARCHQA_DIR) to a folder holding {FILE}") from None
+            f"copy exists ({type(exc).__name__}); connect once, or set -T data_dir= (the "
+            f"deprecated deepsearchqa_dir) to a folder holding {FILE}") from None
 
 
-def load_rows(settings: Settings) -> list[dict[str, Any]]:
+def load_rows(settings: Settings,
+              options: DeepSearchQAOptions | None = None) -> list[dict[str, Any]]:
     """Every row, in file order, with `row_index` (its position in the file)."""
-    with csv_path(settings).open(newline="", encoding="utf-8") as f:
+    with csv_path(settings, options).open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if not rows or any(c not in rows[0] for c in COLUMNS):
         raise ValueError(f"{FILE} must have the columns {', '.join(COLUMNS)}")

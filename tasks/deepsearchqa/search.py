@@ -25,6 +25,8 @@ from pydantic import BaseModel
 
 from a2rl.settings import Settings
 
+from .options import DeepSearchQAOptions
+
 DEFAULT_K = 5
 MAX_K = 20
 STOPWORDS = frozenset([
@@ -111,20 +113,24 @@ class WebSearch:
 _CORPORA: dict[str, CorpusSearch] = {}
 
 
-def make_search(settings: Settings, environ: Mapping[str, str] | None = None) -> SearchBackend:
+def make_search(settings: Settings, environ: Mapping[str, str] | None = None,
+                options: DeepSearchQAOptions | None = None) -> SearchBackend:
+    """The web endpoint when it and its key are set, else the offline corpus (the task's
+    options `search_url`, `search_key_env`, `corpus`)."""
+    opts = options or DeepSearchQAOptions.resolve("deepsearchqa", settings)
     env = os.environ if environ is None else environ
-    key = env.get(settings.deepsearchqa_search_key_env, "")
-    if settings.deepsearchqa_search_url and key:
-        return WebSearch(settings.deepsearchqa_search_url, key)
-    if settings.deepsearchqa_corpus:
-        path = str(Path(settings.deepsearchqa_corpus).expanduser().resolve())
+    key = env.get(opts.search_key_env, "")
+    if opts.search_url and key:
+        return WebSearch(opts.search_url, key)
+    if opts.corpus:
+        path = str(Path(opts.corpus).expanduser().resolve())
         if path not in _CORPORA:
             _CORPORA[path] = CorpusSearch(Path(path))
         return _CORPORA[path]
     raise RuntimeError(
-        "DeepSearchQA has no search backend: set deepsearchqa_corpus (A2RL_DEEPSEARCHQA_CORPUS) "
-        "to a jsonl corpus, or deepsearchqa_search_url with a key in "
-        f"${settings.deepsearchqa_search_key_env}")
+        "DeepSearchQA has no search backend: set -T corpus= (deprecated: deepsearchqa_corpus) "
+        "to a jsonl corpus, or -T search_url= (deprecated: deepsearchqa_search_url) with a "
+        f"key in ${opts.search_key_env}")
 
 
 def search_request(backend: SearchBackend, request: dict[str, Any]) -> dict[str, Any]:

@@ -22,12 +22,13 @@ from typing import Any
 
 from a2rl.settings import Settings, load_settings
 
-from ..base import ScoreResult, Split
+from ..base import Split, TaskScore
 from ..envapi.a2rl_env import Env, EnvPool, Episode
-from ..interactive import InteractiveTask, RolloutSettings, write_readonly
+from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game
 from .data import N_DEV, N_TEST, N_TRAIN, REPO, load_rows, split_rows
+from .options import DeepSearchQAOptions
 from .search import DEFAULT_K, SearchBackend, make_search, search_request
 
 GRADER = GraderSettings(max_new_tokens=128,
@@ -77,6 +78,8 @@ def final_answer(ep: Episode) -> str | None:
 class DeepSearchQATask(InteractiveTask):
     """google/deepsearchqa with a pluggable search backend and an LLM judge."""
 
+    options_model = DeepSearchQAOptions
+
     rollout = ROLLOUT
     backend_name = "deepsearchqa_env"
 
@@ -103,7 +106,7 @@ class DeepSearchQATask(InteractiveTask):
                                          "(not the paper harness's split)"),
             },
             grader=GRADER,
-            readonly_paths=["base_model", "data", "env"],
+            readonly_paths=READONLY_PATHS,
             notes={"judge": "LLM judge; a set answer must name every gold item and no other",
                    "success_if": "judged correct"},
         )
@@ -145,11 +148,11 @@ class DeepSearchQATask(InteractiveTask):
         return self._settings or load_settings()[0]
 
     def train_rows(self, settings: Settings) -> list[dict[str, Any]]:
-        return split_rows(load_rows(settings), "train", self.profile)
+        return split_rows(load_rows(settings, self.options(settings)), "train", self.profile)
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         """Demonstrations: search the question's first words, then answer with the gold."""
-        backend = make_search(settings)
+        backend = make_search(settings, options=self.options(settings))
         rows: list[dict[str, Any]] = []
         for row in self.train_rows(settings):
             query = " ".join(game.clean(row["problem"]).lower().split()[:12])
@@ -173,10 +176,11 @@ class DeepSearchQATask(InteractiveTask):
         if split not in ("dev", "test"):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
         self._settings = settings
-        return split_rows(load_rows(settings), split, self.profile)
+        return split_rows(load_rows(settings, self.options(settings)), split, self.profile)
 
     def make_env(self, item: dict[str, Any]) -> Env:
-        backend = make_search(self._settings_or_default())
+        settings = self._settings_or_default()
+        backend = make_search(settings, options=self.options(settings))
         return game.QAEnv(item["problem"], search_fn(backend))
 
     def episode_group(self, item: dict[str, Any]) -> str | None:
@@ -192,7 +196,7 @@ class DeepSearchQATask(InteractiveTask):
         return self.judge
 
     def score_episodes(self, items: Sequence[dict[str, Any]],
-                       episodes: Sequence[Episode]) -> ScoreResult:
+                       episodes: Sequence[Episode]) -> TaskScore:
         """Judge every final answer (concurrently, cached), then score as any interactive
         task: success = judged correct; an episode without an answer or with an empty one is
         incorrect without a judge call; a judge error is incorrect and counted."""
@@ -242,7 +246,8 @@ class DeepSearchQATask(InteractiveTask):
     # --- workspace and services ------------------------------------------------------------
     def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
         """`search`: the run's only way to search from the sandbox (recorded per request)."""
-        return {"search": lambda request: search_request(make_search(settings), request)}
+        return {"search": lambda request: search_request(
+            make_search(settings, options=self.options(settings)), request)}
 
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)

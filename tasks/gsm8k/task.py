@@ -1,7 +1,8 @@
 """The GSM8K task (level 1).
 
 Data: `openai/gsm8k` config `main` through `datasets.load_dataset` (Hugging Face cache), or,
-when `data_dir` is given or the setting `gsm8k_dir` (`A2RL_GSM8K_DIR`) is set, the files
+when `data_dir` is given or the option `data_dir` is set (`-T data_dir=`, `[tasks.gsm8k]`;
+deprecated: `gsm8k_dir`, `A2RL_GSM8K_DIR`), the files
 `train.jsonl` / `test.jsonl` of that folder in the dataset's own schema
 (`{"question", "answer"}`): the test fixtures use this, and so can a user with an offline copy.
 Splits: visible train = the dataset's train split minus its last `N_DEV` rows, which are the
@@ -25,9 +26,10 @@ from typing import Any
 from a2rl.settings import Settings
 
 from .. import opencompass
-from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
+from .options import GSM8KOptions
 from .scoring import (
     FALLBACK,
     extract_answer,
@@ -76,7 +78,7 @@ def load_rows(folder: str | None, split: str) -> list[dict[str, Any]]:
     if folder is not None:
         path = Path(folder) / f"{split}.jsonl"
         if not path.is_file():
-            raise GSM8KDataUnavailable(f"GSM8K: {path} not found (setting gsm8k_dir)")
+            raise GSM8KDataUnavailable(f"GSM8K: {path} not found (option data_dir)")
         with path.open() as f:
             rows = [json.loads(line) for line in f if line.strip()]
     else:
@@ -88,7 +90,7 @@ def load_rows(folder: str | None, split: str) -> list[dict[str, Any]]:
             raise GSM8KDataUnavailable(
                 f"GSM8K: could not load {DATASET} ({CONFIG}) split {split!r} from the "
                 f"Hugging Face hub ({type(exc).__name__}). Connect to the hub once (it is "
-                "cached) or set A2RL_GSM8K_DIR to a folder with train.jsonl and test.jsonl."
+                "cached) or set -T data_dir= to a folder with train.jsonl and test.jsonl."
             ) from None
         rows = [dict(r) for r in ds]
     for row in rows:
@@ -104,6 +106,8 @@ def dev_size(n_train_rows: int) -> int:
 
 class GSM8KTask(Task):
     """GSM8K with lm-evaluation-harness's prompt and answer extraction (see `scoring.py`)."""
+
+    options_model = GSM8KOptions
 
     def __init__(self, *, data_dir: Path | str | None = None,
                  base_model: str | None = None,
@@ -171,7 +175,7 @@ class GSM8KTask(Task):
 
     # --- data -------------------------------------------------------------------------------
     def data_dir(self, settings: Settings) -> Path | None:
-        raw = self._data_dir or settings.gsm8k_dir
+        raw = self._data_dir or self.options(settings).data_dir
         return Path(raw).expanduser() if raw else None
 
     def _rows(self, split: str, settings: Settings) -> list[dict[str, Any]]:
@@ -236,7 +240,7 @@ class GSM8KTask(Task):
     # --- scoring ----------------------------------------------------------------------------
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> ScoreResult:
+    ) -> TaskScore:
         if len(items) != len(outputs):
             raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
         if self.profile == "paper":
@@ -253,22 +257,15 @@ class GSM8KTask(Task):
             results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
                                       expected=item["target"], correct=correct, parsed=parsed))
         n = len(results)
-        n_correct = sum(r.correct for r in results)
-        metrics = {
-            "accuracy": n_correct / n if n else 0.0,
-            "n_correct": n_correct,
-            "n_strict": how_counts["strict"],
-            "n_flexible": how_counts["flexible"],
-            "n_unparsed": how_counts["none"],
-            "lm_eval_exact_match_strict": lm_strict / n if n else 0.0,
-            "lm_eval_exact_match_flexible": lm_flexible / n if n else 0.0,
-            "lm_eval_fallback": FALLBACK,
-        }
-        return ScoreResult(score=metrics["accuracy"], n_items=n, n_correct=n_correct,
-                           metrics=metrics, items=results)
+        return TaskScore.from_items(
+            results, n_strict=how_counts["strict"], n_flexible=how_counts["flexible"],
+            n_unparsed=how_counts["none"],
+            lm_eval_exact_match_strict=lm_strict / n if n else 0.0,
+            lm_eval_exact_match_flexible=lm_flexible / n if n else 0.0,
+            lm_eval_fallback=FALLBACK)
 
 
-def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> ScoreResult:
+def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> TaskScore:
     """OpenCompass's GSM8K accuracy (`paper.py`): postprocess, then `is_equal`."""
     results = []
     for item, output in zip(items, outputs, strict=True):
@@ -276,14 +273,9 @@ def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> Sco
         results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
                                   expected=item["target"], parsed=pred,
                                   correct=paper.is_equal(pred, item["target"])))
-    n = len(results)
-    n_correct = sum(r.correct for r in results)
-    metrics = {"accuracy": n_correct / n if n else 0.0, "n_correct": n_correct,
-               "n_unparsed": sum(r.parsed == paper.NULL for r in results),
-               "scorer": f"opencompass {opencompass.VERSION} gsm8k_postprocess + "
-                         "Gsm8kEvaluator"}
-    return ScoreResult(score=metrics["accuracy"], n_items=n, n_correct=n_correct,
-                       metrics=metrics, items=results)
+    return TaskScore.from_items(
+        results, n_unparsed=sum(r.parsed == paper.NULL for r in results),
+        scorer=f"opencompass {opencompass.VERSION} gsm8k_postprocess + Gsm8kEvaluator")
 
 
 def _paper_description() -> str:

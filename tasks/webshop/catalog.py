@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from a2rl.settings import Settings
 
+from .options import WebShopOptions
 from .sim import PRICE_RANGE
 
 GOAL_SHUFFLE_SEED = 233
@@ -72,13 +73,16 @@ def _first(folder: Path, names: tuple[str, ...]) -> Path:
     raise FileNotFoundError(f"webshop_dir={folder} has none of {', '.join(names)}")
 
 
-def data_dir(settings: Settings) -> Path:
-    if not settings.webshop_dir:
+def data_dir(settings: Settings, options: WebShopOptions | None = None) -> Path:
+    """The data folder: the task's option `data_dir` (deprecated alias `webshop_dir`)."""
+    opts = options or WebShopOptions.resolve("webshop", settings)
+    if not opts.data_dir:
         raise RuntimeError(
             "WebShop needs its data files (items_shuffle*.json, items_ins_v2*.json, "
-            "items_human_ins.json from princeton-nlp/WebShop's setup.sh); set webshop_dir "
-            "(A2RL_WEBSHOP_DIR) to the folder holding them")
-    folder = Path(settings.webshop_dir).expanduser()
+            "items_human_ins.json from princeton-nlp/WebShop's setup.sh); set -T data_dir= "
+            "([tasks.webshop] data_dir, or the deprecated webshop_dir / A2RL_WEBSHOP_DIR) to "
+            "the folder holding them")
+    folder = Path(opts.data_dir).expanduser()
     if not folder.is_dir():
         raise RuntimeError(f"webshop_dir={folder} is not a folder")
     return folder
@@ -177,8 +181,10 @@ def _load(folder: str, num_products: int) -> WebShopData:
     return WebShopData(products=products, goals=goals, source=products_file.name)
 
 
-def load_data(settings: Settings, num_products: int | None = None) -> WebShopData:
+def load_data(settings: Settings, num_products: int | None = None,
+              options: WebShopOptions | None = None) -> WebShopData:
     """The processed catalog and goals (cached per folder and product limit); `num_products`
-    overrides the setting (the paper profile's 1,000)."""
-    limit = settings.webshop_num_products if num_products is None else num_products
-    return _load(str(data_dir(settings).resolve()), limit)
+    overrides the option (the paper profile's 1,000)."""
+    opts = options or WebShopOptions.resolve("webshop", settings)
+    limit = opts.num_products if num_products is None else num_products
+    return _load(str(data_dir(settings, opts).resolve()), limit)

@@ -1,6 +1,6 @@
 """WebShop (level 3): buy the product an instruction describes on a simulated shopping site.
 
-Graded by rollouts (`a2rl.grading.rollout`) of the text site `sim.py` over the official data
+Graded by rollouts (`a2rl.tasks.rollout`) of the text site `sim.py` over the official data
 (`catalog.py`): one episode per hidden goal, up to `MAX_STEPS` actions. The score is the success
 rate (reward exactly 1, the original's rule) with its Wilson interval; the mean reward (the
 original's "score" / 100) is a metric. The workspace gets the catalog and the training goals
@@ -21,14 +21,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from a2rl.layout import DATA
 from a2rl.settings import Settings
 
-from ..base import ScoreResult, Split
+from ..base import Split, TaskScore
 from ..envapi.a2rl_env import Env, EnvPool, Episode
-from ..interactive import InteractiveTask, RolloutSettings, write_readonly
+from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import sim
 from .catalog import N_DEV, N_TEST, WebShopData, load_data
+from .options import WebShopOptions
 
 MAX_STEPS = 15
 #: Training goals with an expert demonstration in data/train.jsonl (at most).
@@ -146,6 +148,8 @@ def _description(paper: bool = False) -> str:
 class WebShopTask(InteractiveTask):
     """WebShop with the human instructions; see description.md for every deviation."""
 
+    options_model = WebShopOptions
+
     rollout = ROLLOUT
     backend_name = "webshop_env"
 
@@ -170,7 +174,7 @@ class WebShopTask(InteractiveTask):
                                   source="human goals 0-499: the original test goals"),
             },
             grader=GRADER,
-            readonly_paths=["base_model", "data", "env"],
+            readonly_paths=READONLY_PATHS,
             notes={"success_if": "reward == 1 (the original WebShop's rule)"},
         )
 
@@ -198,7 +202,8 @@ class WebShopTask(InteractiveTask):
 
     # --- data -----------------------------------------------------------------------------
     def data(self, settings: Settings) -> WebShopData:
-        return load_data(settings, PAPER_PRODUCTS if self.profile == "paper" else None)
+        return load_data(settings, PAPER_PRODUCTS if self.profile == "paper" else None,
+                         options=self.options(settings))
 
     def catalog(self, data: WebShopData) -> sim.Catalog:
         """The site's catalog and search index, built once per data."""
@@ -229,7 +234,7 @@ class WebShopTask(InteractiveTask):
         return item["goal"].get("category") or None
 
     def score_episodes(self, items: Sequence[dict[str, Any]],
-                       episodes: Sequence[Episode]) -> ScoreResult:
+                       episodes: Sequence[Episode]) -> TaskScore:
         """The shared scoring; under the paper profile each episode's success is first
         re-decided by the harness's rule (`paper_success`)."""
         if self.profile == "paper":
@@ -255,5 +260,5 @@ class WebShopTask(InteractiveTask):
         products = "".join(json.dumps(p) + "\n" for p in data.products)
         goals = "".join(json.dumps({"id": g["id"], "goal": g["goal"]}) + "\n"
                         for g in data.split_goals("train"))
-        write_readonly(workspace / "data" / "webshop",
+        write_readonly(workspace / DATA / "webshop",
                        {"products.jsonl": products, "train_goals.jsonl": goals})

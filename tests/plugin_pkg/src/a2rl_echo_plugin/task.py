@@ -8,7 +8,7 @@ from importlib.resources import files
 from typing import Any
 
 from a2rl.settings import Settings
-from a2rl.tasks import ItemResult, Messages, ScoreResult, Split, Task, TaskSpec, secret_seed
+from a2rl.tasks import ItemResult, Messages, Split, Task, TaskScore, TaskSpec, secret_seed
 from a2rl.tasks.spec import GraderSettings, SplitInfo
 
 N_TRAIN, N_DEV, N_TEST = 200, 16, 24
@@ -57,7 +57,7 @@ class EchoTask(Task):
 
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> ScoreResult:
+    ) -> TaskScore:
         results = []
         for item, output in zip(items, outputs, strict=True):
             words = output.split()
@@ -65,7 +65,4 @@ class EchoTask(Task):
             results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
                                       expected=item["answer"], parsed=parsed,
                                       correct=parsed == item["answer"]))
-        n_correct = sum(r.correct for r in results)
-        n = len(results)
-        return ScoreResult(score=n_correct / n if n else 0.0, n_items=n, n_correct=n_correct,
-                           metrics={"accuracy": n_correct / n if n else 0.0}, items=results)
+        return TaskScore.from_items(results)  # accuracy, with Wilson's interval

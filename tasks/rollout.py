@@ -1,4 +1,7 @@
-"""The rollout engine: grade an interactive (level-3) task by playing its hidden instances.
+"""Rollouts: how an interactive (level-3) task is evaluated, by playing its hidden instances.
+
+Lives with the tasks because it is the interactive tasks' evaluation strategy
+(`InteractiveTask.evaluate`); the grader only hands it an engine (`a2rl.grading.seam`).
 
 Why batched by step: a generation engine is fast on many prompts at once and slow per call
 (on a GPU, plain `generate` runs about 15 decode steps per second whatever the batch). So
@@ -12,14 +15,16 @@ uses inside its workspace (docs/level3.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from a2rl.tasks.base import ScoreResult
-from a2rl.tasks.envapi.a2rl_env import Env, EnvPool
-from a2rl.tasks.interactive import InteractiveTask
-from a2rl.tasks.spec import GraderSettings
+from .envapi.a2rl_env import Env, EnvPool
+from .spec import GraderSettings
 
-from .engine import GenerationEngine
+if TYPE_CHECKING:
+    from a2rl.grading.seam import GenerationEngine
+
+    from .base import TaskScore
+    from .interactive import InteractiveTask
 
 
 def _factory(task: InteractiveTask, item: dict[str, Any]) -> Callable[[], Env]:
@@ -44,12 +49,11 @@ def play(task: InteractiveTask, items: Sequence[dict[str, Any]], engine: Generat
 
 
 def run_rollouts(task: InteractiveTask, items: Sequence[dict[str, Any]],
-                 engine: GenerationEngine, grader: GraderSettings | None = None) -> ScoreResult:
+                 engine: GenerationEngine, grader: GraderSettings | None = None) -> TaskScore:
     """Play every item and score the episodes (success rate; per-episode records as items).
     A task with its own episode loop for its profile (ALFWorld's `paper` profile: ReAct with
     the full history) plays through `task.play_episodes`, which returns None to use ours."""
-    own = getattr(task, "play_episodes", None)
-    episodes = own(items, engine, grader) if own is not None else None
+    episodes = task.play_episodes(items, engine, grader)
     if episodes is None:
         episodes = play(task, items, engine, grader).episodes
     return task.score_episodes(items, episodes)
