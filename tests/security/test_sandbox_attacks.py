@@ -238,8 +238,10 @@ async def test_memory_hog_ends_that_job_only(agent: Agent) -> None:
 
 async def test_disk_filler_ends_that_job(agent: Agent) -> None:
     workspace = Path(agent.run.workspace)
+    # A second between files: the watch looks every 2 s, so it must end the job after a few
+    # files even on a loaded machine (the kernel's own wall is test_fallocate_...'s).
     out = await agent.sh("for i in $(seq 1 12); do head -c 30000000 /dev/zero > code/fill$i; "
-                         "done; sleep 30; echo never", wait_s=40)
+                         "sleep 1; done; sleep 30; echo never", wait_s=50)
     assert out["status"] == "exited" and "disk limit 96m" in out["hint"], out
     assert "never" not in out["output"]
     used = sum(p.stat().st_blocks * 512 for p in workspace.rglob("fill*"))
