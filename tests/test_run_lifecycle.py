@@ -206,3 +206,34 @@ def test_finish_is_idempotent_and_closes_the_clock(settings: Settings, store: St
     assert [e.detail for e in events(store, run.id, BudgetEventKind.finished)] == [
         {"reason": "test"}]
     assert aware(done.ended_at) <= utcnow()  # type: ignore[operator]
+
+
+def test_workspace_volume_lives_with_its_run(settings: Settings, store: Store,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root with loop devices: a made run's workspace is its own mount until finish_run,
+    and a run that fails to be made leaves no mount behind."""
+    import os
+
+    from a2rl.tasks.arith.task import ArithTask
+    from a2rl.tools.sandbox import volume
+
+    from .conftest import require
+
+    require(volume.unavailable_reason() is None,
+            f"a workspace volume cannot be made here: {volume.unavailable_reason()}")
+    run = create_run(settings, store, task_id="arith", budget="10m", baseline=False).run
+    workspace = Path(run.workspace)
+    assert os.path.ismount(workspace) and (workspace.parent / volume.IMAGE_NAME).is_file()
+    assert not (workspace / "lost+found").exists()
+    finish_run(settings, store, run.id)
+    assert not os.path.ismount(workspace)
+
+    def broken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        raise OSError("no room for the task's data")
+
+    monkeypatch.setattr(ArithTask, "prepare_workspace", broken)
+    before = set(settings.runs_dir.iterdir())
+    with pytest.raises(OSError, match="no room"):
+        create_run(settings, store, task_id="arith", budget="10m", baseline=False)
+    (made,) = set(settings.runs_dir.iterdir()) - before
+    assert not os.path.ismount(made / "workspace")

@@ -10,6 +10,7 @@ sees), `control/` (the sandbox supervisor's socket and token, never visible insi
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,41 +86,45 @@ def create_run(
     root = settings.runs_dir / run_id
     workspace = root / "workspace"
     workspace.mkdir(parents=True)
-    disk_volume = volume.workspace_volume(settings.sandbox_disk_volume, settings.sandbox_disk,
-                                          task.base_model_dir(settings), root, workspace)
-    for d in WORKSPACE_DIRS:
-        (workspace / d).mkdir()
-    task.prepare_workspace(workspace, settings)
-    unsafe = settings.unsafe_local if unsafe_local is None else unsafe_local
-    scores = {}
-    if baseline:
-        from a2rl.grading import ensure_baseline
+    with contextlib.ExitStack() as undo:
+        disk_volume = volume.workspace_volume(settings.sandbox_disk_volume, settings.sandbox_disk,
+                                              task.base_model_dir(settings), root, workspace)
+        if disk_volume:  # a run that fails to be made leaves no mount behind
+            undo.callback(volume.unmount, workspace)
+        for d in WORKSPACE_DIRS:
+            (workspace / d).mkdir()
+        task.prepare_workspace(workspace, settings)
+        unsafe = settings.unsafe_local if unsafe_local is None else unsafe_local
+        scores = {}
+        if baseline:
+            from a2rl.grading import ensure_baseline
 
-        scores = ensure_baseline(store, task, task.base_model_dir(settings), settings)
-    token, token_hash = new_token()
-    run = Run(
-        id=run_id, task_id=task_id, backend=backend, protocol=protocol, profile=profile,
-        workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
-        max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
-        base_model=task.base_model_name(settings), **(fleet or {}),
-        baseline_dev=scores["dev"].score if scores else None,
-        baseline_test=scores["test"].score if scores else None,
-        config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
-                "unsafe_local": unsafe, "disk_volume": disk_volume, "task_options": options,
-                "readonly_paths": task.readonly_paths,
-                "container": container_settings(settings, task.spec.sandbox_image, gpus or [],
-                                                share_gpus, keep_container)
-                if backend == "docker" else {}},
-    )
-    with store.session() as s:
-        if start_clock:
-            s.add(start_row(run, utcnow()))
-        s.add(run)
-    RevisionScanner(store, run_id, workspace.resolve(), settings.revision_exclude,
-                    settings.revision_max_bytes).record_initial()
-    run_logger(run_id, root / "run.log").info(
-        "run created: task=%s profile=%s backend=%s budget=%.0fs", task_id, profile, backend,
-        budget_s)
+            scores = ensure_baseline(store, task, task.base_model_dir(settings), settings)
+        token, token_hash = new_token()
+        run = Run(
+            id=run_id, task_id=task_id, backend=backend, protocol=protocol, profile=profile,
+            workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
+            max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
+            base_model=task.base_model_name(settings), **(fleet or {}),
+            baseline_dev=scores["dev"].score if scores else None,
+            baseline_test=scores["test"].score if scores else None,
+            config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
+                    "unsafe_local": unsafe, "disk_volume": disk_volume, "task_options": options,
+                    "readonly_paths": task.readonly_paths,
+                    "container": container_settings(settings, task.spec.sandbox_image, gpus or [],
+                                                    share_gpus, keep_container)
+                    if backend == "docker" else {}},
+        )
+        with store.session() as s:
+            if start_clock:
+                s.add(start_row(run, utcnow()))
+            s.add(run)
+        RevisionScanner(store, run_id, workspace.resolve(), settings.revision_exclude,
+                        settings.revision_max_bytes).record_initial()
+        run_logger(run_id, root / "run.log").info(
+            "run created: task=%s profile=%s backend=%s budget=%.0fs", task_id, profile, backend,
+            budget_s)
+        undo.pop_all()  # made: its volume stays mounted while it lives
     return CreatedRun(run=run, token=token)
 
 
