@@ -55,8 +55,9 @@ def store(settings: Settings) -> Iterator[Store]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files with an end-to-end training run (marked slow) first, in their order: with files
-    side by side (pytest-xdist, a file per worker) the long ones then overlap the many short
-    ones instead of ending the session alone on one core."""
+    side by side (pytest-xdist, a file per worker, `--no-loadscope-reorder` so that this order
+    is the order files are handed out) the long ones then overlap the many short ones instead
+    of ending the session alone on one core."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: order within a file kept
 
