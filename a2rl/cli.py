@@ -664,11 +664,12 @@ def gc(
     settings = _settings()
     store = _read_store(settings)
     result = collect_garbage(settings, store, include_final=include_final) if store is not None \
-        else {"removed": [], "bytes_freed": 0}  # no store: nothing is known to be garbage
+        else {"removed": [], "bytes_freed": 0, "volumes_detached": []}  # no store: none known
     if as_json:
         _print_json(result)
         return
-    typer.echo(f"removed {len(result['removed'])} items, {result['bytes_freed']} bytes freed")
+    typer.echo(f"removed {len(result['removed'])} items, {result['bytes_freed']} bytes freed, "
+               f"{len(result['volumes_detached'])} workspace volumes detached")
 
 
 @app.command()

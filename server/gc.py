@@ -3,10 +3,12 @@
 Finished runs keep their record in the store (which is never touched here) and, unless
 `include_final`, the grader's copy of their final checkpoint. Removed: other checkpoint copies,
 the copies of runs whose record is gone, and the sandbox control folders of finished runs.
+The workspace volumes of finished runs are detached (their files stay in `workspace.img`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
+from a2rl.tools.sandbox import volume
 
 
 def _size(path: Path) -> int:
@@ -38,9 +41,13 @@ def collect_garbage(settings: Settings, store: Store, include_final: bool = Fals
             removed.append(str(sub_dir))
         if not any(run_dir.iterdir()):
             run_dir.rmdir()
+    detached: list[str] = []
     for run in runs.values():
         control = Path(run.workspace).parent / "control"
         if run.ended_at is not None and control.exists():
             shutil.rmtree(control, ignore_errors=True)
             removed.append(str(control))
-    return {"removed": removed, "bytes_freed": freed}
+        if run.ended_at is not None and os.path.ismount(run.workspace):
+            volume.unmount(Path(run.workspace))  # its files stay in workspace.img
+            detached.append(run.workspace)
+    return {"removed": removed, "bytes_freed": freed, "volumes_detached": detached}

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.settings import Settings
+# Files side by side (pytest-xdist, one worker per core): numeric libraries get one thread each,
+# before anything imports torch. Two trainings whose OpenMP threads spin on the same two cores
+# ran 8x slower than with a thread each. Graders and agents inherit this; sandbox jobs get it
+# through `tools.sandbox.base.THREAD_VARS`.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+
+from a2rl.settings import Settings  # noqa: E402
 from a2rl.store import Store
 
 IN_CI = os.environ.get("CI", "").lower() == "true"

@@ -210,8 +210,8 @@ def test_finish_is_idempotent_and_closes_the_clock(settings: Settings, store: St
 
 def test_workspace_volume_lives_with_its_run(settings: Settings, store: Store,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """As root with loop devices: a made run's workspace is its own mount until finish_run,
-    and a run that fails to be made leaves no mount behind."""
+    """As root with loop devices: a made run's workspace is its own mount, read-only once the
+    run is finished and detached by `a2rl gc`; a run that fails to be made leaves none."""
     import os
 
     from a2rl.tasks.arith.task import ArithTask
@@ -226,6 +226,12 @@ def test_workspace_volume_lives_with_its_run(settings: Settings, store: Store,
     assert os.path.ismount(workspace) and (workspace.parent / volume.IMAGE_NAME).is_file()
     assert not (workspace / "lost+found").exists()
     finish_run(settings, store, run.id)
+    # Finished: still where it was, read-only; `a2rl gc` detaches it, the image keeps it.
+    assert os.path.ismount(workspace) and os.statvfs(workspace).f_flag & os.ST_RDONLY
+    assert (workspace / "TASK.md").is_file()
+    from a2rl.server.gc import collect_garbage
+
+    assert str(workspace) in collect_garbage(settings, store)["volumes_detached"]
     assert not os.path.ismount(workspace)
 
     def broken(self, *args, **kwargs):  # type: ignore[no-untyped-def]

@@ -66,6 +66,19 @@ async def test_run_command_and_recording(client: Client, store: Store, run: Run)
     assert not row.is_error and row.duration_ms > 0 and "hello" in row.result_summary
 
 
+async def test_thread_counts_reach_the_jobs(client: Client,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox's environment is an allow-list; the numeric libraries' thread counts the
+    operator set pass through it (runs sharing cores need them), and nothing else does."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "many")  # not a number: not passed
+    monkeypatch.setenv("OMP_SECRET", "x")
+    r = await call(client, "run_command", wait_s=10,
+                   command='echo "$OMP_NUM_THREADS ${OPENBLAS_NUM_THREADS-unset} '
+                           '${OMP_SECRET-unset}"')
+    assert r.structured_content["output"].strip() == "3 unset unset"
+
+
 async def test_edit_read_list_and_revisions(client: Client, store: Store, run: Run) -> None:
     r = await call(client, "edit_file", path="code/a.py", new_text="x = 1\ny = 2\n")
     assert r.structured_content["created"] is True

@@ -29,7 +29,7 @@ from a2rl.store import Run, Store
 from .paths import Workspace
 from .revisions import RevisionScanner
 from .sandbox import volume
-from .sandbox.base import Sandbox, SandboxSpec
+from .sandbox.base import Sandbox, SandboxSpec, thread_env
 from .sandbox.registry import BACKENDS, create_sandbox
 
 
@@ -137,6 +137,7 @@ class RunRuntime:
                     network=bool(self.config.get("network", False)),
                     require_isolation=not self.config.get("allow_unisolated", False),
                     python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
+                    env=thread_env(),
                     uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
                     file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes, **fields,
                 )

@@ -142,6 +142,6 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
     run = rt.clock.close(reason)
-    volume.unmount(Path(run.workspace))  # its files stay in the run's workspace.img
+    volume.freeze(Path(run.workspace))  # read-only from now on; `a2rl gc` detaches it
     rt.log.info("run finished: %s", reason)
     return run

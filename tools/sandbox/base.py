@@ -52,6 +52,19 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
+# How many threads numeric libraries start (OpenMP, MKL, OpenBLAS). A sandbox's environment is
+# an allow-list, so an operator's choice here would not reach the jobs; these pass through.
+# Runs sharing a machine need it: two trainings whose OpenMP threads spin on the same cores
+# ran eight times slower here than with one thread each.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def thread_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The server's thread-count variables that are set, for the jobs' environment."""
+    source = os.environ if environ is None else environ
+    return {k: source[k] for k in THREAD_VARS if source.get(k, "").isdigit()}
+
+
 class SandboxSpec(BaseModel):
     """What a backend needs to know to build one run's sandbox."""
 

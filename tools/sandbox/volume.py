@@ -9,10 +9,12 @@ ENOSPC whatever the job does, on both backends (bubblewrap and containers bind t
 folder). The image holds the limit plus the task's inputs (base model, data) plus room for the
 filesystem itself, so the watch still speaks first and the kernel holds the line behind it.
 
-The mount lives while the run does: `finish_run` detaches it (`umount --lazy`, so a container
-that still holds the folder cannot keep it), and the files stay in `workspace.img`
-(`mount -o loop,ro <run>/workspace.img <folder>` to look at them). Without root or loop devices
-the watch alone remains, and `a2rl config show` says which is in force via `sandbox_disk_volume`.
+The mount lives with the run: `finish_run` remounts it read-only, so a finished run's files
+stay where they were for whoever looks, and nothing writes them any more; `a2rl gc` detaches the
+volumes of finished runs (`umount --lazy`, so a kept container cannot hold one), and their files
+stay in `workspace.img` (`mount -o loop,ro <run>/workspace.img <folder>` to look again).
+Without root or loop devices the watch alone remains (`sandbox_disk_volume` in `a2rl config
+show`).
 """
 
 from __future__ import annotations
@@ -118,6 +120,13 @@ def mount(image: Path, mountpoint: Path) -> None:
         return
     # noinit_itable: no background thread zeroing inode tables into the sparse image.
     _run(["mount", "-o", "loop,nosuid,nodev,noinit_itable", str(image), str(mountpoint)])
+
+
+def freeze(mountpoint: Path) -> None:
+    """Make the mounted volume read-only (a finished run's record of what its agent left)."""
+    if os.path.ismount(mountpoint):
+        subprocess.run(["mount", "-o", "remount,ro", str(mountpoint)], capture_output=True,
+                       timeout=60)
 
 
 def unmount(mountpoint: Path) -> None:
