@@ -289,6 +289,8 @@ class Supervisor:
         self.stopping = threading.Event()
         self.bash = "/bin/bash" if os.path.exists("/bin/bash") else "/usr/bin/bash"
         self.last_disk = 0.0
+        self.last_used = 0  # the workspace's bytes at the last disk check
+        self.watched: set[str] = set()  # the jobs running at the last disk check
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -564,19 +566,29 @@ class Supervisor:
         written = {job_id: sum(written_bytes(p) for p in members)
                    for job_id, members in tree.items()}
         used = self.workspace_bytes()
-        if used > self.limits.disk:
-            # The writer is the job whose processes wrote the most since the last look.
-            # Its writes may be done by now (processes gone): then the newest running job.
+        grown = used - self.last_used
+        with self.lock:
+            running = sorted((j for j in self.jobs.values() if j.state == "running"),
+                             key=lambda j: -j.started_at)
+        if used > self.limits.disk and grown > 0:
+            # Only growth is blamed: a job started while the workspace is over the limit to
+            # delete files (`rm`) must be left to finish, or the agent could never make room.
+            # The writer is the job whose processes wrote a fair share of the growth since the
+            # last look (a job that only printed a line did not fill the disk).
+            share = min(grown // 2, 1 << 20)
             deltas = {j: w - self.jobs[j].written for j, w in written.items()}
-            writers = [j for j, d in sorted(deltas.items(), key=lambda kv: -kv[1]) if d > 0]
-            with self.lock:
-                running = sorted((j for j in self.jobs.values() if j.state == "running"),
-                                 key=lambda j: -j.started_at)
-            writers += [j.job_id for j in running]
+            writers = [j for j, d in sorted(deltas.items(), key=lambda kv: -kv[1])
+                       if d >= share]
+            # Blocks taken without a write (fallocate, a sparse file filled by mmap) leave no
+            # trace in /proc/<pid>/io: then the newest job that was already running at the last
+            # look, since only such a job can have taken them.
+            writers += [j.job_id for j in running if j.job_id in self.watched]
             for job_id in writers[:1]:
                 self.end_for(self.jobs[job_id], f"killed: workspace disk limit "
                              f"{human(self.limits.disk)} reached ({used >> 20} MiB used); "
                              "delete files to make room")
+        self.last_used = used
+        self.watched = {j.job_id for j in running}
         for job_id, w in written.items():
             self.jobs[job_id].written = w
 
