@@ -691,7 +691,7 @@ def report(
     """A run's report: summary, timeline, scores, code history, training routes, failures."""
     from pathlib import Path
 
-    from a2rl.analysis import build_report, render
+    from a2rl.analysis import build_report, render, training_curves
 
     settings = _settings()
     if out and not Path(out).expanduser().parent.is_dir():
@@ -712,7 +712,7 @@ def report(
         assert doc.narrative is not None
         if doc.narrative.status != "generated":
             typer.echo(f"a2rl: {narrative_note(doc.narrative)}", err=True)
-    text = render(doc, fmt)
+    text = render(doc, fmt, training_curves(store, run_id) if fmt == "html" else None)
     if out:
         try:
             Path(out).expanduser().write_text(text, encoding="utf-8")

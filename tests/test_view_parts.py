@@ -10,6 +10,7 @@ temporary paths replaced.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import sqlite3
@@ -23,15 +24,15 @@ import pytest
 from starlette.testclient import TestClient
 
 from a2rl.analysis import build_report
-from a2rl.analysis.web import StoreOpenError, create_app, open_readonly
-from a2rl.analysis.web.app import resolve_token
-from a2rl.analysis.web.plots import (
+from a2rl.analysis.plots import (
     curve_values,
     nice_ticks,
     score_plot,
     time_ticks,
     timeline_plot,
 )
+from a2rl.analysis.web import StoreOpenError, create_app, open_readonly
+from a2rl.analysis.web.app import resolve_token
 from a2rl.analysis.web.transcripts import attach_calls, parse
 from a2rl.store import Store
 
@@ -129,6 +130,49 @@ def test_ticks_are_round() -> None:
     assert ticks == [0.2, 0.4, 0.6, 0.8]
     assert time_ticks(3 * 3600) == [0, 1800, 3600, 5400, 7200, 9000, 10800]
     assert all(t % 60 == 0 for t in time_ticks(1000))
+
+
+def _is_round(ticks: list[float]) -> bool:
+    """Evenly spaced by 1, 2, 2.5 or 5 times a power of ten, each a multiple of that step."""
+    steps = {round(b - a, 9) for a, b in zip(ticks, ticks[1:], strict=False)}
+    if len(ticks) < 2 or len(steps) != 1:
+        return False
+    step = steps.pop()
+    mantissa = step / 10 ** math.floor(math.log10(step))
+    return (any(math.isclose(mantissa, m) for m in (1, 2, 2.5, 5))
+            and all(math.isclose(t / step, round(t / step), abs_tol=1e-6) for t in ticks))
+
+
+def test_the_html_report_is_the_viewers_sections_with_round_ticks(tmp_path: Path) -> None:
+    """`a2rl report --format html` renders the viewer's templates and plots: round ticks, the
+    final test score marked, the jobs' training curves, and still no script or network."""
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    rid = _bench().build_synthetic(store, calls=60, jobs=6, subs=4)  # type: ignore[attr-defined]
+    store.close()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env.update(A2RL_HOME=str(tmp_path), A2RL_DB_URL=url)
+    out = tmp_path / "report.html"
+    p = subprocess.run([str(Path(sys.executable).parent / "a2rl"), "report", rid, "--format",
+                        "html", "--out", str(out)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    page = out.read_text()
+    score = page[page.index('<svg id="score-plot"'):]
+    score = score[:score.index("</svg>")]
+    yticks = [float(v) for v in re.findall(r'class="ytick"[^>]*>([^<]+)<', score)]
+    assert _is_round(yticks) and yticks[0] <= 0.3 and yticks[-1] >= 0.42, yticks
+    assert not _is_round([0.23, 0.29, 0.36])  # what the report's own axis used to print
+    timeline = page[page.index('<svg id="timeline-plot"'):]
+    assert re.findall(r'class="xtick"[^>]*>([^<]+)<', timeline[:timeline.index("</svg>")]) == [
+        "0.0s"] + [f"{h}h00m" for h in range(1, 9)]  # the 8-hour run, a tick per hour
+    assert 'class="final"' in score and "final test 0.420" in score
+    assert page.count('class="plot curve"') == 6 and 'aria-label="loss curve"' in page
+    assert "Training curves" in page and f"loss · job {rid}-j5" in page
+    assert "<script" not in page and not re.search(r"https?://", page)
+    assert 'href="#job-' not in page  # no job is listed on this page: nothing to link to
+    for sub in range(4):  # the score points and the routes link to the code history
+        assert f'id="sub-{rid}-s{sub}"' in page and f'href="#sub-{rid}-s{sub}"' in page
 
 
 def test_training_curves_from_trl_and_plain_logs() -> None:

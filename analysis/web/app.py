@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -30,77 +26,24 @@ from starlette.routing import Route
 
 from a2rl.store import Run
 
-from .. import fmt
-from ..render_html import CSS as REPORT_CSS
+from .. import plots
+from ..render_html import TEMPLATES, environment, report_context, training_curves
 from ..report import build_report
 from ..schema import Report
-from . import plots, queries
+from . import queries
 from .readonly import ReadOnlyStore, open_readonly
 from .transcripts import Message, attach_calls, from_call, parse
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 PAGE = 200  # conversation entries per page
 JOB_PAGE = 20
 REV_PAGE = 100
 LIVE_STATES = ("created", "running", "finalizing")
 
 
-def environment() -> Environment:
-    """The Jinja2 environment shared by the viewer's pages (and its filters)."""
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
-        ["jinja", "html"], default_for_string=True, default=True), trim_blocks=True,
-        lstrip_blocks=True)
-    env.filters.update(dur=fmt.dur, num=fmt.num, pct=fmt.pct, interval=fmt.interval,
-                       evidence=fmt.evidence, pretty=_pretty, short=_short,
-                       diff_html=_diff_html, pretty_text=_pretty_text,
-                       extract=lambda key, mapping: mapping.get(key, key),
-                       when=lambda d: d.strftime("%Y-%m-%d %H:%M") if d else "–")
-    env.globals.update(REPORT_CSS=REPORT_CSS, ROUTE_LABELS=fmt.ROUTE_LABELS,
-                       FAILURE_LABELS=fmt.FAILURE_LABELS)
-    return env
-
-
-def _pretty(x: Any) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, str):
-        return x
-    return json.dumps(x, indent=2, ensure_ascii=False, default=str)
-
-
-def _diff_html(diff: str) -> Markup:
-    """A unified diff, one line per line, with added, removed and hunk lines marked."""
-    out = []
-    for line in diff.splitlines():
-        cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+")
-               else "del" if line.startswith("-") else "")
-        out.append(Markup('<span class="{}">{}</span>').format(cls, line) if cls
-                   else escape(line))
-    return Markup("\n").join(out)
-
-
-def _pretty_text(text: str | None) -> str:
-    """A result as the server stored it; JSON indented so that it reads line by line."""
-    if not text:
-        return text or ""
-    stripped = text.strip()
-    if stripped[:1] in "{[":
-        try:
-            return json.dumps(json.loads(stripped), indent=2, ensure_ascii=False)
-        except ValueError:
-            pass
-    return text
-
-
 def _count_param(request: Request, name: str) -> int:
     """A non-negative integer query parameter; anything else counts as 0 (never a 500)."""
     value = request.query_params.get(name, "")
     return min(int(value), 10**9) if value.isdigit() else 0
-
-
-def _short(x: Any, n: int = 120) -> str:
-    text = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
-    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 class _Lru:
@@ -217,18 +160,13 @@ class Viewer:
             return JSONResponse({"error": "no such run"}, status_code=404)
         rep = await anyio.to_thread.run_sync(self.report, run)
         curves = await anyio.to_thread.run_sync(self.training_curves, run)
-        ctx = dict(run=run, r=rep, s=rep.summary, summary_rows=fmt.summary_rows(rep),
-                   metric_rows=fmt.metric_rows(rep.metrics), curves=curves,
-                   score_svg=plots.score_plot(rep.trajectory, rep.timeline.end_s,
-                                              run.final_score),
-                   timeline_svg=plots.timeline_plot(rep.timeline))
+        ctx = dict(run=run, **report_context(rep, curves, standalone=False))
         top = self.env.get_template("report_top.html.jinja").render(**ctx)
         bottom = self.env.get_template("report_bottom.html.jinja").render(**ctx)
         return JSONResponse({"top": top, "bottom": bottom})
 
     def training_curves(self, run: Run) -> list[tuple[str, str, str]]:
-        return self.curves.get(self._key(run), lambda: plots.curves(
-            queries.job_logs(self.store, run.id)))
+        return self.curves.get(self._key(run), lambda: training_curves(self.store, run.id))
 
     async def conversation_fragment(self, request: Request) -> Response:
         run = queries.get_run(self.store, request.path_params["run_id"])
