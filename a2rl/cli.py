@@ -20,6 +20,7 @@ import typer
 from typer.core import TyperGroup
 
 import a2rl
+from a2rl.listen import VIEW_PORT
 from a2rl.settings import Settings, SettingsError, load_settings
 
 
@@ -409,7 +410,8 @@ def serve(
     http: Annotated[bool, typer.Option(
         "--http", help="serve all runs over streamable HTTP")] = False,
     host: Annotated[str | None, typer.Option(help="HTTP address (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="HTTP port (default: the "
+                                             "http_port setting, 8765)")] = None,
     allow_remote: Annotated[bool, typer.Option(
         help="allow listening on a non-loopback address")] = False,
 ) -> None:
@@ -441,13 +443,12 @@ def serve(
 
 def _check_port(host: str, port: int) -> None:
     """Say in one line that the address is taken, before the server starts and fails."""
-    import socket
+    from a2rl.listen import ListenError, check_listen
 
     try:
-        with socket.create_server((host, port)):
-            pass
-    except OSError as exc:
-        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        check_listen(host, port)
+    except ListenError as exc:
+        _fail(str(exc))
 
 
 @app.command()
@@ -729,7 +730,8 @@ def report(
 def view(
     host: Annotated[str, typer.Option(help="address to bind; off loopback a token is required"
                                       )] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8765,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port to listen on (a2rl "
+                                      "serve --http has 8765)")] = VIEW_PORT,
     fleet: Annotated[str | None, typer.Option(help="open on this fleet's runs")] = None,
     token: Annotated[str | None, typer.Option(
         help="required on every request (generated and printed when binding off loopback)")
@@ -737,11 +739,12 @@ def view(
 ) -> None:
     """Browse the store in a local web app: runs, a run's conversation, compare, live runs."""
     from a2rl.analysis.web import StoreOpenError, serve
+    from a2rl.listen import ListenError
 
     try:
         serve(_settings().database_url, host=host, port=port, fleet=fleet, token=token,
               say=lambda m: typer.echo(m, err=True))
-    except StoreOpenError as exc:
+    except (StoreOpenError, ListenError) as exc:
         _fail(str(exc))
 
 

@@ -30,7 +30,8 @@ class Settings(BaseModel):
         False, description="allow the local backend without bubblewrap for non-toy tasks"
     )
     http_host: str = Field("127.0.0.1", description="address `a2rl serve --http` listens on")
-    http_port: int = Field(8765, description="port `a2rl serve --http` listens on")
+    http_port: int = Field(8765, ge=1, le=65535,
+                           description="port `a2rl serve --http` listens on")
     max_wait_s: float = Field(60.0, description="upper bound on any tool's wait_s")
     output_head_bytes: int = Field(8_000, description="bytes of output kept from the start")
     output_tail_bytes: int = Field(8_000, description="bytes of output kept from the end")

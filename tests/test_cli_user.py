@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlmodel import select
 from typer.testing import CliRunner
@@ -189,6 +190,46 @@ def test_bad_flags_are_refused_before_anything_is_made(tmp_path: Path) -> None:
     one_line_error(demo, "unknown task 'nope'")
     assert "creating a run" not in demo.stderr
     assert not home.exists(), list(home.rglob("*"))
+
+
+def test_ports_are_range_checked_and_bound_before_serving(tmp_path: Path) -> None:
+    """A port out of range (flag, file or variable), a port in use or a host that is not this
+    machine's: one line, and `view` says "serving" only once it holds its port."""
+    home = tmp_path / "home"
+    for args in (["serve", "--http", "--port", "99999"], ["view", "--port", "99999"],
+                 ["view", "--port", "-1"], ["serve", "--http", "--port", "0"]):
+        one_line_error(cli(home, *args), "--port", "65535" if "99999" in args else "1")
+    one_line_error(cli(home, "runs", A2RL_HTTP_PORT="99999"), "A2RL_HTTP_PORT=99999",
+                   "less than or equal to 65535")
+    assert not home.exists(), list(home.rglob("*"))
+    (tmp_path / "config.toml").write_text("http_port = 99999\n")
+    one_line_error(cli(tmp_path, "config", "show"), str(tmp_path / "config.toml"),
+                   "http_port = 99999", "65535")
+    (tmp_path / "config.toml").unlink()
+    Store(f"sqlite:///{tmp_path / 'a2rl.db'}").close()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        r = cli(tmp_path, "view", "--port", port)
+        one_line_error(r, f"cannot listen on 127.0.0.1:{port}", "in use")
+        assert "serving" not in r.stderr
+    r = cli(tmp_path, "view", "--host", "nosuch.invalid")
+    one_line_error(r, "cannot listen on nosuch.invalid:8766")
+    assert "serving" not in r.stderr
+    assert "8766" in cli(tmp_path, "view", "-h").stdout  # its own default, beside serve's 8765
+    # A free port: "serving" names it, and the page answers there.
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = str(probe.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    p = subprocess.Popen([A2RL, "view", "--port", port], env={**env, "A2RL_HOME": str(tmp_path)},
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr is not None
+        line = p.stderr.readline()
+        assert f"serving the store read-only at http://127.0.0.1:{port}/" in line, line
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).text == "ok"
+    finally:
+        p.terminate()
+        p.wait(30)
 
 
 def test_run_checks_the_agents_key_before_creating_the_run(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from a2rl.listen import VIEW_PORT, listen
 from a2rl.store import Run
 
 from .. import plots
@@ -324,14 +325,23 @@ def resolve_token(host: str, token: str | None) -> str | None:
     return None if is_loopback(host) else secrets.token_urlsafe(24)
 
 
-def serve(url: str, host: str = "127.0.0.1", port: int = 8765, fleet: str | None = None,
+def serve(url: str, host: str = "127.0.0.1", port: int = VIEW_PORT, fleet: str | None = None,
           token: str | None = None, say: Callable[[str], None] = print) -> None:
-    """Serve until interrupted. Off loopback a token is required (generated when not given)."""
+    """Serve until interrupted. Off loopback a token is required (generated when not given).
+
+    The store is opened and the address bound before "serving" is said: a missing store, a
+    port in use or a host that is not this machine's raise (`StoreOpenError`, `ListenError`)
+    with the line to show, and uvicorn gets the bound socket."""
     import uvicorn
 
     token = resolve_token(host, token)
     app = create_app(url, token=token, fleet=fleet)
+    sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     link = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     say(f"a2rl view: serving the store read-only at {link} (Ctrl-C stops)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(
+            sockets=[sock])
+    finally:
+        sock.close()
