@@ -165,6 +165,41 @@ def test_bad_settings_name_the_file_key_and_what_is_allowed(tmp_path: Path) -> N
                    "A2RL_GRADING_ENGINE='fast'", "'vllm'")
 
 
+def test_unknown_keys_bad_sizes_and_counts_out_of_range_are_named(tmp_path: Path) -> None:
+    """A typo in config.toml is not ignored; sizes are parsed as the sandbox parses them and
+    counts are range-checked when the settings load, not when a run first needs them."""
+    config = tmp_path / "config.toml"
+    config.write_text('sandbox_memroy = "8g"\n')
+    line = one_line_error(cli(tmp_path, "runs"), str(config), "'sandbox_memroy' is not a setting",
+                          "did you mean 'sandbox_memory'")
+    assert "config show" in line
+    config.write_text('[a2rl]\nbackend = "local"\njudge_modle = "m"\n\n[tasks.arith]\n')
+    one_line_error(cli(tmp_path, "runs"), "'judge_modle' is not a setting", "'judge_model'")
+    config.write_text("[a2rl]\nbackend = \"local\"\n\nsandbox_disk = \"1g\"\n")  # in [a2rl]
+    assert cli(tmp_path, "runs").exit_code == 0
+    config.write_text('backend = "local"\n[a2rl]\nbackend = "docker"\n')  # beside [a2rl]
+    one_line_error(cli(tmp_path, "runs"), "'backend' is not a setting")
+    for text, needles in (
+            ('sandbox_memory = "lots"', ("sandbox_memory = 'lots'", "not a size", "16g")),
+            ('docker_shm_size = "2 gigs"', ("docker_shm_size", "not a size")),
+            ('sandbox_disk = "-1g"', ("sandbox_disk = '-1g'", "cannot be negative")),
+            ("sandbox_pids_limit = -4", ("sandbox_pids_limit = -4", "greater than or equal to 0")),
+            ("judge_concurrency = 0", ("judge_concurrency = 0", "greater than or equal to 1")),
+            ("http_port = 99999", ("http_port = 99999", "less than or equal to 65535")),
+            ("judge_timeout_s = 0", ("judge_timeout_s = 0", "greater than 0"))):
+        config.write_text(text + "\n")
+        one_line_error(cli(tmp_path, "runs"), str(config), *needles)
+    config.write_text("sandbox_memory = 1048576\nsandbox_file_size = \"1.5g\"\n")
+    shown = json.loads(cli(tmp_path, "config", "show", "--json").stdout)
+    assert shown["sandbox_memory"]["value"] == "1048576"  # a TOML integer: bytes
+    assert shown["sandbox_file_size"]["value"] == "1.5g"
+    config.unlink()
+    one_line_error(cli(tmp_path, "runs", A2RL_SANDBOX_MEMORY="lots"),
+                   "A2RL_SANDBOX_MEMORY='lots'", "not a size")
+    one_line_error(cli(tmp_path, "runs", A2RL_JUDGE_CONCURRENCY="0"),
+                   "A2RL_JUDGE_CONCURRENCY=0", "greater than or equal to 1")
+
+
 def test_bad_flags_are_refused_before_anything_is_made(tmp_path: Path) -> None:
     home = tmp_path / "home"
     one_line_error(cli(home, "create", "--budget", "0"), "--budget", "got '0'")
