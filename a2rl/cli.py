@@ -436,8 +436,9 @@ def serve(
             _no_run(run)
         elif row["ended_at"] is not None:
             # Serving it would append calls to a closed record and change its report.
-            _fail(f"run {run} has ended ({row['end_reason'] or row['status']}); its record "
-                  "is closed: make a new run (a2rl create)")
+            from a2rl.server.auth import ended_message
+
+            _fail(ended_message(run, row["end_reason"] or row["status"]))
         serve_stdio(settings, store, run)
 
 
