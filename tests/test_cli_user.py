@@ -150,6 +150,31 @@ def test_unusable_store_is_one_line_naming_it(tmp_path: Path) -> None:
     assert "hunter2" not in line
 
 
+def test_commands_that_read_leave_another_programs_sqlite_file_alone(tmp_path: Path) -> None:
+    """As `a2rl view`: a SQLite file of another schema is refused in one line, unchanged (no
+    a2rl table made in it, not switched to WAL)."""
+    import hashlib
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, path TEXT)")
+        conn.execute("INSERT INTO photos (path) VALUES ('a.jpg')")
+    conn.close()
+    before = hashlib.sha256(other.read_bytes()).hexdigest()
+    url = f"sqlite:///{other}"
+    for args in (["runs"], ["show", "r-1"], ["report", "r-1"], ["compare"], ["gc"],
+                 ["export", "r-1"], ["finish", "r-1"], ["serve", "--run", "r-1"]):
+        one_line_error(cli(tmp_path, *args, A2RL_DB_URL=url), str(other), "not an a2rl store",
+                       "nothing was changed")
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, -shm
+    with sqlite3.connect(other) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
+    conn.close()
+    assert tables == ["photos"]
+
+
 def test_bad_settings_name_the_file_key_and_what_is_allowed(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('backend = "dockr"\n')
