@@ -262,18 +262,57 @@ def test_compare_counts_per_item_agreement(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'a2rl.db'}"
     store = Store(url)
     bench = _bench()
+    # Two runs whose final test evaluations grade the same items with different answers.
     a = bench.build_synthetic(store, calls=20, jobs=2, subs=2, run_id="a")  # type: ignore[attr-defined]
-    b = bench.build_synthetic(store, calls=20, jobs=2, subs=3, run_id="b")  # type: ignore[attr-defined]
+    b = bench.build_synthetic(store, calls=20, jobs=2, subs=3, run_id="b",  # type: ignore[attr-defined]
+                              final_seed=7)
     store.close()
-    # Both runs' final test evaluations carry the same seeded items, so they agree on all.
-    items = bench._items(999, 0.42)  # type: ignore[attr-defined]
-    right = sum(bool(i["correct"]) for i in items)
+    ia = {i["id"]: bool(i["correct"]) for i in bench._items(999, 0.42)}  # type: ignore[attr-defined]
+    ib = {i["id"]: bool(i["correct"]) for i in bench._items(7, 0.42)}  # type: ignore[attr-defined]
+    both = sum(ia[k] and ib[k] for k in ia)
+    neither = sum(not ia[k] and not ib[k] for k in ia)
+    only_a = sum(ia[k] and not ib[k] for k in ia)
+    only_b = sum(ib[k] and not ia[k] for k in ia)
+    assert only_a and only_b and both and neither  # the seeds make every count non-zero
     page = TestClient(create_app(url)).get(f"/compare?run={a}&run={b}").text
-    assert (f"{len(items)} items graded in every run's final evaluation: all runs right on "
-            f"{right}, all wrong on {len(items) - right}, disagreeing on 0") in page
+    assert (f"{len(ia)} items graded in every run's final evaluation: all runs right on "
+            f"{both}, all wrong on {neither}, disagreeing on {only_a + only_b}") in page
+    assert (f"<tr><td>{a}</td><td>{b}</td><td>{len(ia)}</td><td>{both + neither}</td>"
+            f"<td>{only_a}</td><td>{only_b}</td></tr>") in page
     base = bench._items(0, 0.3)  # type: ignore[attr-defined]
+    items = bench._items(999, 0.42)  # type: ignore[attr-defined]
     gained = sum(i["correct"] and not j["correct"] for i, j in zip(items, base, strict=True))
     lost = sum(j["correct"] and not i["correct"] for i, j in zip(items, base, strict=True))
     run_page = TestClient(create_app(url)).get(f"/run/{a}").text
     assert (f"+{gained} right that the base got wrong</span>, <span class=\"bad\">−{lost} "
             "wrong that the base got right") in run_page
+
+
+def test_the_fleet_view_shows_one_fleets_runs(tmp_path: Path) -> None:
+    """`/?fleet=NAME` and `a2rl view --fleet NAME` (the app's default fleet): that fleet's
+    runs only, each run of a fleet tagged with a link to its fleet on the full list."""
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    bench = _bench()
+    for rid, fleet in (("f1", "sweep"), ("f2", "sweep"), ("g1", "other"), ("solo", None)):
+        bench.build_synthetic(store, calls=5, jobs=1, subs=1, run_id=rid,  # type: ignore[attr-defined]
+                              fleet_id=fleet)
+    store.close()
+
+    def listed(html: str) -> list[str]:
+        return re.findall(r'<td><a href="/run/([^"]+)">', html)
+
+    everything = TestClient(create_app(url)).get("/").text
+    assert sorted(listed(everything)) == ["f1", "f2", "g1", "solo"]
+    assert everything.count('<a class="tag" href="/?fleet=sweep">sweep</a>') == 2
+    one = TestClient(create_app(url)).get("/?fleet=sweep")
+    assert one.status_code == 200 and "<h1>Fleet sweep</h1>" in one.text
+    assert sorted(listed(one.text)) == ["f1", "f2"] and 'class="tag"' not in one.text
+    default = TestClient(create_app(url, fleet="other")).get("/").text  # a2rl view --fleet other
+    assert listed(default) == ["g1"] and "<h1>Fleet other</h1>" in default
+    asked = TestClient(create_app(url, fleet="other")).get("/?fleet=sweep").text
+    assert sorted(listed(asked)) == ["f1", "f2"]  # the query's fleet over the default
+    none = TestClient(create_app(url)).get("/?fleet=nosuch").text
+    assert "No runs in this store yet for fleet nosuch" in none and listed(none) == []
+    page = TestClient(create_app(url)).get("/run/f1").text
+    assert '<a href="/?fleet=sweep">fleet sweep</a>' in page
