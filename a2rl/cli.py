@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, NoReturn, get_args
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 import a2rl
 from a2rl.listen import VIEW_PORT
@@ -61,6 +61,14 @@ class _A2rlGroup(TyperGroup):
             return code
         sys.exit(code if isinstance(code, int) else 0)
 
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """Help's type column: a flag takes no value, so none is shown (typer shows `<bool>`)."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     cls=_A2rlGroup, add_completion=True, no_args_is_help=True,
@@ -110,7 +118,7 @@ ProfileOpt = Annotated[choices(*PROFILES), typer.Option(
 MaxSubmissionsOpt = Annotated[int | None, typer.Option(min=1, help="default: unlimited")]
 TaskOptionOpt = Annotated[list[str] | None, typer.Option(
     "-T", "--task-option", metavar="KEY=VALUE",
-    help="a task option (repeatable; see a2rl tasks <id>), over [tasks.<id>] in config.toml")]
+    help="a task option (repeatable; see a2rl tasks <id>), over \\[tasks.<id>] in config.toml")]
 
 _quiet = False  # --quiet: no progress lines
 
@@ -287,7 +295,12 @@ def _duration(start: str | None, end: str | None) -> str:
     if not start:
         return "-"
     b = _utc(end) if end else datetime.now(UTC)
-    secs = max(0, int((b - _utc(start)).total_seconds()))
+    return _seconds((b - _utc(start)).total_seconds())
+
+
+def _seconds(seconds: float) -> str:
+    """'8h 00m', '3m 20s', '45s'."""
+    secs = max(0, int(seconds))
     h, m, sec = secs // 3600, secs % 3600 // 60, secs % 60
     return f"{h}h {m:02d}m" if h else f"{m}m {sec:02d}s" if m else f"{sec}s"
 
@@ -529,7 +542,8 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     line("base model", doc["base_model"] or "-")
     line("created", f"{_when(doc['created_at'])} UTC")
     line("ran", f"{_when(doc['started_at'])} to {_when(doc['ended_at'])} "
-         f"({_duration(doc['started_at'], doc['ended_at'])} of {doc['budget_s']:.0f} s budget)"
+         f"({_duration(doc['started_at'], doc['ended_at'])} of a {_seconds(doc['budget_s'])} "
+         "budget)"
          if doc["started_at"] else "not started (the clock starts at the first tool call)")
     typer.echo("settings")
     config = doc.get("config") or {}

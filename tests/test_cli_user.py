@@ -88,6 +88,10 @@ def test_version_help_completion_and_choices(tmp_path: Path) -> None:
     for choice in ("local|docker", "heldout|paper", "none|bridge", "counted|paused"):
         assert choice in create, (choice, create)
     assert "md|html|json" in cli(tmp_path, "report", "-h").stdout
+    assert "over [tasks.<id>] in config.toml" in create  # not eaten as rich markup
+    for command in ("create", "report", "runs", "serve", "view"):
+        text = cli(tmp_path, command, "-h").stdout
+        assert "<bool>" not in text and "--help" in text, text  # a flag takes no value
     assert "created|running|finalizing|finished|failed" in cli(tmp_path, "runs", "-h").stdout
     completion = CliRunner().invoke(app, [], prog_name="a2rl", env={
         "_A2RL_COMPLETE": "complete_bash", "COMP_WORDS": "a2rl create --backend ",
@@ -396,6 +400,8 @@ def test_show_prints_settings_counts_jobs_submissions_scores(listed: tuple[Path,
     for block in ("settings", "counts", "scores", "jobs", "submissions"):
         assert re.search(rf"^{block}$", text, re.M), (block, text)
     assert re.search(r"tool calls\s+3 \(1 errors\)", text)
+    assert re.search(r"ran\s+2026-12-02 13:05 to 2026-12-02 13:08 \(3m 20s of a 20m 00s "
+                     r"budget\)", text), text
     assert re.search(r"baseline\s+dev 0.100\s+test 0.120", text)
     assert re.search(r"max submissions\s+unlimited", text) and re.search(r"seed\s+7", text)
     assert re.search(r"backend\s+docker \(image a2rl-test, GPUs 0,1\)", text)
