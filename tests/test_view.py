@@ -331,3 +331,36 @@ def test_llm_transcript_is_paired_with_the_servers_record(runs: dict[str, Any]) 
     assert [r.tool for r in rows][:6] == [c.name for c in STEPS[:6]]  # type: ignore[union-attr]
     assert html.index("Improve the model on task arith") < positions[0]
     assert html.index("I wrote a training script") > positions[5]
+
+
+def test_live_page_stops_following_a_run_that_failed(browser: Any, tmp_path: Path) -> None:
+    """A run can end without finishing (`failed`: a fleet node lost): the page says so and
+    stops polling, as it does for a finished run."""
+    from .test_view_parts import _bench
+
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    rid = _bench().build_synthetic(store, calls=5, jobs=1, subs=1)  # type: ignore[attr-defined]
+    with store.session() as s:
+        row = s.get(Run, rid)
+        assert row is not None
+        row.status, row.ended_at, row.end_reason = "running", None, None
+        s.add(row)
+    page, errors = browser
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "/activity" in r.url else None)
+    with served(url) as base:
+        page.goto(f"{base}/run/{rid}")
+        assert page.locator("#live b").inner_text() == "Live"
+        with store.session() as s:
+            row = s.get(Run, rid)
+            assert row is not None
+            row.status, row.ended_at, row.end_reason = "failed", row.deadline, "node lost"
+            s.add(row)
+        page.locator("#live b", has_text="Ended (failed)").wait_for(timeout=15_000)
+        seen = len(polls)
+        page.wait_for_timeout(4_000)  # two polling periods
+        assert len(polls) == seen, polls
+        assert page.locator("#live a", has_text="reload for the final report").count() == 1
+    store.close()
+    assert not errors, errors

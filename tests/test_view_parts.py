@@ -218,6 +218,17 @@ def test_pages_stay_fast_on_a_large_run(tmp_path: Path) -> None:
         assert c.get(f"/run/{rid}/conversation?{bad}").status_code == 200
     assert c.get(f"/run/{rid}/call/abc").status_code == 404
     assert c.get(f"/run/{rid}/revision/999999").status_code == 404
+    for what in ("call", "revision"):  # past the database's integers: no row, not a 500
+        assert c.get(f"/run/{rid}/{what}/999999999999999999999").status_code == 404
+    # A revision opened directly is a page of the viewer; the run page loads its fragment.
+    rev = re.findall(r'<details class="revision" id="rev-(\d+)" data-diff="([^"]+)"', page)[0]
+    assert rev[1] == f"/run/{rid}/revision/{rev[0]}?fragment=1"
+    fragment = c.get(rev[1]).text
+    assert fragment.startswith('<pre class="diff">') and "<html" not in fragment
+    direct = c.get(f"/run/{rid}/revision/{rev[0]}").text
+    assert direct.startswith("<!DOCTYPE html>") and "<style>" in direct and "<nav>" in direct
+    assert f"Revision {rev[0]}: <code>code/train.py</code>" in direct
+    assert '<pre class="diff">' in direct and f'<a href="/run/{rid}">run {rid}</a>' in direct
     assert c.get(f"/run/{rid}/job/nope").status_code == 404
     more = c.get(f"/run/{rid}/conversation?offset=1800").text
     assert more.count('<details class="call') == 200 and "load-more" not in more

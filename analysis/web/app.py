@@ -39,6 +39,7 @@ PAGE = 200  # conversation entries per page
 JOB_PAGE = 20
 REV_PAGE = 100
 LIVE_STATES = ("created", "running", "finalizing")
+MAX_ROW_ID = 2**63 - 1  # a larger id in a URL is no row (and would overflow the database's)
 
 
 def _count_param(request: Request, name: str) -> int:
@@ -208,18 +209,27 @@ class Viewer:
 
     async def call_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        c = queries.call(self.store, run_id, int(request.path_params["call_id"]))
+        call_id = int(request.path_params["call_id"])
+        c = queries.call(self.store, run_id, call_id) if call_id <= MAX_ROW_ID else None
         if c is None:
             return self.not_found("no such tool call")
         return self.page("call.html.jinja", title=f"call {c.id}", run_id=run_id, m=from_call(c),
                          started=c.started_at)
 
     async def revision(self, request: Request) -> Response:
+        """A revision's diff: the fragment the run page loads into an opened revision
+        (`?fragment=1`), or a page of its own when opened directly."""
         run_id = request.path_params["run_id"]
-        found = queries.revision_diff(self.store, run_id, int(request.path_params["rev_id"]))
+        rev_id = int(request.path_params["rev_id"])
+        found = queries.revision_diff(self.store, run_id, rev_id) if rev_id <= MAX_ROW_ID \
+            else None
         if found is None:
             return self.not_found("no such revision")
-        return self.page("diff.html.jinja", diff=found[1])
+        if request.query_params.get("fragment"):
+            return self.page("diff.html.jinja", diff=found[1])
+        rev, diff = found
+        return self.page("revision.html.jinja", title=f"revision {rev.id}", run_id=run_id,
+                         rev=rev, diff=diff)
 
     async def activity(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -242,7 +252,10 @@ class Viewer:
             jobs_html = self.env.get_template("jobs.html.jinja").render(
                 run=run, offset=0, job_page=JOB_PAGE, job_total=0,
                 jobs=queries.jobs(self.store, run, JOB_PAGE, jobs_from))
-        return JSONResponse({"activity": a.model_dump(), "calls_html": html,
+        # `ended`: the page stops following a run in any state past the live ones (finished,
+        # or failed when its node was lost).
+        return JSONResponse({"activity": a.model_dump(), "ended": a.status not in LIVE_STATES,
+                             "calls_html": html,
                              "last_call_id": max([after] + [c.id or 0 for c in new]),
                              "jobs_html": jobs_html, "scores": scores})
 
