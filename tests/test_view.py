@@ -28,13 +28,14 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from sqlmodel import select
 
 from a2rl.analysis.web.browser import browser_page, chromium_path, screenshot, served
 from a2rl.clients.base import AgentContext, McpEndpoint
 from a2rl.clients.llm import LlmConnector
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import Settings
-from a2rl.store import Run, Store
+from a2rl.store import Run, Store, Submission
 
 from .conftest import require, require_bwrap
 from .fake_openai import Call, FakeOpenAI, Poll, Step, json_field, latest
@@ -214,6 +215,16 @@ def test_run_page_shows_the_conversation_calls_logs_and_diffs(
     # The refused submission's failure links to its submission.
     link = page.locator("#failures a.evidence").first
     assert link.get_attribute("href", timeout=2000).startswith("#sub-")
+    # ... and to the call it rests on, which opens in the conversation.
+    with runs["store"].session() as s:
+        refused = s.exec(select(Submission).where(Submission.run_id == runs["llm"],
+                                                  Submission.status == "refused")).one()
+    call = page.locator("#failures a.evidence-call").first
+    assert call.get_attribute("href") == f"#call-{refused.tool_call_id}"
+    call.click()
+    opened = page.locator(f"details#call-{refused.tool_call_id}")
+    assert opened.get_attribute("open") is not None
+    assert "submit_checkpoint" in opened.locator("summary").inner_text()
     # Scores: the graded submission's point, the baseline and the final test score marked.
     with runs["store"].session() as s:
         run = s.get(Run, runs["llm"])
