@@ -484,6 +484,13 @@ def runs(
     rows = list_runs(store, task=task, agent=agent, status=status, limit=limit or None) \
         if store is not None else []
     if as_json:
+        if rows:  # the paired interval, as `show --json` (the viewer's runs table computes it)
+            from a2rl.analysis.web.queries import list_runs as table_rows
+
+            paired = {r.run_id: r.improvement for r in table_rows(store)}
+            for row in rows:
+                found = paired.get(row["id"])
+                row["improvement"] = found.model_dump() if found is not None else None
         _print_json(rows)
         return
     if not rows:

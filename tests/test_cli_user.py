@@ -291,6 +291,9 @@ def test_ports_are_range_checked_and_bound_before_serving(tmp_path: Path) -> Non
         line = p.stderr.readline()
         assert f"serving the store read-only at http://127.0.0.1:{port}/" in line, line
         assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).text == "ok"
+        rebound = httpx.get(f"http://127.0.0.1:{port}/", timeout=10,
+                            headers={"Host": f"rebound.example:{port}"})
+        assert rebound.status_code == 400  # a DNS name rebound to loopback reads nothing
     finally:
         p.terminate()
         p.wait(30)
@@ -364,8 +367,14 @@ def listed(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
                          error="Traceback ...\nValueError: train before submitting",
                          created_at=T0 + timedelta(minutes=3)))
         s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", split="dev", score=0.45))
+        # The baseline's and the final test evaluation's per-item results (6 and 25 of 50
+        # right), from which show and runs pair the improvement's interval.
         s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", kind="final", split="test",
-                         score=0.5))
+                         score=0.5, status="done", n_items=50,
+                         items=[{"id": f"q{i}", "correct": i < 25} for i in range(50)]))
+        s.add(Evaluation(kind="baseline", split="test", score=0.12, status="done", n_items=50,
+                         items=[{"id": f"q{i}", "correct": i % 8 == 0 and i < 48}
+                                for i in range(50)]))
     yield tmp_path, store
     store.close()
 
@@ -389,6 +398,8 @@ def test_runs_table_filters_and_json(listed: tuple[Path, Store]) -> None:
     row = next(x for x in json.loads(cli(home, "runs", "--json").stdout) if x["id"] == "r-aaaa")
     shown = json.loads(cli(home, "show", "r-aaaa", "--json").stdout)
     assert {k: shown[k] for k in row} == row
+    assert row["improvement"]["estimate"] == pytest.approx(0.38)  # 0.5 - 0.12, paired
+    assert row["improvement"]["n_paired"] == 50 and row["improvement"]["low"] < 0.38
     assert row["tool_calls"] == 3 and row["tool_errors"] == 1 and row["submissions"] == 2
 
 

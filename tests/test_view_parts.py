@@ -13,6 +13,7 @@ import importlib.util
 import math
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -32,9 +33,11 @@ from a2rl.analysis.plots import (
     timeline_plot,
 )
 from a2rl.analysis.web import StoreOpenError, create_app, open_readonly
-from a2rl.analysis.web.app import resolve_token
+from a2rl.analysis.web.app import loopback_hosts, resolve_token
 from a2rl.analysis.web.transcripts import attach_calls, parse
 from a2rl.store import Store
+
+from .conftest import require
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures" / "transcripts"
@@ -125,6 +128,21 @@ def test_the_token_guards_every_request(tmp_path: Path) -> None:
     assert resolve_token("0.0.0.0", None) and resolve_token("0.0.0.0", "t") == "t"
 
 
+def test_on_loopback_only_loopback_host_names_are_answered(tmp_path: Path) -> None:
+    """DNS rebinding: another site's name pointed at 127.0.0.1 must not read the store."""
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    Store(url).close()
+    c = TestClient(create_app(url, hosts=loopback_hosts("127.0.0.1")),
+                   base_url="http://127.0.0.1:8766")
+    for host in ("127.0.0.1:8766", "localhost:8766", "[::1]:8766", "LOCALHOST", "127.0.0.1"):
+        assert c.get("/", headers={"Host": host}).status_code == 200, host
+    for host in ("rebound.example:8766", "127.0.0.1.rebound.example", "localhost.example",
+                 "[::2]:8766", ""):
+        r = c.get("/", headers={"Host": host})
+        assert r.status_code == 400 and "Invalid host header" in r.text, host
+    assert "[::1]" in loopback_hosts("::1") and "127.0.0.2" in loopback_hosts("127.0.0.2")
+
+
 def test_ticks_are_round() -> None:
     ticks = nice_ticks(0.137, 0.862)
     assert ticks == [0.2, 0.4, 0.6, 0.8]
@@ -196,6 +214,14 @@ def test_the_score_plot_shows_the_final_test_score(tmp_path: Path) -> None:
         "0.0s"] + [f"{h}h00m" for h in range(1, 9)]
     assert f'href="#job-{rid}-j0"' in timeline and f'href="#sub-{rid}-s2"' in timeline
     store.close()
+
+
+def test_make_bench_runs_the_viewer_bench() -> None:
+    require(shutil.which("make") is not None, "make is not installed: apt-get install make")
+    p = subprocess.run(["make", "-n", "-C", str(ROOT), "bench"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert ".venv/bin/python bench/view_scale.py" in p.stdout.splitlines()
 
 
 def test_pages_stay_fast_on_a_large_run(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """The viewer's Starlette app: routes, the access token, and the pages' assembly.
 
 Read-only by construction (the store is opened with `open_readonly`). Bound to loopback by
-default; bound elsewhere, every request must carry the token (`?token=`, a bearer header or the
-cookie set by the first `?token=` request), checked in constant time. Pages are server-rendered
+default, where it answers only requests whose Host header names loopback (localhost, 127.0.0.1,
+[::1]: a rebound DNS name of another site does not reach it); bound elsewhere, every request
+must carry the token (`?token=`, a bearer header or the cookie set by the first `?token=`
+request), checked in constant time. Pages are server-rendered
 Jinja2 with a few lines of vanilla JS (`templates/viewer.js`) for sorting, paging and the live
 view; no build step and no network beyond this server.
 """
@@ -13,13 +15,14 @@ import contextlib
 import hmac
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -298,9 +301,11 @@ class Viewer:
 
 
 def create_app(url: str | ReadOnlyStore, token: str | None = None,
-               fleet: str | None = None) -> Starlette:
+               fleet: str | None = None, hosts: Sequence[str] | None = None) -> Starlette:
     """The viewer over the store at `url` (opened read-only). With `token`, every request
-    must carry it."""
+    must carry it. With `hosts`, a request whose Host header names another host is refused
+    (400): served on loopback without a token, a page of another site could otherwise reach
+    it through a DNS name rebound to 127.0.0.1."""
     store = url if isinstance(url, ReadOnlyStore) else open_readonly(url)
     v = Viewer(store, fleet)
     routes = [
@@ -316,7 +321,8 @@ def create_app(url: str | ReadOnlyStore, token: str | None = None,
         Route("/run/{run_id}/call/{call_id:int}", v.call_page),
         Route("/run/{run_id}/revision/{rev_id:int}", v.revision),
     ]
-    middleware = [Middleware(TokenGate, token=token)] if token else []
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))] if hosts else []
+    middleware += [Middleware(TokenGate, token=token)] if token else []
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
@@ -329,6 +335,13 @@ def create_app(url: str | ReadOnlyStore, token: str | None = None,
 
 def is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def loopback_hosts(host: str) -> list[str]:
+    """The Host header names a tokenless viewer on `host` (loopback) answers: this machine's
+    own loopback names, and the address it is bound to."""
+    bound = f"[{host}]" if ":" in host else host
+    return list(dict.fromkeys(["localhost", "127.0.0.1", "[::1]", bound]))
 
 
 def resolve_token(host: str, token: str | None) -> str | None:
@@ -348,7 +361,8 @@ def serve(url: str, host: str = "127.0.0.1", port: int = VIEW_PORT, fleet: str |
     import uvicorn
 
     token = resolve_token(host, token)
-    app = create_app(url, token=token, fleet=fleet)
+    app = create_app(url, token=token, fleet=fleet,
+                     hosts=None if token else loopback_hosts(host))
     sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     link = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
