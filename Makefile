@@ -22,6 +22,7 @@ lint: setup
 bench: setup
 	.venv/bin/python bench/tool_latency.py
 	.venv/bin/python bench/grading.py
+	.venv/bin/python bench/view_scale.py
 
 # The sandbox image for real runs (CUDA PyTorch with trl); needs a registry to pull its base.
 image:

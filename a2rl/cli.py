@@ -17,9 +17,10 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, NoReturn, get_args
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 import a2rl
+from a2rl.listen import VIEW_PORT
 from a2rl.settings import Settings, SettingsError, load_settings
 
 
@@ -60,6 +61,14 @@ class _A2rlGroup(TyperGroup):
             return code
         sys.exit(code if isinstance(code, int) else 0)
 
+
+def _flag_type(self: TyperOption, ctx: Any) -> str | None:
+    """Help's type column: a flag takes no value, so none is shown (typer shows `<bool>`)."""
+    return None if self.is_flag else _option_type(self, ctx)
+
+
+_option_type = TyperOption.display_type_rich
+TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     cls=_A2rlGroup, add_completion=True, no_args_is_help=True,
@@ -109,7 +118,7 @@ ProfileOpt = Annotated[choices(*PROFILES), typer.Option(
 MaxSubmissionsOpt = Annotated[int | None, typer.Option(min=1, help="default: unlimited")]
 TaskOptionOpt = Annotated[list[str] | None, typer.Option(
     "-T", "--task-option", metavar="KEY=VALUE",
-    help="a task option (repeatable; see a2rl tasks <id>), over [tasks.<id>] in config.toml")]
+    help="a task option (repeatable; see a2rl tasks <id>), over \\[tasks.<id>] in config.toml")]
 
 _quiet = False  # --quiet: no progress lines
 
@@ -286,7 +295,12 @@ def _duration(start: str | None, end: str | None) -> str:
     if not start:
         return "-"
     b = _utc(end) if end else datetime.now(UTC)
-    secs = max(0, int((b - _utc(start)).total_seconds()))
+    return _seconds((b - _utc(start)).total_seconds())
+
+
+def _seconds(seconds: float) -> str:
+    """'8h 00m', '3m 20s', '45s'."""
+    secs = max(0, int(seconds))
     h, m, sec = secs // 3600, secs % 3600 // 60, secs % 60
     return f"{h}h {m:02d}m" if h else f"{m}m {sec:02d}s" if m else f"{sec}s"
 
@@ -409,7 +423,8 @@ def serve(
     http: Annotated[bool, typer.Option(
         "--http", help="serve all runs over streamable HTTP")] = False,
     host: Annotated[str | None, typer.Option(help="HTTP address (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="HTTP port (default: the "
+                                             "http_port setting, 8765)")] = None,
     allow_remote: Annotated[bool, typer.Option(
         help="allow listening on a non-loopback address")] = False,
 ) -> None:
@@ -434,20 +449,20 @@ def serve(
             _no_run(run)
         elif row["ended_at"] is not None:
             # Serving it would append calls to a closed record and change its report.
-            _fail(f"run {run} has ended ({row['end_reason'] or row['status']}); its record "
-                  "is closed: make a new run (a2rl create)")
+            from a2rl.server.auth import ended_message
+
+            _fail(ended_message(run, row["end_reason"] or row["status"]))
         serve_stdio(settings, store, run)
 
 
 def _check_port(host: str, port: int) -> None:
     """Say in one line that the address is taken, before the server starts and fails."""
-    import socket
+    from a2rl.listen import ListenError, check_listen
 
     try:
-        with socket.create_server((host, port)):
-            pass
-    except OSError as exc:
-        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+        check_listen(host, port)
+    except ListenError as exc:
+        _fail(str(exc))
 
 
 @app.command()
@@ -469,6 +484,13 @@ def runs(
     rows = list_runs(store, task=task, agent=agent, status=status, limit=limit or None) \
         if store is not None else []
     if as_json:
+        if rows:  # the paired interval, as `show --json` (the viewer's runs table computes it)
+            from a2rl.analysis.web.queries import list_runs as table_rows
+
+            paired = {r.run_id: r.improvement for r in table_rows(store)}
+            for row in rows:
+                found = paired.get(row["id"])
+                row["improvement"] = found.model_dump() if found is not None else None
         _print_json(rows)
         return
     if not rows:
@@ -527,7 +549,8 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     line("base model", doc["base_model"] or "-")
     line("created", f"{_when(doc['created_at'])} UTC")
     line("ran", f"{_when(doc['started_at'])} to {_when(doc['ended_at'])} "
-         f"({_duration(doc['started_at'], doc['ended_at'])} of {doc['budget_s']:.0f} s budget)"
+         f"({_duration(doc['started_at'], doc['ended_at'])} of a {_seconds(doc['budget_s'])} "
+         "budget)"
          if doc["started_at"] else "not started (the clock starts at the first tool call)")
     typer.echo("settings")
     config = doc.get("config") or {}
@@ -691,7 +714,7 @@ def report(
     """A run's report: summary, timeline, scores, code history, training routes, failures."""
     from pathlib import Path
 
-    from a2rl.analysis import build_report, render
+    from a2rl.analysis import build_report, render, training_curves
 
     settings = _settings()
     if out and not Path(out).expanduser().parent.is_dir():
@@ -712,7 +735,7 @@ def report(
         assert doc.narrative is not None
         if doc.narrative.status != "generated":
             typer.echo(f"a2rl: {narrative_note(doc.narrative)}", err=True)
-    text = render(doc, fmt)
+    text = render(doc, fmt, training_curves(store, run_id) if fmt == "html" else None)
     if out:
         try:
             Path(out).expanduser().write_text(text, encoding="utf-8")
@@ -729,7 +752,8 @@ def report(
 def view(
     host: Annotated[str, typer.Option(help="address to bind; off loopback a token is required"
                                       )] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="port to listen on")] = 8765,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port to listen on (a2rl "
+                                      "serve --http has 8765)")] = VIEW_PORT,
     fleet: Annotated[str | None, typer.Option(help="open on this fleet's runs")] = None,
     token: Annotated[str | None, typer.Option(
         help="required on every request (generated and printed when binding off loopback)")
@@ -737,11 +761,12 @@ def view(
 ) -> None:
     """Browse the store in a local web app: runs, a run's conversation, compare, live runs."""
     from a2rl.analysis.web import StoreOpenError, serve
+    from a2rl.listen import ListenError
 
     try:
         serve(_settings().database_url, host=host, port=port, fleet=fleet, token=token,
               say=lambda m: typer.echo(m, err=True))
-    except StoreOpenError as exc:
+    except (StoreOpenError, ListenError) as exc:
         _fail(str(exc))
 
 

@@ -6,6 +6,7 @@ own, so that a test (or a second server in one process) can hold different setti
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -17,6 +18,9 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from .layout import BASE_MODEL, DATA, ENV, LOGS, OUTPUT
 
 ENV_PREFIX = "A2RL_"
+#: the settings that are sizes ("16g"), checked with `parse_size` when settings load
+SIZE_FIELDS = ("docker_memory", "docker_shm_size", "sandbox_memory", "sandbox_disk",
+               "sandbox_file_size", "job_log_max_bytes")
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
 
 
@@ -30,11 +34,12 @@ class Settings(BaseModel):
         False, description="allow the local backend without bubblewrap for non-toy tasks"
     )
     http_host: str = Field("127.0.0.1", description="address `a2rl serve --http` listens on")
-    http_port: int = Field(8765, description="port `a2rl serve --http` listens on")
-    max_wait_s: float = Field(60.0, description="upper bound on any tool's wait_s")
-    output_head_bytes: int = Field(8_000, description="bytes of output kept from the start")
-    output_tail_bytes: int = Field(8_000, description="bytes of output kept from the end")
-    revision_max_bytes: int = Field(1_000_000, description="larger files are not revisioned")
+    http_port: int = Field(8765, ge=1, le=65535,
+                           description="port `a2rl serve --http` listens on")
+    max_wait_s: float = Field(60.0, gt=0, description="upper bound on any tool's wait_s")
+    output_head_bytes: int = Field(8_000, ge=0, description="bytes of output kept from the start")
+    output_tail_bytes: int = Field(8_000, ge=0, description="bytes of output kept from the end")
+    revision_max_bytes: int = Field(1_000_000, ge=0, description="larger files are not revisioned")
     revision_exclude: list[str] = Field(
         default_factory=lambda: [
             f"{OUTPUT}/*", f"{LOGS}/*", f"{BASE_MODEL}/*", f"{DATA}/*", f"{ENV}/*", ".cache/*",
@@ -42,23 +47,25 @@ class Settings(BaseModel):
         ],
         description="glob patterns (workspace-relative) never revisioned",
     )
-    job_log_keep_bytes: int = Field(10_000_000, description="job log bytes stored (head+tail)")
-    tool_arg_keep_bytes: int = Field(65_536, description="bytes of one tool argument stored "
+    job_log_keep_bytes: int = Field(10_000_000, ge=0,
+                                    description="job log bytes stored (head+tail)")
+    tool_arg_keep_bytes: int = Field(65_536, ge=1, description="bytes of one tool argument stored "
                                      "(longer ones: cut, with their sha256 and size)")
-    max_tool_args_bytes: int = Field(8_000_000, description="largest tool call (all its "
+    max_tool_args_bytes: int = Field(8_000_000, ge=1, description="largest tool call (all its "
                                      "arguments, UTF-8 bytes); larger calls are refused")
     default_budget: str = Field("2h", description="budget when neither flag nor task gives one")
     docker_image: str = Field("", description="sandbox image; default: the task's, else the "
                               "offline test image when only that one is built")
     docker_memory: str = Field("16g", description="memory limit of a run's container")
-    docker_pids_limit: int = Field(4096, description="process limit of a run's container")
-    docker_cpus: float = Field(0.0, description="CPU limit of a run's container (0: none)")
+    docker_pids_limit: int = Field(4096, ge=0, description="process limit of a run's container")
+    docker_cpus: float = Field(0.0, ge=0, description="CPU limit of a run's container (0: none)")
     docker_shm_size: str = Field("2g", description="/dev/shm size of a run's container")
-    sandbox_uid: int = Field(61000, description="user (and group) id jobs run as when the "
+    sandbox_uid: int = Field(61000, ge=0, description="user (and group) id jobs run as when the "
                              "server runs as root, on both backends; owns the workspace")
     sandbox_memory: str = Field("32g", description="memory limit of a local run's jobs "
                                 "(a cgroup; where none is writable, not limited)")
-    sandbox_pids_limit: int = Field(4096, description="process limit of a local run's jobs")
+    sandbox_pids_limit: int = Field(4096, ge=0, description="process limit of a local run's "
+                                    "jobs (0: none)")
     sandbox_disk: str = Field("200g", description="bytes a run's workspace may take; the "
                               "job writing past it is ended (both backends)")
     sandbox_disk_volume: Literal["auto", "off"] = Field(
@@ -87,7 +94,7 @@ class Settings(BaseModel):
         "alpaca_eval_gpt4_baseline.json",
         description="deprecated: alpacaeval option reference_file")
     webshop_dir: str = Field("", description="deprecated: webshop option data_dir")
-    webshop_num_products: int = Field(0, description="deprecated: webshop option "
+    webshop_num_products: int = Field(0, ge=0, description="deprecated: webshop option "
                                       "num_products")
     alfworld_dir: str = Field("", description="deprecated: alfworld option data_dir")
     deepsearchqa_dir: str = Field("", description="deprecated: deepsearchqa option data_dir")
@@ -101,18 +108,18 @@ class Settings(BaseModel):
     judge_model: str = Field("gpt-4-turbo", description="the judge model (AlpacaEval 2.0's)")
     judge_api_key_env: str = Field("OPENAI_API_KEY",
                                    description="name of the variable holding the judge's key")
-    judge_max_retries: int = Field(4, description="judge retries after a failed request")
-    judge_timeout_s: float = Field(120.0, description="timeout of one judge request")
-    judge_concurrency: int = Field(8, description="judge requests in flight")
+    judge_max_retries: int = Field(4, ge=0, description="judge retries after a failed request")
+    judge_timeout_s: float = Field(120.0, gt=0, description="timeout of one judge request")
+    judge_concurrency: int = Field(8, ge=1, description="judge requests in flight")
     narrative_base_url: str = Field("", description="OpenAI-compatible endpoint for `a2rl "
                                     "report --narrative`, up to /v1; empty: judge_base_url")
     narrative_model: str = Field("", description="model writing report narratives; empty: "
                                  "judge_model")
     narrative_api_key_env: str = Field("", description="name of the variable holding the "
                                        "narrative endpoint's key; empty: judge_api_key_env")
-    narrative_timeout_s: float = Field(60.0, description="timeout of one narrative request")
+    narrative_timeout_s: float = Field(60.0, gt=0, description="timeout of one narrative request")
     grader_max_new_tokens: int = Field(
-        0, description="cap on every task's generation length for smoke runs (0: the task's "
+        0, ge=0, description="cap on every task's generation length for smoke runs (0: the task's "
         "own; a capped evaluation records it in its provenance)")
     grading_engine: Literal["auto", "transformers", "static", "vllm"] = Field(
         "auto", description="generation engine of the grader: auto (vLLM if installed and "
@@ -124,6 +131,23 @@ class Settings(BaseModel):
     @classmethod
     def _task_keys(cls, value: dict[str, str]) -> dict[str, str]:
         return {task_key(k): v for k, v in value.items()}
+
+    @field_validator(*SIZE_FIELDS, mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        """A size is checked now, with the parser the sandbox applies it with, rather than
+        when the first run's sandbox starts (a TOML integer is a number of bytes)."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, str):
+            try:
+                size = parse_size(value)
+            except (ValueError, OverflowError):
+                raise ValueError("not a size: use forms like 512m, 16g, 100k or a number of "
+                                 "bytes") from None
+            if size < 0:
+                raise ValueError("a size cannot be negative")
+        return value
 
     @property
     def home_dir(self) -> Path:
@@ -181,6 +205,20 @@ def _coerce(name: str, raw: str) -> Any:
     return raw
 
 
+def _refuse_unknown(config_file: Path, keys: list[str]) -> None:
+    """A key that is no setting (a typo such as `sandbox_memroy`) would otherwise be ignored
+    and its value silently not applied: name it, and the settings it is closest to."""
+    if not keys:
+        return
+    key = keys[0]
+    close = difflib.get_close_matches(key, list(Settings.model_fields), n=3, cutoff=0.6)
+    names = [repr(c) for c in close]
+    hint = (f"; did you mean {', '.join(names[:-1])} or {names[-1]}?" if len(names) > 1
+            else f"; did you mean {names[0]}?" if names else "")
+    raise SettingsError(f"{config_file}: {key!r} is not a setting{hint} (a2rl config show "
+                        "lists them)")
+
+
 def load_settings(
     overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
 ) -> tuple[Settings, dict[str, str]]:
@@ -198,9 +236,13 @@ def load_settings(
             data = tomllib.loads(config_file.read_text())
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise SettingsError(f"{config_file}: not readable TOML ({exc})") from None
-        for key, value in data.get("a2rl", data).items():
-            if key in Settings.model_fields:
-                values[key], sources[key] = value, f"file:{config_file}"
+        table = data.get("a2rl", data)
+        if not isinstance(table, dict):
+            raise SettingsError(f"{config_file}: a2rl must be a table of settings")
+        _refuse_unknown(config_file, [k for k in table if k not in Settings.model_fields]
+                        + [k for k in data if table is not data and k not in ("a2rl", "tasks")])
+        for key, value in table.items():
+            values[key], sources[key] = value, f"file:{config_file}"
         tables = data.get("tasks")  # [tasks.<id>], top-level even beside an [a2rl] table
         if isinstance(tables, dict):
             values["tasks"], sources["tasks"] = tables, f"file:{config_file}"
@@ -228,6 +270,19 @@ def load_settings(
             raise SettingsError(f"{_origin(name, sources[name], values[name])}: {allowed}"
                                 ) from None
         raise SettingsError(f"bad settings: {allowed}") from None
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size such as "16g", "512m", "100k" or "4096" (0 or "" for no limit)."""
+    if isinstance(text, int):
+        return text
+    value = text.strip().lower().removesuffix("b")
+    if not value:
+        return 0
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    if value[-1] in units:
+        return int(float(value[:-1]) * units[value[-1]])
+    return int(value)
 
 
 def parse_duration(text: str) -> float:

@@ -11,7 +11,7 @@ Everything here reads the store and returns values; only callers write files, ex
 from .archive import ArchiveError, export_run, import_run
 from .compare import Comparison, compare, render_csv, render_json, render_text
 from .improvement import paired_improvement
-from .render_html import render_html
+from .render_html import Curves, render_html, training_curves
 from .render_md import render_markdown
 from .report import build_report
 from .routes import classify
@@ -21,16 +21,18 @@ __all__ = [
     "SCHEMA_PATH", "SCHEMA_VERSION", "ArchiveError", "Comparison", "Report", "build_report",
     "classify", "compare", "export_run", "import_run", "json_schema", "paired_improvement",
     "render", "render_csv", "render_html", "render_json", "render_markdown", "render_text",
+    "training_curves",
 ]
 
 
-def render(report: Report, fmt: str) -> str:
-    """The report as `json`, `md` or `html` text."""
+def render(report: Report, fmt: str, curves: Curves | None = None) -> str:
+    """The report as `json`, `md` or `html` text; `curves` (`training_curves(store, run_id)`)
+    are drawn in the HTML."""
     if fmt == "json":
         return report.model_dump_json(indent=2) + "\n"
     if fmt == "md":
         return render_markdown(report)
     if fmt == "html":
-        return render_html(report)
+        return render_html(report, curves)
     raise ValueError(f"unknown report format {fmt!r}: json, md or html")
 

@@ -109,3 +109,15 @@ def load_run(store: Store, run_id: str) -> RunData:
                    snapshots=snapshots, budget_events=events, revisions=revisions,
                    baseline_test_n=base.n_items if base else None, baseline_test_eval=base,
                    blobs=_blobs(store, shas), initial_files=initial)
+
+
+def job_logs(store: Store, run_id: str) -> list[tuple[str, str]]:
+    """(job id, log text) of every job with a stored log, in start order: what the training
+    curves are read from (the viewer's and the HTML report's)."""
+    with store.session() as s:
+        rows = list(s.exec(select(Job.id, Job.log_blob_sha).where(
+            Job.run_id == run_id, col(Job.log_blob_sha).is_not(None))
+            .order_by(col(Job.started_at))).all())
+    data = _blobs(store, {sha for _, sha in rows if sha})
+    return [(jid, data[sha].decode("utf-8", errors="replace")) for jid, sha in rows
+            if sha in data]

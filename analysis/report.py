@@ -16,6 +16,7 @@ from .improvement import Scored, paired_improvement
 from .routes import classify
 from .schema import (
     CodeVersion,
+    Evidence,
     FileChange,
     Report,
     Route,
@@ -141,8 +142,22 @@ def build_report(store: Store, run_id: str, idle_threshold_s: float = 120.0) -> 
     d = load_run(store, run_id)
     trajectory = build_trajectory(d)
     timeline = build_timeline(d, idle_threshold_s)
+    routes, failures = build_routes(d), find_failures(d)
+    link_calls(d, [e for x in [*routes, *failures] for e in x.evidence])
     return Report(generated_at=datetime.now(UTC).isoformat(),
                   summary=build_summary(d, trajectory), timeline=timeline,
                   trajectory=trajectory, code_history=build_code_history(d),
-                  routes=build_routes(d), failures=find_failures(d),
+                  routes=routes, failures=failures,
                   metrics=build_metrics(d, timeline, trajectory))
+
+
+def link_calls(d: RunData, evidence: list[Evidence]) -> None:
+    """Each piece of evidence about a job or a submission gets the tool call it came from
+    (the run_command that started the job, the submit_checkpoint), for the viewer's link."""
+    by_job = {j.id: j.tool_call_id for j in d.jobs}
+    by_sub = {x.id: x.tool_call_id for x in d.submissions}
+    for e in evidence:
+        if e.job_id:
+            e.call_id = by_job.get(e.job_id)
+        elif e.submission_id:
+            e.call_id = by_sub.get(e.submission_id)

@@ -14,7 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = "1.2"  # 1.1: the optional `narrative`; 1.2: paired improvement interval
+SCHEMA_VERSION = "1.3"  # 1.1: the optional `narrative`; 1.2: paired improvement interval;
+# 1.3: evidence's `call_id`
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -32,6 +33,8 @@ class Evidence(BaseModel):
     line: int | None = None
     job_id: str | None = None
     submission_id: str | None = None
+    call_id: int | None = Field(None, description="the tool call it rests on: the run_command "
+                                "that started the job, or the submit_checkpoint (schema 1.3)")
 
 
 class Interval(BaseModel):

@@ -76,8 +76,11 @@ def _items(seed: int, p: float) -> list[dict[str, object]]:
 
 
 def build_synthetic(store: Store, calls: int = 10_000, jobs: int = 500, subs: int = 50,
-                    run_id: str = "synthetic") -> str:
-    """Insert one finished run of that size (bulk inserts); returns its id."""
+                    run_id: str = "synthetic", final_seed: int = 999,
+                    fleet_id: str | None = None) -> str:
+    """Insert one finished run of that size (bulk inserts); returns its id. Its final test
+    evaluation's per-item results are drawn with `final_seed` (runs with different seeds
+    disagree on some items)."""
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     span = 8 * 3600.0
     blobs: dict[str, Blob] = {}
@@ -95,7 +98,8 @@ def build_synthetic(store: Store, calls: int = 10_000, jobs: int = 500, subs: in
               budget_s=span, agent="synthetic", driver_model="none", base_model="tiny",
               created_at=t0, started_at=t0, deadline=t0 + timedelta(seconds=span),
               ended_at=t0 + timedelta(seconds=span), end_reason="budget", baseline_dev=0.31,
-              baseline_test=0.3, final_score=0.42, final_submission_id=f"{run_id}-s{subs - 1}")
+              baseline_test=0.3, final_score=0.42, final_submission_id=f"{run_id}-s{subs - 1}",
+              fleet_id=fleet_id)
     rows: list[object] = [run]
     for i in range(calls):
         tool = TOOLS[i % len(TOOLS)]
@@ -135,7 +139,7 @@ def build_synthetic(store: Store, calls: int = 10_000, jobs: int = 500, subs: in
                                ended_at=at + timedelta(seconds=60)))
     rows.append(Evaluation(run_id=run_id, submission_id=f"{run_id}-s{subs - 1}", kind="final",
                            split="test", score=0.42, ci_low=0.35, ci_high=0.49,
-                           n_items=N_ITEMS, items=_items(999, 0.42),
+                           n_items=N_ITEMS, items=_items(final_seed, 0.42),
                            started_at=t0 + timedelta(seconds=span),
                            ended_at=t0 + timedelta(seconds=span)))
     with store.session() as s:  # a second synthetic run in the same store shares blobs

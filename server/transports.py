@@ -19,6 +19,7 @@ from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
 from .app import A2RLServer, build_server
+from .auth import RunTokenVerifier, TokenRun, ended_message
 from .jsonrpc_guard import INVALID_REQUEST, Refusal, inspect
 from .recording import record_refusal
 
@@ -148,8 +149,10 @@ class JsonRpcGuardMiddleware:
     """ASGI middleware in front of the SDK's /mcp endpoint.
 
     Only a POST with a valid run token is inspected: without one the SDK answers 401 as
-    before and no run is touched. A refused body is answered with HTTP 400 and the JSON-RPC
-    error, and recorded for the token's run; any other body is replayed to the SDK untouched.
+    before and no run is touched. The token of a run that has ended gets HTTP 403 and a
+    JSON-RPC error naming the run, and nothing is recorded. A refused body is answered with
+    HTTP 400 and the JSON-RPC error, and recorded for the token's run; any other body is
+    replayed to the SDK untouched.
     """
 
     def __init__(self, app: Any, server: A2RLServer, path: str = "/mcp") -> None:
@@ -161,33 +164,34 @@ class JsonRpcGuardMiddleware:
                 or scope.get("path", "").rstrip("/") != self.path):
             await self.app(scope, receive, send)
             return
-        run_id = await self._run_of(scope)
-        if run_id is None:
+        found = await self._run_of(scope)
+        if found is None:
             await self.app(scope, receive, send)
             return
         body, complete = await self._read(receive)
+        if found.ended is not None:
+            # Refused before any tool or record sees it: the run's record is closed, and a
+            # row appended now would change its report. Nothing is recorded.
+            await _answer(send, 403, Refusal(INVALID_REQUEST, ended_message(
+                found.run_id, found.ended), _request_id(body)).response_bytes())
+            return
         refusal = too_large(self.limit) if not complete else await guard(body)
         if refusal is None:
             await self.app(scope, _replay(body, receive), send)
             return
-        await refuse(self.server, run_id, refusal)
-        payload = refusal.response_bytes()
-        await send({"type": "http.response.start", "status": 400,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "http.response.body", "body": payload})
+        await refuse(self.server, found.run_id, refusal)
+        await _answer(send, 400, refusal.response_bytes())
 
-    async def _run_of(self, scope: Any) -> str | None:
+    async def _run_of(self, scope: Any) -> TokenRun | None:
         headers = dict(scope.get("headers") or [])
         auth = headers.get(b"authorization", b"").decode("latin-1")
         scheme, _, token = auth.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
         verifier = self.server._token_verifier
-        if verifier is None:
+        if not isinstance(verifier, RunTokenVerifier):
             return None
-        access = await verifier.verify_token(token.strip())
-        return access.client_id if access is not None else None
+        return await anyio.to_thread.run_sync(verifier.lookup, token.strip())
 
     async def _read(self, receive: Any) -> tuple[bytes, bool]:
         """The body, and False when it passed the limit (the rest is drained, not kept)."""
@@ -202,6 +206,23 @@ class JsonRpcGuardMiddleware:
                 chunks.append(chunk)
             more = message.get("more_body", False)
         return b"".join(chunks), size <= self.limit
+
+
+async def _answer(send: Any, status: int, payload: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def _request_id(body: bytes) -> str | int | None:
+    """The JSON-RPC id of a request, so that the client can match the refusal to it."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    rid = doc.get("id") if isinstance(doc, dict) else None
+    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
 
 
 def _replay(body: bytes, receive: Any) -> Any:

@@ -85,6 +85,11 @@ def display_url(url: str) -> str:
         return url
 
 
+def not_a_store(name: str) -> str:
+    """The line for a database that holds no a2rl store (another program's file)."""
+    return f"{name} is not an a2rl store (no meta table); nothing was changed"
+
+
 def _reason(exc: BaseException) -> str:
     """The driver's own first line (e.g. 'file is not a database', 'Connection refused')."""
     orig = getattr(exc, "orig", None) or exc
@@ -148,6 +153,8 @@ class Store:
             if not create and not self._exists(parsed.database):
                 self.engine.dispose()
                 raise StoreMissing(f"no store at {display_url(url)} yet")
+            if not create and self.dialect == "sqlite" and parsed.database:
+                self._check_sqlite_store(parsed.database)
             self._ensure_schema()
         except DBAPIError as exc:
             self.engine.dispose()
@@ -175,6 +182,28 @@ class Store:
             return Path(database).exists()
         with self.engine.connect() as conn:
             return inspect(conn).has_table("meta")
+
+    def _check_sqlite_store(self, database: str) -> None:
+        """A command that only reads must not turn another program's SQLite file into a
+        store: look, through a read-only connection (ours would switch the file to WAL on
+        connecting), for the meta table before anything creates tables in it."""
+        import sqlite3
+        from pathlib import Path
+
+        try:
+            conn = sqlite3.connect(f"{Path(database).resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                     "AND name = 'meta'").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            self.engine.dispose()
+            raise StoreError(f"cannot open the store {display_url(self.url)}: {_reason(exc)}"
+                             ) from None
+        if found is None:
+            self.engine.dispose()
+            raise StoreError(not_a_store(display_url(self.url)))
 
     def _ensure_schema(self) -> None:
         with self.engine.begin() as conn:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlmodel import select
 from typer.testing import CliRunner
@@ -87,6 +88,10 @@ def test_version_help_completion_and_choices(tmp_path: Path) -> None:
     for choice in ("local|docker", "heldout|paper", "none|bridge", "counted|paused"):
         assert choice in create, (choice, create)
     assert "md|html|json" in cli(tmp_path, "report", "-h").stdout
+    assert "over [tasks.<id>] in config.toml" in create  # not eaten as rich markup
+    for command in ("create", "report", "runs", "serve", "view"):
+        text = cli(tmp_path, command, "-h").stdout
+        assert "<bool>" not in text and "--help" in text, text  # a flag takes no value
     assert "created|running|finalizing|finished|failed" in cli(tmp_path, "runs", "-h").stdout
     completion = CliRunner().invoke(app, [], prog_name="a2rl", env={
         "_A2RL_COMPLETE": "complete_bash", "COMP_WORDS": "a2rl create --backend ",
@@ -149,6 +154,31 @@ def test_unusable_store_is_one_line_naming_it(tmp_path: Path) -> None:
     assert "hunter2" not in line
 
 
+def test_commands_that_read_leave_another_programs_sqlite_file_alone(tmp_path: Path) -> None:
+    """As `a2rl view`: a SQLite file of another schema is refused in one line, unchanged (no
+    a2rl table made in it, not switched to WAL)."""
+    import hashlib
+    import sqlite3
+
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, path TEXT)")
+        conn.execute("INSERT INTO photos (path) VALUES ('a.jpg')")
+    conn.close()
+    before = hashlib.sha256(other.read_bytes()).hexdigest()
+    url = f"sqlite:///{other}"
+    for args in (["runs"], ["show", "r-1"], ["report", "r-1"], ["compare"], ["gc"],
+                 ["export", "r-1"], ["finish", "r-1"], ["serve", "--run", "r-1"]):
+        one_line_error(cli(tmp_path, *args, A2RL_DB_URL=url), str(other), "not an a2rl store",
+                       "nothing was changed")
+    assert hashlib.sha256(other.read_bytes()).hexdigest() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, -shm
+    with sqlite3.connect(other) as conn:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master")]
+    conn.close()
+    assert tables == ["photos"]
+
+
 def test_bad_settings_name_the_file_key_and_what_is_allowed(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text('backend = "dockr"\n')
@@ -162,6 +192,41 @@ def test_bad_settings_name_the_file_key_and_what_is_allowed(tmp_path: Path) -> N
                    "integer")
     one_line_error(cli(tmp_path, "runs", A2RL_GRADING_ENGINE="fast"),
                    "A2RL_GRADING_ENGINE='fast'", "'vllm'")
+
+
+def test_unknown_keys_bad_sizes_and_counts_out_of_range_are_named(tmp_path: Path) -> None:
+    """A typo in config.toml is not ignored; sizes are parsed as the sandbox parses them and
+    counts are range-checked when the settings load, not when a run first needs them."""
+    config = tmp_path / "config.toml"
+    config.write_text('sandbox_memroy = "8g"\n')
+    line = one_line_error(cli(tmp_path, "runs"), str(config), "'sandbox_memroy' is not a setting",
+                          "did you mean 'sandbox_memory'")
+    assert "config show" in line
+    config.write_text('[a2rl]\nbackend = "local"\njudge_modle = "m"\n\n[tasks.arith]\n')
+    one_line_error(cli(tmp_path, "runs"), "'judge_modle' is not a setting", "'judge_model'")
+    config.write_text("[a2rl]\nbackend = \"local\"\n\nsandbox_disk = \"1g\"\n")  # in [a2rl]
+    assert cli(tmp_path, "runs").exit_code == 0
+    config.write_text('backend = "local"\n[a2rl]\nbackend = "docker"\n')  # beside [a2rl]
+    one_line_error(cli(tmp_path, "runs"), "'backend' is not a setting")
+    for text, needles in (
+            ('sandbox_memory = "lots"', ("sandbox_memory = 'lots'", "not a size", "16g")),
+            ('docker_shm_size = "2 gigs"', ("docker_shm_size", "not a size")),
+            ('sandbox_disk = "-1g"', ("sandbox_disk = '-1g'", "cannot be negative")),
+            ("sandbox_pids_limit = -4", ("sandbox_pids_limit = -4", "greater than or equal to 0")),
+            ("judge_concurrency = 0", ("judge_concurrency = 0", "greater than or equal to 1")),
+            ("http_port = 99999", ("http_port = 99999", "less than or equal to 65535")),
+            ("judge_timeout_s = 0", ("judge_timeout_s = 0", "greater than 0"))):
+        config.write_text(text + "\n")
+        one_line_error(cli(tmp_path, "runs"), str(config), *needles)
+    config.write_text("sandbox_memory = 1048576\nsandbox_file_size = \"1.5g\"\n")
+    shown = json.loads(cli(tmp_path, "config", "show", "--json").stdout)
+    assert shown["sandbox_memory"]["value"] == "1048576"  # a TOML integer: bytes
+    assert shown["sandbox_file_size"]["value"] == "1.5g"
+    config.unlink()
+    one_line_error(cli(tmp_path, "runs", A2RL_SANDBOX_MEMORY="lots"),
+                   "A2RL_SANDBOX_MEMORY='lots'", "not a size")
+    one_line_error(cli(tmp_path, "runs", A2RL_JUDGE_CONCURRENCY="0"),
+                   "A2RL_JUDGE_CONCURRENCY=0", "greater than or equal to 1")
 
 
 def test_bad_flags_are_refused_before_anything_is_made(tmp_path: Path) -> None:
@@ -189,6 +254,49 @@ def test_bad_flags_are_refused_before_anything_is_made(tmp_path: Path) -> None:
     one_line_error(demo, "unknown task 'nope'")
     assert "creating a run" not in demo.stderr
     assert not home.exists(), list(home.rglob("*"))
+
+
+def test_ports_are_range_checked_and_bound_before_serving(tmp_path: Path) -> None:
+    """A port out of range (flag, file or variable), a port in use or a host that is not this
+    machine's: one line, and `view` says "serving" only once it holds its port."""
+    home = tmp_path / "home"
+    for args in (["serve", "--http", "--port", "99999"], ["view", "--port", "99999"],
+                 ["view", "--port", "-1"], ["serve", "--http", "--port", "0"]):
+        one_line_error(cli(home, *args), "--port", "65535" if "99999" in args else "1")
+    one_line_error(cli(home, "runs", A2RL_HTTP_PORT="99999"), "A2RL_HTTP_PORT=99999",
+                   "less than or equal to 65535")
+    assert not home.exists(), list(home.rglob("*"))
+    (tmp_path / "config.toml").write_text("http_port = 99999\n")
+    one_line_error(cli(tmp_path, "config", "show"), str(tmp_path / "config.toml"),
+                   "http_port = 99999", "65535")
+    (tmp_path / "config.toml").unlink()
+    Store(f"sqlite:///{tmp_path / 'a2rl.db'}").close()
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        r = cli(tmp_path, "view", "--port", port)
+        one_line_error(r, f"cannot listen on 127.0.0.1:{port}", "in use")
+        assert "serving" not in r.stderr
+    r = cli(tmp_path, "view", "--host", "nosuch.invalid")
+    one_line_error(r, "cannot listen on nosuch.invalid:8766")
+    assert "serving" not in r.stderr
+    assert "8766" in cli(tmp_path, "view", "-h").stdout  # its own default, beside serve's 8765
+    # A free port: "serving" names it, and the page answers there.
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = str(probe.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    p = subprocess.Popen([A2RL, "view", "--port", port], env={**env, "A2RL_HOME": str(tmp_path)},
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stderr is not None
+        line = p.stderr.readline()
+        assert f"serving the store read-only at http://127.0.0.1:{port}/" in line, line
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=10).text == "ok"
+        rebound = httpx.get(f"http://127.0.0.1:{port}/", timeout=10,
+                            headers={"Host": f"rebound.example:{port}"})
+        assert rebound.status_code == 400  # a DNS name rebound to loopback reads nothing
+    finally:
+        p.terminate()
+        p.wait(30)
 
 
 def test_run_checks_the_agents_key_before_creating_the_run(tmp_path: Path) -> None:
@@ -259,8 +367,14 @@ def listed(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
                          error="Traceback ...\nValueError: train before submitting",
                          created_at=T0 + timedelta(minutes=3)))
         s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", split="dev", score=0.45))
+        # The baseline's and the final test evaluation's per-item results (6 and 25 of 50
+        # right), from which show and runs pair the improvement's interval.
         s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", kind="final", split="test",
-                         score=0.5))
+                         score=0.5, status="done", n_items=50,
+                         items=[{"id": f"q{i}", "correct": i < 25} for i in range(50)]))
+        s.add(Evaluation(kind="baseline", split="test", score=0.12, status="done", n_items=50,
+                         items=[{"id": f"q{i}", "correct": i % 8 == 0 and i < 48}
+                                for i in range(50)]))
     yield tmp_path, store
     store.close()
 
@@ -284,6 +398,8 @@ def test_runs_table_filters_and_json(listed: tuple[Path, Store]) -> None:
     row = next(x for x in json.loads(cli(home, "runs", "--json").stdout) if x["id"] == "r-aaaa")
     shown = json.loads(cli(home, "show", "r-aaaa", "--json").stdout)
     assert {k: shown[k] for k in row} == row
+    assert row["improvement"]["estimate"] == pytest.approx(0.38)  # 0.5 - 0.12, paired
+    assert row["improvement"]["n_paired"] == 50 and row["improvement"]["low"] < 0.38
     assert row["tool_calls"] == 3 and row["tool_errors"] == 1 and row["submissions"] == 2
 
 
@@ -295,6 +411,8 @@ def test_show_prints_settings_counts_jobs_submissions_scores(listed: tuple[Path,
     for block in ("settings", "counts", "scores", "jobs", "submissions"):
         assert re.search(rf"^{block}$", text, re.M), (block, text)
     assert re.search(r"tool calls\s+3 \(1 errors\)", text)
+    assert re.search(r"ran\s+2026-12-02 13:05 to 2026-12-02 13:08 \(3m 20s of a 20m 00s "
+                     r"budget\)", text), text
     assert re.search(r"baseline\s+dev 0.100\s+test 0.120", text)
     assert re.search(r"max submissions\s+unlimited", text) and re.search(r"seed\s+7", text)
     assert re.search(r"backend\s+docker \(image a2rl-test, GPUs 0,1\)", text)

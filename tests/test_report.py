@@ -201,6 +201,16 @@ def test_copy_of_base(runs: dict[str, Any]) -> None:
     assert invalid and "base weights" in invalid[0].message
     assert rep.summary.submissions_refused == 1 and rep.summary.submissions_valid == 0
     assert any(f.type == "no_submission" for f in rep.failures)
+    # Evidence names the tool call it came from: the run_command of the job, the submission's.
+    with runs["store"].session() as s:
+        cmd = next(e for e in route.evidence if e.job_id)
+        job = s.get(Job, cmd.job_id)
+        assert job is not None and cmd.call_id is not None and cmd.call_id == job.tool_call_id
+        assert s.get(ToolCall, cmd.call_id).tool == "run_command"  # type: ignore[union-attr]
+        sub_ev = next(e for f in invalid for e in f.evidence if e.submission_id)
+        sub = s.get(Submission, sub_ev.submission_id)
+        assert sub is not None and sub_ev.call_id == sub.tool_call_id is not None
+        assert s.get(ToolCall, sub_ev.call_id).tool == "submit_checkpoint"  # type: ignore[union-attr]
 
 
 def test_crash_is_a_runtime_error_with_the_traceback(runs: dict[str, Any]) -> None:

@@ -86,6 +86,12 @@ async def test_edit_read_list_and_revisions(client: Client, store: Store, run: R
     assert "+y = 3" in r.structured_content["diff"]
     r = await call(client, "read_file", path="code/a.py")
     assert r.structured_content["content"].splitlines()[1].endswith("y = 3")
+    # A file without a final newline: its last lines, old and new, each on a line of its own.
+    await call(client, "edit_file", path="code/c.txt", new_text="a\nb")
+    r = await call(client, "edit_file", path="code/c.txt", old_text="b", new_text="c")
+    lines = r.structured_content["diff"].splitlines()
+    assert lines[-4:] == ["-b", "\\ No newline at end of file", "+c",
+                          "\\ No newline at end of file"], lines
     await call(client, "run_command", command="echo 'z = 4' >> code/a.py && echo hi > code/b.txt")
     r = await call(client, "list_files", path="code")
     paths = {e["path"] for e in r.structured_content["entries"]}

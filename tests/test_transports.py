@@ -105,6 +105,22 @@ async def test_http_needs_the_runs_token(settings, store) -> None:  # type: igno
                 assert r.structured_content["output"].strip() == created.run.workspace
         for created in (a, b):
             assert [c.tool for c in calls(store, created.run.id)] == ["run_command"]
+        # An ended run's token: refused in one line naming the run, its record left closed.
+        finish_run(settings, store, a.run.id)
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.token}"}) as h:
+            for tool in ("run_command", "budget_status"):  # budget_status: even the always-on
+                resp = await h.post(url, headers={"Accept": "application/json, text/event-stream"},
+                                    json={"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                                          "params": {"name": tool,
+                                                     "arguments": {"command": "pwd"}}})
+                assert resp.status_code == 403, resp.text
+                error = resp.json()
+                assert error["id"] == 7 and "\n" not in error["error"]["message"]
+                assert error["error"]["message"].startswith(
+                    f"run {a.run.id} has ended (finished"), error
+        assert [c.tool for c in calls(store, a.run.id)] == ["run_command"]
+        with store.session() as s:
+            assert s.get(Run, a.run.id).ended_at is not None  # type: ignore[union-attr]
     finally:
         proc.terminate()
         proc.wait(10)

@@ -1,17 +1,24 @@
 """`a2rl view` in a real browser: Debian's Chromium driven by Playwright over real runs.
 
 One run is made by the `llm` agent against a local fake of an OpenAI-compatible server (its
-transcript stored as the orchestrator stores it), the other by direct MCP calls (no
-transcript: the conversation is the server's record). Both use the real server, the local
-sandbox and the `fixture` task without baseline, so the module costs a few seconds.
+transcript stored as the orchestrator stores it): it "trains" (a script printing a loss curve
+and writing a perturbed copy of the base), submits, is graded and finished, so that its page
+has scores, the final test score and per-item results. The other is made by direct MCP calls
+(no transcript: the conversation is the server's record) and left running for the live page,
+which watches a call, a job and a graded submission arrive. Both use the real server, the
+local sandbox and the toy `arith` task with its tiny model (the baseline is scored once per
+test session); the module costs about a minute, most of it grading.
 Screenshots of each page land in the test's temporary folder; with `A2RL_VIEW_SCREENSHOT=PATH`
 the run page's screenshot is also written there (the README's, see scripts/view-screenshot.sh).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -21,37 +28,56 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from sqlmodel import select
 
 from a2rl.analysis.web.browser import browser_page, chromium_path, screenshot, served
 from a2rl.clients.base import AgentContext, McpEndpoint
 from a2rl.clients.llm import LlmConnector
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import Settings
-from a2rl.store import Run, Store
+from a2rl.store import Run, Store, Submission
 
 from .conftest import require, require_bwrap
-from .fake_openai import Call, FakeOpenAI
+from .fake_openai import Call, FakeOpenAI, Poll, Step, json_field, latest
+from .test_grading_checks import save_perturbed
 
 pytestmark = pytest.mark.timeout(300)
 
-TRAIN = ("import sys\nfor step in range(8):\n"
+# The "training" prints a TRL-style loss curve, then writes a perturbed copy of the base as
+# its checkpoint (with the helper the grading tests use), so that the submission is graded.
+TRAIN = ("import sys\nfrom pathlib import Path\n\nfor step in range(8):\n"
          "    print({'loss': round(2.0 * 0.8 ** step, 4), 'learning_rate': 5e-05, "
-         "'epoch': step / 8})\n"
-         "print('saved nothing: this is a test', file=sys.stderr)\n")
+         "'epoch': step / 8}, flush=True)\n"
+         "print('saving a perturbed copy of the base: this is a test', file=sys.stderr)\n\n"
+         + inspect.getsource(save_perturbed)
+         + '\n\nsave_perturbed(Path("base_model"), Path(sys.argv[1]), 0.3)\n')
 STEPS = [Call("list_files", {"path": "."}),
          Call("edit_file", {"path": "code/train.py", "new_text": TRAIN}),
-         Call("run_command", {"command": "python code/train.py", "wait_s": 30}),
+         Call("run_command", {"command": "python code/train.py output/ckpt", "wait_s": 60}),
          Call("read_file", {"path": "no/such/file.txt"}),
          Call("edit_file", {"path": "code/train.py", "old_text": "0.8 ** step",
                             "new_text": "0.7 ** step"}),
-         Call("submit_checkpoint", {"path": "output/none", "note": "a path that is not there"}),
-         "I wrote a training script, ran it and tried to submit."]
+         Call("submit_checkpoint", {"path": "output/none", "note": "a path that is not there"})]
+FINAL_TEXT = "I wrote a training script, ran it and submitted its checkpoint."
+
+
+def _steps() -> list[Step]:
+    """The llm agent's script: STEPS, then the training job waited for, its checkpoint
+    submitted and its score waited for."""
+    return [*STEPS,
+            Poll(Call("job_status", lambda m: {"job_id": latest(m, "job_id"), "wait_s": 30}),
+                 until=lambda text: json_field(text, "state") not in (None, "running")),
+            Call("submit_checkpoint", {"path": "output/ckpt", "note": "the perturbed base"}),
+            Poll(Call("get_score", lambda m: {"submission_id": latest(m, "submission_id"),
+                                              "wait_s": 60}),
+                 until=lambda text: json_field(text, "status") not in ("queued", "grading")),
+            FINAL_TEXT]
 
 
 async def _llm_agent(settings: Settings, store: Store, run: Run, home: Path) -> LlmConnector:
     agent = LlmConnector()
-    with FakeOpenAI(list(STEPS)) as fake:
-        ctx = AgentContext(run_id=run.id, prompt="Improve the model on task fixture.",
+    with FakeOpenAI(_steps()) as fake:
+        ctx = AgentContext(run_id=run.id, prompt="Improve the model on task arith.",
                            home=home, endpoint=McpEndpoint(url="memory://", token="unused"),
                            model="fake-model", budget_s=run.budget_s,
                            options={"llm_base_url": fake.base_url, "llm_backoff_s": "0.01"})
@@ -72,12 +98,14 @@ async def _calls(settings: Settings, store: Store, run_id: str,
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, a2rl_home: Path) -> Iterator[dict[str, Any]]:
+    """Two runs of `arith` with its baseline (scored once per test session, then cached):
+    the llm agent's, finished, with a graded submission and the final test score; and one
+    by hand, left running for the live page."""
     require_bwrap()
     tmp = tmp_path_factory.mktemp("view")
     settings = Settings(home=a2rl_home, db_url=f"sqlite:///{tmp / 'a2rl.db'}")
     store = Store(settings.database_url)
-    llm = create_run(settings, store, task_id="fixture", budget="30m", baseline=False,
-                     agent="llm").run
+    llm = create_run(settings, store, task_id="arith", budget="30m", agent="llm").run
     agent = anyio.run(_llm_agent, settings, store, llm, tmp / "home")
     # As the orchestrator stores an in-process agent's transcript (clients/orchestrator.py).
     sha = store.put_blob("\n".join(json.dumps(m) for m in agent.transcript).encode())
@@ -86,13 +114,22 @@ def runs(tmp_path_factory: pytest.TempPathFactory, a2rl_home: Path) -> Iterator[
         assert row is not None
         row.agent_transcript_sha, row.driver_model = sha, "fake-model"
         s.add(row)
-    plain = create_run(settings, store, task_id="fixture", budget="30m", baseline=False,
-                       agent="by-hand").run
+    # Under the paper protocol its live submission is scored on test at once, which is then
+    # its final score: finishing it grades nothing more.
+    plain = create_run(settings, store, task_id="arith", budget="30m", agent="by-hand",
+                       protocol="paper").run
+    # The live test submits a checkpoint in this run: the llm run's, as if trained here too.
+    shutil.copytree(Path(llm.workspace) / "output" / "ckpt",
+                    Path(plain.workspace) / "output" / "ckpt")
+    finish_run(settings, store, llm.id)  # grades what is queued, then the final test score
+    with store.session() as s:
+        done = s.get(Run, llm.id)
+        assert done is not None and done.final_score is not None, done
+        assert done.final_submission_id is not None
     anyio.run(_calls, settings, store, plain.id, [("list_files", {"path": "."}),
                                                   ("run_command", {"command": "echo hi there"})])
-    finish_run(settings, store, plain.id)
     yield {"settings": settings, "store": store, "llm": llm.id, "plain": plain.id, "tmp": tmp}
-    finish_run(settings, store, llm.id)
+    finish_run(settings, store, plain.id)
     store.close()
 
 
@@ -147,7 +184,7 @@ def test_run_page_shows_the_conversation_calls_logs_and_diffs(
     page.locator("#report-top[data-loaded]").wait_for()
     body = page.locator("body").inner_text()
     for text in ("Summary", "Score trajectory", "Timeline", "Conversation", "llm transcript",
-                 "I wrote a training script", "Improve the model on task fixture",
+                 "I wrote a training script", "Improve the model on task arith",
                  "submissions", "Training curves", "refused"):
         assert text in body, text
     # The failing call is marked, and opening it shows the server's error and the arguments.
@@ -178,6 +215,37 @@ def test_run_page_shows_the_conversation_calls_logs_and_diffs(
     # The refused submission's failure links to its submission.
     link = page.locator("#failures a.evidence").first
     assert link.get_attribute("href", timeout=2000).startswith("#sub-")
+    # ... and to the call it rests on, which opens in the conversation.
+    with runs["store"].session() as s:
+        refused = s.exec(select(Submission).where(Submission.run_id == runs["llm"],
+                                                  Submission.status == "refused")).one()
+    call = page.locator("#failures a.evidence-call").first
+    assert call.get_attribute("href") == f"#call-{refused.tool_call_id}"
+    call.click()
+    opened = page.locator(f"details#call-{refused.tool_call_id}")
+    assert opened.get_attribute("open") is not None
+    assert "submit_checkpoint" in opened.locator("summary").inner_text()
+    # Scores: the graded submission's point, the baseline and the final test score marked.
+    with runs["store"].session() as s:
+        run = s.get(Run, runs["llm"])
+        assert run is not None and run.final_score is not None and run.final_submission_id
+    plot = page.locator("#score-plot")
+    assert plot.locator("circle.point").count() == 1
+    assert plot.locator("line.baseline").count() == 1 and plot.locator("line.final").count() == 1
+    assert plot.locator("text.final-label").text_content() == f"final test {run.final_score:.3f}"
+    # The graded submission against the base model, item by item, on each split.
+    sub = page.locator(f"#sub-{run.final_submission_id}")
+    assert "graded" in sub.locator("h3").inner_text()
+    rows = sub.locator("tr", has_text="right that the base got wrong")
+    assert rows.count() == 2  # its dev evaluation and its final test evaluation
+    for i, n in enumerate((200, 500)):  # arith's dev and test splits, paired by item id
+        row = rows.nth(i)
+        assert f"(of {n})" in row.inner_text()
+        items = row.locator(".items")
+        assert not items.is_visible()
+        row.locator("summary").click()
+        assert items.is_visible() and "gained:" in items.inner_text()
+        assert "lost:" in items.inner_text()
     _shot(page, tmp_path, "run")
     if os.environ.get("A2RL_VIEW_SCREENSHOT"):
         page.set_viewport_size({"width": 1280, "height": 1800})
@@ -218,20 +286,22 @@ def test_compare_two_runs(runs: dict[str, Any], site: str, browser: Any,
     assert not errors, errors
 
 
-def test_live_page_shows_calls_and_jobs_made_after_it_opened(runs: dict[str, Any], site: str,
-                                                     browser: Any, tmp_path: Path) -> None:
+def test_live_page_shows_calls_jobs_and_scores_made_after_it_opened(
+        runs: dict[str, Any], site: str, browser: Any, tmp_path: Path) -> None:
     page, errors = browser
-    page.goto(f"{site}/run/{runs['llm']}")
+    page.goto(f"{site}/run/{runs['plain']}")
     page.locator("#report-top[data-loaded]").wait_for()
     assert page.locator("#live").is_visible()
     assert page.locator("code.tool-name", has_text="budget_status").count() == 0
+    assert not page.locator("#live-scores").inner_text().strip()
     failures: list[BaseException] = []
 
     def later() -> None:
         try:
-            anyio.run(_calls, runs["settings"], runs["store"], runs["llm"],
+            anyio.run(_calls, runs["settings"], runs["store"], runs["plain"],
                       [("budget_status", {}),
-                       ("run_command", {"command": "echo a-live-job", "wait_s": 30})])
+                       ("run_command", {"command": "echo a-live-job", "wait_s": 30}),
+                       ("submit_checkpoint", {"path": "output/ckpt"})])
         except BaseException as exc:  # surfaced in the test's thread below
             failures.append(exc)
 
@@ -246,6 +316,9 @@ def test_live_page_shows_calls_and_jobs_made_after_it_opened(runs: dict[str, Any
     job.wait_for(timeout=15_000)
     assert time.monotonic() - started < 15
     assert "exited (exit 0)" in job.inner_text()
+    # The submission's score appears once the server has graded it.
+    page.locator("#live-scores", has_text=re.compile(r" graded test \d\.\d{3}")).wait_for(
+        timeout=180_000)
     _shot(page, tmp_path, "live")
     assert not errors, errors
 
@@ -267,5 +340,38 @@ def test_llm_transcript_is_paired_with_the_servers_record(runs: dict[str, Any]) 
     assert positions == sorted(positions) and all(
         html.count(f'id="call-{r.id}"') == 1 for r in rows)
     assert [r.tool for r in rows][:6] == [c.name for c in STEPS[:6]]  # type: ignore[union-attr]
-    assert html.index("Improve the model on task fixture") < positions[0]
+    assert html.index("Improve the model on task arith") < positions[0]
     assert html.index("I wrote a training script") > positions[5]
+
+
+def test_live_page_stops_following_a_run_that_failed(browser: Any, tmp_path: Path) -> None:
+    """A run can end without finishing (`failed`: a fleet node lost): the page says so and
+    stops polling, as it does for a finished run."""
+    from .test_view_parts import _bench
+
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    rid = _bench().build_synthetic(store, calls=5, jobs=1, subs=1)  # type: ignore[attr-defined]
+    with store.session() as s:
+        row = s.get(Run, rid)
+        assert row is not None
+        row.status, row.ended_at, row.end_reason = "running", None, None
+        s.add(row)
+    page, errors = browser
+    polls: list[str] = []
+    page.on("request", lambda r: polls.append(r.url) if "/activity" in r.url else None)
+    with served(url) as base:
+        page.goto(f"{base}/run/{rid}")
+        assert page.locator("#live b").inner_text() == "Live"
+        with store.session() as s:
+            row = s.get(Run, rid)
+            assert row is not None
+            row.status, row.ended_at, row.end_reason = "failed", row.deadline, "node lost"
+            s.add(row)
+        page.locator("#live b", has_text="Ended (failed)").wait_for(timeout=15_000)
+        seen = len(polls)
+        page.wait_for_timeout(4_000)  # two polling periods
+        assert len(polls) == seen, polls
+        assert page.locator("#live a", has_text="reload for the final report").count() == 1
+    store.close()
+    assert not errors, errors

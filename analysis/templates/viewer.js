@@ -111,7 +111,7 @@
     });
   }
 
-  // Live: poll the run's activity while it is not finished.
+  // Live: poll the run's activity until the run has ended.
   var live = document.getElementById("live");
   if (live) {
     var after = live.dataset.after;
@@ -135,9 +135,10 @@
             }).join("");
           });
           document.getElementById("live-scores").textContent = scores.join(" · ");
-          if (a.status === "finished") {
+          if (doc.ended) {  // finished, or failed: nothing more will come
             live.querySelector(".dot").style.animation = "none";
-            live.querySelector("b").textContent = "Finished";
+            live.querySelector("b").textContent = a.status === "finished" ? "Finished" :
+              "Ended (" + a.status + ")";
             live.insertAdjacentHTML("beforeend",
               ' <a href="">reload for the final report</a>');
             return;

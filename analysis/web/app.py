@@ -1,8 +1,10 @@
 """The viewer's Starlette app: routes, the access token, and the pages' assembly.
 
 Read-only by construction (the store is opened with `open_readonly`). Bound to loopback by
-default; bound elsewhere, every request must carry the token (`?token=`, a bearer header or the
-cookie set by the first `?token=` request), checked in constant time. Pages are server-rendered
+default, where it answers only requests whose Host header names loopback (localhost, 127.0.0.1,
+[::1]: a rebound DNS name of another site does not reach it); bound elsewhere, every request
+must carry the token (`?token=`, a bearer header or the cookie set by the first `?token=`
+request), checked in constant time. Pages are server-rendered
 Jinja2 with a few lines of vanilla JS (`templates/viewer.js`) for sorting, paging and the live
 view; no build step and no network beyond this server.
 """
@@ -11,96 +13,42 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import secrets
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio.to_thread
-from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from a2rl.listen import VIEW_PORT, listen
 from a2rl.store import Run
 
-from .. import fmt
-from ..render_html import CSS as REPORT_CSS
+from .. import plots
+from ..render_html import TEMPLATES, environment, report_context, training_curves
 from ..report import build_report
 from ..schema import Report
-from . import plots, queries
+from . import queries
 from .readonly import ReadOnlyStore, open_readonly
 from .transcripts import Message, attach_calls, from_call, parse
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 PAGE = 200  # conversation entries per page
 JOB_PAGE = 20
 REV_PAGE = 100
 LIVE_STATES = ("created", "running", "finalizing")
-
-
-def environment() -> Environment:
-    """The Jinja2 environment shared by the viewer's pages (and its filters)."""
-    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
-        ["jinja", "html"], default_for_string=True, default=True), trim_blocks=True,
-        lstrip_blocks=True)
-    env.filters.update(dur=fmt.dur, num=fmt.num, pct=fmt.pct, interval=fmt.interval,
-                       evidence=fmt.evidence, pretty=_pretty, short=_short,
-                       diff_html=_diff_html, pretty_text=_pretty_text,
-                       extract=lambda key, mapping: mapping.get(key, key),
-                       when=lambda d: d.strftime("%Y-%m-%d %H:%M") if d else "–")
-    env.globals.update(REPORT_CSS=REPORT_CSS, ROUTE_LABELS=fmt.ROUTE_LABELS,
-                       FAILURE_LABELS=fmt.FAILURE_LABELS)
-    return env
-
-
-def _pretty(x: Any) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, str):
-        return x
-    return json.dumps(x, indent=2, ensure_ascii=False, default=str)
-
-
-def _diff_html(diff: str) -> Markup:
-    """A unified diff, one line per line, with added, removed and hunk lines marked."""
-    out = []
-    for line in diff.splitlines():
-        cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+")
-               else "del" if line.startswith("-") else "")
-        out.append(Markup('<span class="{}">{}</span>').format(cls, line) if cls
-                   else escape(line))
-    return Markup("\n").join(out)
-
-
-def _pretty_text(text: str | None) -> str:
-    """A result as the server stored it; JSON indented so that it reads line by line."""
-    if not text:
-        return text or ""
-    stripped = text.strip()
-    if stripped[:1] in "{[":
-        try:
-            return json.dumps(json.loads(stripped), indent=2, ensure_ascii=False)
-        except ValueError:
-            pass
-    return text
+MAX_ROW_ID = 2**63 - 1  # a larger id in a URL is no row (and would overflow the database's)
 
 
 def _count_param(request: Request, name: str) -> int:
     """A non-negative integer query parameter; anything else counts as 0 (never a 500)."""
     value = request.query_params.get(name, "")
     return min(int(value), 10**9) if value.isdigit() else 0
-
-
-def _short(x: Any, n: int = 120) -> str:
-    text = x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
-    return text if len(text) <= n else text[:n - 1] + "…"
 
 
 class _Lru:
@@ -217,18 +165,13 @@ class Viewer:
             return JSONResponse({"error": "no such run"}, status_code=404)
         rep = await anyio.to_thread.run_sync(self.report, run)
         curves = await anyio.to_thread.run_sync(self.training_curves, run)
-        ctx = dict(run=run, r=rep, s=rep.summary, summary_rows=fmt.summary_rows(rep),
-                   metric_rows=fmt.metric_rows(rep.metrics), curves=curves,
-                   score_svg=plots.score_plot(rep.trajectory, rep.timeline.end_s,
-                                              run.final_score),
-                   timeline_svg=plots.timeline_plot(rep.timeline))
+        ctx = dict(run=run, **report_context(rep, curves, standalone=False))
         top = self.env.get_template("report_top.html.jinja").render(**ctx)
         bottom = self.env.get_template("report_bottom.html.jinja").render(**ctx)
         return JSONResponse({"top": top, "bottom": bottom})
 
     def training_curves(self, run: Run) -> list[tuple[str, str, str]]:
-        return self.curves.get(self._key(run), lambda: plots.curves(
-            queries.job_logs(self.store, run.id)))
+        return self.curves.get(self._key(run), lambda: training_curves(self.store, run.id))
 
     async def conversation_fragment(self, request: Request) -> Response:
         run = queries.get_run(self.store, request.path_params["run_id"])
@@ -269,18 +212,27 @@ class Viewer:
 
     async def call_page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        c = queries.call(self.store, run_id, int(request.path_params["call_id"]))
+        call_id = int(request.path_params["call_id"])
+        c = queries.call(self.store, run_id, call_id) if call_id <= MAX_ROW_ID else None
         if c is None:
             return self.not_found("no such tool call")
         return self.page("call.html.jinja", title=f"call {c.id}", run_id=run_id, m=from_call(c),
                          started=c.started_at)
 
     async def revision(self, request: Request) -> Response:
+        """A revision's diff: the fragment the run page loads into an opened revision
+        (`?fragment=1`), or a page of its own when opened directly."""
         run_id = request.path_params["run_id"]
-        found = queries.revision_diff(self.store, run_id, int(request.path_params["rev_id"]))
+        rev_id = int(request.path_params["rev_id"])
+        found = queries.revision_diff(self.store, run_id, rev_id) if rev_id <= MAX_ROW_ID \
+            else None
         if found is None:
             return self.not_found("no such revision")
-        return self.page("diff.html.jinja", diff=found[1])
+        if request.query_params.get("fragment"):
+            return self.page("diff.html.jinja", diff=found[1])
+        rev, diff = found
+        return self.page("revision.html.jinja", title=f"revision {rev.id}", run_id=run_id,
+                         rev=rev, diff=diff)
 
     async def activity(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -303,7 +255,10 @@ class Viewer:
             jobs_html = self.env.get_template("jobs.html.jinja").render(
                 run=run, offset=0, job_page=JOB_PAGE, job_total=0,
                 jobs=queries.jobs(self.store, run, JOB_PAGE, jobs_from))
-        return JSONResponse({"activity": a.model_dump(), "calls_html": html,
+        # `ended`: the page stops following a run in any state past the live ones (finished,
+        # or failed when its node was lost).
+        return JSONResponse({"activity": a.model_dump(), "ended": a.status not in LIVE_STATES,
+                             "calls_html": html,
                              "last_call_id": max([after] + [c.id or 0 for c in new]),
                              "jobs_html": jobs_html, "scores": scores})
 
@@ -346,9 +301,11 @@ class Viewer:
 
 
 def create_app(url: str | ReadOnlyStore, token: str | None = None,
-               fleet: str | None = None) -> Starlette:
+               fleet: str | None = None, hosts: Sequence[str] | None = None) -> Starlette:
     """The viewer over the store at `url` (opened read-only). With `token`, every request
-    must carry it."""
+    must carry it. With `hosts`, a request whose Host header names another host is refused
+    (400): served on loopback without a token, a page of another site could otherwise reach
+    it through a DNS name rebound to 127.0.0.1."""
     store = url if isinstance(url, ReadOnlyStore) else open_readonly(url)
     v = Viewer(store, fleet)
     routes = [
@@ -364,7 +321,8 @@ def create_app(url: str | ReadOnlyStore, token: str | None = None,
         Route("/run/{run_id}/call/{call_id:int}", v.call_page),
         Route("/run/{run_id}/revision/{rev_id:int}", v.revision),
     ]
-    middleware = [Middleware(TokenGate, token=token)] if token else []
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))] if hosts else []
+    middleware += [Middleware(TokenGate, token=token)] if token else []
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
@@ -379,6 +337,13 @@ def is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
 
+def loopback_hosts(host: str) -> list[str]:
+    """The Host header names a tokenless viewer on `host` (loopback) answers: this machine's
+    own loopback names, and the address it is bound to."""
+    bound = f"[{host}]" if ":" in host else host
+    return list(dict.fromkeys(["localhost", "127.0.0.1", "[::1]", bound]))
+
+
 def resolve_token(host: str, token: str | None) -> str | None:
     """The token to require: the given one, a fresh one off loopback, else none."""
     if token:
@@ -386,14 +351,24 @@ def resolve_token(host: str, token: str | None) -> str | None:
     return None if is_loopback(host) else secrets.token_urlsafe(24)
 
 
-def serve(url: str, host: str = "127.0.0.1", port: int = 8765, fleet: str | None = None,
+def serve(url: str, host: str = "127.0.0.1", port: int = VIEW_PORT, fleet: str | None = None,
           token: str | None = None, say: Callable[[str], None] = print) -> None:
-    """Serve until interrupted. Off loopback a token is required (generated when not given)."""
+    """Serve until interrupted. Off loopback a token is required (generated when not given).
+
+    The store is opened and the address bound before "serving" is said: a missing store, a
+    port in use or a host that is not this machine's raise (`StoreOpenError`, `ListenError`)
+    with the line to show, and uvicorn gets the bound socket."""
     import uvicorn
 
     token = resolve_token(host, token)
-    app = create_app(url, token=token, fleet=fleet)
+    app = create_app(url, token=token, fleet=fleet,
+                     hosts=None if token else loopback_hosts(host))
+    sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
     link = f"http://{shown}:{port}/" + (f"?token={token}" if token else "")
     say(f"a2rl view: serving the store read-only at {link} (Ctrl-C stops)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    try:
+        uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run(
+            sockets=[sock])
+    finally:
+        sock.close()

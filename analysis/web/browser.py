@@ -41,11 +41,12 @@ def served(url: str, token: str | None = None) -> Iterator[str]:
     """The viewer over the store at `url` on a loopback port; yields its base URL."""
     import uvicorn
 
-    from .app import create_app
+    from .app import create_app, loopback_hosts
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(url, token=token), host="127.0.0.1",
-                                           port=port, log_level="warning"))
+    app = create_app(url, token=token, hosts=None if token else loopback_hosts("127.0.0.1"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{port}"

@@ -198,17 +198,6 @@ def blobs(store: Store, shas: set[str]) -> dict[str, bytes]:
     return data
 
 
-def job_logs(store: Store, run_id: str) -> list[tuple[str, str]]:
-    """(job id, log text) of every job with a stored log, for the training curves."""
-    with store.session() as s:
-        rows = list(s.exec(select(Job.id, Job.log_blob_sha).where(
-            Job.run_id == run_id, col(Job.log_blob_sha).is_not(None))
-            .order_by(col(Job.started_at))).all())
-    data = blobs(store, {sha for _, sha in rows if sha})
-    return [(jid, data[sha].decode("utf-8", errors="replace")) for jid, sha in rows
-            if sha in data]
-
-
 def job(store: Store, run_id: str, job_id: str) -> Job | None:
     with store.session() as s:
         j = s.get(Job, job_id)

@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import create_engine
 
 from a2rl.store import SCHEMA_VERSION, Meta, Store
+from a2rl.store.db import not_a_store
 
 
 class StoreOpenError(RuntimeError):
@@ -57,7 +58,7 @@ class ReadOnlyStore(Store):
         try:
             with self.engine.connect() as conn:
                 if not inspect(conn).has_table("meta"):
-                    raise StoreOpenError(f"{self._name()} is not an a2rl store (no meta table)")
+                    raise StoreOpenError(not_a_store(self._name()))
                 row = conn.execute(select(Meta.value).where(  # type: ignore[call-overload]
                     Meta.key == "schema_version")).scalar_one_or_none()
         except StoreOpenError:

@@ -39,19 +39,6 @@ class SandboxJob(BaseModel):
     reason: str = ""  # why a limit ended it ("killed: memory limit 2g reached"), else empty
 
 
-def parse_size(text: str | int) -> int:
-    """Bytes in a size such as "16g", "512m", "100k" or "4096" (0 or "" for no limit)."""
-    if isinstance(text, int):
-        return text
-    value = text.strip().lower().removesuffix("b")
-    if not value:
-        return 0
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    if value[-1] in units:
-        return int(float(value[:-1]) * units[value[-1]])
-    return int(value)
-
-
 # How many threads numeric libraries start (OpenMP, MKL, OpenBLAS). A sandbox's environment is
 # an allow-list, so an operator's choice here would not reach the jobs; these pass through.
 # Runs sharing a machine need it: two trainings whose OpenMP threads spin on the same cores

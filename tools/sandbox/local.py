@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a2rl.tools.sandbox.base import JobState, SandboxError, SandboxJob, SandboxSpec, parse_size
+from a2rl.settings import parse_size
+from a2rl.tools.sandbox.base import JobState, SandboxError, SandboxJob, SandboxSpec
 from a2rl.tools.sandbox.cgroup import RunCgroup
 
 log = logging.getLogger(__name__)

@@ -75,7 +75,7 @@ def workspace_volume(mode: str, limit: str, base_model: Path, run_dir: Path,
                      workspace: Path) -> bool:
     """Make and mount the run's volume on its empty `workspace` when `mode` is auto and this
     machine can; False when the watch alone will limit the disk."""
-    from .base import parse_size
+    from a2rl.settings import parse_size
 
     limit_bytes = parse_size(limit)
     if mode == "off" or limit_bytes <= 0 or unavailable_reason() is not None:

@@ -1,4 +1,5 @@
-"""Inline SVG plots for the viewer: rounded ticks, the final test score, training curves.
+"""Inline SVG plots of the viewer and the HTML report: rounded ticks, the final test score,
+training curves.
 
 Pure functions: values in, SVG text out (no scripts, so they print and work offline).
 """
@@ -10,8 +11,8 @@ import re
 from collections.abc import Callable
 from html import escape
 
-from ..fmt import dur
-from ..schema import Timeline, Trajectory
+from .fmt import dur
+from .schema import Timeline, Trajectory
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 900, 260, 100, 20, 16, 34
 # TRL/transformers print `{'loss': 1.23, ...}` dicts; many scripts print `loss=1.23` or
@@ -184,9 +185,10 @@ STATE_COLORS = {"graded": "#2a7", "refused": "#c33", "failed": "#e80", "exited":
                 "killed": "#c33", "timeout": "#c33", "lost": "#999", "running": "#8ac"}
 
 
-def timeline_plot(t: Timeline) -> str:
-    """The report's timeline lanes on a time axis with round ticks; jobs and submissions link
-    to their entries on the page."""
+def timeline_plot(t: Timeline, job_links: bool = True) -> str:
+    """The report's timeline lanes on a time axis with round ticks; submissions link to their
+    entries on the page, and jobs too with `job_links` (the viewer's page lists them, the
+    HTML report does not)."""
     end = t.end_s or 1.0
     lane_h, top, left, right = 30, 8, PAD_L, W - PAD_R
     h = top + lane_h * len(LANES) + 30
@@ -211,10 +213,10 @@ def timeline_plot(t: Timeline) -> str:
     for j in t.jobs:
         a, b = x(j.start_s), x(j.end_s if j.end_s is not None else end)
         color = STATE_COLORS.get(j.state, "#48c") if j.exit_code in (0, None) else "#c33"
-        out.append(f'<a href="#job-{escape(j.id)}"><rect class="job" x="{a:.1f}" y="{y1 + 7}" '
-                   f'width="{max(b - a, 2):.1f}" height="{lane_h - 14}" fill="{color}" '
-                   f'opacity="0.8"><title>{escape(j.id)} {escape(j.command[:80])} ({j.state}, '
-                   f'exit {j.exit_code})</title></rect></a>')
+        bar = (f'<rect class="job" x="{a:.1f}" y="{y1 + 7}" width="{max(b - a, 2):.1f}" '
+               f'height="{lane_h - 14}" fill="{color}" opacity="0.8"><title>{escape(j.id)} '
+               f'{escape(j.command[:80])} ({j.state}, exit {j.exit_code})</title></rect>')
+        out.append(f'<a href="#job-{escape(j.id)}">{bar}</a>' if job_links else bar)
     y2 = top + 2 * lane_h
     out += [f'<rect class="grading" x="{x(g.start_s):.1f}" y="{y2 + 7}" '
             f'width="{max(x(g.end_s) - x(g.start_s), 1.5):.1f}" height="{lane_h - 14}" '
