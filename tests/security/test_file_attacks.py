@@ -159,3 +159,29 @@ async def test_edit_of_a_file_without_final_newline_shows_separate_lines(agent: 
     r = await agent.ok("edit_file", path="code/n.py", old_text="y = 2", new_text="y = 3")
     lines = r["diff"].splitlines()
     assert "-y = 2" in lines and "+y = 3" in lines
+
+
+async def test_task_resource_never_follows_a_symlink_or_hangs_on_a_fifo(agent: Agent) -> None:
+    """TASK.md sits in the workspace root, which the agent owns: a job replaces it by a link to
+    a host secret, then by a FIFO. The `a2rl://task` resource returns neither the host file nor
+    hangs; it says why in one line, and the real TASK.md reads again once it is back."""
+    original = (await agent.client.read_resource("a2rl://task")).contents[0].text
+    assert "arith" in original.lower()
+    secret = agent.settings.home_dir / "secrets" / "probe-task-resource.seed"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text("SECRET-SEED-51c9\n")
+    try:
+        for target in (secret, "/etc/shadow", "/proc/self/environ"):
+            await agent.sh(f"cp -n TASK.md code/TASK.keep; rm -f TASK.md; ln -s {target} TASK.md")
+            text = (await agent.client.read_resource("a2rl://task")).contents[0].text
+            assert "SECRET-SEED" not in text and "root:" not in text and "PATH=" not in text
+            assert "symlink" in text and len(text.splitlines()) == 1, text
+        await agent.sh("rm -f TASK.md; mkfifo TASK.md")
+        started = time.monotonic()
+        with anyio.fail_after(10):
+            text = (await agent.client.read_resource("a2rl://task")).contents[0].text
+        assert "FIFO" in text and time.monotonic() - started < 5, text
+        await agent.sh("rm -f TASK.md; mv code/TASK.keep TASK.md")
+        assert (await agent.client.read_resource("a2rl://task")).contents[0].text == original
+    finally:
+        secret.unlink()

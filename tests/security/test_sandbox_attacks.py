@@ -300,3 +300,44 @@ async def test_other_runs_processes_are_invisible(agent: Agent, backend: Setting
         assert f"1000.{t}" not in out["output"].replace(f"grep -l 1000.{t}", "")
         assert "k=1" in out["output"]
         assert host_procs(f"1000.{t}") == [pid]  # still running
+
+
+# -- a restarted sandbox mounts nothing the agent pointed elsewhere ----------------------------
+
+
+async def test_readonly_input_replaced_by_a_symlink_is_not_mounted_at_restart(
+        backend: Settings, store: Store) -> None:
+    """A declared read-only input the task left empty is a name in the agent's workspace: a job
+    makes it a symlink to the host's secrets. When the sandbox starts again (its supervisor
+    lost, a new server takes the run over), the input is not bound by name: the secrets stay
+    out of the sandbox, and the new sandbox runs commands."""
+    secret = f"SECRET-{tag()}"
+    seed = backend.home_dir / "secrets" / f"probe-{tag()}.seed"
+    seed.parent.mkdir(parents=True, exist_ok=True)
+    seed.write_text(secret)
+    try:
+        async for agent in open_agent(backend, store, task_id="fixture-inputs"):
+            out = await agent.sh(f"ls -d env 2>&1; ln -s {seed.parent} env && echo linked")
+            assert "linked" in out["output"], out
+            assert (Path(agent.run.workspace) / "env").is_symlink()
+            # The supervisor is lost (killed from the host, as the machine's OOM killer or a
+            # reboot would); a new server serving the run starts a new sandbox.
+            RunRuntime(agent.settings, agent.store, agent.run).sandbox()._force_stop()
+            async for again in reopen(agent):
+                out = await again.sh(f"cat env/{seed.name} 2>&1; ls env/ 2>&1; echo end")
+                assert secret not in out["output"], out
+                assert seed.name not in out["output"].splitlines(), out  # not listed
+                assert out["output"].rstrip().endswith("end")
+    finally:
+        seed.unlink()
+
+
+async def reopen(agent: Agent) -> AsyncIterator[Agent]:
+    """A second server on the same run, as after a restart (the run is finished by the first)."""
+    from mcp import Client
+
+    from a2rl.server import build_server
+
+    server = build_server(agent.settings, agent.store, run_id=agent.run.id, transport="memory")
+    async with Client(server, mode="legacy") as client:
+        yield Agent(client, agent.run, agent.settings, agent.store)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import SandboxError, SandboxSpec
+from .base import SandboxError, SandboxSpec, open_readonly_inputs
 from .cgroup import SUPERVISOR_RESERVE
 from .local import (
     LOGS_INSIDE,
@@ -119,8 +119,13 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
     }
     mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_SCRIPT), type="bind", read_only=True),
               Mount(ws, str(spec.workspace), type="bind")]
+    # Docker takes names only: each input is checked first (no symlink on the way, inside the
+    # workspace); no process of the run is left to swap it when a container is made.
+    readonly = open_readonly_inputs(spec)
+    for fd in readonly.values():
+        os.close(fd)
     mounts += [Mount(f"{ws}/{rel}", str(spec.workspace / rel), type="bind", read_only=True)
-               for rel in spec.readonly_paths if (spec.workspace / rel).exists()]
+               for rel in readonly]
     mounts += [Mount(LOGS_INSIDE, str(spec.logs_dir), type="bind"),
                Mount(CONTROL_INSIDE, str(spec.control_dir / "sock"), type="bind")]
     if spec.services_dir is not None:

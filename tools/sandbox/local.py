@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -40,7 +41,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a2rl.tools.sandbox.base import JobState, SandboxError, SandboxJob, SandboxSpec, parse_size
+from a2rl.tools.sandbox.base import (
+    JobState,
+    SandboxError,
+    SandboxJob,
+    SandboxSpec,
+    open_readonly_inputs,
+    parse_size,
+)
 from a2rl.tools.sandbox.cgroup import RunCgroup
 
 log = logging.getLogger(__name__)
@@ -137,9 +145,23 @@ def open_parents(paths: list[Path]) -> list[str]:
     return args
 
 
+@functools.cache
+def bwrap_binds_fds(bwrap: str) -> bool:
+    """Whether this bubblewrap binds from a descriptor (`--ro-bind-fd`, bubblewrap 0.5+)."""
+    try:
+        p = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--ro-bind-fd" in p.stdout + p.stderr
+
+
 def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
-                  info_fd: int) -> list[str]:
-    """The bubblewrap command line; mounts are applied in order, later ones over earlier."""
+                  info_fd: int, readonly_fds: dict[str, int] | None = None) -> list[str]:
+    """The bubblewrap command line; mounts are applied in order, later ones over earlier.
+
+    `readonly_fds` (`base.open_readonly_inputs`) are the read-only inputs, checked and opened
+    from a handle on the workspace; they are bound from those descriptors (passed to bwrap)
+    where bubblewrap can, else by their checked names. An input not in it is not mounted."""
     if os.geteuid() == 0:
         # Real root, no user namespace: the supervisor may then switch its jobs to the sandbox
         # user, and keeps nothing but what that and killing them need.
@@ -171,12 +193,10 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
     args += ["--ro-bind", str(SUPERVISOR_SCRIPT), SUPERVISOR_INSIDE]
     workspace = str(spec.workspace)
     args += ["--bind", workspace, workspace]
-    for rel in spec.readonly_paths:
-        path = spec.workspace / rel
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
-        else:
-            log.warning("readonly path %s does not exist; nothing to protect", path)
+    by_fd = bwrap_binds_fds(bwrap)
+    for rel, fd in (readonly_fds or {}).items():
+        path = str(spec.workspace / rel)
+        args += ["--ro-bind-fd", str(fd), path] if by_fd else ["--ro-bind", path, path]
     args += ["--ro-bind", str(spec.logs_dir), LOGS_INSIDE]
     if spec.services_dir is not None:
         args += ["--bind", str(spec.services_dir), str(spec.services_dir)]
@@ -336,8 +356,10 @@ class LocalSandbox:
         listener = bind_socket(self._socket_path)
         logs_fd = os.open(spec.logs_dir, os.O_RDONLY | os.O_DIRECTORY)
         oom_fd = os.open(oom_file, os.O_RDONLY) if oom_file is not None else None
+        readonly_fds = open_readonly_inputs(spec) if bwrap else {}
         info_read, info_write = os.pipe()
-        fds = [listener.fileno(), logs_fd, info_write] + ([oom_fd] if oom_fd is not None else [])
+        fds = [listener.fileno(), logs_fd, info_write, *readonly_fds.values()] + (
+            [oom_fd] if oom_fd is not None else [])
         inner = [
             supervisor_python(spec),
             "-I",
@@ -350,7 +372,7 @@ class LocalSandbox:
         if oom_fd is not None:
             inner += ["--oom-fd", str(oom_fd)]
         if bwrap:
-            command = bwrap_command(bwrap, spec, nonce, inner, info_write)
+            command = bwrap_command(bwrap, spec, nonce, inner, info_write, readonly_fds)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             log.warning(
