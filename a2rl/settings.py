@@ -35,6 +35,9 @@ class Settings(BaseModel):
     output_head_bytes: int = Field(8_000, description="bytes of output kept from the start")
     output_tail_bytes: int = Field(8_000, description="bytes of output kept from the end")
     revision_max_bytes: int = Field(1_000_000, description="larger files are not revisioned")
+    revision_run_max_bytes: int = Field(
+        256 << 20, description="file content bytes one run's revisions may store; past it a "
+        "change is recorded by path, size and sha256 without its content (0: no limit)")
     revision_exclude: list[str] = Field(
         default_factory=lambda: [
             f"{OUTPUT}/*", f"{LOGS}/*", f"{BASE_MODEL}/*", f"{DATA}/*", f"{ENV}/*", ".cache/*",
@@ -43,6 +46,9 @@ class Settings(BaseModel):
         description="glob patterns (workspace-relative) never revisioned",
     )
     job_log_keep_bytes: int = Field(10_000_000, description="job log bytes stored (head+tail)")
+    job_log_run_keep_bytes: int = Field(
+        256 << 20, description="job log bytes stored for one run, all its jobs together; past "
+        "it a job's log keeps its size only (0: no limit)")
     tool_arg_keep_bytes: int = Field(65_536, description="bytes of one tool argument stored "
                                      "(longer ones: cut, with their sha256 and size)")
     max_tool_args_bytes: int = Field(8_000_000, description="largest tool call (all its "

@@ -98,12 +98,16 @@ class RunRuntime:
         # read-only, and `logs/<job>.log` names them for the agent (see jobs.log_file_of).
         self.job_logs_dir = self.dir / "control" / "joblogs"
         self.scanner = RevisionScanner(store, run.id, self.workspace.root,
-                                       settings.revision_exclude, settings.revision_max_bytes)
+                                       settings.revision_exclude, settings.revision_max_bytes,
+                                       settings.revision_run_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
         self.clock = RunClock(store, run.id, self.log)
         self.grading: GradingHook = grading or QueueOnly(store)
         self._sandbox: Sandbox | None = None
         self._lock = threading.Lock()
+        # Job log bytes this run stored (`jobs.keep_log`), loaded from the store on first use.
+        self.log_lock = threading.Lock()
+        self.log_bytes_kept: int | None = None
 
     def run(self) -> Run:
         with self.store.session() as s:

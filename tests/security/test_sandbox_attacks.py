@@ -7,6 +7,7 @@ The runs get small limits so that a fork bomb, a memory hog or a flood ends in a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -18,10 +19,14 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sqlalchemy import func
+from sqlmodel import select as sql_select
 
+from a2rl.analysis.report import build_report
+from a2rl.analysis.web.queries import revision_diff
 from a2rl.server import finish_run
 from a2rl.settings import Settings
-from a2rl.store import Job, Store
+from a2rl.store import Blob, Job, Revision, Store
 from a2rl.tools.runtime import RunRuntime
 from a2rl.tools.sandbox import volume
 
@@ -272,6 +277,66 @@ async def test_sparse_file_cannot_exceed_the_file_size_limit(agent: Agent) -> No
     for name in ("sparse", "sparse2"):
         path = Path(agent.run.workspace) / "code" / name
         assert not path.exists() or path.stat().st_size <= 32 * 2**20
+
+
+STORE_CAPS = {"revision_run_max_bytes": 2 << 20, "job_log_keep_bytes": 300_000,
+              "job_log_run_keep_bytes": 1_000_000}
+
+
+def blob_bytes(store: Store) -> tuple[int, int]:
+    """(content bytes, bytes as stored) of every blob in the store."""
+    with store.session() as s:
+        rows = s.exec(sql_select(Blob.size, func.length(Blob.data))).all()
+    return sum(r[0] for r in rows), sum(r[1] for r in rows)
+
+
+async def test_many_distinct_files_and_logs_stay_within_the_runs_store_caps(
+        backend: Settings, store: Store) -> None:
+    """Each command writes 120 distinct, incompressible 100 KB files (12 MB a command, each
+    under the per-file limit), then floods its output: the store grows by at most the run's
+    revision cap plus its job log cap. Every change is still recorded, past the cap by path,
+    size and sha256 without content; the agent still reads every job's whole output."""
+    async for agent in open_agent(backend.model_copy(update={**LIMITS, **STORE_CAPS}), store):
+        before = blob_bytes(store)
+        jobs = []
+        for i in range(3):
+            out = await agent.sh(
+                f"mkdir -p code/gen{i} && for f in $(seq 1 120); do head -c 75000 /dev/urandom "
+                f"| base64 -w0 > code/gen{i}/f$f.txt; done; "
+                "head -c 300000 /dev/urandom | base64 -w0; echo; echo end-of-output", wait_s=60)
+            assert out["exit_code"] == 0 and out["output"].rstrip().endswith("end-of-output")
+            jobs.append(out["job_id"])
+        for _ in range(2):  # logs alone, past the log cap
+            out = await agent.sh("head -c 300000 /dev/urandom | base64 -w0; echo; echo tail-end")
+            assert out["output"].rstrip().endswith("tail-end")
+            jobs.append(out["job_id"])
+        grown = [a - b for a, b in zip(blob_bytes(store), before, strict=True)]
+        cap = STORE_CAPS["revision_run_max_bytes"] + STORE_CAPS["job_log_run_keep_bytes"]
+        assert max(grown) <= cap, (grown, cap)
+        ws = Path(agent.run.workspace)
+        with store.session() as s:
+            revs = {r.path: r for r in s.exec(sql_select(Revision).where(
+                Revision.run_id == agent.run.id, Revision.path.startswith("code/gen"))).all()}
+            rows = [s.get(Job, j) for j in jobs]
+        assert len(revs) == 360  # every file is recorded
+        dropped = [r for r in revs.values() if not r.content_stored]
+        assert 300 < len(dropped) < 360 and sum(r.content_stored for r in revs.values()) > 10
+        for r in dropped[:20] + [revs["code/gen2/f120.txt"]]:
+            data = (ws / r.path).read_bytes()
+            assert r.size == len(data) and r.blob_sha == hashlib.sha256(data).hexdigest()
+            with pytest.raises(KeyError):
+                store.get_blob(r.blob_sha)  # the content is not in the store
+        assert all(row is not None and row.log_bytes > 400_000 for row in rows)
+        assert rows[0].log_blob_sha and not rows[-1].log_blob_sha  # the last keeps its size only
+        # The whole log is where the agent reads it.
+        text = (await agent.ok("read_file", path=f"logs/{jobs[-1]}.log"))["content"]
+        assert text.rstrip().endswith("tail-end")
+        # The run's record says what the caps left out: the report and the viewer's diff.
+        metrics = build_report(store, agent.run.id).metrics
+        assert metrics.revisions_without_content == len(dropped)
+        assert metrics.job_logs_not_stored >= 1
+        _, diff = revision_diff(store, agent.run.id, dropped[0].id or 0) or (None, "")
+        assert "content not stored" in diff and dropped[0].blob_sha in diff
 
 
 # -- every process of the run ends -------------------------------------------------------------
