@@ -29,6 +29,7 @@ from a2rl.settings import Settings
 from a2rl.store import Blob, Job, Revision, Store
 from a2rl.tools.runtime import RunRuntime
 from a2rl.tools.sandbox import volume
+from a2rl.tools.sandbox.base import CAP_SYS_RESOURCE, host_has_cap
 
 from ..conftest import require
 from ..helpers import wait_for
@@ -232,13 +233,52 @@ async def test_fork_bomb_ends_that_job_only(agent: Agent) -> None:
     assert (await agent.sh("echo alive"))["output"].strip() == "alive"
 
 
+#: Many small processes whose sum crosses the memory limit: each is smaller than the supervisor,
+#: so where they share its memory cgroup the OOM killer's first pick would be the supervisor.
+SMALL_HOGS = ("for i in $(seq 1 40); do python3 -c 'import time; x = bytearray(6 << 20); "
+              "time.sleep(8)' & done; wait; echo waited")
+
+
 async def test_memory_hog_ends_that_job_only(agent: Agent) -> None:
+    """A hog ends its job with a message; so does a hog of many small processes, and the
+    supervisor that answers afterwards is the same one: locally jobs have their own cgroup,
+    without the supervisor, even for a job that lowers its OOM score; in a container every
+    job's score is 1000 and the supervisor's -1000 where the host gives CAP_SYS_RESOURCE."""
     if agent.run.backend == "local":
         require(os.geteuid() == 0, "a memory cgroup needs root on this machine")
+    await agent.sh("true")
+    before = supervisor_identity(agent)
     hog = await agent.sh("python3 -c 'x = bytearray(1024**3); print(len(x))'", wait_s=60)
     assert hog["exit_code"] != 0 and "memory limit 256m reached" in hog["hint"], hog
     assert "1073741824" not in hog["output"]
     assert (await agent.sh("echo alive"))["output"].strip() == "alive"
+    out = await agent.sh("cat /proc/1/oom_score_adj /proc/self/oom_score_adj; "
+                         "echo -1000 > /proc/self/oom_score_adj; echo rc=$?")
+    supervisor_adj, job_adj = out["output"].split()[:2]
+    assert job_adj == "1000" and "rc=1" in out["output"], out  # a job cannot exempt itself
+    if host_has_cap(CAP_SYS_RESOURCE):
+        assert supervisor_adj == "-1000"
+        out = await agent.sh("echo 0 > /proc/self/oom_score_adj; echo rc=$?")
+        assert "rc=1" in out["output"], out  # nor come down from 1000
+    # Locally the jobs' cgroup holds whatever a job does to its score.
+    lower = "echo 0 > /proc/self/oom_score_adj; " if agent.run.backend == "local" else ""
+    hogs = await agent.sh(lower + SMALL_HOGS, wait_s=60)
+    assert hogs["status"] == "exited" and "waited" in hogs["output"], hogs
+    assert supervisor_identity(agent) == before  # the same supervisor, and it answers
+    assert (await agent.sh("echo alive"))["output"].strip() == "alive"
+
+
+def supervisor_identity(agent: Agent) -> tuple[int, float]:
+    """(pid, start time) of the supervisor that answers: a restarted one differs."""
+    control = run_dir(agent) / "control"
+    token = (control / "token").read_text().strip()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(str(control / "sock" / "supervisor.sock"))
+        sock.sendall(json.dumps({"token": token, "op": "ping"}).encode() + b"\n")
+        reply = json.loads(sock.makefile().readline())
+    assert reply["ok"], reply
+    return int(reply["pid"]), float(reply["started"])
 
 
 async def test_disk_filler_ends_that_job(agent: Agent) -> None:

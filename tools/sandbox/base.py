@@ -118,6 +118,22 @@ class SandboxSpec(BaseModel):
         return os.getuid(), os.getgid()
 
 
+CAP_SYS_RESOURCE = 24
+
+
+def host_has_cap(number: int) -> bool:
+    """Whether this process's capability bounding set holds capability `number`: what a
+    sandbox started from here (bubblewrap, or a container engine on this host) can be given."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapBnd:"):
+                    return bool(int(line.split()[1], 16) >> number & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
 def open_readonly_inputs(spec: SandboxSpec) -> dict[str, int]:
     """An O_PATH descriptor on each read-only input that is a real folder or file inside the
     workspace: rel -> fd (the caller closes them).

@@ -37,6 +37,7 @@ from .local import (
     LocalSandbox,
     give_workspace,
     supervisor_args,
+    supervisor_caps,
 )
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ WORKSPACE_INSIDE = "/workspace"
 CONTROL_INSIDE = "/a2rl/control"  # the supervisor's socket; root-only
 SERVICES_INSIDE = "/a2rl/services"
 # Capabilities the supervisor keeps (jobs keep none): switch to the sandbox user, signal and
-# read the /proc of its jobs, give its socket to the server's user, write its folders.
+# read the /proc of its jobs, give its socket to the server's user, write its folders; and
+# SYS_RESOURCE where the host has it (local.supervisor_caps).
 SUPERVISOR_CAPS = ["SETUID", "SETGID", "KILL", "SYS_PTRACE", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
 
 
@@ -149,7 +151,7 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
         "mounts": mounts,
         "network_mode": "bridge" if spec.network else "none",
         "cap_drop": ["ALL"],
-        "cap_add": SUPERVISOR_CAPS,
+        "cap_add": list(dict.fromkeys(SUPERVISOR_CAPS + supervisor_caps(prefix=""))),
         "security_opt": ["no-new-privileges"],
         "read_only": True,
         "tmpfs": {"/tmp": "rw,nosuid,nodev,size=4g"},

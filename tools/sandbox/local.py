@@ -42,10 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.tools.sandbox.base import (
+    CAP_SYS_RESOURCE,
     JobState,
     SandboxError,
     SandboxJob,
     SandboxSpec,
+    host_has_cap,
     open_readonly_inputs,
     parse_size,
 )
@@ -81,6 +83,17 @@ ETC_ENTRIES = (
     "ca-certificates",
     "ca-certificates.conf",
 )
+
+
+def supervisor_caps(prefix: str = "CAP_") -> list[str]:
+    """The capabilities the supervisor keeps as root: SUPERVISOR_CAPS, and SYS_RESOURCE where
+    this host can give it, to leave the OOM killer's reach and pin each job's score
+    (supervisor.drop_privileges). Without it the jobs' own cgroup (local) keeps the supervisor
+    out of their OOM kills."""
+    caps = [prefix + c.removeprefix("CAP_") for c in SUPERVISOR_CAPS]
+    if host_has_cap(CAP_SYS_RESOURCE):
+        caps.append(prefix + "SYS_RESOURCE")
+    return caps
 
 
 def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
@@ -169,7 +182,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
         if not spec.network:
             args.append("--unshare-net")
         args += ["--cap-drop", "ALL"]
-        for cap in SUPERVISOR_CAPS:
+        for cap in supervisor_caps():
             args += ["--cap-add", cap]
     else:
         args = [bwrap, "--unshare-all"]
@@ -243,6 +256,18 @@ def give_workspace(spec: SandboxSpec) -> None:
                     os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
     finally:
         os.close(root_fd)
+
+
+def open_jobs_cgroup(cgroup: RunCgroup) -> list[int]:
+    """Descriptors on the jobs' group's `cgroup.procs` files, for the supervisor's shims to
+    move themselves into (the sandbox mounts no cgroup folder); none where there is no group."""
+    fds = []
+    for path in cgroup.jobs_procs():
+        try:
+            fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            log.warning("jobs cannot enter their cgroup %s: %s", path, exc)
+    return fds
 
 
 def bind_socket(path: Path) -> socket.socket:
@@ -357,8 +382,9 @@ class LocalSandbox:
         logs_fd = os.open(spec.logs_dir, os.O_RDONLY | os.O_DIRECTORY)
         oom_fd = os.open(oom_file, os.O_RDONLY) if oom_file is not None else None
         readonly_fds = open_readonly_inputs(spec) if bwrap else {}
+        jobs_fds = open_jobs_cgroup(cgroup)
         info_read, info_write = os.pipe()
-        fds = [listener.fileno(), logs_fd, info_write, *readonly_fds.values()] + (
+        fds = [listener.fileno(), logs_fd, info_write, *readonly_fds.values(), *jobs_fds] + (
             [oom_fd] if oom_fd is not None else [])
         inner = [
             supervisor_python(spec),
@@ -371,6 +397,8 @@ class LocalSandbox:
         ]
         if oom_fd is not None:
             inner += ["--oom-fd", str(oom_fd)]
+        for fd in jobs_fds:
+            inner += ["--jobs-cgroup-fd", str(fd)]
         if bwrap:
             command = bwrap_command(bwrap, spec, nonce, inner, info_write, readonly_fds)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
