@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,57 @@ async def test_traversal_and_escapes_are_refused(agent: Agent, tmp_path: Path) -
                          ("output/escape", "symlink"), ("output/base", "symlink")]:
         err = await agent.refused("submit_checkpoint", path=path)
         assert expect in err, (path, err)
+
+
+def _disk_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*") if folder.exists() else []:
+        try:
+            total += path.lstat().st_blocks * 512
+        except OSError:
+            continue  # gone meanwhile
+    return total
+
+
+async def test_sparse_files_over_the_copy_caps_cost_the_grader_nothing(
+        agent: Agent, tmp_path: Path) -> None:
+    """Sparse files cost the sandbox nothing: one over the per-file cap, and two under it whose
+    sum is over the total cap. Both checkpoints are refused before a byte of them is copied:
+    the grader's copy folder never holds more than the small files beside them."""
+    import anyio
+
+    ws = Path(agent.run.workspace)
+    good = save_perturbed(ws / "base_model", tmp_path / "good", 0.3)
+    for name in ("one_big", "two_halves"):
+        shutil.copytree(good, ws / "output" / name)
+    await agent.sh("chmod -R a+rwX output")
+    out = await agent.sh("truncate -s 1536M output/one_big/zz_extra.bin && "
+                         "truncate -s 900M output/two_halves/a.bin && "
+                         "truncate -s 900M output/two_halves/b.bin && du -sm output && echo made")
+    assert "made" in out["output"], out
+    copies = agent.settings.home_dir / "checkpoints" / agent.run.id
+    peak = 0
+    watching = True
+
+    def watch() -> None:
+        nonlocal peak
+        while watching:
+            peak = max(peak, _disk_bytes(copies))
+            time.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, watch)
+        try:
+            big = await agent.refused("submit_checkpoint", path="output/one_big")
+            halves = await agent.refused("submit_checkpoint", path="output/two_halves")
+        finally:
+            watching = False
+    assert "zz_extra.bin" in big and "a checkpoint file may have" in big, big
+    assert "sparse files count at their full size" in halves, halves
+    assert peak < 32 << 20, f"the grader's copy held {peak >> 20} MiB"
+    assert not copies.exists() or not any(p.is_file() for p in copies.rglob("*"))
+    assert all(sub.status == "refused" and not sub.checkpoint_dir for sub in _subs(agent))
+    assert (await agent.ok("budget_status"))["submissions_used"] == 0
 
 
 # -- the copy is what is judged -----------------------------------------------------------
