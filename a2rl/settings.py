@@ -32,6 +32,10 @@ class Settings(BaseModel):
     http_host: str = Field("127.0.0.1", description="address `a2rl serve --http` listens on")
     http_port: int = Field(8765, description="port `a2rl serve --http` listens on")
     max_wait_s: float = Field(60.0, description="upper bound on any tool's wait_s")
+    max_run_threads: int = Field(
+        8, ge=1, description="worker threads one run's tool calls hold at once, and as many for "
+        "its waits on jobs; more wait their turn (a server serves many runs over HTTP: one run's "
+        "calls must not starve the rest)")
     output_head_bytes: int = Field(8_000, description="bytes of output kept from the start")
     output_tail_bytes: int = Field(8_000, description="bytes of output kept from the end")
     revision_max_bytes: int = Field(1_000_000, description="larger files are not revisioned")

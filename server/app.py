@@ -24,7 +24,7 @@ from a2rl.layout import TASK_FILE
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 from a2rl.tools import TOOLS
-from a2rl.tools.runtime import CallContext, RunRuntime, bind, unbind
+from a2rl.tools.runtime import CallContext, RunRuntime, bind, in_thread, unbind
 from a2rl.tools.workspace_fs import WorkspaceError
 
 from .argument_checks import check_arguments, validation_message
@@ -85,6 +85,9 @@ class A2RLServer(MCPServer[Any]):
         self.a2rl_settings, self.store, self.bound_run_id = settings, store, run_id
         self.registry = RunRegistry(settings, store)
         self.transport = transport
+        # Each run's shares of worker threads (tools.runtime.in_thread): for its work and for
+        # its waits on jobs, made on its first call.
+        self._limiters: dict[str, tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]] = {}
         run = None
         if run_id is not None:
             with store.session() as s:
@@ -119,7 +122,12 @@ class A2RLServer(MCPServer[Any]):
         arguments = arguments or {}
         call_id = await astart_call(self.store, rt.run_id, name, arguments, self.transport,
                                     self.a2rl_settings.tool_arg_keep_bytes)
-        token = bind(CallContext(rt, call_id))
+        limiters = self._limiters.get(rt.run_id)
+        if limiters is None:
+            n = self.a2rl_settings.max_run_threads
+            limiters = self._limiters[rt.run_id] = (anyio.CapacityLimiter(n),
+                                                    anyio.CapacityLimiter(n))
+        token = bind(CallContext(rt, call_id, *limiters))
         summary, error = "", None
         try:
             refused = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
@@ -156,7 +164,7 @@ class A2RLServer(MCPServer[Any]):
             raise ToolError(f"this run has ended ({clock.end_reason or 'finished'}); "
                             "no more work is possible")
         if clock.exhausted and clock.deadline is not None:
-            await anyio.to_thread.run_sync(exhaust, rt)
+            await in_thread(exhaust, rt)
             raise ToolError(f"budget exhausted: the deadline ({clock.deadline.isoformat()}) "
                             "has passed, running jobs were stopped; only budget_status answers "
                             "now")
