@@ -10,12 +10,14 @@ unprivileged user without a delegated subtree) the run's pid namespace is the ki
 the supervisor's own watch the only process limit; memory is then not limited.
 
 Inside the run's group the supervisor and its jobs are apart: the supervisor in `sup/`, every
-job in `jobs/`, which holds the run's memory and process limits. A job's shim moves itself
-into `jobs/` before it starts the command, through a descriptor on `jobs/cgroup.procs` the
+job in `jobs/`, which holds the run's memory and process limits. On v1 one supervisor thread
+joins `jobs/` and forks every job's shim, which is then born inside; on v2 each shim moves
+itself there before it starts the command (`jobs_entry`). Either way through a descriptor the
 server opened (the sandbox mounts no cgroup folder; the kernel checks the opener's rights).
-So a memory hog meets the out-of-memory killer in `jobs/`, where the supervisor is not: its
-jobs die, never the supervisor (many small processes would otherwise make it, the largest,
-the killer's pick). The run's group caps the two together, with room for the supervisor.
+So a memory hog meets the out-of-memory killer in `jobs/`, where the supervisor's process is
+not: its jobs die, never the supervisor (many small processes would otherwise make it, the
+largest, the killer's pick). The run's group caps the two together, with room for the
+supervisor.
 """
 
 from __future__ import annotations
@@ -107,11 +109,17 @@ class RunCgroup:
             with contextlib.suppress(OSError):
                 (path / SUP / "cgroup.procs").write_text(str(pid))
 
-    def jobs_procs(self) -> list[Path]:
-        """The `cgroup.procs` files of the jobs' group (one per v1 hierarchy): a process that
-        writes 0 to them moves itself there."""
-        return [path / JOBS / "cgroup.procs" for path in self.paths.values()
-                if (path / JOBS).is_dir()]
+    def jobs_entry(self) -> tuple[list[Path], bool]:
+        """The files through which jobs enter the jobs' group, and whether they take a thread.
+
+        v1 (one `tasks` file per hierarchy): one supervisor thread writes 0 there and joins,
+        and every shim it forks is born inside; no job then pays a migration (about one RCU
+        grace period, 8 ms here, on each command's path). v2 keeps a process's threads
+        together for memory: each shim writes 0 to `cgroup.procs` and moves itself."""
+        if self.v2:
+            return ([self.paths[""] / JOBS / "cgroup.procs"] if "" in self.paths else []), False
+        return [path / JOBS / "tasks" for path in self.paths.values()
+                if (path / JOBS).is_dir()], True
 
     def oom_file(self) -> Path | None:
         """The file whose `oom_kill N` line counts the OOM kills of the jobs' group."""

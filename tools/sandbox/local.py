@@ -258,16 +258,18 @@ def give_workspace(spec: SandboxSpec) -> None:
         os.close(root_fd)
 
 
-def open_jobs_cgroup(cgroup: RunCgroup) -> list[int]:
-    """Descriptors on the jobs' group's `cgroup.procs` files, for the supervisor's shims to
-    move themselves into (the sandbox mounts no cgroup folder); none where there is no group."""
+def open_jobs_cgroup(cgroup: RunCgroup) -> tuple[list[int], str]:
+    """Descriptors on the files through which jobs enter the jobs' group (the sandbox mounts
+    no cgroup folder; the kernel checks the opener's rights), and the supervisor's option for
+    them (`RunCgroup.jobs_entry`); none where there is no group."""
+    paths, per_thread = cgroup.jobs_entry()
     fds = []
-    for path in cgroup.jobs_procs():
+    for path in paths:
         try:
             fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
         except OSError as exc:
             log.warning("jobs cannot enter their cgroup %s: %s", path, exc)
-    return fds
+    return fds, "--jobs-cgroup-thread-fd" if per_thread else "--jobs-cgroup-fd"
 
 
 def bind_socket(path: Path) -> socket.socket:
@@ -382,7 +384,7 @@ class LocalSandbox:
         logs_fd = os.open(spec.logs_dir, os.O_RDONLY | os.O_DIRECTORY)
         oom_fd = os.open(oom_file, os.O_RDONLY) if oom_file is not None else None
         readonly_fds = open_readonly_inputs(spec) if bwrap else {}
-        jobs_fds = open_jobs_cgroup(cgroup)
+        jobs_fds, jobs_option = open_jobs_cgroup(cgroup)
         info_read, info_write = os.pipe()
         fds = [listener.fileno(), logs_fd, info_write, *readonly_fds.values(), *jobs_fds] + (
             [oom_fd] if oom_fd is not None else [])
@@ -398,7 +400,7 @@ class LocalSandbox:
         if oom_fd is not None:
             inner += ["--oom-fd", str(oom_fd)]
         for fd in jobs_fds:
-            inner += ["--jobs-cgroup-fd", str(fd)]
+            inner += [jobs_option, str(fd)]
         if bwrap:
             command = bwrap_command(bwrap, spec, nonce, inner, info_write, readonly_fds)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}

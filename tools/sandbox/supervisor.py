@@ -54,6 +54,7 @@ import fcntl
 import hmac
 import json
 import os
+import queue
 import re
 import resource
 import select
@@ -246,8 +247,9 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
     try:
         # Only system calls here: the parent has other threads, whose locks (logging, stderr)
         # may be held in this copy of memory.
-        # Into the jobs' cgroup first (its memory and process limits; the supervisor is not
-        # there, so a job's OOM never kills it): bash and all it starts are born inside.
+        # cgroup v2: into the jobs' cgroup first (its memory and process limits; the
+        # supervisor is not there, so a job's OOM never kills it), so that bash and all it
+        # starts are born inside (on v1 the shim was born there: see Forker).
         for fd in limits.jobs_cgroup_fds:
             with contextlib.suppress(OSError):
                 os.write(fd, b"0")
@@ -298,9 +300,52 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
         os._exit(code)
 
 
+class Forker:
+    """Forks every shim from one thread, which joins the jobs' cgroup first where a thread may
+    (cgroup v1, `--jobs-cgroup-thread-fd`): a child is born in its parent thread's cgroups, so
+    jobs start inside their limits without a migration, and the supervisor's process (its
+    memory, its other threads) stays out of them."""
+
+    def __init__(self, cgroup_fds: list[int]) -> None:
+        self._requests: queue.SimpleQueue[tuple[Any, list[Any], threading.Event]] = (
+            queue.SimpleQueue())
+        threading.Thread(target=self._run, args=(cgroup_fds,), name="a2rl-forker",
+                         daemon=True).start()
+
+    def _run(self, cgroup_fds: list[int]) -> None:
+        for fd in cgroup_fds:
+            try:
+                os.write(fd, b"0")  # this thread, not the process
+            except OSError as exc:
+                log(f"the forker could not join the jobs' cgroup: {exc}")
+            os.close(fd)
+        while True:
+            body, box, done = self._requests.get()
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                box.append(exc)
+            else:
+                if pid == 0:
+                    body()  # never returns (job_shim ends with os._exit)
+                    os._exit(127)
+                box.append(pid)
+            done.set()
+
+    def fork(self, body: Any) -> int:
+        """The pid of a child that runs `body` (which must end with os._exit)."""
+        box: list[Any] = []
+        done = threading.Event()
+        self._requests.put((body, box, done))
+        done.wait()
+        if isinstance(box[0], OSError):
+            raise box[0]
+        return int(box[0])
+
+
 class Supervisor:
     def __init__(self, token: str, workspace: str, deadline: float, logs_fd: int,
-                 limits: Limits, oom_fd: int | None):
+                 limits: Limits, oom_fd: int | None, forker: Forker | None = None):
         self.token = token
         self.workspace = workspace
         self.deadline = deadline
@@ -313,6 +358,7 @@ class Supervisor:
         self.children = threading.Event()  # set once there is something to reap
         self.stopping = threading.Event()
         self.bash = "/bin/bash" if os.path.exists("/bin/bash") else "/usr/bin/bash"
+        self.forker = forker or Forker([])
         self.last_disk = 0.0
 
     # -- processes ---------------------------------------------------------------------------
@@ -348,9 +394,8 @@ class Supervisor:
             out_read, out_write = os.pipe()
             read_end, write_end = os.pipe()
             try:
-                shim = os.fork()
-                if shim == 0:
-                    job_shim(write_end, out_write, self.bash, argv, child_env, self.limits)
+                shim = self.forker.fork(lambda: job_shim(
+                    write_end, out_write, self.bash, argv, child_env, self.limits))
             except OSError:  # no process left to fork (the limit): nothing must leak
                 for fd in (log_fd, out_read, read_end):
                     os.close(fd)
@@ -753,8 +798,11 @@ def parse_args() -> argparse.Namespace:
     oom.add_argument("--oom-fd", type=int, help="the memory cgroup's OOM counter file, open")
     oom.add_argument("--oom-file", help="the memory cgroup's OOM counter file")
     parser.add_argument("--readonly", action="append", help="workspace inputs: not counted")
-    parser.add_argument("--jobs-cgroup-fd", type=int, action="append",
-                        help="the jobs' cgroup's cgroup.procs, open: each shim enters it")
+    jobs = parser.add_mutually_exclusive_group()
+    jobs.add_argument("--jobs-cgroup-fd", type=int, action="append",
+                      help="the jobs' cgroup's cgroup.procs, open: each shim enters it")
+    jobs.add_argument("--jobs-cgroup-thread-fd", type=int, action="append",
+                      help="the jobs' cgroup's tasks file (v1), open: the forker thread enters")
     return parser.parse_args()
 
 
@@ -776,7 +824,7 @@ def main() -> None:
     if os.getuid() == 0 and not set_oom_score_adj(-1000):
         log("no CAP_SYS_RESOURCE: the supervisor is not exempt from the OOM killer; jobs are "
             f"its first choice (oom_score_adj {JOB_OOM_SCORE_ADJ})")
-    for fd in args.jobs_cgroup_fd or []:
+    for fd in (args.jobs_cgroup_fd or []) + (args.jobs_cgroup_thread_fd or []):
         os.set_inheritable(fd, False)  # the shims use them after fork; no exec keeps them
     if os.getpid() == 1:
         # As a pid namespace's init with no handler installed, the kernel drops every signal
@@ -797,7 +845,7 @@ def main() -> None:
     if oom_fd is not None:
         os.set_inheritable(oom_fd, False)
     supervisor = Supervisor(token, args.workspace, args.deadline, logs_fd, Limits(args),
-                            oom_fd)
+                            oom_fd, Forker(args.jobs_cgroup_thread_fd or []))
     if args.listen_fd is not None:
         server = Server("", Handler, bind_and_activate=False)
         server.socket.close()
