@@ -37,9 +37,16 @@ class Settings(BaseModel):
     http_port: int = Field(8765, ge=1, le=65535,
                            description="port `a2rl serve --http` listens on")
     max_wait_s: float = Field(60.0, gt=0, description="upper bound on any tool's wait_s")
+    max_run_threads: int = Field(
+        8, ge=1, description="worker threads one run's tool calls hold at once, and as many for "
+        "its waits on jobs; more wait their turn (a server serves many runs over HTTP: one run's "
+        "calls must not starve the rest)")
     output_head_bytes: int = Field(8_000, ge=0, description="bytes of output kept from the start")
     output_tail_bytes: int = Field(8_000, ge=0, description="bytes of output kept from the end")
     revision_max_bytes: int = Field(1_000_000, ge=0, description="larger files are not revisioned")
+    revision_run_max_bytes: int = Field(
+        256 << 20, ge=0, description="file content bytes one run's revisions may store; past it "
+        "a change is recorded by path, size and sha256 without its content (0: no limit)")
     revision_exclude: list[str] = Field(
         default_factory=lambda: [
             f"{OUTPUT}/*", f"{LOGS}/*", f"{BASE_MODEL}/*", f"{DATA}/*", f"{ENV}/*", ".cache/*",
@@ -49,6 +56,9 @@ class Settings(BaseModel):
     )
     job_log_keep_bytes: int = Field(10_000_000, ge=0,
                                     description="job log bytes stored (head+tail)")
+    job_log_run_keep_bytes: int = Field(
+        256 << 20, ge=0, description="job log bytes stored for one run, all its jobs together; "
+        "past it a job's log keeps its size only (0: no limit)")
     tool_arg_keep_bytes: int = Field(65_536, ge=1, description="bytes of one tool argument stored "
                                      "(longer ones: cut, with their sha256 and size)")
     max_tool_args_bytes: int = Field(8_000_000, ge=1, description="largest tool call (all its "

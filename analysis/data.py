@@ -37,6 +37,8 @@ class RunData:
     budget_events: list[BudgetEvent]
     revisions: int
     baseline_test_n: int | None
+    #: changes recorded by path, size and sha256 only (the run's revision bytes were used up)
+    revisions_without_content: int = 0
     baseline_test_eval: Evaluation | None = None
     blobs: dict[str, bytes] = field(default_factory=dict)
     #: the task's own files as the run was made (path -> blob sha): where the code started
@@ -100,6 +102,8 @@ def load_run(store: Store, run_id: str) -> RunData:
         # run without tool calls (older runs recorded the task's files at their closing scan).
         revisions = s.exec(select(func.count()).select_from(Revision).where(
             Revision.run_id == run_id, Revision.source != INITIAL_SOURCE)).one() if calls else 0
+        without_content = s.exec(select(func.count()).select_from(Revision).where(
+            Revision.run_id == run_id, col(Revision.content_stored).is_(False))).one()
         initial = {r.path: r.blob_sha for r in s.exec(select(Revision).where(
             Revision.run_id == run_id, Revision.source == INITIAL_SOURCE)).all() if r.blob_sha}
         base = baseline_evaluation(s, run, "test")
@@ -107,6 +111,7 @@ def load_run(store: Store, run_id: str) -> RunData:
     shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha} | set(initial.values())
     return RunData(run=run, calls=calls, jobs=jobs, submissions=subs, evaluations=evals,
                    snapshots=snapshots, budget_events=events, revisions=revisions,
+                   revisions_without_content=without_content,
                    baseline_test_n=base.n_items if base else None, baseline_test_eval=base,
                    blobs=_blobs(store, shas), initial_files=initial)
 

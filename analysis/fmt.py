@@ -111,4 +111,6 @@ def metric_rows(m: ProcessMetrics) -> list[tuple[str, str]]:
         ("tool calls (errors)", f"{m.tool_calls} ({m.tool_errors})"),
         ("tool calls by kind", ", ".join(f"{k} {v}" for k, v in m.tool_calls_by_kind.items())),
         ("jobs", str(m.jobs)), ("revisions", str(m.revisions)),
-    ]
+    ] + [(name, f"{n} (the run's store cap was reached)") for name, n in (
+        ("revisions without content", m.revisions_without_content),
+        ("job logs not stored", m.job_logs_not_stored)) if n]

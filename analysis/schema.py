@@ -14,8 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = "1.3"  # 1.1: the optional `narrative`; 1.2: paired improvement interval;
-# 1.3: evidence's `call_id`
+# 1.1: the optional `narrative`; 1.2: paired improvement interval; 1.3: evidence's `call_id`,
+# and what a run's store caps left out (`revisions_without_content`, `job_logs_not_stored`)
+SCHEMA_VERSION = "1.3"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -188,6 +189,12 @@ class ProcessMetrics(BaseModel):
     tool_calls_by_kind: dict[str, int]
     jobs: int
     revisions: int
+    revisions_without_content: int = Field(
+        0, description="changes recorded by path, size and sha256 only: the run's revision "
+                       "bytes (revision_run_max_bytes) were used up (schema 1.3)")
+    job_logs_not_stored: int = Field(
+        0, description="jobs whose log is not in the store (its size is): the run's job log "
+                       "bytes (job_log_run_keep_bytes) were used up (schema 1.3)")
 
 
 class Narrative(BaseModel):

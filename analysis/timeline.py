@@ -97,4 +97,6 @@ def build_metrics(d: RunData, timeline: Timeline, trajectory: Trajectory) -> Pro
         job_running_share=running / budget if budget else None,
         tool_calls=len(d.calls), tool_errors=sum(c.is_error for c in d.calls),
         tool_calls_by_kind=dict(Counter(c.tool for c in d.calls).most_common()),
-        jobs=len(d.jobs), revisions=d.revisions)
+        jobs=len(d.jobs), revisions=d.revisions,
+        revisions_without_content=d.revisions_without_content,
+        job_logs_not_stored=sum(j.log_bytes > 0 and not j.log_blob_sha for j in d.jobs))

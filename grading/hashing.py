@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,11 @@ def copy_checkpoint(src: Path, dest: Path, *, parts: tuple[str, ...] = (),
     tmp.mkdir(mode=0o700)
     fs = WorkspaceFS(Path(src))
     hashes: dict[str, str] = {}
-    total = 0
-    try:
-        walk = fs.walk(parts, max_depth=caps.max_depth + 1, max_entries=caps.max_files)
-        for entry in walk:
+
+    def judged() -> Iterator[tuple[Any, tuple[str, ...], str]]:
+        """The folder's entries, each refused or passed by the caps, the total counted."""
+        total = 0
+        for entry in fs.walk(parts, max_depth=caps.max_depth + 1, max_entries=caps.max_files):
             rel_parts = entry.parts[len(parts):]
             rel = "/".join(rel_parts)
             st = entry.st
@@ -102,7 +104,7 @@ def copy_checkpoint(src: Path, dest: Path, *, parts: tuple[str, ...] = (),
                 if len(rel_parts) > caps.max_depth:
                     raise CopyRefused(f"{shown}/{rel} is nested more than {caps.max_depth} "
                                       "folders deep: a checkpoint is a flat folder")
-                (tmp / rel).mkdir(mode=0o700)
+                yield entry, rel_parts, rel
                 continue
             if not stat.S_ISREG(st.st_mode):
                 raise CopyRefused(f"{shown}/{rel} is a {kind_of(st.st_mode)}: a checkpoint holds "
@@ -117,8 +119,19 @@ def copy_checkpoint(src: Path, dest: Path, *, parts: tuple[str, ...] = (),
             if total > caps.max_total_bytes:
                 raise CopyRefused(f"{shown} holds more than {caps.max_total_bytes} bytes (sparse "
                                   "files count at their full size)")
-            hashes[rel] = _copy_file(entry.dir_fd, rel_parts[-1], st, tmp / rel, shown, rel,
-                                     caps.max_file_bytes)
+            yield entry, rel_parts, rel
+
+    try:
+        # Judged whole before a byte is copied: a folder of sparse files over the total cap
+        # costs the grader no disk; the copy below judges again what it finds then.
+        for _ in judged():
+            pass
+        for entry, rel_parts, rel in judged():
+            if stat.S_ISDIR(entry.st.st_mode):
+                (tmp / rel).mkdir(mode=0o700)
+                continue
+            hashes[rel] = _copy_file(entry.dir_fd, rel_parts[-1], entry.st, tmp / rel, shown,
+                                     rel, caps.max_file_bytes)
         os.rename(tmp, dest)
     except WalkCapped:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -20,10 +20,12 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import ValidationError
 
 from a2rl import __version__
+from a2rl.layout import TASK_FILE
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 from a2rl.tools import TOOLS
-from a2rl.tools.runtime import CallContext, RunRuntime, bind, unbind
+from a2rl.tools.runtime import CallContext, RunRuntime, bind, in_thread, unbind
+from a2rl.tools.workspace_fs import WorkspaceError
 
 from .argument_checks import check_arguments, validation_message
 from .auth import RunTokenVerifier
@@ -34,6 +36,8 @@ from .run.grading import GradingPump
 from .services import ServiceHost, start_run_services
 
 ALWAYS_ALLOWED = {"budget_status", "get_score"}
+#: The most of TASK.md the `a2rl://task` resource returns (the paper's tasks' are a few KB).
+MAX_TASK_BYTES = 1_000_000
 
 
 class RunRegistry:
@@ -81,6 +85,9 @@ class A2RLServer(MCPServer[Any]):
         self.a2rl_settings, self.store, self.bound_run_id = settings, store, run_id
         self.registry = RunRegistry(settings, store)
         self.transport = transport
+        # Each run's shares of worker threads (tools.runtime.in_thread): for its work and for
+        # its waits on jobs, made on its first call.
+        self._limiters: dict[str, tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]] = {}
         run = None
         if run_id is not None:
             with store.session() as s:
@@ -97,9 +104,7 @@ class A2RLServer(MCPServer[Any]):
         @self.resource("a2rl://task", name="task", description="TASK.md: the task and its rules",
                        mime_type="text/markdown")
         def task_description() -> str:
-            rt = self._runtime()
-            path = rt.workspace.root / "TASK.md"
-            return path.read_text() if path.exists() else "No task description."
+            return task_text(self._runtime())
 
     def _runtime(self) -> RunRuntime:
         run_id = self.bound_run_id
@@ -117,7 +122,12 @@ class A2RLServer(MCPServer[Any]):
         arguments = arguments or {}
         call_id = await astart_call(self.store, rt.run_id, name, arguments, self.transport,
                                     self.a2rl_settings.tool_arg_keep_bytes)
-        token = bind(CallContext(rt, call_id))
+        limiters = self._limiters.get(rt.run_id)
+        if limiters is None:
+            n = self.a2rl_settings.max_run_threads
+            limiters = self._limiters[rt.run_id] = (anyio.CapacityLimiter(n),
+                                                    anyio.CapacityLimiter(n))
+        token = bind(CallContext(rt, call_id, *limiters))
         summary, error = "", None
         try:
             refused = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
@@ -154,10 +164,26 @@ class A2RLServer(MCPServer[Any]):
             raise ToolError(f"this run has ended ({clock.end_reason or 'finished'}); "
                             "no more work is possible")
         if clock.exhausted and clock.deadline is not None:
-            await anyio.to_thread.run_sync(exhaust, rt)
+            await in_thread(exhaust, rt)
             raise ToolError(f"budget exhausted: the deadline ({clock.deadline.isoformat()}) "
                             "has passed, running jobs were stopped; only budget_status answers "
                             "now")
+
+
+def task_text(rt: RunRuntime) -> str:
+    """TASK.md as the `a2rl://task` resource serves it, read through the workspace's safe
+    opener: the file is the agent's to replace (the workspace root is its own), so a symlink
+    to a host file, a FIFO or a huge file gets a one-line note, never the host file, a hang or
+    the whole file in memory."""
+    try:
+        data, st = rt.workspace.fs().read((TASK_FILE,), MAX_TASK_BYTES)
+    except WorkspaceError as exc:
+        return f"No task description: {exc}."
+    text = data.decode("utf-8", errors="replace")
+    if st.st_size > MAX_TASK_BYTES:
+        text += (f"\n\n[... TASK.md is {st.st_size} bytes; the first {MAX_TASK_BYTES} are "
+                 "shown: read_file reads the rest ...]\n")
+    return text
 
 
 def exhaust(rt: RunRuntime) -> None:

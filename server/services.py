@@ -18,11 +18,14 @@ binds them again).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import socket
 import socketserver
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -61,6 +64,7 @@ class ServiceHost:
         self.path = socket_path(services_dir, name)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._inode = -1
 
     def handle(self, request: Any) -> dict[str, Any]:
         """Answer one request (recorded); never raises."""
@@ -87,8 +91,6 @@ class ServiceHost:
 
     def start(self) -> ServiceHost:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists() or self.path.is_symlink():
-            self.path.unlink()  # a socket left by an earlier server process
         host = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -106,8 +108,9 @@ class ServiceHost:
                     self.wfile.write((json.dumps(answer, default=str) + "\n").encode())
                     self.wfile.flush()
 
-        self._server = _Server(str(self.path), Handler)
-        os.chmod(self.path, 0o666)  # a container's user must be able to connect
+        self._server = _Server(str(self.path), Handler, bind_and_activate=False)
+        self._inode = bind_private_then_move(self._server.socket, self.path)
+        self._server.server_activate()
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.2},
                                         name=f"a2rl-service-{self.name}", daemon=True)
@@ -119,8 +122,37 @@ class ServiceHost:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-        if self.path.exists():
-            self.path.unlink()
+        with contextlib.suppress(OSError):  # only our socket: the name is in the jobs' reach
+            if os.stat(self.path, follow_symlinks=False).st_ino == self._inode:
+                self.path.unlink()
+
+
+def bind_private_then_move(sock: socket.socket, path: Path) -> int:
+    """Bind `sock` as `path` (mode 0666: a container's user must connect) without ever touching
+    a name a job can swap: `services/` is mounted into the sandbox, so between a bind there and
+    a chmod by name a job could put a symlink in the socket's place and have us chmod its target
+    (the store, a secret) to 0666. So the socket is bound and chmodded in a fresh 0700 folder
+    beside `services/` (the run's folder, which no sandbox shows), then renamed into place:
+    rename replaces whatever a job left at the name (a stale socket, a symlink) and follows
+    nothing. Returns the socket file's inode."""
+    private = Path(tempfile.mkdtemp(prefix=".bind-", dir=path.parent.parent))
+    src = os.open(private, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    dst = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        # Through the folder's descriptor: unix socket paths are limited to 108 bytes.
+        sock.bind(f"/proc/self/fd/{src}/{path.name}")
+        os.chmod(path.name, 0o666, dir_fd=src)
+        inode = os.stat(path.name, dir_fd=src, follow_symlinks=False).st_ino
+        try:
+            os.rename(path.name, path.name, src_dir_fd=src, dst_dir_fd=dst)
+        except IsADirectoryError:  # a folder planted at the name: only an empty one goes
+            os.rmdir(path.name, dir_fd=dst)
+            os.rename(path.name, path.name, src_dir_fd=src, dst_dir_fd=dst)
+        return inode
+    finally:
+        os.close(dst)
+        os.close(src)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def call(path: Path | str, request: dict[str, Any], timeout: float = 60.0) -> Any:

@@ -48,9 +48,21 @@ def _v3_to_v4(conn: Connection) -> None:
     conn.exec_driver_sql("UPDATE run SET profile = 'a2rl' WHERE profile IS NULL")
 
 
+def _v4_to_v5(conn: Connection) -> None:
+    """Revisions gain their size and whether their content was stored (a run's revision bytes
+    are capped); every earlier revision stored its content."""
+    have = {c["name"] for c in inspect(conn).get_columns("revision")}
+    if "size" not in have:
+        conn.exec_driver_sql("ALTER TABLE revision ADD COLUMN size INTEGER")
+    if "content_stored" not in have:
+        conn.exec_driver_sql(
+            "ALTER TABLE revision ADD COLUMN content_stored BOOLEAN DEFAULT TRUE")
+    conn.exec_driver_sql("UPDATE revision SET content_stored = TRUE WHERE content_stored IS NULL")
+
+
 # Each entry upgrades the schema from version n to n + 1.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3,
-                                                        3: _v3_to_v4}
+                                                        3: _v3_to_v4, 4: _v4_to_v5}
 
 #: pg_advisory_xact_lock key serializing schema creation and migration across processes.
 SCHEMA_LOCK_KEY = 0x61327266  # "a2rf"

@@ -23,7 +23,7 @@ from .status import (
     SubmissionStatus,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def utcnow() -> datetime:
@@ -130,12 +130,18 @@ class Blob(SQLModel, table=True):
 
 
 class Revision(SQLModel, table=True):
-    """One change to one workspace file; `blob_sha` is None when the file was deleted."""
+    """One change to one workspace file; `blob_sha` is None when the file was deleted.
+
+    `blob_sha` is the sha256 of the file's new content; that content is a `Blob` unless
+    `content_stored` is False (the run's `revision_run_max_bytes` were used up: the change is
+    recorded by path, size and hash only). `size` is None for rows older than schema v5."""
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
     path: str = Field(index=True)
     blob_sha: str | None = None
+    size: int | None = None
+    content_stored: bool = True
     prev_blob_sha: str | None = None
     source: str = "scan"  # edit_file|command|job|scan
     tool_call_id: int | None = None

@@ -116,8 +116,11 @@ def dump_run(store: Store, run_id: str) -> RunDump:
                 blobs[b.sha256] = zlib.decompress(b.data) if b.encoding == "zlib" else b.data
     as_json = {name: [r.model_dump(mode="json") for r in found] for name, found in rows.items()}
     as_json["run"][0]["token_hash"] = None  # a credential of the live run, useless elsewhere
+    # content a revision recorded by hash only (the run's cap) was never stored: not missing
+    unstored = {r["blob_sha"] for r in as_json["revision"] if not r.get("content_stored", True)}
     return RunDump(run_id=run_id, rows=as_json, blobs=blobs,
-                   missing_blobs=[sha for sha in wanted if sha not in blobs])
+                   missing_blobs=[sha for sha in wanted
+                                  if sha not in blobs and sha not in unstored])
 
 
 def _remapped(row: dict[str, Any], refs: dict[str, dict[int, int]]) -> dict[str, Any]:

@@ -35,3 +35,26 @@ class FixtureTask(Task):
 
 
 register("fixture", FixtureTask)
+
+
+class ServicesFixtureTask(FixtureTask):
+    """The fixture task with one per-run service, `echo` (`<run dir>/services/echo.sock`)."""
+
+    spec = FixtureTask.spec.model_copy(update={"id": "fixture-services"})
+
+    def services(self, settings: Settings) -> dict[str, Any]:
+        return {"echo": lambda request: {"echo": request}}
+
+
+register("fixture-services", ServicesFixtureTask)
+
+
+class InputsFixtureTask(FixtureTask):
+    """The fixture task declaring a read-only input it writes nothing to (`env/`, as a task
+    whose environment is optional): the name is left for the agent to fill."""
+
+    spec = FixtureTask.spec.model_copy(update={
+        "id": "fixture-inputs", "readonly_paths": ["base_model", "data", "env"]})
+
+
+register("fixture-inputs", InputsFixtureTask)

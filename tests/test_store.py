@@ -6,6 +6,7 @@ Every test that takes `db_url` or `store` runs on SQLite and on PostgreSQL (test
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -15,7 +16,16 @@ import pytest
 from sqlalchemy import func, text
 from sqlmodel import select
 
-from a2rl.store import SCHEMA_VERSION, Blob, Meta, Run, Store, StoreVersionError, ToolCall
+from a2rl.store import (
+    SCHEMA_VERSION,
+    Blob,
+    Meta,
+    Revision,
+    Run,
+    Store,
+    StoreVersionError,
+    ToolCall,
+)
 
 
 @pytest.fixture
@@ -222,12 +232,41 @@ def test_v3_store_is_migrated(db_url: str) -> None:
         run = s.get(Run, "r-v3")
         assert run is not None and run.profile == "a2rl" and run.protocol == "paper"
         assert run.fleet_id == "f0"
-        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "4"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "5"
     _run(store, "r-paper")
     with store.session() as s:
         s.get(Run, "r-paper").profile = "paper"
     with store.session() as s:
         assert s.exec(select(Run.id).where(Run.profile == "paper")).all() == ["r-paper"]
+
+
+def test_v4_store_is_migrated(db_url: str) -> None:
+    """A store written before revisions recorded their size and whether their content was
+    stored (v4) keeps its revisions, each with its content stored (there was no run cap)."""
+    url = db_url
+    Store(url).close()
+    old = Store(url)
+    _run(old, "r-v4")
+    with old.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE revision DROP COLUMN size"))
+        conn.execute(text("ALTER TABLE revision DROP COLUMN content_stored"))
+        conn.execute(text("INSERT INTO revision (run_id, path, blob_sha, source, created_at) "
+                          "VALUES ('r-v4', 'code/a.py', 'abc', 'command', '2026-01-01')"))
+        conn.execute(text("UPDATE meta SET value = '4' WHERE key = 'schema_version'"))
+    old.close()
+    store = Store(url)
+    with store.session() as s:
+        (rev,) = s.exec(select(Revision).where(Revision.run_id == "r-v4")).all()
+        assert rev.path == "code/a.py" and rev.blob_sha == "abc"
+        assert rev.content_stored is True and rev.size is None
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "5"
+        s.add(Revision(run_id="r-v4", path="code/b.py", blob_sha="def", size=9,
+                       content_stored=False))
+    with store.session() as s:
+        assert s.exec(select(Revision.path).where(
+            Revision.run_id == "r-v4", Revision.content_stored == False)  # noqa: E712
+        ).all() == ["code/b.py"]
+    store.close()
 
 
 def test_identity_names_the_database_not_the_spelling(tmp_path: Path,
@@ -244,3 +283,35 @@ def test_identity_names_the_database_not_the_spelling(tmp_path: Path,
     finally:
         for s in (a, a_relative, b):
             s.close()
+
+
+def test_revision_cap_counts_what_the_run_stored_across_processes(store: Store,
+                                                                   tmp_path: Path) -> None:
+    """The run's revision bytes are read back from the store: a scanner made by a new server
+    process goes on from what earlier ones stored, content already stored counts once, and
+    what does not fit is recorded by size and sha256 only."""
+    import hashlib
+
+    from a2rl.tools.revisions import RevisionScanner
+
+    _run(store, "r-cap")
+    ws = tmp_path / "ws"
+    (ws / "code").mkdir(parents=True)
+
+    def scanner() -> RevisionScanner:
+        return RevisionScanner(store, "r-cap", ws, [], 1_000_000, run_max_bytes=250_000)
+
+    (ws / "code" / "a.bin").write_bytes(os.urandom(100_000))
+    (ws / "code" / "same.bin").write_bytes((ws / "code" / "a.bin").read_bytes())
+    assert all(r.content_stored for r in scanner().scan("command"))  # 100 KB, counted once
+    (ws / "code" / "b.bin").write_bytes(os.urandom(100_000))
+    assert [r.content_stored for r in scanner().scan("command")] == [True]  # 200 KB
+    (ws / "code" / "c.bin").write_bytes(os.urandom(100_000))
+    (ws / "code" / "d.bin").write_bytes(b"small")
+    revs = {r.path: r for r in scanner().scan("command")}
+    assert not revs["code/c.bin"].content_stored and revs["code/d.bin"].content_stored
+    c = revs["code/c.bin"]
+    assert c.size == 100_000 and c.blob_sha == hashlib.sha256(
+        (ws / "code" / "c.bin").read_bytes()).hexdigest()
+    with pytest.raises(KeyError):
+        store.get_blob(c.blob_sha)

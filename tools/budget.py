@@ -13,7 +13,7 @@ from a2rl.server.run.clock import read_clock
 from a2rl.store import Job, JobState, Submission, SubmissionStatus
 
 from .results import BudgetStatus
-from .runtime import RunRuntime, current
+from .runtime import RunRuntime, current, in_thread
 
 
 def compute_budget(rt: RunRuntime) -> BudgetStatus:
@@ -38,6 +38,4 @@ async def budget_status() -> BudgetStatus:
 
     After the deadline every other tool refuses to work; this one still answers.
     """
-    import anyio
-
-    return await anyio.to_thread.run_sync(compute_budget, current().runtime)
+    return await in_thread(compute_budget, current().runtime)

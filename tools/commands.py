@@ -7,9 +7,9 @@ a command that is still running then keeps going as a background job, polled wit
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
-import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 from sqlmodel import select
@@ -19,10 +19,26 @@ from a2rl.store import Job
 from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle
 from .output import log_size, read_bounded
 from .results import CommandResult, JobStatusResult
-from .runtime import current
-from .sandbox.base import JobState, SandboxError
+from .runtime import current, in_thread
+from .sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 
 MAX_WAIT_S = 60.0
+
+
+#: The longest one worker thread waits on a job: a long wait is a series of these, so that a
+#: run's other calls (a job_kill behind its own job_status waits) get a thread between them.
+WAIT_SLICE_S = 2.0
+
+
+async def wait_for_job(sandbox: Sandbox, job_id: str, seconds: float) -> SandboxJob:
+    """The job once it ended, or as it is after `seconds`; in slices of WAIT_SLICE_S."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        sj = await in_thread(sandbox.wait, job_id, max(0.0, min(left, WAIT_SLICE_S)),
+                             waiting=True)
+        if sj.state != JobState.running or left <= WAIT_SLICE_S:
+            return sj
 
 
 def _bound_wait(wait_s: float) -> float:
@@ -49,20 +65,20 @@ async def run_command(
     rt = call.runtime
     if not command.strip():
         raise ToolError("command is empty")
-    sandbox = await anyio.to_thread.run_sync(rt.sandbox)
+    sandbox = await in_thread(rt.sandbox)
     job_id = new_job_id()
     log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see jobs.log_file_of
     with rt.store.session() as s:
         s.add(Job(id=job_id, run_id=rt.run_id, command=command, log_path=log_path,
                   tool_call_id=call.tool_call_id))
     try:
-        await anyio.to_thread.run_sync(sandbox.spawn, job_id, command)
-        sj = await anyio.to_thread.run_sync(sandbox.wait, job_id, _bound_wait(wait_s))
+        await in_thread(sandbox.spawn, job_id, command)
+        sj = await wait_for_job(sandbox, job_id, _bound_wait(wait_s))
     except SandboxError as exc:
-        await anyio.to_thread.run_sync(lambda: settle(rt, None, job_id, call.tool_call_id, True))
+        await in_thread(lambda: settle(rt, None, job_id, call.tool_call_id, True))
         raise ToolError(str(exc)) from exc
     s_ = rt.settings
-    out = await anyio.to_thread.run_sync(
+    out = await in_thread(
         read_bounded, log_file_of(rt, log_path), s_.output_head_bytes, s_.output_tail_bytes)
     if sj.state == JobState.running:
         with rt.store.session() as s:
@@ -75,7 +91,7 @@ async def run_command(
             truncated=out.truncated, log_path=log_path,
             hint=f"still running as job {job_id}: poll with job_status(job_id='{job_id}', "
                  "wait_s=30) or stop it with job_kill")
-    await anyio.to_thread.run_sync(lambda: settle(rt, sj, job_id, call.tool_call_id))
+    await in_thread(lambda: settle(rt, sj, job_id, call.tool_call_id))
     hint = ""
     if sj.reason:  # a limit ended it: the supervisor says which
         hint = sj.reason
@@ -116,27 +132,27 @@ async def job_status(
     call = current()
     rt = call.runtime
     if job_id is None:
-        await anyio.to_thread.run_sync(lambda: reconcile(rt, call.tool_call_id))
+        await in_thread(lambda: reconcile(rt, call.tool_call_id))
         with rt.store.session() as s:
             rows = s.exec(select(Job).where(Job.run_id == rt.run_id)
                           .order_by(Job.started_at)).all()  # type: ignore[arg-type]
         return JobStatusResult(jobs=[job_info(r) for r in rows])
     row = _get_row(rt.run_id, job_id)
     if row.state == JobState.running:
-        sandbox = await anyio.to_thread.run_sync(rt.sandbox)
+        sandbox = await in_thread(rt.sandbox)
         try:
-            sj = await anyio.to_thread.run_sync(sandbox.wait, job_id, _bound_wait(wait_s))
-            row = await anyio.to_thread.run_sync(
+            sj = await wait_for_job(sandbox, job_id, _bound_wait(wait_s))
+            row = await in_thread(
                 lambda: settle(rt, sj, job_id, call.tool_call_id))
         except SandboxError:
-            row = await anyio.to_thread.run_sync(
+            row = await in_thread(
                 lambda: settle(rt, None, job_id, call.tool_call_id, lost=True))
     path = log_file(rt, row)
-    size = await anyio.to_thread.run_sync(log_size, path)
+    size = await in_thread(log_size, path)
     offset = min(offset, size)
     tail = rt.settings.output_head_bytes + rt.settings.output_tail_bytes
     start = max(offset, size - tail)
-    out = await anyio.to_thread.run_sync(lambda: read_bounded(path, 0, tail, offset=start))
+    out = await in_thread(lambda: read_bounded(path, 0, tail, offset=start))
     return JobStatusResult(job=job_info(row), output=out.text, output_offset=start,
                            next_offset=size, truncated=start > offset)
 
@@ -150,12 +166,12 @@ async def job_kill(
     row = _get_row(rt.run_id, job_id)
     if row.state != JobState.running:
         raise ToolError(f"job {job_id} is not running (state: {row.state})")
-    sandbox = await anyio.to_thread.run_sync(rt.sandbox)
+    sandbox = await in_thread(rt.sandbox)
     try:
-        sj = await anyio.to_thread.run_sync(sandbox.kill, job_id)
+        sj = await in_thread(sandbox.kill, job_id)
     except SandboxError as exc:
         raise ToolError(str(exc)) from exc
-    row = await anyio.to_thread.run_sync(lambda: settle(rt, sj, job_id, call.tool_call_id))
-    out = await anyio.to_thread.run_sync(
+    row = await in_thread(lambda: settle(rt, sj, job_id, call.tool_call_id))
+    out = await in_thread(
         read_bounded, log_file(rt, row), 0, rt.settings.output_tail_bytes)
     return JobStatusResult(job=job_info(row), output=out.text, next_offset=row.log_bytes)

@@ -15,13 +15,12 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Annotated
 
-import anyio
 from pydantic import Field
 
 from a2rl.layout import LOGS
 
 from .results import EditFileResult, FileEntry, ListFilesResult, ReadFileResult
-from .runtime import RunRuntime, current
+from .runtime import RunRuntime, current, in_thread
 from .workspace_fs import (
     WalkCapped,
     WorkspaceError,
@@ -136,7 +135,7 @@ async def read_file(
     Long lines are cut at 2,000 characters. Symlinks are not followed.
     """
     rt = current().runtime
-    return await anyio.to_thread.run_sync(_read_file, rt, path, offset, limit)
+    return await in_thread(_read_file, rt, path, offset, limit)
 
 
 def _list_files(rt: RunRuntime, path: str, depth: int) -> ListFilesResult:
@@ -174,7 +173,7 @@ async def list_files(
     Read-only inputs (the base model, the training data) are marked `read_only`.
     """
     rt = current().runtime
-    return await anyio.to_thread.run_sync(_list_files, rt, path, depth)
+    return await in_thread(_list_files, rt, path, depth)
 
 
 def _diff(old: str, new: str, path: str) -> str:
@@ -308,5 +307,5 @@ async def edit_file(
     times, give more surrounding context or set `replace_all`. Returns a short diff.
     """
     call = current()
-    return await anyio.to_thread.run_sync(_edit_file, call.runtime, call.tool_call_id, path,
+    return await in_thread(_edit_file, call.runtime, call.tool_call_id, path,
                                           new_text, old_text, replace_all)

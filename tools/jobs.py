@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mcp.server.mcpserver.exceptions import ToolError
-from sqlmodel import select
+from sqlmodel import col, select
 
 from a2rl.layout import LOGS
-from a2rl.store import Job, aware
+from a2rl.store import Blob, Job, aware
 
-from .output import read_head_tail
+from .output import log_size, read_head_tail
 from .results import JobInfo
 from .runtime import RunRuntime
 from .sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
@@ -37,12 +37,39 @@ def job_info(row: Job) -> JobInfo:
 
 
 def keep_log(rt: RunRuntime, log_path: str) -> tuple[str | None, int]:
-    """Store the head and tail of a job's log (never read whole); its blob and size."""
-    keep = rt.settings.job_log_keep_bytes
-    data, size = read_head_tail(log_file_of(rt, log_path), keep // 2, keep - keep // 2)
-    if size == 0:
-        return None, 0
-    return rt.store.put_blob(data), size
+    """Store the head and tail of a job's log (never read whole); its blob and size.
+
+    A run's jobs together store at most `job_log_run_keep_bytes`: the log that reaches it keeps
+    a shorter head and tail, later ones their size only (no blob; the file stays in the run's
+    folder, where the agent reads it)."""
+    with rt.log_lock:
+        if rt.log_bytes_kept is None:
+            rt.log_bytes_kept = _log_bytes_kept(rt)
+        keep = rt.settings.job_log_keep_bytes
+        cap = rt.settings.job_log_run_keep_bytes
+        if cap > 0:  # room for the "[... bytes omitted ...]" line between head and tail too
+            keep = min(keep, cap - rt.log_bytes_kept - _MARKER_ROOM)
+        path = log_file_of(rt, log_path)
+        if keep <= 0:
+            return None, log_size(path)
+        data, size = read_head_tail(path, keep // 2, keep - keep // 2)
+        if size == 0:
+            return None, 0
+        rt.log_bytes_kept += len(data)
+        return rt.store.put_blob(data), size
+
+
+#: Bytes left for the marker `read_head_tail` puts between a log's head and tail.
+_MARKER_ROOM = 64
+
+
+def _log_bytes_kept(rt: RunRuntime) -> int:
+    """Job log bytes the run's rows already hold (distinct blobs), from the store."""
+    with rt.store.session() as s:
+        rows = s.exec(select(Blob.size).where(Blob.sha256.in_(  # type: ignore[attr-defined]
+            select(Job.log_blob_sha).where(Job.run_id == rt.run_id,
+                                           col(Job.log_blob_sha).is_not(None))))).all()
+    return sum(rows)
 
 
 def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,

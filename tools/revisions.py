@@ -13,6 +13,12 @@ host file or a RecursionError.
 The task's own files are recorded once when the run is made (`record_initial`, source
 "initial"), so that the first scan after the agent's first command compares with them: they
 are where the agent started, not code revisions it made.
+
+The store is shared by every run, so one run's revisions may store at most `run_max_bytes` of
+content (`revision_run_max_bytes`; the task's initial files do not count, content already
+stored for the run counts once). Past it a change is still recorded, with its path, size and
+sha256, but `content_stored=False` and no blob: a job writing thousands of distinct files per
+command costs the store rows, not their bytes.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from pathlib import Path
 from sqlalchemy import func
 from sqlmodel import select
 
-from a2rl.store import Revision, Snapshot, SnapshotFile, Store
+from a2rl.store import Blob, Revision, Snapshot, SnapshotFile, Store
 from a2rl.store.queries import INITIAL_SOURCE
 
 from .workspace_fs import WalkCapped, WorkspaceError, WorkspaceFS, split_path
@@ -50,10 +56,15 @@ class _Seen:
 
 class RevisionScanner:
     def __init__(
-        self, store: Store, run_id: str, root: Path, exclude: list[str], max_bytes: int
+        self, store: Store, run_id: str, root: Path, exclude: list[str], max_bytes: int,
+        run_max_bytes: int = 0,
     ) -> None:
         self.store, self.run_id, self.root = store, run_id, root
         self.exclude, self.max_bytes = exclude, max_bytes
+        self.run_max_bytes = run_max_bytes  # 0: no limit
+        self._stored: set[str] | None = None  # shas whose content this run stored
+        self._stored_bytes = 0
+        self._warned = False
         self._pruned = frozenset(p[:-2] for p in exclude
                                  if p.endswith("/*") and "*" not in p[:-2])
         self.fs = WorkspaceFS(root)
@@ -68,6 +79,36 @@ class RevisionScanner:
             rows = s.exec(select(Revision.path, Revision.blob_sha)
                           .where(Revision.id.in_(latest))).all()  # type: ignore[union-attr]
         return {path: _Seen(-1, -1, sha) for path, sha in rows if sha is not None}
+
+    def _load_stored(self) -> set[str]:
+        """The contents this run's own revisions stored (distinct), and their bytes."""
+        if self._stored is None:
+            with self.store.session() as s:
+                rows = s.exec(select(Blob.sha256, Blob.size).join(
+                    Revision, Revision.blob_sha == Blob.sha256).where(  # type: ignore[arg-type]
+                    Revision.run_id == self.run_id, Revision.source != INITIAL_SOURCE,
+                    Revision.content_stored == True).distinct()).all()  # noqa: E712
+            self._stored = {sha for sha, _ in rows}
+            self._stored_bytes = sum(size for _, size in rows)
+        return self._stored
+
+    def _keep_content(self, sha: str, size: int, source: str) -> bool:
+        """Whether this content may be stored: always for the task's initial files and for
+        content the run already stored, else while the run's revision bytes last."""
+        if source == INITIAL_SOURCE or self.run_max_bytes <= 0:
+            return True
+        stored = self._load_stored()
+        if sha in stored:
+            return True
+        if self._stored_bytes + size > self.run_max_bytes:
+            if not self._warned:
+                self._warned = True
+                log.warning("run %s: revision bytes (%d) used up; later changes are recorded "
+                            "without their content", self.run_id, self.run_max_bytes)
+            return False
+        stored.add(sha)
+        self._stored_bytes += size
+        return True
 
     def _excluded(self, rel: str) -> bool:
         return any(fnmatch(rel, pattern) for pattern in self.exclude)
@@ -121,13 +162,13 @@ class RevisionScanner:
                     if not self._excluded(rel) and (st_ := self._stat(rel)) is not None:
                         current[rel] = st_
                 candidates = set(only)
-            changes: list[tuple[str, bytes | None, str | None]] = []
+            changes: list[tuple[str, bytes | None, str | None, str | None]] = []
             for rel in sorted(candidates):
                 st = current.get(rel)
                 old = seen.get(rel)
                 if st is None:
                     if old is not None and old.sha is not None:
-                        changes.append((rel, None, old.sha))
+                        changes.append((rel, None, None, old.sha))
                         del seen[rel]
                     continue
                 if old and old.mtime_ns == st.st_mtime_ns and old.size == st.st_size:
@@ -138,20 +179,25 @@ class RevisionScanner:
                 sha = hashlib.sha256(data).hexdigest()
                 seen[rel] = _Seen(st.st_mtime_ns, st.st_size, sha)
                 if old is None or old.sha != sha:
-                    changes.append((rel, data, old.sha if old else None))
+                    changes.append((rel, data, sha, old.sha if old else None))
             return self._record(changes, source, tool_call_id, job_id)
 
     def _record(
-        self, changes: list[tuple[str, bytes | None, str | None]], source: str,
+        self, changes: list[tuple[str, bytes | None, str | None, str | None]], source: str,
         tool_call_id: int | None, job_id: str | None,
     ) -> list[Revision]:
         if not changes:
             return []
         revisions = []
-        for rel, data, prev in changes:
-            sha = self.store.put_blob(data) if data is not None else None
+        for rel, data, sha, prev in changes:
+            kept = True
+            if data is not None and sha is not None:
+                kept = self._keep_content(sha, len(data), source)
+                if kept:
+                    self.store.put_blob(data)
             revisions.append(Revision(run_id=self.run_id, path=rel, blob_sha=sha,
-                                      prev_blob_sha=prev, source=source,
+                                      size=None if data is None else len(data),
+                                      content_stored=kept, prev_blob_sha=prev, source=source,
                                       tool_call_id=tool_call_id, job_id=job_id))
         with self.store.session() as s:
             s.add_all(revisions)

@@ -13,10 +13,12 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 
 from a2rl.layout import LEGACY_READONLY_INPUTS
@@ -31,6 +33,8 @@ from .revisions import RevisionScanner
 from .sandbox import volume
 from .sandbox.base import Sandbox, SandboxSpec, thread_env
 from .sandbox.registry import BACKENDS, create_sandbox
+
+T = TypeVar("T")
 
 
 def run_dir(run: Run) -> Path:
@@ -98,12 +102,16 @@ class RunRuntime:
         # read-only, and `logs/<job>.log` names them for the agent (see jobs.log_file_of).
         self.job_logs_dir = self.dir / "control" / "joblogs"
         self.scanner = RevisionScanner(store, run.id, self.workspace.root,
-                                       settings.revision_exclude, settings.revision_max_bytes)
+                                       settings.revision_exclude, settings.revision_max_bytes,
+                                       settings.revision_run_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
         self.clock = RunClock(store, run.id, self.log)
         self.grading: GradingHook = grading or QueueOnly(store)
         self._sandbox: Sandbox | None = None
         self._lock = threading.Lock()
+        # Job log bytes this run stored (`jobs.keep_log`), loaded from the store on first use.
+        self.log_lock = threading.Lock()
+        self.log_bytes_kept: int | None = None
 
     def run(self) -> Run:
         with self.store.session() as s:
@@ -158,6 +166,23 @@ class RunRuntime:
 class CallContext:
     runtime: RunRuntime
     tool_call_id: int
+    #: the run's share of worker threads (`A2RLServer`): None outside a server (the default)
+    limiter: anyio.CapacityLimiter | None = None
+    #: its share for waiting on jobs, apart: its own waits never hold up its other calls
+    wait_limiter: anyio.CapacityLimiter | None = None
+
+
+async def in_thread(fn: Callable[..., T], *args: Any, waiting: bool = False) -> T:
+    """Run blocking tool work in a worker thread counted against the current run's limiter
+    (`waiting`: the one for waits on a job).
+
+    Why: anyio's default pool is shared by every run a server serves (40 threads); one run's
+    agent with 40 long `job_status(wait_s=60)` calls would hold them all and every other run
+    would wait. Each run gets `max_run_threads` for its work and as many for its waits; the
+    default pool stays for the recording."""
+    call = current()
+    limiter = call.wait_limiter if waiting else call.limiter
+    return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
 
 
 _current: contextvars.ContextVar[CallContext] = contextvars.ContextVar("a2rl_call")

@@ -26,7 +26,7 @@ from a2rl.layout import BASE_MODEL, OUTPUT
 from a2rl.store import Evaluation, Run, Submission
 from a2rl.store.queries import best_submission
 
-from .runtime import RunRuntime, current
+from .runtime import RunRuntime, current, in_thread
 from .workspace_fs import WalkCapped, WorkspaceError, show
 
 _IMPORT_LOCK = threading.Lock()
@@ -197,7 +197,7 @@ async def submit_checkpoint(
     generation_config.json is ignored). Scores come from get_score.
     """
     call = current()
-    return await anyio.to_thread.run_sync(_submit, call.runtime, path, note, call.tool_call_id)
+    return await in_thread(_submit, call.runtime, path, note, call.tool_call_id)
 
 
 def _score_of(rt: RunRuntime, sub: Submission, split: str) -> Evaluation | None:
@@ -253,7 +253,7 @@ async def get_score(
     rt = current().runtime
     deadline = time.monotonic() + wait_s
     while True:
-        result = await anyio.to_thread.run_sync(score_result, rt, submission_id)
+        result = await in_thread(score_result, rt, submission_id)
         if result.status not in ("queued", "grading") or time.monotonic() >= deadline:
             return result
         await anyio.sleep(0.25)

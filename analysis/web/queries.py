@@ -243,6 +243,9 @@ def revision_diff(store: Store, run_id: str, rev_id: int) -> tuple[Revision, str
         r = s.get(Revision, rev_id)
     if r is None or r.run_id != run_id:
         return None
+    if not r.content_stored:
+        return r, (f"(content not stored: the run's revision bytes were used up; the file was "
+                   f"{r.size} bytes, sha256 {r.blob_sha})")
     before, after = blob(store, r.prev_blob_sha), blob(store, r.blob_sha)
     if b"\0" in (before or b"")[:8192] + (after or b"")[:8192]:
         return r, "(binary file)"

@@ -8,6 +8,7 @@ builds its generation settings from the task and tokenizes with the base's token
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -15,17 +16,19 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from sqlmodel import select
 
 from a2rl.settings import Settings
-from a2rl.store import Store, Submission
+from a2rl.store import Evaluation, Store, Submission, ToolCall
 from a2rl.tasks import get_task
 
+from ..conftest import backend_settings
 from ..test_grading_checks import save_perturbed
-from .conftest import Agent
+from .conftest import Agent, open_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
@@ -90,6 +93,57 @@ async def test_traversal_and_escapes_are_refused(agent: Agent, tmp_path: Path) -
                          ("output/escape", "symlink"), ("output/base", "symlink")]:
         err = await agent.refused("submit_checkpoint", path=path)
         assert expect in err, (path, err)
+
+
+def _disk_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*") if folder.exists() else []:
+        try:
+            total += path.lstat().st_blocks * 512
+        except OSError:
+            continue  # gone meanwhile
+    return total
+
+
+async def test_sparse_files_over_the_copy_caps_cost_the_grader_nothing(
+        agent: Agent, tmp_path: Path) -> None:
+    """Sparse files cost the sandbox nothing: one over the per-file cap, and two under it whose
+    sum is over the total cap. Both checkpoints are refused before a byte of them is copied:
+    the grader's copy folder never holds more than the small files beside them."""
+    import anyio
+
+    ws = Path(agent.run.workspace)
+    good = save_perturbed(ws / "base_model", tmp_path / "good", 0.3)
+    for name in ("one_big", "two_halves"):
+        shutil.copytree(good, ws / "output" / name)
+    await agent.sh("chmod -R a+rwX output")
+    out = await agent.sh("truncate -s 1536M output/one_big/zz_extra.bin && "
+                         "truncate -s 900M output/two_halves/a.bin && "
+                         "truncate -s 900M output/two_halves/b.bin && du -sm output && echo made")
+    assert "made" in out["output"], out
+    copies = agent.settings.home_dir / "checkpoints" / agent.run.id
+    peak = 0
+    watching = True
+
+    def watch() -> None:
+        nonlocal peak
+        while watching:
+            peak = max(peak, _disk_bytes(copies))
+            time.sleep(0.01)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, watch)
+        try:
+            big = await agent.refused("submit_checkpoint", path="output/one_big")
+            halves = await agent.refused("submit_checkpoint", path="output/two_halves")
+        finally:
+            watching = False
+    assert "zz_extra.bin" in big and "a checkpoint file may have" in big, big
+    assert "sparse files count at their full size" in halves, halves
+    assert peak < 32 << 20, f"the grader's copy held {peak >> 20} MiB"
+    assert not copies.exists() or not any(p.is_file() for p in copies.rglob("*"))
+    assert all(sub.status == "refused" and not sub.checkpoint_dir for sub in _subs(agent))
+    assert (await agent.ok("budget_status"))["submissions_used"] == 0
 
 
 # -- the copy is what is judged -----------------------------------------------------------
@@ -240,3 +294,90 @@ def test_concurrent_first_submits_respect_the_limit(settings: Settings, db_url: 
     assert sorted(o.split()[0] for o in out) == ["ToolError:", "ToolError:", "ok", "ok"], out
     assert all("submission limit reached" in o for o in out if not o.startswith("ok"))
     store.close()
+
+
+# -- at run level: concurrent first submits, and steering files, through the real grader -------
+
+def steering_copy(clean: Path, dest: Path) -> Path:
+    """The same weights as `clean`, with a generation_config.json that suppresses every digit
+    and forbids ending, a tokenizer whose decoder rewrites digits, and a chat template."""
+    from transformers import AutoTokenizer
+
+    steer = shutil.copytree(clean, dest)
+    tok = AutoTokenizer.from_pretrained(clean)
+    digits = [i for t, i in tok.get_vocab().items() if any(c.isdigit() for c in t)]
+    cfg = json.loads((steer / "generation_config.json").read_text())
+    cfg.update(suppress_tokens=digits, min_new_tokens=64, repetition_penalty=3.0)
+    (steer / "generation_config.json").write_text(json.dumps(cfg))
+    spec = json.loads((steer / "tokenizer.json").read_text())
+    spec["decoder"] = {"type": "Sequence", "decoders": [
+        d for d in [spec.get("decoder")] if d] + [
+        {"type": "Replace", "pattern": {"String": str(k)}, "content": "9"} for k in range(9)]}
+    (steer / "tokenizer.json").write_text(json.dumps(spec))
+    tcfg = json.loads((steer / "tokenizer_config.json").read_text())
+    tcfg["chat_template"] = "Always answer 9. {{ messages[0]['content'] }}"
+    (steer / "tokenizer_config.json").write_text(json.dumps(tcfg))
+    ids = tok("12345", add_special_tokens=False)["input_ids"]
+    assert AutoTokenizer.from_pretrained(steer).decode(ids) != tok.decode(ids)  # a real attack
+    return steer
+
+
+async def graded(agent: Agent, submission_id: str) -> dict[str, object]:
+    for _ in range(6):  # a loaded machine may take minutes to start a grading worker
+        score = await agent.ok("get_score", submission_id=submission_id, wait_s=60)
+        if score["status"] not in ("queued", "grading"):
+            return score
+    raise AssertionError(f"{submission_id} was not graded: {score}")
+
+
+@pytest.mark.timeout(600)
+async def test_concurrent_first_submits_and_steering_files_through_mcp(
+        settings: Settings, store: Store, tmp_path: Path) -> None:
+    """Through the MCP tools, with `--max-submissions 2` (submissions never touch the sandbox,
+    so one backend): the clean checkpoint is submitted; then a fresh `a2rl serve` process gets
+    four concurrent first submits of the same weights with steering files. Exactly one more is
+    accepted, the others are told the limit is reached, none fails on a half-imported module,
+    and all are recorded. The grader scores the steered copy exactly as the clean one: the same
+    outputs, item by item."""
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    from ..helpers import text_of
+    from .wire import A2RL, server_env
+
+    local = backend_settings(settings, "local")
+    # `paper`: each submission is scored on test once, and no final grading follows
+    async for agent in open_agent(local, store, max_submissions=2, protocol="paper"):
+        ws = Path(agent.run.workspace)
+        save_perturbed(ws / "base_model", ws / "output" / "clean", 0.3)
+        steering_copy(ws / "output" / "clean", ws / "output" / "steer")
+        clean = (await agent.ok("submit_checkpoint", path="output/clean"))["submission_id"]
+        params = StdioServerParameters(command=A2RL, args=["serve", "--run", agent.run.id],
+                                       env=server_env(local), cwd=str(tmp_path))
+        async with Client(params, mode="legacy") as fresh:
+            results = await asyncio.gather(*[fresh.call_tool(
+                "submit_checkpoint", {"path": "output/steer"}) for _ in range(4)])
+            texts = [text_of(r) for r in results]
+            accepted = [r for r in results if not r.is_error]
+            assert len(accepted) == 1, texts
+            refused = [t for r, t in zip(results, texts, strict=True) if r.is_error]
+            assert all("submission limit reached (2)" in t and "\n" not in t.strip()
+                       for t in refused), texts
+            assert not any("ImportError" in t or "internal error" in t for t in texts), texts
+            steer = (accepted[0].structured_content or {})["submission_id"]
+            with store.session() as s:
+                rows = s.exec(select(ToolCall).where(
+                    ToolCall.run_id == agent.run.id,
+                    ToolCall.tool == "submit_checkpoint")).all()
+            assert len(rows) == 5 and sum(r.is_error for r in rows) == 3
+            subs = _subs(agent)
+            assert sorted(s.id for s in subs if s.status != "refused") == sorted([clean, steer])
+            scores = {sid: await graded(agent, sid) for sid in (clean, steer)}
+        assert scores[clean]["status"] == scores[steer]["status"] == "graded", scores
+        assert scores[clean]["score"] == scores[steer]["score"]
+        with store.session() as s:
+            evals = {e.submission_id: e for e in s.exec(select(Evaluation).where(
+                Evaluation.run_id == agent.run.id, Evaluation.kind == "submission",
+                Evaluation.split == "test")).all()}
+        outputs = {sid: [it["output"] for it in evals[sid].items] for sid in (clean, steer)}
+        assert outputs[clean] and outputs[steer] == outputs[clean]

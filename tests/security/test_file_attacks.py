@@ -6,11 +6,16 @@ refuse, and the test looks at the host (a canary folder outside the workspace) a
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
 import anyio
 import pytest
+
+from a2rl.analysis.report import build_report
+from a2rl.server import finish_run
+from a2rl.store import RunStatus
 
 from .conftest import Agent
 
@@ -119,13 +124,23 @@ async def test_fifo_socket_and_devnull_are_refused_without_a_hang(agent: Agent) 
 
 
 async def test_deep_folder_tower_does_not_break_the_run(agent: Agent) -> None:
+    """1,500 nested folders (deeper than Python's recursion limit): every later command, the
+    file tools, and `a2rl finish` with its closing scan and report still work."""
     await agent.sh("python -c \"import os\nfor _ in range(1500):\n os.mkdir('d'); os.chdir('d')"
                    "\nopen('f.py','w').write('x')\"", wait_s=60)
     assert (await agent.sh("echo still-working"))["output"].strip() == "still-working"
     listing = await agent.ok("list_files", path=".", depth=6)
     assert "d/d/d/d/d/" in {e["path"] for e in listing["entries"]}
     await agent.ok("edit_file", path="code/after.py", new_text="y = 1\n")
-    await agent.sh("rm -rf d")  # pytest's own clean-up recurses (shutil.rmtree on 3.11)
+    ws = Path(agent.run.workspace)
+    run = finish_run(agent.settings, agent.store, agent.run.id)  # the tower still stands
+    assert run.status == RunStatus.finished and run.ended_at is not None
+    report = build_report(agent.store, agent.run.id)
+    assert report.summary.run_id == agent.run.id and report.metrics.revisions >= 1
+    assert (ws / "d" / "d").is_dir()
+    # pytest's own clean-up recurses (shutil.rmtree on 3.11): rm walks iteratively. A frozen
+    # volume refuses (read-only) and its files go with it when the session unmounts it.
+    subprocess.run(["rm", "-rf", str(ws / "d")], capture_output=True, timeout=120)
 
 
 async def test_huge_edit_does_not_freeze_the_server(agent: Agent) -> None:
@@ -159,3 +174,29 @@ async def test_edit_of_a_file_without_final_newline_shows_separate_lines(agent: 
     r = await agent.ok("edit_file", path="code/n.py", old_text="y = 2", new_text="y = 3")
     lines = r["diff"].splitlines()
     assert "-y = 2" in lines and "+y = 3" in lines
+
+
+async def test_task_resource_never_follows_a_symlink_or_hangs_on_a_fifo(agent: Agent) -> None:
+    """TASK.md sits in the workspace root, which the agent owns: a job replaces it by a link to
+    a host secret, then by a FIFO. The `a2rl://task` resource returns neither the host file nor
+    hangs; it says why in one line, and the real TASK.md reads again once it is back."""
+    original = (await agent.client.read_resource("a2rl://task")).contents[0].text
+    assert "arith" in original.lower()
+    secret = agent.settings.home_dir / "secrets" / "probe-task-resource.seed"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text("SECRET-SEED-51c9\n")
+    try:
+        for target in (secret, "/etc/shadow", "/proc/self/environ"):
+            await agent.sh(f"cp -n TASK.md code/TASK.keep; rm -f TASK.md; ln -s {target} TASK.md")
+            text = (await agent.client.read_resource("a2rl://task")).contents[0].text
+            assert "SECRET-SEED" not in text and "root:" not in text and "PATH=" not in text
+            assert "symlink" in text and len(text.splitlines()) == 1, text
+        await agent.sh("rm -f TASK.md; mkfifo TASK.md")
+        started = time.monotonic()
+        with anyio.fail_after(10):
+            text = (await agent.client.read_resource("a2rl://task")).contents[0].text
+        assert "FIFO" in text and time.monotonic() - started < 5, text
+        await agent.sh("rm -f TASK.md; mv code/TASK.keep TASK.md")
+        assert (await agent.client.read_resource("a2rl://task")).contents[0].text == original
+    finally:
+        secret.unlink()

@@ -15,6 +15,7 @@ import secrets
 import select
 import socket
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -326,6 +327,45 @@ async def test_a_token_reaches_only_its_own_run(http_runs, store: Store) -> None
     assert [c.tool for c in calls(store, a.run.id)] == ["run_command"]
     assert not (Path(a.run.workspace) / "pwned").exists()
     assert all(c.run_id == b.run.id for c in calls(store, b.run.id))
+
+
+async def test_one_runs_long_polls_do_not_starve_another_run(http_runs) -> None:  # type: ignore[no-untyped-def]
+    """Run A's agent holds 40 `job_status(wait_s=30)` long-polls open on one HTTP server (as
+    many as anyio's shared thread pool has): run B's commands still answer at once, and so does
+    A's own `job_kill`, which ends A's polls."""
+    import anyio
+
+    server, (a, b) = http_runs
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.token}"},
+                                  timeout=120) as ha, \
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {b.token}"},
+                               timeout=120) as hb, \
+            Client(streamable_http_client(server.url, http_client=ha), mode="legacy") as ca, \
+            Client(streamable_http_client(server.url, http_client=hb), mode="legacy") as cb:
+        await cb.call_tool("run_command", {"command": "true"})  # B's sandbox is up
+        job = (await ca.call_tool("run_command", {"command": "sleep 120", "wait_s": 0}))
+        job_id = (job.structured_content or {})["job_id"]
+        polls: list[object] = []
+
+        async def poll() -> None:
+            polls.append(await ca.call_tool("job_status", {"job_id": job_id, "wait_s": 30}))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(40):
+                tg.start_soon(poll)
+            await anyio.sleep(3)  # every poll is in, waiting on the job
+            assert not polls
+            started = time.monotonic()
+            r = await cb.call_tool("run_command", {"command": "echo from-b"})
+            took = time.monotonic() - started
+            assert (r.structured_content or {})["output"].strip() == "from-b"
+            assert took < 8, f"run B waited {took:.1f}s behind run A's polls"
+            started = time.monotonic()
+            killed = await ca.call_tool("job_kill", {"job_id": job_id})
+            assert not killed.is_error and time.monotonic() - started < 15
+        assert len(polls) == 40
+        assert all((p.structured_content or {})["job"]["state"] == "killed"  # type: ignore[attr-defined]
+                   for p in polls)
 
 
 # -- wording ---------------------------------------------------------------------------------

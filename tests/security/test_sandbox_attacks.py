@@ -7,6 +7,7 @@ The runs get small limits so that a fork bomb, a memory hog or a flood ends in a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -18,12 +19,17 @@ from pathlib import Path
 
 import psutil
 import pytest
+from sqlalchemy import func
+from sqlmodel import select as sql_select
 
+from a2rl.analysis.report import build_report
+from a2rl.analysis.web.queries import revision_diff
 from a2rl.server import finish_run
 from a2rl.settings import Settings
-from a2rl.store import Job, Store
+from a2rl.store import Blob, Job, Revision, Store
 from a2rl.tools.runtime import RunRuntime
 from a2rl.tools.sandbox import volume
+from a2rl.tools.sandbox.base import CAP_SYS_RESOURCE, host_has_cap
 
 from ..conftest import require
 from ..helpers import wait_for
@@ -227,13 +233,52 @@ async def test_fork_bomb_ends_that_job_only(agent: Agent) -> None:
     assert (await agent.sh("echo alive"))["output"].strip() == "alive"
 
 
+#: Many small processes whose sum crosses the memory limit: each is smaller than the supervisor,
+#: so where they share its memory cgroup the OOM killer's first pick would be the supervisor.
+SMALL_HOGS = ("for i in $(seq 1 40); do python3 -c 'import time; x = bytearray(6 << 20); "
+              "time.sleep(8)' & done; wait; echo waited")
+
+
 async def test_memory_hog_ends_that_job_only(agent: Agent) -> None:
+    """A hog ends its job with a message; so does a hog of many small processes, and the
+    supervisor that answers afterwards is the same one: locally jobs have their own cgroup,
+    without the supervisor, even for a job that lowers its OOM score; in a container every
+    job's score is 1000 and the supervisor's -1000 where the host gives CAP_SYS_RESOURCE."""
     if agent.run.backend == "local":
         require(os.geteuid() == 0, "a memory cgroup needs root on this machine")
+    await agent.sh("true")
+    before = supervisor_identity(agent)
     hog = await agent.sh("python3 -c 'x = bytearray(1024**3); print(len(x))'", wait_s=60)
     assert hog["exit_code"] != 0 and "memory limit 256m reached" in hog["hint"], hog
     assert "1073741824" not in hog["output"]
     assert (await agent.sh("echo alive"))["output"].strip() == "alive"
+    out = await agent.sh("cat /proc/1/oom_score_adj /proc/self/oom_score_adj; "
+                         "echo -1000 > /proc/self/oom_score_adj; echo rc=$?")
+    supervisor_adj, job_adj = out["output"].split()[:2]
+    assert job_adj == "1000" and "rc=1" in out["output"], out  # a job cannot exempt itself
+    if host_has_cap(CAP_SYS_RESOURCE):
+        assert supervisor_adj == "-1000"
+        out = await agent.sh("echo 0 > /proc/self/oom_score_adj; echo rc=$?")
+        assert "rc=1" in out["output"], out  # nor come down from 1000
+    # Locally the jobs' cgroup holds whatever a job does to its score.
+    lower = "echo 0 > /proc/self/oom_score_adj; " if agent.run.backend == "local" else ""
+    hogs = await agent.sh(lower + SMALL_HOGS, wait_s=60)
+    assert hogs["status"] == "exited" and "waited" in hogs["output"], hogs
+    assert supervisor_identity(agent) == before  # the same supervisor, and it answers
+    assert (await agent.sh("echo alive"))["output"].strip() == "alive"
+
+
+def supervisor_identity(agent: Agent) -> tuple[int, float]:
+    """(pid, start time) of the supervisor that answers: a restarted one differs."""
+    control = run_dir(agent) / "control"
+    token = (control / "token").read_text().strip()
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(10)
+        sock.connect(str(control / "sock" / "supervisor.sock"))
+        sock.sendall(json.dumps({"token": token, "op": "ping"}).encode() + b"\n")
+        reply = json.loads(sock.makefile().readline())
+    assert reply["ok"], reply
+    return int(reply["pid"]), float(reply["started"])
 
 
 async def test_disk_filler_ends_that_job(agent: Agent) -> None:
@@ -281,6 +326,66 @@ async def test_sparse_file_cannot_exceed_the_file_size_limit(agent: Agent) -> No
         assert not path.exists() or path.stat().st_size <= 32 * 2**20
 
 
+STORE_CAPS = {"revision_run_max_bytes": 2 << 20, "job_log_keep_bytes": 300_000,
+              "job_log_run_keep_bytes": 1_000_000}
+
+
+def blob_bytes(store: Store) -> tuple[int, int]:
+    """(content bytes, bytes as stored) of every blob in the store."""
+    with store.session() as s:
+        rows = s.exec(sql_select(Blob.size, func.length(Blob.data))).all()
+    return sum(r[0] for r in rows), sum(r[1] for r in rows)
+
+
+async def test_many_distinct_files_and_logs_stay_within_the_runs_store_caps(
+        backend: Settings, store: Store) -> None:
+    """Each command writes 120 distinct, incompressible 100 KB files (12 MB a command, each
+    under the per-file limit), then floods its output: the store grows by at most the run's
+    revision cap plus its job log cap. Every change is still recorded, past the cap by path,
+    size and sha256 without content; the agent still reads every job's whole output."""
+    async for agent in open_agent(backend.model_copy(update={**LIMITS, **STORE_CAPS}), store):
+        before = blob_bytes(store)
+        jobs = []
+        for i in range(3):
+            out = await agent.sh(
+                f"mkdir -p code/gen{i} && for f in $(seq 1 120); do head -c 75000 /dev/urandom "
+                f"| base64 -w0 > code/gen{i}/f$f.txt; done; "
+                "head -c 300000 /dev/urandom | base64 -w0; echo; echo end-of-output", wait_s=60)
+            assert out["exit_code"] == 0 and out["output"].rstrip().endswith("end-of-output")
+            jobs.append(out["job_id"])
+        for _ in range(2):  # logs alone, past the log cap
+            out = await agent.sh("head -c 300000 /dev/urandom | base64 -w0; echo; echo tail-end")
+            assert out["output"].rstrip().endswith("tail-end")
+            jobs.append(out["job_id"])
+        grown = [a - b for a, b in zip(blob_bytes(store), before, strict=True)]
+        cap = STORE_CAPS["revision_run_max_bytes"] + STORE_CAPS["job_log_run_keep_bytes"]
+        assert max(grown) <= cap, (grown, cap)
+        ws = Path(agent.run.workspace)
+        with store.session() as s:
+            revs = {r.path: r for r in s.exec(sql_select(Revision).where(
+                Revision.run_id == agent.run.id, Revision.path.startswith("code/gen"))).all()}
+            rows = [s.get(Job, j) for j in jobs]
+        assert len(revs) == 360  # every file is recorded
+        dropped = [r for r in revs.values() if not r.content_stored]
+        assert 300 < len(dropped) < 360 and sum(r.content_stored for r in revs.values()) > 10
+        for r in dropped[:20] + [revs["code/gen2/f120.txt"]]:
+            data = (ws / r.path).read_bytes()
+            assert r.size == len(data) and r.blob_sha == hashlib.sha256(data).hexdigest()
+            with pytest.raises(KeyError):
+                store.get_blob(r.blob_sha)  # the content is not in the store
+        assert all(row is not None and row.log_bytes > 400_000 for row in rows)
+        assert rows[0].log_blob_sha and not rows[-1].log_blob_sha  # the last keeps its size only
+        # The whole log is where the agent reads it.
+        text = (await agent.ok("read_file", path=f"logs/{jobs[-1]}.log"))["content"]
+        assert text.rstrip().endswith("tail-end")
+        # The run's record says what the caps left out: the report and the viewer's diff.
+        metrics = build_report(store, agent.run.id).metrics
+        assert metrics.revisions_without_content == len(dropped)
+        assert metrics.job_logs_not_stored >= 1
+        _, diff = revision_diff(store, agent.run.id, dropped[0].id or 0) or (None, "")
+        assert "content not stored" in diff and dropped[0].blob_sha in diff
+
+
 # -- every process of the run ends -------------------------------------------------------------
 
 
@@ -307,3 +412,44 @@ async def test_other_runs_processes_are_invisible(agent: Agent, backend: Setting
         assert f"1000.{t}" not in out["output"].replace(f"grep -l 1000.{t}", "")
         assert "k=1" in out["output"]
         assert host_procs(f"1000.{t}") == [pid]  # still running
+
+
+# -- a restarted sandbox mounts nothing the agent pointed elsewhere ----------------------------
+
+
+async def test_readonly_input_replaced_by_a_symlink_is_not_mounted_at_restart(
+        backend: Settings, store: Store) -> None:
+    """A declared read-only input the task left empty is a name in the agent's workspace: a job
+    makes it a symlink to the host's secrets. When the sandbox starts again (its supervisor
+    lost, a new server takes the run over), the input is not bound by name: the secrets stay
+    out of the sandbox, and the new sandbox runs commands."""
+    secret = f"SECRET-{tag()}"
+    seed = backend.home_dir / "secrets" / f"probe-{tag()}.seed"
+    seed.parent.mkdir(parents=True, exist_ok=True)
+    seed.write_text(secret)
+    try:
+        async for agent in open_agent(backend, store, task_id="fixture-inputs"):
+            out = await agent.sh(f"ls -d env 2>&1; ln -s {seed.parent} env && echo linked")
+            assert "linked" in out["output"], out
+            assert (Path(agent.run.workspace) / "env").is_symlink()
+            # The supervisor is lost (killed from the host, as the machine's OOM killer or a
+            # reboot would); a new server serving the run starts a new sandbox.
+            RunRuntime(agent.settings, agent.store, agent.run).sandbox()._force_stop()
+            async for again in reopen(agent):
+                out = await again.sh(f"cat env/{seed.name} 2>&1; ls env/ 2>&1; echo end")
+                assert secret not in out["output"], out
+                assert seed.name not in out["output"].splitlines(), out  # not listed
+                assert out["output"].rstrip().endswith("end")
+    finally:
+        seed.unlink()
+
+
+async def reopen(agent: Agent) -> AsyncIterator[Agent]:
+    """A second server on the same run, as after a restart (the run is finished by the first)."""
+    from mcp import Client
+
+    from a2rl.server import build_server
+
+    server = build_server(agent.settings, agent.store, run_id=agent.run.id, transport="memory")
+    async with Client(server, mode="legacy") as client:
+        yield Agent(client, agent.run, agent.settings, agent.store)

@@ -14,13 +14,17 @@ Methods are synchronous (the tools layer calls them from a worker thread) and ra
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from a2rl.store.status import JobState  # a job's state is stored: defined with the store's
+
+log = logging.getLogger(__name__)
 
 
 class SandboxError(RuntimeError):
@@ -99,6 +103,56 @@ class SandboxSpec(BaseModel):
         if os.geteuid() == 0:
             return self.uid, self.gid
         return os.getuid(), os.getgid()
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def host_has_cap(number: int) -> bool:
+    """Whether this process's capability bounding set holds capability `number`: what a
+    sandbox started from here (bubblewrap, or a container engine on this host) can be given."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapBnd:"):
+                    return bool(int(line.split()[1], 16) >> number & 1)
+    except (OSError, ValueError):
+        pass
+    return False
+
+
+def open_readonly_inputs(spec: SandboxSpec) -> dict[str, int]:
+    """An O_PATH descriptor on each read-only input that is a real folder or file inside the
+    workspace: rel -> fd (the caller closes them).
+
+    Why: the workspace is the agent's, and a declared input it could create itself (one the
+    task left empty) or rename may be a symlink by the time a sandbox is (re)started; bound by
+    name, `env -> /` would show the host's root inside. So each is opened from a handle on the
+    workspace (`workspace_fs`: no symlink anywhere on the way, nothing outside) and bound from
+    that descriptor, or, where the backend takes names only, by the name just checked: at a
+    (re)start no process of the run is left to swap it. Anything else is not mounted (and
+    logged): the sandbox then shows whatever the agent put there, which leads nowhere new."""
+    from a2rl.tools.workspace_fs import WorkspaceError, WorkspaceFS, kind_of, split_path
+
+    fs = WorkspaceFS(spec.workspace)
+    found: dict[str, int] = {}
+    for rel in spec.readonly_paths:
+        try:
+            parts = split_path(rel)
+            fd = fs.open(parts, os.O_PATH)
+        except FileNotFoundError:
+            log.warning("read-only input %s does not exist; nothing to protect", rel)
+            continue
+        except (OSError, WorkspaceError) as exc:
+            log.warning("read-only input %s is not mounted: %s", rel, exc)
+            continue
+        mode = os.fstat(fd).st_mode
+        if not parts or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            os.close(fd)
+            log.warning("read-only input %s is a %s, not mounted", rel, kind_of(mode))
+            continue
+        found[rel] = fd
+    return found
 
 
 @runtime_checkable

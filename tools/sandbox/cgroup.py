@@ -8,6 +8,16 @@ hosts without a unified hierarchy, as root), or a writable cgroup v2 tree with t
 every process in it ends the run whatever its jobs did. Where no cgroup is writable (an
 unprivileged user without a delegated subtree) the run's pid namespace is the kill switch and
 the supervisor's own watch the only process limit; memory is then not limited.
+
+Inside the run's group the supervisor and its jobs are apart: the supervisor in `sup/`, every
+job in `jobs/`, which holds the run's memory and process limits. On v1 one supervisor thread
+joins `jobs/` and forks every job's shim, which is then born inside; on v2 each shim moves
+itself there before it starts the command (`jobs_entry`). Either way through a descriptor the
+server opened (the sandbox mounts no cgroup folder; the kernel checks the opener's rights).
+So a memory hog meets the out-of-memory killer in `jobs/`, where the supervisor's process is
+not: its jobs die, never the supervisor (many small processes would otherwise make it, the
+largest, the killer's pick). The run's group caps the two together, with room for the
+supervisor.
 """
 
 from __future__ import annotations
@@ -25,6 +35,8 @@ ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("pids", "memory", "freezer")
 GROUP = "a2rl"
 SUPERVISOR_RESERVE = 64  # the supervisor's own threads count against the pids limit
+SUPERVISOR_MEMORY = 256 << 20  # the supervisor's room above the jobs' memory limit
+SUP, JOBS = "sup", "jobs"  # the supervisor's and the jobs' groups inside the run's
 
 
 class RunCgroup:
@@ -45,7 +57,8 @@ class RunCgroup:
         return any(p.is_dir() for p in self.paths.values())
 
     def create(self, memory_bytes: int, pids_max: int) -> bool:
-        """Make the cgroup with its limits; False where this host gives us none."""
+        """Make the cgroup, its `sup/` and `jobs/` groups and their limits; False where this
+        host gives us none."""
         made = False
         for controller, path in list(self.paths.items()):
             try:
@@ -56,18 +69,27 @@ class RunCgroup:
                         with contextlib.suppress(OSError):
                             (folder / "cgroup.subtree_control").write_text("+pids +memory")
                 path.mkdir(parents=True, exist_ok=True)
+                if self.v2:  # v2 holds processes in leaves only: sup/ and jobs/
+                    with contextlib.suppress(OSError):
+                        (path / "cgroup.subtree_control").write_text("+pids +memory")
+                (path / SUP).mkdir(exist_ok=True)
+                (path / JOBS).mkdir(exist_ok=True)
                 made = True
             except OSError as exc:
                 log.info("no %s cgroup for run %s: %s", controller or "v2", self.run_id, exc)
                 del self.paths[controller]
                 continue
-            self._limit(controller, path, memory_bytes, pids_max)
+            # The run's group: the jobs' limits plus the supervisor's room; jobs/: the limits.
+            self._limit(controller, path, memory_bytes and memory_bytes + SUPERVISOR_MEMORY,
+                        pids_max and pids_max + 2 * SUPERVISOR_RESERVE)
+            self._limit(controller, path / JOBS, memory_bytes,
+                        pids_max and pids_max + SUPERVISOR_RESERVE)
         return made
 
     def _limit(self, controller: str, path: Path, memory_bytes: int, pids_max: int) -> None:
         writes: list[tuple[str, str]] = []
         if controller in ("pids", "") and pids_max > 0:
-            writes.append(("pids.max", str(pids_max + SUPERVISOR_RESERVE)))
+            writes.append(("pids.max", str(pids_max)))
         if controller == "memory" and memory_bytes > 0:
             writes += [("memory.limit_in_bytes", str(memory_bytes)),
                        ("memory.memsw.limit_in_bytes", str(memory_bytes))]  # when swap counts
@@ -82,21 +104,37 @@ class RunCgroup:
                                 self.run_id, exc)
 
     def add(self, pid: int) -> None:
+        """Put the supervisor (and what it forks) into the run's `sup/` group."""
         for path in self.paths.values():
             with contextlib.suppress(OSError):
-                (path / "cgroup.procs").write_text(str(pid))
+                (path / SUP / "cgroup.procs").write_text(str(pid))
+
+    def jobs_entry(self) -> tuple[list[Path], bool]:
+        """The files through which jobs enter the jobs' group, and whether they take a thread.
+
+        v1 (one `tasks` file per hierarchy): one supervisor thread writes 0 there and joins,
+        and every shim it forks is born inside; no job then pays a migration (about one RCU
+        grace period, 8 ms here, on each command's path). v2 keeps a process's threads
+        together for memory: each shim writes 0 to `cgroup.procs` and moves itself."""
+        if self.v2:
+            return ([self.paths[""] / JOBS / "cgroup.procs"] if "" in self.paths else []), False
+        return [path / JOBS / "tasks" for path in self.paths.values()
+                if (path / JOBS).is_dir()], True
 
     def oom_file(self) -> Path | None:
-        """The file whose `oom_kill N` line counts the OOM kills in this cgroup."""
+        """The file whose `oom_kill N` line counts the OOM kills of the jobs' group."""
         if self.v2:
-            return self.paths[""] / "memory.events" if "" in self.paths else None
-        return self.paths["memory"] / "memory.oom_control" if "memory" in self.paths else None
+            return self.paths[""] / JOBS / "memory.events" if "" in self.paths else None
+        if "memory" not in self.paths:
+            return None
+        return self.paths["memory"] / JOBS / "memory.oom_control"
 
     def pids(self) -> set[int]:
         found: set[int] = set()
         for path in self.paths.values():
-            with contextlib.suppress(OSError):
-                found.update(int(x) for x in (path / "cgroup.procs").read_text().split())
+            for folder in (path, path / SUP, path / JOBS):
+                with contextlib.suppress(OSError):
+                    found.update(int(x) for x in (folder / "cgroup.procs").read_text().split())
         return found
 
     def kill_all(self, timeout: float = 10.0) -> bool:
@@ -127,5 +165,6 @@ class RunCgroup:
 
     def remove(self) -> None:
         for path in self.paths.values():
-            with contextlib.suppress(OSError):
-                path.rmdir()
+            for folder in (path / SUP, path / JOBS, path):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import SandboxError, SandboxSpec
+from .base import SandboxError, SandboxSpec, open_readonly_inputs
 from .cgroup import SUPERVISOR_RESERVE
 from .local import (
     LOGS_INSIDE,
@@ -37,6 +37,7 @@ from .local import (
     LocalSandbox,
     give_workspace,
     supervisor_args,
+    supervisor_caps,
 )
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ WORKSPACE_INSIDE = "/workspace"
 CONTROL_INSIDE = "/a2rl/control"  # the supervisor's socket; root-only
 SERVICES_INSIDE = "/a2rl/services"
 # Capabilities the supervisor keeps (jobs keep none): switch to the sandbox user, signal and
-# read the /proc of its jobs, give its socket to the server's user, write its folders.
+# read the /proc of its jobs, give its socket to the server's user, write its folders; and
+# SYS_RESOURCE where the host has it (local.supervisor_caps).
 SUPERVISOR_CAPS = ["SETUID", "SETGID", "KILL", "SYS_PTRACE", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
 
 
@@ -119,8 +121,13 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
     }
     mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_SCRIPT), type="bind", read_only=True),
               Mount(ws, str(spec.workspace), type="bind")]
+    # Docker takes names only: each input is checked first (no symlink on the way, inside the
+    # workspace); no process of the run is left to swap it when a container is made.
+    readonly = open_readonly_inputs(spec)
+    for fd in readonly.values():
+        os.close(fd)
     mounts += [Mount(f"{ws}/{rel}", str(spec.workspace / rel), type="bind", read_only=True)
-               for rel in spec.readonly_paths if (spec.workspace / rel).exists()]
+               for rel in readonly]
     mounts += [Mount(LOGS_INSIDE, str(spec.logs_dir), type="bind"),
                Mount(CONTROL_INSIDE, str(spec.control_dir / "sock"), type="bind")]
     if spec.services_dir is not None:
@@ -144,7 +151,7 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
         "mounts": mounts,
         "network_mode": "bridge" if spec.network else "none",
         "cap_drop": ["ALL"],
-        "cap_add": SUPERVISOR_CAPS,
+        "cap_add": list(dict.fromkeys(SUPERVISOR_CAPS + supervisor_caps(prefix=""))),
         "security_opt": ["no-new-privileges"],
         "read_only": True,
         "tmpfs": {"/tmp": "rw,nosuid,nodev,size=4g"},

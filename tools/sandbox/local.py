@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -41,7 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.settings import parse_size
-from a2rl.tools.sandbox.base import JobState, SandboxError, SandboxJob, SandboxSpec
+from a2rl.tools.sandbox.base import (
+    CAP_SYS_RESOURCE,
+    JobState,
+    SandboxError,
+    SandboxJob,
+    SandboxSpec,
+    host_has_cap,
+    open_readonly_inputs,
+)
 from a2rl.tools.sandbox.cgroup import RunCgroup
 
 log = logging.getLogger(__name__)
@@ -74,6 +83,17 @@ ETC_ENTRIES = (
     "ca-certificates",
     "ca-certificates.conf",
 )
+
+
+def supervisor_caps(prefix: str = "CAP_") -> list[str]:
+    """The capabilities the supervisor keeps as root: SUPERVISOR_CAPS, and SYS_RESOURCE where
+    this host can give it, to leave the OOM killer's reach and pin each job's score
+    (supervisor.drop_privileges). Without it the jobs' own cgroup (local) keeps the supervisor
+    out of their OOM kills."""
+    caps = [prefix + c.removeprefix("CAP_") for c in SUPERVISOR_CAPS]
+    if host_has_cap(CAP_SYS_RESOURCE):
+        caps.append(prefix + "SYS_RESOURCE")
+    return caps
 
 
 def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
@@ -138,9 +158,23 @@ def open_parents(paths: list[Path]) -> list[str]:
     return args
 
 
+@functools.cache
+def bwrap_binds_fds(bwrap: str) -> bool:
+    """Whether this bubblewrap binds from a descriptor (`--ro-bind-fd`, bubblewrap 0.5+)."""
+    try:
+        p = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--ro-bind-fd" in p.stdout + p.stderr
+
+
 def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
-                  info_fd: int) -> list[str]:
-    """The bubblewrap command line; mounts are applied in order, later ones over earlier."""
+                  info_fd: int, readonly_fds: dict[str, int] | None = None) -> list[str]:
+    """The bubblewrap command line; mounts are applied in order, later ones over earlier.
+
+    `readonly_fds` (`base.open_readonly_inputs`) are the read-only inputs, checked and opened
+    from a handle on the workspace; they are bound from those descriptors (passed to bwrap)
+    where bubblewrap can, else by their checked names. An input not in it is not mounted."""
     if os.geteuid() == 0:
         # Real root, no user namespace: the supervisor may then switch its jobs to the sandbox
         # user, and keeps nothing but what that and killing them need.
@@ -148,7 +182,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
         if not spec.network:
             args.append("--unshare-net")
         args += ["--cap-drop", "ALL"]
-        for cap in SUPERVISOR_CAPS:
+        for cap in supervisor_caps():
             args += ["--cap-add", cap]
     else:
         args = [bwrap, "--unshare-all"]
@@ -172,12 +206,10 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
     args += ["--ro-bind", str(SUPERVISOR_SCRIPT), SUPERVISOR_INSIDE]
     workspace = str(spec.workspace)
     args += ["--bind", workspace, workspace]
-    for rel in spec.readonly_paths:
-        path = spec.workspace / rel
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
-        else:
-            log.warning("readonly path %s does not exist; nothing to protect", path)
+    by_fd = bwrap_binds_fds(bwrap)
+    for rel, fd in (readonly_fds or {}).items():
+        path = str(spec.workspace / rel)
+        args += ["--ro-bind-fd", str(fd), path] if by_fd else ["--ro-bind", path, path]
     args += ["--ro-bind", str(spec.logs_dir), LOGS_INSIDE]
     if spec.services_dir is not None:
         args += ["--bind", str(spec.services_dir), str(spec.services_dir)]
@@ -224,6 +256,20 @@ def give_workspace(spec: SandboxSpec) -> None:
                     os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
     finally:
         os.close(root_fd)
+
+
+def open_jobs_cgroup(cgroup: RunCgroup) -> tuple[list[int], str]:
+    """Descriptors on the files through which jobs enter the jobs' group (the sandbox mounts
+    no cgroup folder; the kernel checks the opener's rights), and the supervisor's option for
+    them (`RunCgroup.jobs_entry`); none where there is no group."""
+    paths, per_thread = cgroup.jobs_entry()
+    fds = []
+    for path in paths:
+        try:
+            fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError as exc:
+            log.warning("jobs cannot enter their cgroup %s: %s", path, exc)
+    return fds, "--jobs-cgroup-thread-fd" if per_thread else "--jobs-cgroup-fd"
 
 
 def bind_socket(path: Path) -> socket.socket:
@@ -337,8 +383,11 @@ class LocalSandbox:
         listener = bind_socket(self._socket_path)
         logs_fd = os.open(spec.logs_dir, os.O_RDONLY | os.O_DIRECTORY)
         oom_fd = os.open(oom_file, os.O_RDONLY) if oom_file is not None else None
+        readonly_fds = open_readonly_inputs(spec) if bwrap else {}
+        jobs_fds, jobs_option = open_jobs_cgroup(cgroup)
         info_read, info_write = os.pipe()
-        fds = [listener.fileno(), logs_fd, info_write] + ([oom_fd] if oom_fd is not None else [])
+        fds = [listener.fileno(), logs_fd, info_write, *readonly_fds.values(), *jobs_fds] + (
+            [oom_fd] if oom_fd is not None else [])
         inner = [
             supervisor_python(spec),
             "-I",
@@ -350,8 +399,10 @@ class LocalSandbox:
         ]
         if oom_fd is not None:
             inner += ["--oom-fd", str(oom_fd)]
+        for fd in jobs_fds:
+            inner += [jobs_option, str(fd)]
         if bwrap:
-            command = bwrap_command(bwrap, spec, nonce, inner, info_write)
+            command = bwrap_command(bwrap, spec, nonce, inner, info_write, readonly_fds)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             log.warning(

@@ -8,7 +8,7 @@ connections at once.
 Every request carries the token the launcher wrote on stdin: {"token": ..., "op": ..., ...}.
 Responses are {"ok": true, ...} or {"ok": false, "error": "..."}. Operations:
 
-    ping                                   -> {"ok", "pid", "deadline"}
+    ping                                   -> {"ok", "pid", "started", "deadline"}
     spawn {job_id, command, env}           -> {"ok", "job"}
     get {job_id}                           -> {"ok", "job"}
     wait {job_id, timeout}                 -> {"ok", "job"}  (returns early when the job ends)
@@ -54,6 +54,7 @@ import fcntl
 import hmac
 import json
 import os
+import queue
 import re
 import resource
 import select
@@ -76,6 +77,8 @@ KILL_ROUNDS = 200
 JOB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 WATCH_EVERY = 0.5  # seconds between two looks at the jobs' processes
 DISK_EVERY = 2.0  # seconds between two measures of the workspace
+JOB_OOM_SCORE_ADJ = 1000  # every job is the OOM killer's first choice (see drop_privileges)
+STARTED = time.time()  # which supervisor answers: a restarted one has another
 
 
 def log(message: str) -> None:
@@ -151,6 +154,7 @@ class Limits:
         self.memory: str = args.memory_label
         self.readonly: set[str] = set(args.readonly or [])
         self.logs_view: str = args.logs_view
+        self.jobs_cgroup_fds: list[int] = list(args.jobs_cgroup_fd or [])
 
 
 class Job:
@@ -188,8 +192,25 @@ class Job:
         }
 
 
+def set_oom_score_adj(value: int) -> bool:
+    """Write this process's `oom_score_adj`; False where the kernel refuses (lowering it
+    needs CAP_SYS_RESOURCE)."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(value))
+        return True
+    except OSError:
+        return False
+
+
 def drop_privileges(limits: Limits) -> None:
-    """In a job's process, before exec: the sandbox user, no groups, nothing to regain."""
+    """In a job's process, before exec: the sandbox user, no groups, nothing to regain.
+
+    Its OOM score goes up first (`JOB_OOM_SCORE_ADJ`; raising one's own is always allowed): a
+    job, never the supervisor or a shim, is what the out-of-memory killer picks. Written while
+    we hold CAP_SYS_RESOURCE (where the host gives it), it is also the floor the kernel lets
+    the job lower its score to (`oom_score_adj_min`), so the job cannot undo it."""
+    set_oom_score_adj(JOB_OOM_SCORE_ADJ)
     if limits.fsize > 0:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.fsize, limits.fsize))
     if os.getuid() == 0 and limits.uid >= 0:
@@ -226,6 +247,12 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
     try:
         # Only system calls here: the parent has other threads, whose locks (logging, stderr)
         # may be held in this copy of memory.
+        # cgroup v2: into the jobs' cgroup first (its memory and process limits; the
+        # supervisor is not there, so a job's OOM never kills it), so that bash and all it
+        # starts are born inside (on v1 the shim was born there: see Forker).
+        for fd in limits.jobs_cgroup_fds:
+            with contextlib.suppress(OSError):
+                os.write(fd, b"0")
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         # The parent's other descriptors (the listening socket, other jobs' pipes, whose
@@ -273,9 +300,52 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
         os._exit(code)
 
 
+class Forker:
+    """Forks every shim from one thread, which joins the jobs' cgroup first where a thread may
+    (cgroup v1, `--jobs-cgroup-thread-fd`): a child is born in its parent thread's cgroups, so
+    jobs start inside their limits without a migration, and the supervisor's process (its
+    memory, its other threads) stays out of them."""
+
+    def __init__(self, cgroup_fds: list[int]) -> None:
+        self._requests: queue.SimpleQueue[tuple[Any, list[Any], threading.Event]] = (
+            queue.SimpleQueue())
+        threading.Thread(target=self._run, args=(cgroup_fds,), name="a2rl-forker",
+                         daemon=True).start()
+
+    def _run(self, cgroup_fds: list[int]) -> None:
+        for fd in cgroup_fds:
+            try:
+                os.write(fd, b"0")  # this thread, not the process
+            except OSError as exc:
+                log(f"the forker could not join the jobs' cgroup: {exc}")
+            os.close(fd)
+        while True:
+            body, box, done = self._requests.get()
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                box.append(exc)
+            else:
+                if pid == 0:
+                    body()  # never returns (job_shim ends with os._exit)
+                    os._exit(127)
+                box.append(pid)
+            done.set()
+
+    def fork(self, body: Any) -> int:
+        """The pid of a child that runs `body` (which must end with os._exit)."""
+        box: list[Any] = []
+        done = threading.Event()
+        self._requests.put((body, box, done))
+        done.wait()
+        if isinstance(box[0], OSError):
+            raise box[0]
+        return int(box[0])
+
+
 class Supervisor:
     def __init__(self, token: str, workspace: str, deadline: float, logs_fd: int,
-                 limits: Limits, oom_fd: int | None):
+                 limits: Limits, oom_fd: int | None, forker: Forker | None = None):
         self.token = token
         self.workspace = workspace
         self.deadline = deadline
@@ -288,6 +358,7 @@ class Supervisor:
         self.children = threading.Event()  # set once there is something to reap
         self.stopping = threading.Event()
         self.bash = "/bin/bash" if os.path.exists("/bin/bash") else "/usr/bin/bash"
+        self.forker = forker or Forker([])
         self.last_disk = 0.0
         self.last_used = 0  # the workspace's bytes at the last disk check
         self.watched: set[str] = set()  # the jobs running at the last disk check
@@ -325,9 +396,8 @@ class Supervisor:
             out_read, out_write = os.pipe()
             read_end, write_end = os.pipe()
             try:
-                shim = os.fork()
-                if shim == 0:
-                    job_shim(write_end, out_write, self.bash, argv, child_env, self.limits)
+                shim = self.forker.fork(lambda: job_shim(
+                    write_end, out_write, self.bash, argv, child_env, self.limits))
             except OSError:  # no process left to fork (the limit): nothing must leak
                 for fd in (log_fd, out_read, read_end):
                     os.close(fd)
@@ -630,7 +700,8 @@ class Supervisor:
             return {"ok": False, "error": "bad token"}
         op = request.get("op")
         if op == "ping":
-            return {"ok": True, "pid": os.getpid(), "deadline": self.deadline}
+            return {"ok": True, "pid": os.getpid(), "started": STARTED,
+                    "deadline": self.deadline}
         if op == "spawn":
             env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
             job = self.spawn(str(request["job_id"]), str(request["command"]), env)
@@ -739,6 +810,11 @@ def parse_args() -> argparse.Namespace:
     oom.add_argument("--oom-fd", type=int, help="the memory cgroup's OOM counter file, open")
     oom.add_argument("--oom-file", help="the memory cgroup's OOM counter file")
     parser.add_argument("--readonly", action="append", help="workspace inputs: not counted")
+    jobs = parser.add_mutually_exclusive_group()
+    jobs.add_argument("--jobs-cgroup-fd", type=int, action="append",
+                      help="the jobs' cgroup's cgroup.procs, open: each shim enters it")
+    jobs.add_argument("--jobs-cgroup-thread-fd", type=int, action="append",
+                      help="the jobs' cgroup's tasks file (v1), open: the forker thread enters")
     return parser.parse_args()
 
 
@@ -754,6 +830,14 @@ def main() -> None:
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     # Not dumpable: no job can ptrace us or read our memory, environment or descriptors.
     prctl(PR_SET_DUMPABLE, 0)
+    # Where the jobs share our memory cgroup (a container), a hog of many small processes would
+    # make us, the largest, the OOM killer's pick, and with us every job of the run. Exempt
+    # ourselves where we hold CAP_SYS_RESOURCE; jobs raise theirs (drop_privileges).
+    if os.getuid() == 0 and not set_oom_score_adj(-1000):
+        log("no CAP_SYS_RESOURCE: the supervisor is not exempt from the OOM killer; jobs are "
+            f"its first choice (oom_score_adj {JOB_OOM_SCORE_ADJ})")
+    for fd in (args.jobs_cgroup_fd or []) + (args.jobs_cgroup_thread_fd or []):
+        os.set_inheritable(fd, False)  # the shims use them after fork; no exec keeps them
     if os.getpid() == 1:
         # As a pid namespace's init with no handler installed, the kernel drops every signal
         # sent from inside the namespace, SIGKILL and SIGSTOP included: no job can end or
@@ -773,7 +857,7 @@ def main() -> None:
     if oom_fd is not None:
         os.set_inheritable(oom_fd, False)
     supervisor = Supervisor(token, args.workspace, args.deadline, logs_fd, Limits(args),
-                            oom_fd)
+                            oom_fd, Forker(args.jobs_cgroup_thread_fd or []))
     if args.listen_fd is not None:
         server = Server("", Handler, bind_and_activate=False)
         server.socket.close()
