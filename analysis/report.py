@@ -113,8 +113,8 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
                     "evaluation is not in the store")
         else:
             improvement, note = paired_improvement(
-                Scored(run.final_score, paired.items, paired.metrics),
-                Scored(run.baseline_test, base_ev.items, base_ev.metrics))
+                Scored(run.final_score, paired.items, paired.metrics, paired.provenance),
+                Scored(run.baseline_test, base_ev.items, base_ev.metrics, base_ev.provenance))
     end = run.ended_at or (d.calls[-1].started_at if d.calls else None)
     used = d.t(end) if run.started_at and end else None
     return Summary(

@@ -100,8 +100,9 @@ def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
             # the paired interval of the run page (analysis.report.build_summary)
             final = finals.get(r.final_submission_id) if r.final_submission_id else base
             if final is not None:
-                imp = paired_improvement(Scored(r.final_score, final.items, final.metrics),
-                                         Scored(base.score, base.items, base.metrics))[0]
+                imp = paired_improvement(
+                    Scored(r.final_score, final.items, final.metrics, final.provenance),
+                    Scored(base.score, base.items, base.metrics, base.provenance))[0]
         out.append(RunRow(
             run_id=r.id, task=r.task_id, agent=r.agent, driver_model=r.driver_model,
             status=r.status, profile=getattr(r, "profile", None), fleet_id=r.fleet_id,
