@@ -120,6 +120,7 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
     return Summary(
         run_id=run.id, task=run.task_id, agent=run.agent, agent_version=run.agent_version,
         driver_model=run.driver_model, base_model=run.base_model, protocol=run.protocol,
+        profile=run.profile or "a2rl",
         status=run.status, end_reason=run.end_reason, budget_s=run.budget_s,
         budget_used_s=min(used, run.budget_s) if used is not None else None,
         started_at=run.started_at.isoformat() if run.started_at else None,

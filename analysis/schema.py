@@ -14,7 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-SCHEMA_VERSION = "1.2"  # 1.1: the optional `narrative`; 1.2: paired improvement interval
+SCHEMA_VERSION = "1.3"  # 1.1: the optional `narrative`; 1.2: paired improvement interval;
+#                         1.3: summary.profile
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -55,6 +56,9 @@ class Summary(BaseModel):
     driver_model: str | None
     base_model: str | None
     protocol: str
+    profile: str = Field("a2rl", description="the evaluation profile every score of the run was "
+                                             "computed under: a2rl or paper (schema 1.3; "
+                                             "older documents: a2rl)")
     status: str
     end_reason: str | None
     budget_s: float
