@@ -260,10 +260,38 @@ def test_paper_verdicts_match_the_harness(shop: Settings) -> None:
     again = a2rl.score_episodes(cases, _play(a2rl, cases, scripts))
     assert [r.correct for r in again.items] == [True, False, False, False, False]
     assert "reward 0.5 or more" in paper.task_md() and "reward 1" in a2rl.task_md()
-    # the harness's action clean-up: an `Action:` prefix and `choose[` are accepted
-    wordy = [f"action: {expert[0][0]}", expert[0][1].replace("click[", "choose[", 1),
-             "Action: click[buy now]".lower()]
-    (ep,) = _play(paper, [cases[1]], [wordy])
+    # the harness's action clean-up in its own loop (case-sensitive, as webshop_run): an
+    # `Action:` prefix is dropped and `choose[` read as `click[`
+    wordy = [f"Action: {expert[0][0]}", expert[0][1].replace("click[", "choose[", 1),
+             " Action: click[buy now]"]
+    (ep,) = _play_paper(paper, [cases[1]], [wordy])
     assert ep.done and ep.rewards[-1] == pytest.approx(2 / 3) and paper_success(ep)
-    (ep,) = _play(a2rl, [cases[1]], [wordy])
+    (ep,) = _play_paper(paper, [cases[1]], [[wordy[0].lower(), *wordy[1:]]])
+    assert not ep.done  # a lower-case `action:` is the harness's action as written: nothing
+    (ep,) = _play(a2rl, [cases[1]], [[w.lower() for w in wordy]])
     assert not ep.done  # the a2rl profile takes actions as they are
+
+
+def _play_paper(task: WebShopTask, items: list[dict[str, Any]],
+                scripts: list[list[str]]) -> list[Any]:
+    """The paper profile's own loop (the grader's) with scripted completions."""
+    from a2rl.tasks.rdagent import parse_webshop
+    from a2rl.tasks.webshop import paper as paper_loop
+
+    from .rdagent_fixture import WEBSHOP
+
+    text = parse_webshop(WEBSHOP).to_dict()
+    done: list[int] = [0] * len(items)
+
+    def generate(chats: list[Any]) -> list[str]:
+        out = []
+        for chat in chats:
+            k = next(i for i, it in enumerate(items) if f"Instruction: Instruction: "
+                     f"{it['goal']['instruction_text']}" in chat[1]["content"])
+            step = done[k]
+            done[k] += 1
+            out.append(scripts[k][step] if step < len(scripts[k]) else "click[nothing]")
+        return out
+
+    return paper_loop.play([it["id"] for it in items],
+                           [lambda it=it: task.make_env(it) for it in items], text, generate)
