@@ -295,3 +295,39 @@ def _play_paper(task: WebShopTask, items: list[dict[str, Any]],
 
     return paper_loop.play([it["id"] for it in items],
                            [lambda it=it: task.make_env(it) for it in items], text, generate)
+
+
+def test_paper_profile_reads_the_harness_product_files(settings: Settings,
+                                                       tmp_path: Path) -> None:
+    """With both the full files and the `_1000` ones, a2rl reads the full ones and the paper
+    profile the harness's `_1000` ones; with only the full file, the paper profile takes its
+    first 1,000 rows and says so."""
+    import shutil
+
+    folder = tmp_path / "both"
+    folder.mkdir()
+    for name in ("items_shuffle_1000.json", "items_ins_v2_1000.json", "items_human_ins.json"):
+        shutil.copy(FIXTURE / name, folder / name)
+    small = json.loads((FIXTURE / "items_shuffle_1000.json").read_text())
+    full = [{**p, "asin": "B0FULL" + p["asin"][-4:]} for p in small if p["asin"] != "nan"]
+    (folder / "items_shuffle.json").write_text(json.dumps(full))
+    attributes = json.loads((FIXTURE / "items_ins_v2_1000.json").read_text())
+    (folder / "items_ins_v2.json").write_text(json.dumps(
+        {"B0FULL" + k[-4:]: v for k, v in attributes.items()}))
+    both = settings.model_copy(update={"webshop_dir": str(folder)})
+    ours, paper = WebShopTask(), WebShopTask().with_profile("paper")
+    assert {p["asin"][:6] for p in ours.data(both).products} == {"B0FULL"}
+    assert ours.data(both).source == "items_shuffle.json; items_ins_v2.json"
+    harness = paper.data(both)
+    assert {p["asin"][:6] for p in harness.products} == {"B0WS00"}
+    assert harness.source == "items_shuffle_1000.json; items_ins_v2_1000.json"
+    assert harness.products[0]["Attributes"] == attributes[harness.products[0]["asin"]][
+        "attributes"]
+    only_full = tmp_path / "full"
+    only_full.mkdir()
+    for name in ("items_shuffle.json", "items_ins_v2.json", "items_human_ins.json"):
+        shutil.copy(folder / name, only_full / name)
+    fallback = paper.data(settings.model_copy(update={"webshop_dir": str(only_full)}))
+    assert {p["asin"][:6] for p in fallback.products} == {"B0FULL"}
+    assert fallback.source == "items_shuffle.json; items_ins_v2.json"  # fewer than 1,000 rows
+    assert "gdown 1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib" in paper.profile_settings()["data_download"]

@@ -6,6 +6,12 @@ Files (princeton-nlp/WebShop's `data/` folder, fetched by its setup.sh; setting 
   `asin`, `name`, `full_description`, `small_description`, `pricing`, `customization_options`,
   `category`, `query`, `product_category`, `images`;
 - `items_ins_v2.json` (or `items_ins_v2_1000.json`): `{asin: {"attributes": [...], ...}}`;
+  the `a2rl` profile reads the full files when both are there; the `paper` profile the
+  `_1000` ones, as the harness does (`WebAgentTextEnv(num_products=1000)` loads
+  web_agent_site/utils.py's DEFAULT_FILE_PATH `items_shuffle_1000.json` and DEFAULT_ATTR_PATH
+  `items_ins_v2_1000.json`; its `benchmarks/webshop/data.py` downloads those two), falling back
+  to the first 1,000 rows of the full file when only that is there (`WebShopData.source` says
+  which);
 - `items_human_ins.json`: `{asin: [{"instruction", "instruction_attributes",
   "instruction_options", ...}]}`, the human goals;
 - `reviews.json` (optional): `[{"asin", "reviews", "average_rating"}]`.
@@ -40,6 +46,13 @@ PRICE_SEED = 20220701
 N_TEST, N_DEV = 500, 1000
 PRODUCT_FILES = ("items_shuffle.json", "items_shuffle_1000.json")
 ATTRIBUTE_FILES = ("items_ins_v2.json", "items_ins_v2_1000.json")
+#: The harness's files first (the paper profile).
+SMALL_FIRST = {PRODUCT_FILES: PRODUCT_FILES[::-1], ATTRIBUTE_FILES: ATTRIBUTE_FILES[::-1]}
+#: The harness's download of them (benchmarks/webshop/data.py `_download_webshop_data`: gdown
+#: with these Google Drive ids), written into the data folder.
+HARNESS_DOWNLOADS = (("1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib", "items_shuffle_1000.json"),
+                     ("1IduG0xl544V_A_jv3tHXC0kyFi7PnyBu", "items_ins_v2_1000.json"),
+                     ("14Kb5SPBk_jfdLZ_CDBNitW98QLDlKR5O", "items_human_ins.json"))
 HUMAN_FILE = "items_human_ins.json"
 REVIEW_FILE = "reviews.json"
 
@@ -162,14 +175,26 @@ def human_goals(products: list[dict[str, Any]], human: dict[str, list[dict[str, 
     return goals
 
 
-@lru_cache(maxsize=2)
-def _load(folder: str, num_products: int) -> WebShopData:
+def download_command(folder: str = "$WEBSHOP_DIR") -> str:
+    """The shell commands that fetch the harness's data files into `folder`."""
+    return " && ".join(f'gdown {file_id} -O "{folder}/{name}"'
+                       for file_id, name in HARNESS_DOWNLOADS)
+
+
+@lru_cache(maxsize=4)
+def _load(folder: str, num_products: int, small_first: bool = False) -> WebShopData:
     root = Path(folder)
-    products_file = _first(root, PRODUCT_FILES)
+    order = (lambda names: SMALL_FIRST[names]) if small_first else (lambda names: names)
+    products_file = _first(root, order(PRODUCT_FILES))
     raw = json.loads(products_file.read_text())
+    source = products_file.name
     if num_products > 0:
+        if len(raw) > num_products:
+            source += f", first {num_products}"
         raw = raw[:num_products]
-    attributes = json.loads(_first(root, ATTRIBUTE_FILES).read_text())
+    attributes_file = _first(root, order(ATTRIBUTE_FILES))
+    source += f"; {attributes_file.name}"
+    attributes = json.loads(attributes_file.read_text())
     human = json.loads(_first(root, (HUMAN_FILE,)).read_text())
     reviews: dict[str, dict[str, Any]] = {}
     if (root / REVIEW_FILE).is_file():
@@ -178,13 +203,15 @@ def _load(folder: str, num_products: int) -> WebShopData:
     products = process_products(raw, attributes, reviews, rng)
     goals = human_goals(products, human, rng)
     random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
-    return WebShopData(products=products, goals=goals, source=products_file.name)
+    return WebShopData(products=products, goals=goals, source=source)
 
 
 def load_data(settings: Settings, num_products: int | None = None,
-              options: WebShopOptions | None = None) -> WebShopData:
-    """The processed catalog and goals (cached per folder and product limit); `num_products`
-    overrides the option (the paper profile's 1,000)."""
+              options: WebShopOptions | None = None, *,
+              harness_files: bool = False) -> WebShopData:
+    """The processed catalog and goals (cached per folder, product limit and file choice);
+    `num_products` overrides the option (the paper profile's 1,000); `harness_files` prefers
+    the `_1000` files the harness reads (the paper profile)."""
     opts = options or WebShopOptions.resolve("webshop", settings)
     limit = opts.num_products if num_products is None else num_products
-    return _load(str(data_dir(settings, opts).resolve()), limit)
+    return _load(str(data_dir(settings, opts).resolve()), limit, harness_files)

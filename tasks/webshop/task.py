@@ -32,7 +32,7 @@ from ..envapi.a2rl_env import Env, EnvPool, Episode
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper, sim
-from .catalog import N_DEV, N_TEST, WebShopData, load_data
+from .catalog import N_DEV, N_TEST, WebShopData, download_command, load_data
 from .options import WebShopOptions
 
 MAX_STEPS = 15
@@ -251,7 +251,10 @@ class WebShopTask(InteractiveTask):
                 },
                 "notes": {"success_if": f"reward >= {PAPER_SUCCESS_AT} at the purchase (the "
                                         "paper harness's rule)",
-                          "catalog": f"the first {PAPER_PRODUCTS} products",
+                          "catalog": f"the first {PAPER_PRODUCTS} products of "
+                                     "items_shuffle_1000.json with items_ins_v2_1000.json "
+                                     "(the harness's files; else of items_shuffle.json)",
+                          "data_download": download_command(),
                           "prompt_format": "the harness's: its system message and prompt "
                                            f"(RD-Agent {rdagent.VERSION}'s wheel), the page's "
                                            "available actions, numbered Observation/Action "
@@ -262,8 +265,9 @@ class WebShopTask(InteractiveTask):
 
     # --- data -----------------------------------------------------------------------------
     def data(self, settings: Settings) -> WebShopData:
-        return load_data(settings, PAPER_PRODUCTS if self.profile == "paper" else None,
-                         options=self.options(settings))
+        paper_profile = self.profile == "paper"
+        return load_data(settings, PAPER_PRODUCTS if paper_profile else None,
+                         options=self.options(settings), harness_files=paper_profile)
 
     def catalog(self, data: WebShopData) -> sim.Catalog:
         """The site's catalog and search index, built once per data."""
