@@ -29,8 +29,8 @@ PAPER_TASKS = frozenset({"gsm8k", "humaneval", "alpacaeval", "alfworld", "websho
 #: spec's notes and every evaluation's provenance (`evaluated_as`) say.
 TOY_PAPER_NOTE = "the a2rl evaluation, unchanged: the paper has no such task"
 
-#: The paper's time budget per run (the issue; the harness's README runs use --timeout 41600 s,
-#: about 11.5 h).
+#: The paper's time budget per run (the issue). Not the harness's default: its run.py defaults
+#: to --timeout 3600; its README's example runs pass --timeout 41600 (about 11.6 h).
 PAPER_BUDGET = "12h"
 
 
