@@ -30,7 +30,6 @@ import ast
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from string import Formatter
-from typing import Any
 
 from a2rl.settings import Settings
 
@@ -177,9 +176,3 @@ def deepsearchqa_text(wheel: Path, *, checked: bool = True) -> DeepSearchQAText:
 def source_of(wheel: Path, member: str, *, checked: bool = True) -> str:
     """A harness file's source (the tests run its functions against ours)."""
     return RDAGENT.read(wheel, member, checked=checked)
-
-
-def public(settings_wheel: Path) -> dict[str, Any]:
-    """What provenance records of the prompts' source."""
-    return {"package": f"rdagent=={VERSION}", "sha256": WHEEL_SHA256,
-            "wheel": settings_wheel.name}
