@@ -100,6 +100,13 @@ def _shop_task(shop: Settings) -> tuple[WebShopTask, list[dict[str, Any]], list[
     return task, items, [expert_actions(catalog, it["goal"]) for it in items]
 
 
+def _other_product(items: list[dict[str, Any]], expert: list[list[str]],
+                   k: int) -> list[str]:
+    """The expert's search and click of a product other than goal k's."""
+    return next(e[:2] for e, it in zip(expert, items, strict=True)
+                if it["goal"]["asin"] != items[k]["goal"]["asin"])
+
+
 def _goal_of(items: list[dict[str, Any]]) -> Callable[[Any], int]:
     def which(chat: Any) -> int:
         user = chat[1]["content"]
@@ -113,9 +120,9 @@ def test_webshop_paper_prompt_format(shop: Settings, fixture_wheel: Path) -> Non
     text = rdagent.webshop_text(fixture_wheel, checked=False)
     noise = ["look around", "Action: click[nothing]", "  choose[nothing]", "search[",
              "click[next >]", " Action: search[zzz]  ", "click[back to search]"]
-    # episode 1 buys another goal's product (a loss)
-    scripts = [noise + expert[0], [f" {expert[0][0]}  ", "click[b0ws000004]",
-                                   "click[buy now]\n"]]
+    # episode 1 buys another product than its goal's (a loss)
+    other = _other_product(items, expert, 1)
+    scripts = [noise + expert[0], [f" {other[0]}  ", other[1], "click[buy now]\n"]]
     engine = ScriptedEngine(_goal_of(items[:2]), scripts)
     episodes = task.play_episodes(items[:2], engine)
     assert episodes is not None
@@ -394,8 +401,8 @@ def test_webshop_equals_the_harness(shop: Settings, real_wheel: Path,
         ["look", "Action: click[nothing]", "search[", " Action: search[zzz] ", "click[next >]",
          "click[back to search]", *expert[0]],                                # a win, step 12
         [expert[1][0], expert[1][1].replace("click[", "choose[", 1), "Action: click[buy now]"],
-        [expert[0][0], "click[b0ws000004]", "click[description]", "click[< prev]",
-         "click[b0ws000004]", "click[buy now]"],                              # a loss
+        [*(other := _other_product(items, expert, 2)), "click[description]",
+         "click[< prev]", other[1], "click[buy now]"],                       # a loss
         ["click[nothing]"] * 50,                                              # cut at 50
     ]
     cases = [items[0], items[1], items[2], items[0]]

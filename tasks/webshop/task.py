@@ -172,9 +172,11 @@ def _description(paper: bool = False) -> str:
     if paper:
         fields = {"success_rule": f"An episode **succeeds at reward {PAPER_SUCCESS_AT} or "
                                   "more** (the paper harness's rule).",
-                  "test_goals": f"goals 0-{PAPER_GOALS - 1} of a catalog of the first "
-                                f"{PAPER_PRODUCTS} products (the paper harness's "
-                                f"{PAPER_GOALS})",
+                  "test_goals": f"the paper harness's {PAPER_GOALS}: **synthetic** goals "
+                                f"0-{PAPER_GOALS - 1} of a catalog of the first "
+                                f"{PAPER_PRODUCTS} products (generated from each product's "
+                                "instruction and options, as the original site does without "
+                                "human goals, shuffled with seed 233)",
                   "action_case": "the site reads their argument in lower case",
                   "paper_files": f"\n- `data/webshop/{PAPER_TEXT_FILE}` and "
                                  "`env/webshop_paper.py`: the grader's prompt text and loop "
@@ -246,8 +248,9 @@ class WebShopTask(InteractiveTask):
                 "splits": {
                     **task.spec.splits,
                     "test": SplitInfo(n_items=PAPER_GOALS, visible=False,
-                                      source=f"human goals 0-{PAPER_GOALS - 1} over the first "
-                                             f"{PAPER_PRODUCTS} products (the harness's)"),
+                                      source=f"synthetic goals 0-{PAPER_GOALS - 1} (seed-233 "
+                                             f"shuffle) of the first {PAPER_PRODUCTS} products "
+                                             "(the harness's)"),
                 },
                 "notes": {"success_if": f"reward >= {PAPER_SUCCESS_AT} at the purchase (the "
                                         "paper harness's rule)",
@@ -297,8 +300,9 @@ class WebShopTask(InteractiveTask):
         data = self.data(settings)
         self._graded = self.catalog(data)  # make_env's catalog (items stay plain JSON)
         self._settings = settings
-        goals = data.split_goals(split)
-        return goals[:PAPER_GOALS] if self.profile == "paper" and split == "test" else goals
+        if self.profile == "paper" and split == "test":  # the harness's sessions 0-99
+            return data.synthetic_goals(PAPER_GOALS)
+        return data.split_goals(split)
 
     def make_env(self, item: dict[str, Any]) -> Env:
         if self._graded is None:
