@@ -8,6 +8,7 @@ test: system-deps
 	@A2RL_EXTRAS=dev,docker,fleet,alfworld bash scripts/setup.sh
 	@bash scripts/docker-engine.sh
 	@bash docker/build-test-image.sh >/dev/null
+	@.venv/bin/python -m tests.harness_wheels || true
 	.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 setup:

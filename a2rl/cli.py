@@ -560,6 +560,7 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
                                       if container else ""))
     line("network", "bridge" if config.get("network") else "none")
     line("protocol", doc["protocol"])
+    line("profile", doc.get("profile") or "a2rl")
     line("grading clock", doc["grading_clock"])
     line("max submissions", doc["max_submissions"] or "unlimited")
     line("seed", doc["seed"] if doc["seed"] is not None else "-")
@@ -776,17 +777,22 @@ def compare(
     agent: Annotated[str | None, typer.Option(help="only runs of this agent")] = None,
     fleet: Annotated[str | None, typer.Option(help="only the finished runs of this fleet")
                      ] = None,
+    profile: Annotated[choices(*PROFILES) | None, typer.Option(
+        help="only runs evaluated under this profile (a2rl or paper); either way the profiles "
+             "are grouped and ranked apart")] = None,
     as_json: JsonFlag = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="the per-run rows as CSV")] = False,
 ) -> None:
-    """Compare runs: one row per run, means and spread over repeats, a leaderboard per task."""
+    """Compare runs: one row per run, means and spread over repeats, a leaderboard per task
+    and evaluation profile."""
     from a2rl.analysis import compare as compare_runs
     from a2rl.analysis import render_csv, render_json, render_text
     from a2rl.analysis.compare import Comparison
 
     settings = _settings()
     store = _read_store(settings)
-    result = compare_runs(store, task=task, agent=agent, fleet=fleet) if store is not None \
+    result = compare_runs(store, task=task, agent=agent, fleet=fleet,
+                          profile=profile) if store is not None \
         else Comparison(rows=[], groups=[], leaderboard={})
     if as_json:
         sys.stdout.write(render_json(result))

@@ -15,6 +15,9 @@
   and, with one shared resample of items for both evaluations, for their paired difference.
   Seeded and deterministic; resamples are drawn as multinomial counts so that a statistic can
   be evaluated on all resamples at once as item weights.
+- `normal_interval`: estimate +- z standard errors, cut to the score's range, for a score whose
+  library reports a standard error and no interval (alpaca_eval's `lc_standard_error` of the
+  `paper` profile's length-controlled win rate).
 """
 
 from __future__ import annotations
@@ -34,8 +37,17 @@ WILSON_METHOD = "wilson-95"
 NEWCOMBE_PAIRED_METHOD = "newcombe-paired-95"
 BOOTSTRAP_METHOD = f"percentile-bootstrap-95 ({BOOTSTRAP_RESAMPLES} item resamples, seed " \
                    f"{BOOTSTRAP_SEED})"
-PAIRED_BOOTSTRAP_METHOD = f"paired-percentile-bootstrap-95 ({BOOTSTRAP_RESAMPLES} item " \
-                          f"resamples, seed {BOOTSTRAP_SEED})"
+NORMAL_METHOD = "normal-95"
+
+
+def paired_bootstrap_method(resamples: int = BOOTSTRAP_RESAMPLES,
+                            seed: int = BOOTSTRAP_SEED) -> str:
+    """The method name of a paired bootstrap (with another number of resamples, when a
+    statistic is too slow to refit 2,000 times)."""
+    return f"paired-percentile-bootstrap-95 ({resamples} item resamples, seed {seed})"
+
+
+PAIRED_BOOTSTRAP_METHOD = paired_bootstrap_method()
 
 
 def wilson_interval(successes: float, n: int, z: float = Z_95) -> tuple[float, float]:
@@ -149,6 +161,23 @@ def weighted_mean(values: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]
     """The statistic `mean(values)` for `bootstrap_interval`."""
     x = np.asarray(values, dtype=float)
     return lambda w: (w @ x) / w.sum(axis=1)
+
+
+def normal_interval(estimate: float, standard_error: float, *, floor: float = 0.0,
+                    ceiling: float = 1.0, z: float = Z_95) -> tuple[float, float]:
+    """`estimate` +- z standard errors, cut to [floor, ceiling] (a score's possible range).
+
+    Only for a statistic whose own library gives a standard error and nothing better; it is
+    zero-width when the standard error is 0, so it is never used for an improvement. An
+    unknown standard error (NaN: pandas' `sem` of a single value) gives the whole range.
+    """
+    if math.isnan(standard_error):
+        return floor, ceiling
+    if not (math.isfinite(estimate) and math.isfinite(standard_error)) or standard_error < 0:
+        raise ValueError(f"no normal interval for estimate {estimate} with standard error "
+                         f"{standard_error}")
+    return (min(max(estimate - z * standard_error, floor), ceiling),
+            max(min(estimate + z * standard_error, ceiling), floor))
 
 
 def within_noise(low: float, high: float) -> bool:

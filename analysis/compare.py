@@ -1,5 +1,7 @@
-"""`compare(store, task, agent)`: one row per run, grouped means with spread across repeats
-of (task, agent, driver), and a leaderboard per task. CSV and JSON renderers."""
+"""`compare(store, task, agent, profile)`: one row per run, grouped means with spread across
+repeats of (task, profile, agent, driver), and a leaderboard per task and profile: scores of
+the `a2rl` and `paper` evaluation profiles are not comparable, so they are never averaged or
+ranked together. CSV and JSON renderers."""
 
 from __future__ import annotations
 
@@ -36,10 +38,13 @@ class RunRow(BaseModel):
     valid_submissions: int
     budget_s: float
     budget_used_s: float | None
+    #: the evaluation profile (last: the CSV's earlier columns keep their places)
+    profile: str = "a2rl"
 
 
 class Group(BaseModel):
     task: str
+    profile: str = "a2rl"
     agent: str | None
     driver: str | None
     runs: int
@@ -53,6 +58,7 @@ class Group(BaseModel):
 class Comparison(BaseModel):
     rows: list[RunRow]
     groups: list[Group]
+    #: keyed by task, or `task (profile)` for a profile other than a2rl (`board_key`)
     leaderboard: dict[str, list[Group]]
 
 
@@ -63,7 +69,8 @@ def run_row(store: Store, run_id: str) -> RunRow:
     # The best submission's route; a run with none graded shows its last attempt's.
     best = s.final_submission_id or s.best_submission_id or (
         rep.routes[-1].submission_id if rep.routes else None)
-    return RunRow(run_id=s.run_id, task=s.task, agent=s.agent, driver=s.driver_model,
+    return RunRow(run_id=s.run_id, task=s.task, profile=s.profile, agent=s.agent,
+                  driver=s.driver_model,
                   seed=None, status=s.status, baseline=s.baseline_test, final=s.final_test,
                   improvement=s.improvement.estimate if s.improvement else (
                       s.final_test - s.baseline_test
@@ -86,34 +93,41 @@ def _mean_std(xs: list[float | None]) -> tuple[float | None, float | None]:
 
 
 def group_rows(rows: list[RunRow]) -> list[Group]:
-    by: dict[tuple[str, str | None, str | None], list[RunRow]] = defaultdict(list)
+    by: dict[tuple[str, str, str | None, str | None], list[RunRow]] = defaultdict(list)
     for r in rows:
-        by[(r.task, r.agent, r.driver)].append(r)
+        by[(r.task, r.profile, r.agent, r.driver)].append(r)
     out = []
-    for (task, agent, driver), rs in sorted(by.items(), key=lambda kv: tuple(
+    for (task, profile, agent, driver), rs in sorted(by.items(), key=lambda kv: tuple(
             str(x) for x in kv[0])):
         fm, fs = _mean_std([r.final for r in rs])
         im, is_ = _mean_std([r.improvement for r in rs])
         routes: dict[str, int] = defaultdict(int)
         for r in rs:
             routes[r.best_route or "none"] += 1
-        out.append(Group(task=task, agent=agent, driver=driver, runs=len(rs), final_mean=fm,
+        out.append(Group(task=task, profile=profile, agent=agent, driver=driver, runs=len(rs),
+                         final_mean=fm,
                          final_std=fs, improvement_mean=im, improvement_std=is_,
                          routes=dict(routes)))
     return out
 
 
+def board_key(task: str, profile: str) -> str:
+    """A leaderboard's name: the task, with its profile unless it is the default `a2rl`."""
+    return task if profile == "a2rl" else f"{task} ({profile})"
+
+
 def leaderboard(groups: list[Group]) -> dict[str, list[Group]]:
+    """One ranking per task and profile."""
     out: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
-        out[g.task].append(g)
+        out[board_key(g.task, g.profile)].append(g)
     return {t: sorted(gs, key=lambda g: -(g.improvement_mean if g.improvement_mean is not None
                                           else float("-inf")))
             for t, gs in sorted(out.items())}
 
 
 def compare(store: Store, task: str | None = None, agent: str | None = None,
-            fleet: str | None = None) -> Comparison:
+            fleet: str | None = None, profile: str | None = None) -> Comparison:
     """Every run matching the filters that started (its clock ran: a run made and never
     used has nothing to compare), compared.
 
@@ -128,6 +142,8 @@ def compare(store: Store, task: str | None = None, agent: str | None = None,
             q = q.where(Run.task_id == task)
         if agent:
             q = q.where(Run.agent == agent)
+        if profile:
+            q = q.where(Run.profile == profile)
         runs = list(s.exec(q).all())
     rows = []
     for run in runs:
@@ -160,10 +176,10 @@ def render_text(c: Comparison) -> str:
         if r.improvement_low is None or r.improvement_high is None:
             return "–"
         return f"[{r.improvement_low:+.3f},{r.improvement_high:+.3f}]{'~' * bool(r.within_noise)}"
-    out = [f"{'run':14} {'task':10} {'agent':12} {'driver':16} {'baseline':>8} {'final':>8} "
-           f"{'improve':>8} {'paired 95% CI':17} {'route':14} subs"]
+    out = [f"{'run':14} {'task':10} {'profile':7} {'agent':12} {'driver':16} {'baseline':>8} "
+           f"{'final':>8} {'improve':>8} {'paired 95% CI':17} {'route':14} subs"]
     for r in c.rows:
-        out.append(f"{r.run_id[:14]:14} {r.task:10} {str(r.agent)[:12]:12} "
+        out.append(f"{r.run_id[:14]:14} {r.task:10} {r.profile:7} {str(r.agent)[:12]:12} "
                    f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
                    f"{f(r.improvement, '+'):>8} {ci(r):17} {r.best_route or '–':14} "
                    f"{r.submissions}")

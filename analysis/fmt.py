@@ -88,7 +88,8 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
     return [
         ("task", s.task), ("agent", f"{s.agent or '–'} {s.agent_version or ''}".strip()),
         ("driver model", s.driver_model or "–"), ("base model", s.base_model or "–"),
-        ("protocol", s.protocol), ("status", f"{s.status} ({s.end_reason or '–'})"),
+        ("protocol", s.protocol), ("profile", s.profile),
+        ("status", f"{s.status} ({s.end_reason or '–'})"),
         ("budget used", f"{dur(s.budget_used_s)} of {dur(s.budget_s)}"),
         ("baseline (dev / test)", f"{num(s.baseline_dev)} / {num(s.baseline_test)}"),
         (f"best {r.trajectory.split}", f"{num(s.best_dev)} ({s.best_submission_id or '–'})"),

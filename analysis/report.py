@@ -114,13 +114,14 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
                     "evaluation is not in the store")
         else:
             improvement, note = paired_improvement(
-                Scored(run.final_score, paired.items, paired.metrics),
-                Scored(run.baseline_test, base_ev.items, base_ev.metrics))
+                Scored(run.final_score, paired.items, paired.metrics, paired.provenance),
+                Scored(run.baseline_test, base_ev.items, base_ev.metrics, base_ev.provenance))
     end = run.ended_at or (d.calls[-1].started_at if d.calls else None)
     used = d.t(end) if run.started_at and end else None
     return Summary(
         run_id=run.id, task=run.task_id, agent=run.agent, agent_version=run.agent_version,
         driver_model=run.driver_model, base_model=run.base_model, protocol=run.protocol,
+        profile=run.profile or "a2rl",
         status=run.status, end_reason=run.end_reason, budget_s=run.budget_s,
         budget_used_s=min(used, run.budget_s) if used is not None else None,
         started_at=run.started_at.isoformat() if run.started_at else None,

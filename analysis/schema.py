@@ -15,7 +15,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 # 1.1: the optional `narrative`; 1.2: paired improvement interval; 1.3: evidence's `call_id`,
-# and what a run's store caps left out (`revisions_without_content`, `job_logs_not_stored`)
+# `summary.profile`, and what a run's store caps left out (`revisions_without_content`,
+# `job_logs_not_stored`)
 SCHEMA_VERSION = "1.3"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
@@ -59,6 +60,9 @@ class Summary(BaseModel):
     driver_model: str | None
     base_model: str | None
     protocol: str
+    profile: str = Field("a2rl", description="the evaluation profile every score of the run was "
+                                             "computed under: a2rl or paper (schema 1.3; "
+                                             "older documents: a2rl)")
     status: str
     end_reason: str | None
     budget_s: float

@@ -89,5 +89,8 @@ def evaluate(
         "generation": grader.model_dump(),
         "ci_method": scored.ci_method,
     }
+    evaluated_as = getattr(task, "evaluated_as", task.profile)
+    if evaluated_as != task.profile:  # a toy under paper: the a2rl evaluation, said so
+        provenance["evaluated_as"] = evaluated_as
     return EvalResult(score=scored.score, ci_low=low, ci_high=high, n_items=scored.n_items,
                       metrics=metrics, items=scored.items, provenance=provenance)

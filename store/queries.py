@@ -94,20 +94,65 @@ def run_details(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def baseline_evaluation(s: Any, run: Run, split: str) -> Evaluation | None:
-    """The baseline evaluation a run's `baseline_<split>` came from.
+#: The key of `Run.config` that names the baseline evaluations a run pairs with.
+BASELINE_IDS = "baseline_evaluations"
 
-    Runs record the baseline's score, not its row (it is cached across runs), so this is the
-    oldest baseline evaluation of that split with that score. Reports take the test split's
-    sample size from it, and exports carry it along.
+
+def baseline_ids(run: Run) -> dict[str, int]:
+    """split -> id of the baseline evaluation the run was made with ({} for older runs)."""
+    ids = (run.config or {}).get(BASELINE_IDS) or {}
+    return {str(k): int(v) for k, v in ids.items() if v is not None}
+
+
+def _provenance_matches(run: Run, ev: Evaluation) -> bool:
+    """Whether a baseline evaluation could be this run's by what it records: the same task,
+    profile and (when it names one) base model. Evaluations recorded before provenance had
+    a field match on it."""
+    prov = ev.provenance or {}
+    if prov.get("task_id", run.task_id) != run.task_id:
+        return False
+    if prov.get("profile", "a2rl") != (run.profile or "a2rl"):
+        return False
+    named = (prov.get("task_options") or {}).get("base_model")
+    return not (named and run.base_model and named != run.base_model)
+
+
+def match_baseline(run: Run, split: str, by_id: dict[int, Evaluation],
+                   candidates: list[Evaluation]) -> Evaluation | None:
+    """The run's baseline evaluation of `split` among loaded rows (pure).
+
+    A run records the ids of the baseline evaluations it was made with (`BASELINE_IDS`);
+    runs made before that recorded only the scores, so for them it is the oldest baseline
+    evaluation of that split with that score whose provenance fits the run (task, profile,
+    base model): two tasks whose base models score the same must not share one.
+    `candidates` are baseline evaluations of `split`, oldest first.
     """
+    recorded = baseline_ids(run).get(split)
+    if recorded is not None:
+        ev = by_id.get(recorded)
+        return ev if ev is not None and ev.split == split else None
     score = run.baseline_test if split == "test" else run.baseline_dev
     if score is None:
         return None
-    return s.exec(select(Evaluation).where(
+    return next((e for e in candidates if e.split == split and e.score == score
+                 and _provenance_matches(run, e)), None)
+
+
+def baseline_evaluation(s: Any, run: Run, split: str) -> Evaluation | None:
+    """The baseline evaluation a run's `baseline_<split>` came from (`match_baseline`).
+    Reports take the test split's sample size and per-item results from it, and exports
+    carry it along."""
+    recorded = baseline_ids(run).get(split)
+    if recorded is not None:
+        ev = s.get(Evaluation, recorded)
+        return match_baseline(run, split, {recorded: ev} if ev is not None else {}, [])
+    score = run.baseline_test if split == "test" else run.baseline_dev
+    if score is None:
+        return None
+    candidates = list(s.exec(select(Evaluation).where(
         Evaluation.kind == EvaluationKind.baseline, Evaluation.split == split,
-        Evaluation.score == score)
-        .order_by(Evaluation.id)).first()  # type: ignore[arg-type]
+        Evaluation.score == score).order_by(Evaluation.id)).all())  # type: ignore[arg-type]
+    return match_baseline(run, split, {}, candidates)
 
 
 def best_submission(store: Store, run_id: str, split: str) -> tuple[Submission, Any] | None:

@@ -38,7 +38,7 @@ from .models import (
     Submission,
     ToolCall,
 )
-from .queries import baseline_evaluation
+from .queries import BASELINE_IDS, baseline_evaluation, baseline_ids
 from .status import EvaluationKind
 
 #: Every table that holds a run's rows, in load order (referenced rows first).
@@ -180,7 +180,8 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
                 s.add(blob_row(data))
                 new_blobs += 1
         inserted["blob"] = new_blobs
-        s.add(Run.model_validate(rows["run"][0]))
+        run = Run.model_validate(rows["run"][0])
+        s.add(run)
         calls = _insert_all(s, ToolCall, rows.get("toolcall", []))
         call_ref = {"tool_call_id": calls}
         snaps = _insert_all(s, Snapshot, rows.get("snapshot", []), call_ref)
@@ -198,6 +199,11 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
             else:
                 fresh.append(row)
         evals |= _insert_all(s, Evaluation, fresh)
+        recorded = baseline_ids(run)
+        if recorded:  # the baseline ids the run recorded, as the target numbers them
+            run.config = {**(run.config or {}), BASELINE_IDS: {
+                split: evals.get(ev_id) for split, ev_id in recorded.items()}}
+            s.add(run)
         _insert_all(s, GradeRequest, rows.get("graderequest", []), {"evaluation_id": evals})
         _insert_all(s, BudgetEvent, rows.get("budgetevent", []))
         inserted |= {name: len(rows.get(name, [])) for name in RUN_TABLES}

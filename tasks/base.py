@@ -25,7 +25,7 @@ from a2rl.settings import Settings
 
 from .base_models import resolve_base_model
 from .options import TaskOptions, check_keys
-from .profiles import PAPER_BUDGET, PAPER_TASKS, check_profile
+from .profiles import PAPER_BUDGET, PAPER_TASKS, TOY_PAPER_NOTE, check_profile
 from .spec import GraderSettings, TaskSpec
 
 if TYPE_CHECKING:
@@ -52,8 +52,9 @@ class Task(ABC):
 
         The base switches the profile and, for `paper`, the default budget to the paper's; a
         task overrides this to swap the rest of its spec (grader settings, splits, default
-        base model) and calls it first. Tasks the reference harness does not have refuse
-        `paper`: there is nothing to be faithful to.
+        base model) and calls it first. A toy task (`spec.toy`) accepts `paper` and keeps its
+        `a2rl` evaluation and budget (`evaluated_as`); other tasks the reference harness does
+        not have refuse it: there is nothing to be faithful to.
         """
         profile = check_profile(profile)
         if profile == self.profile:
@@ -62,8 +63,16 @@ class Task(ABC):
             raise ValueError(f"{self.spec.id}: build a profile from the a2rl task "
                              "(get_task(task_id, profile)), not from another profile")
         if profile == "paper" and self.spec.id not in PAPER_TASKS:
-            raise ValueError(f"task {self.spec.id!r} has no paper profile (the reference "
-                             f"harness has no such task; it has {', '.join(sorted(PAPER_TASKS))})")
+            if not self.spec.toy:
+                raise ValueError(
+                    f"task {self.spec.id!r} has no paper profile (the reference harness has no "
+                    f"such task; it has {', '.join(sorted(PAPER_TASKS))}; toy tasks run under "
+                    "it with their a2rl evaluation)")
+            task = copy.copy(self)
+            task.profile = profile
+            notes = {**self.spec.notes, "paper_profile": TOY_PAPER_NOTE}
+            task.spec = self.spec.model_copy(update={"profile": profile, "notes": notes})
+            return task
         task = copy.copy(self)
         task.profile = profile
         if profile == "paper":
@@ -84,6 +93,14 @@ class Task(ABC):
                 "max_new_tokens": spec.grader.max_new_tokens, "stop": list(spec.grader.stop),
                 "default_budget": spec.default_budget, "base_model": base_model,
                 **spec.notes}
+
+    @property
+    def evaluated_as(self) -> str:
+        """The profile whose evaluation this task runs: its own, except a toy task under
+        `paper`, which keeps the `a2rl` evaluation (the paper has no such task)."""
+        if self.profile == "paper" and self.spec.toy and self.spec.id not in PAPER_TASKS:
+            return "a2rl"
+        return self.profile
 
     @property
     def readonly_paths(self) -> list[str]:

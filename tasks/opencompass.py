@@ -16,21 +16,18 @@ are reproduced in `a2rl.tasks.gsm8k.paper` and `a2rl.tasks.humaneval.paper`.
 from __future__ import annotations
 
 import ast
-import hashlib
 import re
-import zipfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 from a2rl.settings import Settings
 
+from .wheels import Wheel
+from .wheels import read_member as _read
+
 VERSION = "0.5.1"
-WHEEL = f"opencompass-{VERSION}-py3-none-any.whl"
-#: SHA-256 of the wheel above as the package index serves it.
+#: SHA-256 of the wheel as the package index serves it.
 WHEEL_SHA256 = "c047ceb957bf93154cc3ebef79e93f100bbdbbdf1cd157bab6e6efb41f1954da"
-DOWNLOAD = (f'pip download opencompass=={VERSION} --no-deps --only-binary=:all: '
-            f'-d "$A2RL_HOME/opencompass"')
 CONFIGS = "opencompass/configs/datasets"
 
 #: OpenCompass's role names -> chat roles (models/huggingface_above_v4_33.py:
@@ -42,6 +39,12 @@ class OpenCompassUnavailable(RuntimeError):
     """The OpenCompass wheel is missing, altered, or lacks the config asked for."""
 
 
+OPENCOMPASS = Wheel(package="opencompass", version=VERSION, sha256=WHEEL_SHA256,
+                    label="OpenCompass", what="the prompts", unavailable=OpenCompassUnavailable)
+WHEEL = OPENCOMPASS.filename
+DOWNLOAD = OPENCOMPASS.download
+
+
 @dataclass(frozen=True)
 class GenConfig:
     """What the `paper` profile needs from one `*_gen_*` dataset config."""
@@ -51,37 +54,13 @@ class GenConfig:
 
 
 def default_wheel(settings: Settings) -> Path:
-    return settings.home_dir / "opencompass" / WHEEL
-
-
-def _missing(path: Path) -> OpenCompassUnavailable:
-    return OpenCompassUnavailable(
-        f"the paper profile reads OpenCompass {VERSION}'s prompts from its wheel, not found at "
-        f"{path}; download it once: {DOWNLOAD}")
-
-
-@lru_cache(maxsize=4)
-def _checked(path: str, expect_sha256: str | None) -> None:
-    if expect_sha256 is None:
-        return
-    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    if digest != expect_sha256:
-        raise OpenCompassUnavailable(f"{path} is not OpenCompass {VERSION}'s wheel (SHA-256 "
-                                     f"{digest[:16]}..., expected {expect_sha256[:16]}...)")
+    return OPENCOMPASS.default_path(settings)
 
 
 def read_member(wheel: Path, member: str, expect_sha256: str | None = WHEEL_SHA256) -> str:
-    """The text of `member` inside the wheel (after checking the wheel's digest)."""
-    if not wheel.is_file():
-        raise _missing(wheel)
-    _checked(str(wheel), expect_sha256)
-    try:
-        with zipfile.ZipFile(wheel) as zf:
-            return zf.read(member).decode()
-    except KeyError:
-        raise OpenCompassUnavailable(f"{wheel.name} has no {member}") from None
-    except zipfile.BadZipFile:
-        raise OpenCompassUnavailable(f"{wheel} is not a wheel (zip)") from None
+    """The text of `member` inside the wheel (after checking the wheel's digest; None: a test
+    fixture, not checked)."""
+    return _read(OPENCOMPASS, wheel, member, expect_sha256)
 
 
 def _dict_call(node: ast.AST) -> dict[str, ast.expr] | None:

@@ -119,18 +119,22 @@ def task_load_errors() -> dict[str, str]:
 
 
 def list_tasks(profile: str | None = None) -> list[Task]:
-    """Every task (`profile` None or a2rl), or those that have the profile `profile`; a task
-    that cannot be loaded is left out (`task_load_errors` says why; `a2rl tasks` prints it)."""
+    """Every task (`profile` None or a2rl), or those that have the profile `profile` (under
+    `paper`: the harness's tasks and the toys, which keep their a2rl evaluation); a task that
+    cannot be loaded is left out (`task_load_errors` says why; `a2rl tasks` prints it)."""
     from .profiles import PAPER_TASKS
 
-    ids = task_ids()
     if profile not in (None, "a2rl"):
         check_profile(profile)  # type: ignore[arg-type]
-        ids = [i for i in ids if i in PAPER_TASKS]
     tasks = []
-    for task_id in ids:
+    for task_id in task_ids():
         try:
-            tasks.append(get_task(task_id, profile or "a2rl"))
+            task = get_task(task_id)
+            if profile not in (None, "a2rl"):
+                if task_id not in PAPER_TASKS and not task.spec.toy:
+                    continue
+                task = get_task(task_id, profile)  # type: ignore[arg-type]
         except PluginLoadError:
             continue
+        tasks.append(task)
     return tasks

@@ -417,6 +417,7 @@ def test_show_prints_settings_counts_jobs_submissions_scores(listed: tuple[Path,
     assert re.search(r"max submissions\s+unlimited", text) and re.search(r"seed\s+7", text)
     assert re.search(r"backend\s+docker \(image a2rl-test, GPUs 0,1\)", text)
     assert re.search(r"network\s+bridge", text)
+    assert re.search(r"^  ?profile\s+a2rl$", text, re.M), text
     assert re.search(r"j-1\s+exited exit 0\s+1m 15s\s+python code/train.py", text)
     assert re.search(r"s-1\s+graded\s+output/ckpt\s+dev 0.450\s+test 0.500", text)
     assert "train before submitting" in text and "Traceback" not in text
@@ -434,6 +435,36 @@ def test_compare_skips_unstarted_runs_and_shows_no_spread_for_one(
     assert "r-cccc" not in text, text
     board = [line for line in text.splitlines() if re.match(r"\s*\d+\. ", line)]
     assert len(board) == 2 and not any("±" in line for line in board), text
+
+
+def test_compare_keeps_profiles_apart(listed: tuple[Path, Store]) -> None:
+    """A paper run of the same task and agent is its own group and leaderboard, never averaged
+    with the a2rl runs; --profile keeps one profile; show prints the profile."""
+    home, store = listed
+    with store.session() as s:
+        for i, final in enumerate((0.9, 0.7)):
+            s.add(Run(id=f"r-pap{i}", task_id="arith", agent="reference", workspace="/w/p",
+                      budget_s=1200, status="finished", created_at=T0, started_at=T0,
+                      ended_at=T0 + timedelta(minutes=5), profile="paper",
+                      baseline_test=0.2, final_score=final))
+    doc = json.loads(cli(home, "compare", "--json").stdout)
+    groups = {(g["task"], g["profile"], g["agent"]): g for g in doc["groups"]}
+    assert groups[("arith", "paper", "reference")]["runs"] == 2
+    assert groups[("arith", "paper", "reference")]["final_mean"] == pytest.approx(0.8)
+    assert groups[("arith", "a2rl", "reference")]["runs"] == 1
+    assert groups[("arith", "a2rl", "reference")]["final_mean"] == pytest.approx(0.5)
+    assert set(doc["leaderboard"]) == {"arith", "arith (paper)", "gsm8k"}
+    assert {r["run_id"]: r["profile"] for r in doc["rows"]}["r-pap0"] == "paper"
+    only = json.loads(cli(home, "compare", "--profile", "paper", "--json").stdout)
+    assert {r["run_id"] for r in only["rows"]} == {"r-pap0", "r-pap1"}
+    assert {r["run_id"] for r in json.loads(cli(home, "compare", "--profile", "a2rl",
+                                                "--json").stdout)["rows"]} == {"r-aaaa",
+                                                                                "r-bbbb"}
+    text = cli(home, "compare").stdout
+    assert "leaderboard arith (paper)" in text and re.search(r"r-pap0\s+arith\s+paper", text)
+    assert re.search(r"^  ?profile\s+paper$", cli(home, "show", "r-pap0").stdout, re.M)
+    bad = cli(home, "compare", "--profile", "harness")
+    assert bad.exit_code != 0 and "harness" in bad.stderr
 
 
 # -- a run made for real ------------------------------------------------------------------------

@@ -279,7 +279,19 @@ def test_paper_split_is_the_harness_datasets_shuffle(settings: Settings, tmp_pat
     assert "Dataset.shuffle(seed=42)" in task.task_md() and "6 actions" in task.task_md()
 
 
-def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings) -> None:
+@pytest.fixture
+def harness_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The paper profile reads RD-Agent's prompts from a fixture wheel in its layout."""
+    from a2rl.tasks.rdagent import deepsearchqa_text
+
+    from .rdagent_fixture import build_wheel
+
+    wheel = build_wheel(tmp_path / "rdagent")
+    monkeypatch.setattr(DeepSearchQATask, "harness_wheel", wheel)
+    return deepsearchqa_text(wheel, checked=False)
+
+
+def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings, harness_text: Any) -> None:
     from a2rl.tasks.deepsearchqa.judge import string_match
 
     # deepsearchqa/eval.py `_string_match`: containment for a single answer, every
@@ -297,9 +309,15 @@ def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings) -> None:
         assert paper.get_judge().rules == "paper" and task.get_judge().rules == "a2rl"
         gold = items[0]["answer"].lower()
         ok = paper.score_episodes([items[0]], [_episode("a", [f"answer[{gold}, extra]"])])
-        user = fake.requests[-1]["messages"][-1]["content"]
-        assert ok.items[0].correct and "ALL items of the gold answer" in user
-        assert ok.metrics["judge"]["prompt_version"] == "dsqa-correctness.paper.1"
+        # the harness's judge prompt (from RD-Agent's wheel): gold, type, prediction, no
+        # question
+        assert fake.requests[-1]["messages"] == [
+            {"role": "system", "content": harness_text.judge_system},
+            {"role": "user", "content": harness_text.judge.format(
+                answer_type=items[0]["answer_type"], gold=items[0]["answer"],
+                predicted=f"{gold}, extra")}]
+        assert ok.items[0].correct
+        assert ok.metrics["judge"]["prompt_version"].startswith("dsqa-harness.2.")
         # a failed judge call: the harness's string match decides (a2rl: incorrect)
         fake.fail(500, times=2)
         fell = paper.score_episodes(items[:2], [_episode("b", [f"answer[{gold} indeed]"]),

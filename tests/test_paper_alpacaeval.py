@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -335,3 +336,121 @@ def test_annotator_steps_equal_alpaca_evals_configured_annotator() -> None:
     flags = list(pre["is_switched_outputs"])
     assert list(back["preference"]) == [3.0 - p if s else p
                                         for p, s in zip(shown["preference"], flags, strict=True)]
+
+
+# --- the improvement's paired interval under the paper profile ------------------------------
+def test_bootstrap_refit_is_alpaca_evals_glm_on_each_resample(monkeypatch: pytest.MonkeyPatch,
+                                                               library_lc: Any) -> None:
+    """`lc_statistic` on item counts = alpaca_eval's own featurization and fit of the rows
+    drawn (duplicates repeated), with the penalty its CV chose on all items."""
+    from a2rl.stats import bootstrap_weights
+    from a2rl.tasks.alpacaeval.paper_length_control import design, lc_statistic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from alpaca_eval.metrics import glm_winrate
+    gamed = load_df_gamed(FIXTURES)
+    df = annotations(50, 5, 0.3)
+    full = length_controlled_win_rate(df, gamed)
+    d = design(df, gamed, full["penalty_C"])
+    assert lc_statistic(d, np.ones((1, 50)))[0] == pytest.approx(full["lc_win_rate"], abs=1e-12)
+    info = glm_winrate.GLM_INFO["length_controlled_v1"]
+    counts = bootstrap_weights(50, 3, seed=11)
+    ours = lc_statistic(d, counts)
+    for row, value in zip(counts, ours, strict=True):
+        drawn = df.iloc[np.repeat(np.arange(50), row.astype(int))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            x_train, x_test, weight = glm_winrate._get_featurized_data(
+                drawn, info["formula"], info["regularize_to_baseline_lambda"])
+            keep = x_train["preference"].notna()
+            model = glm_winrate.fit_LogisticRegressionCV(
+                x_train[keep], "preference", is_ytrue_proba=True, sample_weight=weight[keep],
+                n_splits=0, C=full["penalty_C"])
+        assert value == pytest.approx(float(model.predict_proba(x_test)[:, 1].mean()),
+                                      abs=1e-9)
+    assert len(set(np.round(ours, 9))) == 3  # the resamples differ
+
+
+def _paper_items(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """A paper evaluation's per-item results (as `_score_paper` records them) of a frame."""
+    out = []
+    for index, row in df.iterrows():
+        pref = None if pd.isna(row["preference"]) else float(row["preference"])
+        out.append({"id": f"test-{int(index):04d}", "prompt": row["instruction"],
+                    "output": row["output_2"], "expected": row["output_1"],
+                    "correct": pref == 2.0,
+                    "parsed": json.dumps({"preference": pref,
+                                          "model_length": len(row["output_2"]),
+                                          "reference_length": len(row["output_1"])})})
+    return out
+
+
+@pytest.fixture
+def fewer_resamples(monkeypatch: pytest.MonkeyPatch) -> int:
+    """100 resamples instead of the task's 400: each refits the GLM twice (the suite's time)."""
+    from a2rl.tasks.alpacaeval import paper_length_control
+
+    monkeypatch.setattr(paper_length_control, "BOOTSTRAP_RESAMPLES", 100)
+    return 100
+
+
+def test_paired_improvement_of_the_paper_lc_win_rate(fewer_resamples: int) -> None:
+    from a2rl.analysis.improvement import Scored, paired_improvement
+
+    gamed = load_df_gamed(FIXTURES)
+    base_df = annotations(50, 8, 0.0)
+    final_df = base_df.copy()
+    flip = np.random.default_rng(3).random(50) < 0.8  # most losses now win
+    final_df["preference"] = np.where(flip & (base_df["preference"] == 1.0), 2.0,
+                                      base_df["preference"])
+    lc0 = length_controlled_win_rate(base_df, gamed)["lc_win_rate"]
+    lc1 = length_controlled_win_rate(final_df, gamed)["lc_win_rate"]
+    prov = {"profile": "paper", "task_options": {"data_dir": str(FIXTURES)}}
+    metrics = {"lc_win_rate": 0.0, "lc_weights": {}}
+    final = Scored(lc1, _paper_items(final_df.sample(frac=1, random_state=1)), metrics, prov)
+    base = Scored(lc0, _paper_items(base_df), metrics, prov)
+    iv, note = paired_improvement(final, base)
+    assert note is None and iv is not None, note
+    assert f"paired-percentile-bootstrap-95 ({fewer_resamples} item resamples" in iv.method
+    assert "length_controlled_v1" in iv.method and iv.n_paired == 50
+    assert iv.estimate == pytest.approx(lc1 - lc0)
+    assert -lc0 <= iv.low < iv.estimate < iv.high <= 1 - lc0
+    assert iv.low > 0 and not iv.within_noise  # only wins were added
+    assert paired_improvement(final, base) == (iv, None)  # seeded (and cached)
+    same, _ = paired_improvement(Scored(lc0, base.items, metrics, prov), base)
+    assert same is not None and same.low == same.high == 0.0  # every item agrees
+    # a score the items do not reproduce, a missing df_gamed, a profile mismatch: no interval
+    iv, note = paired_improvement(Scored(lc1 + 0.01, final.items, metrics, prov), base)
+    assert iv is None and note is not None and "differs from the stored score" in note
+    empty = {"profile": "paper", "task_options": {"data_dir": str(FIXTURES / "nowhere")}}
+    iv, note = paired_improvement(Scored(lc1, final.items, metrics, empty),
+                                  Scored(lc0, base.items, metrics, empty))
+    assert iv is None and note is not None and "df_gamed.csv is unavailable" in note
+    iv, note = paired_improvement(final, Scored(lc0, base.items, {"lc_win_rate": 0.0},
+                                                {"profile": "a2rl"}))
+    assert iv is None and note is not None and "profile" in note
+
+
+def test_paired_improvement_of_two_paper_task_evaluations(home: Any,
+                                                           fewer_resamples: int) -> None:
+    """The task's own per-item records (through a real local judge) pair into an interval."""
+    from a2rl.analysis.improvement import Scored, paired_improvement
+
+    from .fake_openai import FakeOpenAI
+
+    with FakeOpenAI([rank_by_marker] * 24) as server:
+        task = paper_task(server)
+        items = task.load_split("test", home)
+        base = task.score_outputs(items, ["GOOD" if i in (1, 4) else "meh" for i in range(12)])
+        final = task.score_outputs(items, [f"GOOD {i}" if i % 4 else "meh" for i in range(12)])
+    prov = {"profile": "paper", "task_options": {"data_dir": str(FIXTURES)}}
+
+    def scored(s: Any) -> Scored:
+        return Scored(s.score, [it.model_dump() for it in s.items], s.metrics, prov)
+
+    iv, note = paired_improvement(scored(final), scored(base))
+    assert note is None and iv is not None, note
+    assert iv.n_paired == 12 and iv.estimate == pytest.approx(final.score - base.score)
+    assert -base.score <= iv.low <= iv.estimate <= iv.high <= 1 - base.score
+    assert iv.low < iv.high

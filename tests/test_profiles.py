@@ -18,7 +18,7 @@ from a2rl.fleet.node import run_argv
 from a2rl.grading import evaluate
 from a2rl.grading.baseline import baseline_key
 from a2rl.grading.worker import WorkerSpec
-from a2rl.settings import Settings
+from a2rl.settings import Settings, parse_duration
 from a2rl.store import Run, Store
 from a2rl.tasks import get_task, list_tasks
 from a2rl.tasks import opencompass as oc
@@ -49,7 +49,8 @@ def test_registry_builds_one_task_per_profile() -> None:
     # the a2rl task is untouched by building its paper twin
     assert a2rl.spec.default_budget == "10h" and a2rl.spec.grader.max_new_tokens == 256
     assert paper.spec.default_budget == PAPER_BUDGET == "12h"
-    assert {t.spec.id for t in list_tasks("paper")} == PAPER_TASKS
+    # the harness's tasks, and the toys (which keep their a2rl evaluation)
+    assert {t.spec.id for t in list_tasks("paper")} == PAPER_TASKS | {"arith", "textquest"}
     assert all(t.profile == "paper" for t in list_tasks("paper"))
     assert {t.spec.id for t in list_tasks()} >= PAPER_TASKS | {"arith", "textquest"}
 
@@ -57,8 +58,8 @@ def test_registry_builds_one_task_per_profile() -> None:
 def test_bad_profiles_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="profile must be one of a2rl, paper, not 'papr'"):
         get_task("gsm8k", "papr")
-    with pytest.raises(ValueError, match="'arith' has no paper profile"):
-        get_task("arith", "paper")
+    with pytest.raises(ValueError, match="'fixture' has no paper profile"):
+        get_task("fixture", "paper")  # neither the harness's task nor a toy
     with pytest.raises(ValueError, match="build a profile from the a2rl task"):
         get_task("gsm8k", "paper").with_profile("a2rl")
     assert check_profile("paper") == "paper"
@@ -125,7 +126,10 @@ def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     docs = {d["task"]: d for d in json.loads(out.stdout)}
-    assert set(docs) == PAPER_TASKS
+    assert set(docs) == PAPER_TASKS | {"arith", "textquest"}
+    assert docs["arith"]["paper_profile"].startswith("the a2rl evaluation, unchanged")
+    assert docs["arith"]["default_budget"] == get_task("arith").spec.default_budget
+    assert "paper_profile" not in docs["gsm8k"]
     gsm8k = docs["gsm8k"]
     assert gsm8k["profile"] == "paper" and gsm8k["max_new_tokens"] == 512
     assert gsm8k["splits"]["train"]["n_items"] == 7473 and gsm8k["default_budget"] == "12h"
@@ -163,3 +167,34 @@ def test_worker_reads_the_runs_profile_from_the_store(tmp_path: Path) -> None:
     store.close()
     assert [(sp.task_id, sp.profile, sp.split) for sp in specs] == [
         ("gsm8k", "a2rl", "test"), ("gsm8k", "paper", "test")]
+
+
+def test_toy_tasks_run_under_paper_with_their_a2rl_evaluation(a2rl_home: Path,
+                                                              tmp_path: Path) -> None:
+    """A toy (arith) accepts the paper profile, so a fleet's `--profile paper` over a plan
+    with a toy runs: the run records the profile, the evaluation is the a2rl one item for
+    item, and its provenance says so; the harness's tasks' paper evaluations say nothing."""
+    from a2rl.server import create_run
+
+    settings = Settings(home=a2rl_home, base_model="tiny-llama", grader_max_new_tokens=4)
+    a2rl, paper = get_task("arith"), get_task("arith", "paper")
+    assert paper.profile == "paper" and paper.evaluated_as == "a2rl"
+    assert paper.spec.grader == a2rl.spec.grader and paper.spec.splits == a2rl.spec.splits
+    assert paper.spec.default_budget == a2rl.spec.default_budget
+    assert get_task("gsm8k", "paper").evaluated_as == "paper"
+    assert get_task("textquest", "paper").evaluated_as == "a2rl"
+    plan = FleetPlan(name="toys", tasks=["arith"], agents=[{"name": "reference"}],
+                     profile="paper")
+    (spec,) = plan.runs()
+    store = Store(f"sqlite:///{tmp_path / 'toys.db'}")
+    run = create_run(settings, store, task_id=spec.task, profile=spec.profile,
+                     baseline=False).run
+    assert run.profile == "paper" and run.budget_s == parse_duration(a2rl.spec.default_budget)
+    base = a2rl.base_model_dir(settings)
+    ours, theirs = (evaluate(t, base, "dev", settings) for t in (a2rl, paper))
+    assert (ours.score, [i.model_dump() for i in ours.items]) == (
+        theirs.score, [i.model_dump() for i in theirs.items])
+    assert theirs.provenance["profile"] == "paper"
+    assert theirs.provenance["evaluated_as"] == "a2rl"
+    assert "evaluated_as" not in ours.provenance
+    store.close()

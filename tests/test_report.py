@@ -352,6 +352,7 @@ def test_paired_interval_from_stored_items(tmp_path: Path) -> None:
     final = [{"id": f"t{i}", "correct": True} for i in reversed(range(10))]
     store = _eval_store(tmp_path, base, final)
     rep = build_report(store, "p")
+    assert rep.summary.profile == "a2rl" and "| profile | a2rl |" in render(rep, "md")
     c = compare(store)
     store.close()
     iv = rep.summary.improvement

@@ -16,6 +16,7 @@ from a2rl.stats import (
     bootstrap_interval,
     bootstrap_weights,
     newcombe_paired_interval,
+    normal_interval,
     paired_proportion_difference,
     weighted_mean,
     wilson_interval,
@@ -55,6 +56,25 @@ def test_wilson_edges() -> None:
     low, high = wilson_interval(0, 200)
     assert low == 0.0 and 0.0 < high < 0.02  # a score of 0 still has a width
     assert wilson_interval(200, 200)[1] == 1.0
+
+
+# --- the normal interval from a standard error (AlpacaEval's paper profile) ----------------
+@pytest.mark.parametrize(("estimate", "se"), [(0.5, 0.02), (0.31, 0.017), (0.9, 0.1),
+                                              (0.02, 0.05), (0.4, 0.0)])
+def test_normal_interval_matches_scipy(estimate: float, se: float, reference: None) -> None:
+    low, high = (scipy_stats.norm.interval(0.95, loc=estimate, scale=se) if se > 0
+                 else (estimate, estimate))
+    assert normal_interval(estimate, se) == pytest.approx((max(low, 0.0), min(high, 1.0)),
+                                                          abs=1e-12)
+
+
+def test_normal_interval_edges() -> None:
+    assert normal_interval(0.97, 0.05) == (pytest.approx(0.97 - 1.959963984540054 * 0.05), 1.0)
+    assert normal_interval(0.5, float("nan")) == (0.0, 1.0)  # unknown: the whole range
+    assert normal_interval(0.1, 0.2, floor=-1.0) == pytest.approx((0.1 - 0.392, 0.492),
+                                                                  abs=1e-3)
+    with pytest.raises(ValueError, match="standard error"):
+        normal_interval(0.5, -0.1)
 
 
 # --- Newcombe's paired interval ------------------------------------------------------------

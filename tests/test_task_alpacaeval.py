@@ -13,10 +13,11 @@ from a2rl.grading.evaluate import evaluate
 from a2rl.settings import Settings, load_settings
 from a2rl.tasks.alpacaeval import AlpacaEvalTask
 from a2rl.tasks.alpacaeval.judge import (
-    SYSTEM_PROMPT,
+    JUDGE_PROMPT_VERSION,
     Judge,
     JudgeCache,
     JudgeConfig,
+    clf_prompt,
     model_shown_first,
     parse_verdict,
 )
@@ -135,7 +136,7 @@ def test_win_rate_on_fixture_items(fake: FakeJudge, home: Settings) -> None:
     assert len(fake.requests) == 12
     for body in fake.requests:
         assert body["model"] == "fake-judge" and body["temperature"] == 0
-        assert body["messages"][0] == {"role": "system", "content": SYSTEM_PROMPT}
+        assert body["messages"][0] == {"role": "system", "content": clf_prompt()[0]}
     assert all(h.get("authorization") == "Bearer sk-test" for h in fake.headers)
     for item, result in zip(items, scored.items, strict=True):
         record = json.loads(result.parsed or "{}")
@@ -336,3 +337,26 @@ def test_evaluate_end_to_end(split: str, fake: FakeJudge, home: Settings,
     again = evaluate(task, checkpoint, split, home, engine=EchoEngine())  # type: ignore[arg-type]
     assert len(fake.requests) == n and again.metrics["judge_requests"] == 0
     assert again.score == result.score
+
+
+def test_judge_prompt_is_read_from_the_installed_alpaca_eval() -> None:
+    """The a2rl judge's prompt is alpaca_eval's own file (alpaca_eval_clf_gpt4_turbo/
+    alpaca_eval_clf.txt, not a copy); it renders exactly the messages the copy a2rl shipped
+    before rendered (their digests, pinned), so cached verdicts and scores stay valid."""
+    import hashlib
+    from importlib import resources
+
+    system, template = clf_prompt()
+    path = resources.files("alpaca_eval").joinpath(
+        "evaluators_configs", "alpaca_eval_clf_gpt4_turbo", "alpaca_eval_clf.txt")
+    raw = path.read_text()
+    assert system in raw and "## Best Model Identifier" in template
+    assert hashlib.sha256((system + "\0" + template).encode()).hexdigest() == (
+        "1a07d40ecb89a269f0b94b7b766baf6ec1a2a68c13ca0d609b96d668a225eec2")
+    messages = Judge.messages(None, 'Name {output_1} a "quoted" {x}',  # type: ignore[arg-type]
+                              "first {y}", "second")
+    assert hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest() == (
+        "26f354d6f3fa1c13507bbe6e81b6b1590785fb7a732291c929ed9281e5ce9c48")
+    # the fields are filled once: text inside an instruction is never substituted
+    assert 'Name {output_1} a "quoted" {x}' in messages[1]["content"]
+    assert JUDGE_PROMPT_VERSION == "alpaca_eval_clf_gpt4_turbo.1"  # the cache key's part

@@ -233,7 +233,10 @@ def test_paper_verdicts_match_the_harness(shop: Settings) -> None:
     assert (paper.rollout.max_steps, paper.rollout.history_window) == (50, 5)
     assert paper.spec.grader.max_new_tokens == 100 and paper.spec.grader.stop[0] == "\n"
     assert paper.spec.splits["test"].n_items == 100
-    items = paper.load_split("test", shop)
+    paper.load_split("test", shop)  # the catalog make_env plays on
+    # the verdicts on hand-computed human goals (the paper's test goals are synthetic ones:
+    # test_paper_test_goals_are_the_originals_synthetic_goals)
+    items = paper.data(shop).split_goals("test")
     catalog = paper.catalog(paper.data(shop))
     assert [it["id"] for it in items] == [f"test-{i:05d}" for i in range(3)]
     expert = [expert_actions(catalog, it["goal"]) for it in items]
@@ -260,10 +263,124 @@ def test_paper_verdicts_match_the_harness(shop: Settings) -> None:
     again = a2rl.score_episodes(cases, _play(a2rl, cases, scripts))
     assert [r.correct for r in again.items] == [True, False, False, False, False]
     assert "reward 0.5 or more" in paper.task_md() and "reward 1" in a2rl.task_md()
-    # the harness's action clean-up: an `Action:` prefix and `choose[` are accepted
-    wordy = [f"action: {expert[0][0]}", expert[0][1].replace("click[", "choose[", 1),
-             "Action: click[buy now]".lower()]
-    (ep,) = _play(paper, [cases[1]], [wordy])
+    # the harness's action clean-up in its own loop (case-sensitive, as webshop_run): an
+    # `Action:` prefix is dropped and `choose[` read as `click[`
+    wordy = [f"Action: {expert[0][0]}", expert[0][1].replace("click[", "choose[", 1),
+             " Action: click[buy now]"]
+    (ep,) = _play_paper(paper, [cases[1]], [wordy])
     assert ep.done and ep.rewards[-1] == pytest.approx(2 / 3) and paper_success(ep)
-    (ep,) = _play(a2rl, [cases[1]], [wordy])
+    (ep,) = _play_paper(paper, [cases[1]], [[wordy[0].lower(), *wordy[1:]]])
+    assert not ep.done  # a lower-case `action:` is the harness's action as written: nothing
+    (ep,) = _play(a2rl, [cases[1]], [[w.lower() for w in wordy]])
     assert not ep.done  # the a2rl profile takes actions as they are
+
+
+def _play_paper(task: WebShopTask, items: list[dict[str, Any]],
+                scripts: list[list[str]]) -> list[Any]:
+    """The paper profile's own loop (the grader's) with scripted completions."""
+    from a2rl.tasks.rdagent import parse_webshop
+    from a2rl.tasks.webshop import paper as paper_loop
+
+    from .rdagent_fixture import WEBSHOP
+
+    text = parse_webshop(WEBSHOP).to_dict()
+    done: list[int] = [0] * len(items)
+
+    def generate(chats: list[Any]) -> list[str]:
+        out = []
+        for chat in chats:
+            k = next(i for i, it in enumerate(items) if f"Instruction: Instruction: "
+                     f"{it['goal']['instruction_text']}" in chat[1]["content"])
+            step = done[k]
+            done[k] += 1
+            out.append(scripts[k][step] if step < len(scripts[k]) else "click[nothing]")
+        return out
+
+    return paper_loop.play([it["id"] for it in items],
+                           [lambda it=it: task.make_env(it) for it in items], text, generate)
+
+
+def test_paper_profile_reads_the_harness_product_files(settings: Settings,
+                                                       tmp_path: Path) -> None:
+    """With both the full files and the `_1000` ones, a2rl reads the full ones and the paper
+    profile the harness's `_1000` ones; with only the full file, the paper profile takes its
+    first 1,000 rows and says so."""
+    import shutil
+
+    folder = tmp_path / "both"
+    folder.mkdir()
+    for name in ("items_shuffle_1000.json", "items_ins_v2_1000.json", "items_human_ins.json"):
+        shutil.copy(FIXTURE / name, folder / name)
+    small = json.loads((FIXTURE / "items_shuffle_1000.json").read_text())
+    full = [{**p, "asin": "B0FULL" + p["asin"][-4:]} for p in small if p["asin"] != "nan"]
+    (folder / "items_shuffle.json").write_text(json.dumps(full))
+    attributes = json.loads((FIXTURE / "items_ins_v2_1000.json").read_text())
+    (folder / "items_ins_v2.json").write_text(json.dumps(
+        {"B0FULL" + k[-4:]: v for k, v in attributes.items()}))
+    both = settings.model_copy(update={"webshop_dir": str(folder)})
+    ours, paper = WebShopTask(), WebShopTask().with_profile("paper")
+    assert {p["asin"][:6] for p in ours.data(both).products} == {"B0FULL"}
+    assert ours.data(both).source == "items_shuffle.json; items_ins_v2.json"
+    harness = paper.data(both)
+    assert {p["asin"][:6] for p in harness.products} == {"B0WS00"}
+    assert harness.source == "items_shuffle_1000.json; items_ins_v2_1000.json"
+    assert harness.products[0]["Attributes"] == attributes[harness.products[0]["asin"]][
+        "attributes"]
+    only_full = tmp_path / "full"
+    only_full.mkdir()
+    for name in ("items_shuffle.json", "items_ins_v2.json", "items_human_ins.json"):
+        shutil.copy(folder / name, only_full / name)
+    fallback = paper.data(settings.model_copy(update={"webshop_dir": str(only_full)}))
+    assert {p["asin"][:6] for p in fallback.products} == {"B0FULL"}
+    assert fallback.source == "items_shuffle.json; items_ins_v2.json"  # fewer than 1,000 rows
+    assert "gdown 1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib" in paper.profile_settings()["data_download"]
+
+
+def test_paper_test_goals_are_the_originals_synthetic_goals(shop: Settings) -> None:
+    """The harness's env has no `human_goals`, so its goals are the original site's synthetic
+    ones: per product with an instruction, one per combination of its options (names sorted),
+    shuffled with seed 233; its sessions 0-99 are the first 100. Hand-checked on the fixture:
+    the t-shirt's 3 sizes x 2 colours are 6 goals."""
+    import random as stdlib_random
+
+    paper = WebShopTask().with_profile("paper")
+    items = paper.load_split("test", shop)
+    data = paper.data(shop)
+    attributes = json.loads((FIXTURE / "items_ins_v2_1000.json").read_text())
+    products = {p["asin"]: p for p in data.products}
+    expected = []  # get_synthetic_goals' order, before the shuffle
+    for asin, product in products.items():
+        text = attributes[asin]["instruction"]
+        if text is None:
+            continue
+        names = sorted(product["options"])
+        combos = [[]] if not names else [[]]
+        for name in names:
+            combos = [c + [(name, v)] for c in combos for v in product["options"][name]]
+        expected += [(asin, text + (" with " + ", and ".join(f"{k}: {v}" for k, v in c)
+                                    if c else "")) for c in combos]
+    # options: 2 colours; 3 sizes x 2 colours; 2 flavours; 2; 3 x 2; none; 2 x 2; B0WS000008 has
+    # no instruction
+    assert len(expected) == len(data.synthetic) == 2 + 6 + 2 + 2 + 6 + 1 + 4
+    shuffled = list(range(len(expected)))
+    stdlib_random.Random(233).shuffle(shuffled)
+    got = [(g["asin"], g["instruction_text"].split(", and price lower than")[0])
+           for g in data.synthetic]
+    assert got == [expected[i] for i in shuffled]
+    tee = [g for g in data.synthetic if g["asin"] == "B0WS000002"]
+    assert sorted(g["instruction_text"].split(" with ")[1].split(", and price")[0]
+                  for g in tee) == sorted(f"color: {c}, and size: {z}"
+                                          for c in ("navy blue", "white")
+                                          for z in ("small", "medium", "large"))
+    assert all(g["goal_options"].keys() == {"color", "size"} for g in tee)
+    assert all(g["name"] == products["B0WS000002"]["Title"] for g in tee)
+    assert [it["goal"] for it in items] == data.synthetic[:100]
+    assert [it["id"] for it in items] == [f"test-{i:05d}" for i in range(len(data.synthetic))]
+    # the a2rl profile keeps the human goals and builds no synthetic ones
+    a2rl = WebShopTask()
+    assert a2rl.load_split("test", shop) == a2rl.data(shop).split_goals("test")
+    assert a2rl.data(shop).synthetic == []
+    # an episode on a synthetic goal: the expert (options from the goal's dict) buys it
+    catalog = paper.catalog(data)
+    (ep,) = _play(paper, [items[0]], [expert_actions(catalog, items[0]["goal"])])
+    assert ep.done and ep.rewards[-1] > 0.5

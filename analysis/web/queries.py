@@ -28,6 +28,7 @@ from a2rl.store import (
     ToolCall,
     aware,
 )
+from a2rl.store.queries import match_baseline
 
 from ..improvement import Scored, paired_improvement
 from ..schema import Interval
@@ -84,24 +85,23 @@ def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
             Evaluation.split == "test", Evaluation.status == "done",
             col(Evaluation.submission_id).in_(
                 [r.final_submission_id for r in runs if r.final_submission_id]))).all()}
-        # A run records its baseline's score, not its row: the oldest baseline evaluation of
-        # the test split with that score (as store.queries.baseline_evaluation).
-        base_evs: dict[float, Evaluation] = {}
-        for e in s.exec(select(Evaluation).where(
-                Evaluation.kind == "baseline", Evaluation.split == "test")
-                .order_by(col(Evaluation.id))).all():
-            if e.score is not None:
-                base_evs.setdefault(e.score, e)
+        # Each run's baseline test evaluation: the one it recorded, or for older runs the one
+        # its score and provenance match (store.queries.match_baseline)
+        base_list = list(s.exec(select(Evaluation).where(
+            Evaluation.kind == "baseline", Evaluation.split == "test")
+            .order_by(col(Evaluation.id))).all())
+        base_by_id = {e.id: e for e in base_list if e.id is not None}
     out = []
     for r in runs:
         imp = None
-        base = base_evs.get(r.baseline_test) if r.baseline_test is not None else None
+        base = match_baseline(r, "test", base_by_id, base_list)
         if r.final_score is not None and base is not None:
             # the paired interval of the run page (analysis.report.build_summary)
             final = finals.get(r.final_submission_id) if r.final_submission_id else base
             if final is not None:
-                imp = paired_improvement(Scored(r.final_score, final.items, final.metrics),
-                                         Scored(base.score, base.items, base.metrics))[0]
+                imp = paired_improvement(
+                    Scored(r.final_score, final.items, final.metrics, final.provenance),
+                    Scored(base.score, base.items, base.metrics, base.provenance))[0]
         out.append(RunRow(
             run_id=r.id, task=r.task_id, agent=r.agent, driver_model=r.driver_model,
             status=r.status, profile=getattr(r, "profile", None), fleet_id=r.fleet_id,

@@ -19,6 +19,7 @@ from typing import Any
 from a2rl.layout import WRITABLE_DIRS
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import GradingClock, Run, RunStatus, Store, utcnow
+from a2rl.store.queries import BASELINE_IDS
 from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import RunRuntime, run_logger
@@ -108,7 +109,8 @@ def create_run(
             base_model=task.base_model_name(settings), **(fleet or {}),
             baseline_dev=scores["dev"].score if scores else None,
             baseline_test=scores["test"].score if scores else None,
-            config={"network": network, "allow_unisolated": unsafe or task.spec.toy,
+            config={BASELINE_IDS: {split: ev.id for split, ev in scores.items()},
+                    "network": network, "allow_unisolated": unsafe or task.spec.toy,
                     "unsafe_local": unsafe, "disk_volume": disk_volume, "task_options": options,
                     "readonly_paths": task.readonly_paths,
                     "container": container_settings(settings, task.spec.sandbox_image, gpus or [],

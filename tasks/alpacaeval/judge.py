@@ -10,7 +10,8 @@ the position of the model's output is recorded with the verdict.
 
 The prompt is AlpacaEval 2.0's own: the system message and user template of
 `alpaca_eval_clf_gpt4_turbo/alpaca_eval_clf.txt`, the template of the
-`weighted_alpaca_eval_gpt4_turbo` annotator (tatsu-lab/alpaca_eval). AlpacaEval reads the
+`weighted_alpaca_eval_gpt4_turbo` annotator (tatsu-lab/alpaca_eval), read from the installed
+`alpaca_eval` package (`clf_prompt`). AlpacaEval reads the
 log-probabilities of the tokens `m` and `M` (max_tokens=1); endpoints differ in logprob support,
 so this judge asks for a short greedy completion (temperature 0) and parses the **text** strictly:
 after stripping surrounding whitespace the answer must be exactly `m` or `M`; anything else is
@@ -50,8 +51,11 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,41 +66,35 @@ from a2rl.settings import Settings
 #: Bump when the prompt or the parsing changes (part of the cache key).
 JUDGE_PROMPT_VERSION = "alpaca_eval_clf_gpt4_turbo.1"
 
-SYSTEM_PROMPT = (
-    "You are a highly efficient assistant, who evaluates and selects the best large language "
-    "model (LLMs) based on the quality of their responses to a given instruction. This process "
-    "will be used to create a leaderboard reflecting the most accurate and human-preferred "
-    "answers."
-)
+#: The annotator whose prompt file the `a2rl` profile's judge uses, in the installed package.
+CLF_ANNOTATOR = "alpaca_eval_clf_gpt4_turbo"
+CLF_PROMPT_FILE = "alpaca_eval_clf.txt"
+#: The template's three fields (everything else in the file is literal text, braces included).
+FIELDS = ("instruction", "output_1", "output_2")
 
-USER_TEMPLATE = """I require a leaderboard for various large language models. I'll provide you with prompts given to these models and their corresponding outputs. Your task is to assess these responses, and select the model that produces the best output from a human perspective.
 
-## Instruction
+@lru_cache(maxsize=1)
+def clf_prompt() -> tuple[str, str]:
+    """(system message, user template) of alpaca_eval's `alpaca_eval_clf_gpt4_turbo` prompt,
+    read from the installed package (alpaca_eval is a dependency; its text is not copied
+    here). The file is a chat in `<|im_start|>role ... <|im_end|>` blocks; the user template is
+    returned as a `str.format` template over `FIELDS` (its other braces doubled), so that an
+    instruction or output holding `{output_1}` is never substituted."""
+    import warnings
 
-{{
-    "instruction": \"\"\"{instruction}\"\"\",
-}}
+    with warnings.catch_warnings():  # alpaca_eval imports pkg_resources, which warns
+        warnings.simplefilter("ignore")
+        folder = resources.files("alpaca_eval").joinpath("evaluators_configs", CLF_ANNOTATOR)
+    text = folder.joinpath(CLF_PROMPT_FILE).read_text()
+    blocks = dict(re.findall(r"<\|im_start\|>(system|user)\n(.*?)<\|im_end\|>", text, re.DOTALL))
+    if set(blocks) != {"system", "user"}:
+        raise RuntimeError(f"alpaca_eval's {CLF_ANNOTATOR}/{CLF_PROMPT_FILE} has no system and "
+                           "user blocks (a different alpaca_eval version?)")
+    user = blocks["user"].strip().replace("{", "{{").replace("}", "}}")
+    for name in FIELDS:
+        user = user.replace("{{" + name + "}}", "{" + name + "}")
+    return blocks["system"].strip(), user
 
-## Model Outputs
-
-Here are the unordered outputs from the models. Each output is associated with a specific model, identified by a unique model identifier.
-
-{{
-    {{
-        "model_identifier": "m",
-        "output": \"\"\"{output_1}\"\"\"
-    }},
-    {{
-        "model_identifier": "M",
-        "output": \"\"\"{output_2}\"\"\"
-    }}
-}}
-
-## Task
-
-Evaluate the models based on the quality and relevance of their outputs, and select the model that generated the best output. Answer by providing the model identifier of the best model. We will use your output as the name of the best model, so make sure your output only contains one of the following model identifiers and nothing else (no quotes, no spaces, no new lines, ...): m or M.
-
-## Best Model Identifier"""  # noqa: E501
 
 Winner = Literal["model", "reference", "draw", "error"]
 
@@ -204,8 +202,9 @@ class Judge:
         return self.client.requests_made
 
     def messages(self, instruction: str, first: str, second: str) -> list[dict[str, str]]:
-        user = USER_TEMPLATE.format(instruction=instruction, output_1=first, output_2=second)
-        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+        system, template = clf_prompt()
+        user = template.format(instruction=instruction, output_1=first, output_2=second)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def judge_one(self, item_id: str, instruction: str, output: str, reference: str) -> Judgment:
         """Ask (with retries) which output is better; never raises for judge failures."""

@@ -27,10 +27,10 @@ import json
 from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 from a2rl.settings import Settings, load_settings
+from a2rl.stats import NORMAL_METHOD, normal_interval
 
 from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..spec import GraderSettings, SplitInfo, TaskSpec
@@ -50,7 +50,7 @@ GRADER = GraderSettings(max_new_tokens=1024, stop=["<|im_end|>", "<|endoftext|>"
 PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 512})
 PAPER_MAX_MODEL_LEN = 4096
 #: The paper profile's interval: normal, from alpaca_eval's standard error of the LC win rate.
-PAPER_CI_METHOD = "normal-95 (alpaca_eval lc_standard_error)"
+PAPER_CI_METHOD = f"{NORMAL_METHOD} (alpaca_eval lc_standard_error)"
 
 
 def _description(grader: GraderSettings = GRADER, name: str = "description.md") -> str:
@@ -328,8 +328,7 @@ class AlpacaEvalTask(Task):
         n = len(results)
         score, se = lc["lc_win_rate"], lc["lc_standard_error"]
         # alpaca_eval reports the standard error of the LC win rate; its normal 95% interval
-        z = NormalDist().inv_cdf(0.975)
-        ci = (max(0.0, score - z * se), min(1.0, score + z * se))
+        ci = normal_interval(score, se)
         metrics = {
             "lc_win_rate": score, "lc_standard_error": se, "lc_win_rate_ci": list(ci),
             "lc_method": lc["method"], "lc_weights": lc["weights"],

@@ -10,11 +10,14 @@ Rules the scorer relies on: an empty answer is incorrect without asking; a judge
 (transport, HTTP error, malformed verdict after the retries) is an **error**, never correct; a
 set answer is correct only when it names every item of the gold set (the prompt says so).
 
-The `paper` profile's rules are the reference harness's (autorl_bench/benchmarks/deepsearchqa/
-eval.py, `_judge_answer`), in our words: a single answer is correct when it holds the gold
-answer's key information; a set answer when it contains every gold item, in any order, with
-minor wording variations, extra items allowed. Where its judge call fails the harness falls back
-to a string match (`string_match`); so does the paper profile.
+The `paper` profile judges as the reference harness does (autorl_bench/benchmarks/deepsearchqa/
+eval.py, `_judge_answer`): its own prompt and system prompt (RD-Agent's text, read from its
+wheel: `a2rl.tasks.rdagent.deepsearchqa_text`, passed in as `paper_prompts`), which show the
+gold answer, its type and the prediction but not the question; one request, whose reply is
+read as the harness reads it (`harness_verdict`: its first line, stripped of punctuation and
+lower-cased, is `correct`, or else the answer is incorrect: never asked again); an empty
+prediction is judged too; and when the call fails (or the reply is empty, where the harness's
+`splitlines()[0]` raises) the task falls back to the harness's string match (`string_match`).
 """
 
 from __future__ import annotations
@@ -46,23 +49,10 @@ Rules:
 
 Reply with exactly one word: CORRECT or INCORRECT."""
 
-PAPER_PROMPT_VERSION = "dsqa-correctness.paper.1"
-USER_PAPER = """Question: {question}
-
-Gold answer: {gold}
-Answer type: {answer_type}
-
-Response to grade: {response}
-
-Rules:
-- Single Answer: the response is CORRECT when it carries the same key information as the gold
-  answer.
-- Set Answer: the response is CORRECT when it contains ALL items of the gold answer, in any
-  order; minor differences in wording are fine, and items beyond the gold ones do not make it
-  incorrect.
-- Anything else is INCORRECT.
-
-Reply with exactly one word: CORRECT or INCORRECT."""
+#: The paper profile's prompt version; the judge's prompt text's digest is appended, so that
+#: verdicts under another text (a test fixture's) never share a cache entry.
+PAPER_PROMPT_VERSION = "dsqa-harness.2"
+PAPER_MAX_TOKENS = 16  # the harness sets none; a one-word verdict, with room to spare
 
 Verdict = Literal["correct", "incorrect", "error"]
 Rules = Literal["a2rl", "paper"]
@@ -82,6 +72,17 @@ class Grade:
         return self.verdict == "correct"
 
 
+def harness_verdict(text: str) -> Literal["correct", "incorrect"] | None:
+    """`_judge_answer`'s reading of a reply: `response.strip().lower()`, its first line
+    stripped of `.!,;:` and whitespace, equal to `correct`; None for an empty reply, where the
+    harness's `splitlines()[0]` raises and it falls back to the string match."""
+    lines = text.strip().lower().splitlines()
+    if not lines:
+        return None
+    return "correct" if lines[0].strip().strip(".!,;: \t\r\n").lower() == "correct" \
+        else "incorrect"
+
+
 def parse_grade(text: str) -> Literal["correct", "incorrect"] | None:
     word = text.strip().strip(".!*`'\" ").upper()
     return {"CORRECT": "correct", "INCORRECT": "incorrect"}.get(word)  # type: ignore[return-value]
@@ -91,13 +92,20 @@ class CorrectnessJudge:
     """Grades (question, gold, type, response) through one `ChatClient`, cached."""
 
     def __init__(self, client: ChatClient, cache: AnswerCache | None = None, *,
-                 rules: Rules = "a2rl", concurrency: int = 8) -> None:
+                 rules: Rules = "a2rl", concurrency: int = 8,
+                 paper_prompts: Mapping[str, str] | None = None) -> None:
         self.client = client
         self.cache = cache
         self.concurrency = concurrency
-        #: "a2rl" (extra set items fail) or "paper" (the harness's rules)
+        #: "a2rl" (extra set items fail) or "paper" (the harness's judge)
         self.rules: Rules = rules
-        self.prompt_version = PAPER_PROMPT_VERSION if rules == "paper" else PROMPT_VERSION
+        #: the harness's `judge` template and `judge_system` (the paper rules need them)
+        self.paper_prompts = dict(paper_prompts) if paper_prompts is not None else None
+        self.prompt_version = PROMPT_VERSION
+        if rules == "paper" and self.paper_prompts is not None:
+            digest = sha256_text(self.paper_prompts["judge_system"] + "\0"
+                                 + self.paper_prompts["judge"])[:12]
+            self.prompt_version = f"{PAPER_PROMPT_VERSION}.{digest}"
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None,
@@ -108,10 +116,16 @@ class CorrectnessJudge:
                    AnswerCache(judge_cache_path(settings)), rules=rules,
                    concurrency=settings.judge_concurrency)
 
-    def with_rules(self, rules: Rules) -> CorrectnessJudge:
+    def with_rules(self, rules: Rules,
+                   paper_prompts: Mapping[str, str] | None = None) -> CorrectnessJudge:
         """The same endpoint, client and cache under other rules (a profile's)."""
         return CorrectnessJudge(self.client, self.cache, rules=rules,
-                                concurrency=self.concurrency)
+                                concurrency=self.concurrency,
+                                paper_prompts=paper_prompts or self.paper_prompts)
+
+    @property
+    def max_tokens(self) -> int:
+        return PAPER_MAX_TOKENS if self.rules == "paper" else MAX_TOKENS
 
     @property
     def requests_made(self) -> int:
@@ -125,24 +139,39 @@ class CorrectnessJudge:
         """What provenance may record (no key, only the variable's name)."""
         ep = self.client.endpoint
         return {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env,
-                "max_tokens": MAX_TOKENS, "prompt_version": self.prompt_version}
+                "max_tokens": self.max_tokens, "prompt_version": self.prompt_version}
 
     def messages(self, question: str, gold: str, answer_type: str, response: str
                  ) -> list[dict[str, str]]:
-        template = USER_PAPER if self.rules == "paper" else USER
-        user = template.format(question=question, gold=gold,
-                               answer_type=answer_type or "Single Answer", response=response)
+        if self.rules == "paper":  # the harness's prompt: no question
+            prompts = self._paper()
+            user = prompts["judge"].format(answer_type=answer_type or "Single Answer",
+                                           gold=gold, predicted=response)
+            return [{"role": "system", "content": prompts["judge_system"]},
+                    {"role": "user", "content": user}]
+        user = USER.format(question=question, gold=gold,
+                           answer_type=answer_type or "Single Answer", response=response)
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+    def _paper(self) -> dict[str, str]:
+        if self.paper_prompts is None:
+            raise RuntimeError("the paper profile's judge needs the harness's prompts "
+                               "(paper_prompts, from RD-Agent's wheel)")
+        return self.paper_prompts
 
     def grade_one(self, question: str, gold: str, answer_type: str, response: str) -> Grade:
         """One verdict (malformed ones asked again under the retry policy); never raises for
         judge failures: those are an `error` grade."""
-        if not response.strip():
+        paper = self.rules == "paper"
+        if not response.strip() and not paper:  # the harness judges an empty answer too
             return Grade("incorrect", ["<empty answer: incorrect without judging>"])
-        body = {"model": self.client.endpoint.model, "temperature": 0, "max_tokens": MAX_TOKENS,
+        body = {"model": self.client.endpoint.model, "temperature": 0,
+                "max_tokens": self.max_tokens,
                 "messages": self.messages(question, gold, answer_type, response)}
 
         def accept(reply: Reply) -> tuple[str | None, str]:
+            if paper:  # read once, as the harness reads it; never asked again
+                return harness_verdict(reply.text) or "error", ""
             verdict = parse_grade(reply.text)
             return verdict, "" if verdict else f"malformed answer: {reply.text[:100]!r}"
 
@@ -151,14 +180,17 @@ class CorrectnessJudge:
                 for a in outcome.attempts]
         if outcome.value is None:
             return Grade("error", raws, outcome.error, len(outcome.attempts))
+        if outcome.value == "error":  # the paper rules: an empty reply
+            return Grade("error", raws, "empty judge reply", len(outcome.attempts))
         return Grade(outcome.value, raws, attempts=len(outcome.attempts))  # type: ignore[arg-type]
 
     def grade_many(self, questions: Sequence[str], golds: Sequence[str],
                    types: Sequence[str], responses: Sequence[str]) -> list[Grade]:
         """Grades in input order; cached verdicts cost nothing, errors are never cached, and an
         empty response is graded without the cache (it needs no request)."""
+        judged = (lambda r: True) if self.rules == "paper" else (lambda r: bool(r.strip()))
         keys = [cache_key(self.prompt_version, self.client.endpoint.model, q, t,
-                          sha256_text(r), sha256_text(g)) if r.strip() else None
+                          sha256_text(r), sha256_text(g)) if judged(r) else None
                 for q, g, t, r in zip(questions, golds, types, responses, strict=True)]
         return cached_map(
             self.cache, self.model_key, keys,

@@ -5,11 +5,11 @@ grader rolls the model out with its host-side search backend (`search.py`) and t
 judge (`judge.py`) about every final answer at once; the agent's training code reaches search
 only through the run's service socket (`services`), each search recorded in the store.
 
-Under the `paper` profile: the harness's split (`datasets`' shuffle, `data.paper_order`), its 6
-steps with the whole history in every prompt, 256 new tokens, and its judge's rules (a set
-answer holding every gold item is correct, extra items allowed; a failed judge call falls back
-to its string match). Its Thought/Action completion loop and web search are not reproduced:
-docs/paper-fidelity.md.
+Under the `paper` profile: the harness's split (`datasets`' shuffle, `data.paper_order`), its
+raw-completion Thought/Action loop (`paper.py`: its system prompt read from RD-Agent's wheel,
+6 steps, 256 new tokens stopped at the next Action/Thought/Observation, a forced `answer[`
+when no action parses), and its judge (`judge.py`: its prompt, one request read as it reads
+it, a string match when the call fails). Search is still our backend: docs/paper-fidelity.md.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from typing import Any
 
 from a2rl.settings import Settings, load_settings
 
+from .. import rdagent
 from ..base import Split, TaskScore
 from ..envapi.a2rl_env import Env, EnvPool, Episode
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
-from . import game
+from . import game, paper
 from .data import N_DEV, N_TEST, N_TRAIN, REPO, load_rows, split_rows
 from .options import DeepSearchQAOptions
 from .search import DEFAULT_K, SearchBackend, make_search, search_request
@@ -37,32 +38,83 @@ INSTRUCTION = ("Answer the question. Act with search[query] to search, then answ
                "list every item when many are asked.")
 ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=8, history_window=2)
 #: The harness (autorl_bench/benchmarks/__init__.py: eval_config max_steps 6; deepsearchqa/
-#: eval.py: SamplingParams max_tokens 256, and the whole conversation in every prompt).
-PAPER_STEPS, PAPER_MAX_NEW_TOKENS = 6, 256
+#: eval.py: SamplingParams max_tokens 256, its stop strings, the whole conversation in every
+#: prompt); our end-of-text strings stand for vLLM's stop at the end of sequence.
+PAPER_STEPS, PAPER_MAX_NEW_TOKENS = paper.MAX_STEPS, paper.MAX_NEW_TOKENS
+END_OF_TEXT = ["<|im_end|>", "<|endoftext|>", "</s>"]
 PAPER_ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=PAPER_STEPS,
                                 history_window=PAPER_STEPS)
-PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": PAPER_MAX_NEW_TOKENS})
+PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": PAPER_MAX_NEW_TOKENS,
+                                         "stop": [*paper.STOP, *END_OF_TEXT]})
+#: Where the workspace gets the harness's prompt text under the paper profile.
+PAPER_TEXT_FILE = "paper_text.json"
+
+A2RL_EPISODE = """## The episode
+The first observation is the question. Actions (the grader lower-cases them):
+- `search[query]`: the {k} best results (`[k] title: snippet`) of the run's search engine;
+- `answer[text]`: the final answer; the episode ends.
+At most {max_steps} actions; an episode that never answers is incorrect, and so is an empty
+answer (`answer[]`)."""
+A2RL_GRADING = """\
+- At every step the grader sends one user message, rendered with the **base model's chat
+  template** and the generation prompt: the one-line prompt of `a2rl_env.render_prompt`
+  (`{instruction}`, {history}, then `Now:` and the current observation). Greedy generation,
+  at most {max_new_tokens} new tokens; the action is the first line of the output, stripped
+  and lower-cased."""
+PAPER_EPISODE = """## The episode (the paper harness's ReAct loop)
+The model completes **raw text** (no chat template) in a `Thought:` / `Action:` format: the
+harness's system prompt (`system` in `data/deepsearchqa/{text_file}`), a blank line, then
+`Question: <question>`, `Answer type: <Single Answer or Set Answer>`, a blank line and
+`Thought:`. An action is `Action: search[query]` or `Action: answer[text]` **within the same
+completion** (generation stops before a new line starting `Action:`, `Thought:` or
+`Observation:`). A search appends `Observation: <the top {k_paper} results' snippets joined by
+" | ">` and `Thought:`; a completion without an action gets `Action: answer[` appended and a
+forced answer completed up to `]`. At most {max_steps} actions; then the last answer given,
+or `I don't know`."""
+PAPER_GRADING = """\
+- Greedy generation, at most {max_new_tokens} new tokens per step (128 for a forced answer).
+  `env/deepsearchqa_paper.py` is the grader's own loop: `play(ids, questions, types,
+  search_factory, json.load(open("data/deepsearchqa/{text_file}")), generate)` answers
+  training questions exactly as you are graded, with your `generate(prompts, max_new_tokens,
+  stop) -> completions`."""
 
 
-def _description(paper: bool = False) -> str:
+def _description(paper_profile: bool = False) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
-    rollout, grader = (PAPER_ROLLOUT, PAPER_GRADER) if paper else (ROLLOUT, GRADER)
-    if paper:
-        history = "every earlier observation with its action"
-        set_rule = ("a **Set Answer** is correct when it contains every item of the gold set "
-                    "(extra items allowed), as in the paper's harness; when the judge call "
-                    "fails, a string match decides (every gold item must appear in the answer).")
-        shuffle = ("in the order of `datasets`' `Dataset.shuffle(seed=42)` (the paper "
-                   "harness's split)")
+    if paper_profile:
+        fields = {
+            "episode": PAPER_EPISODE.format(text_file=PAPER_TEXT_FILE,
+                                            k_paper=paper.SEARCH_RESULTS,
+                                            max_steps=PAPER_STEPS),
+            "grading": PAPER_GRADING.format(max_new_tokens=PAPER_MAX_NEW_TOKENS,
+                                            text_file=PAPER_TEXT_FILE),
+            "judged": "the harness's prompt (the gold answer, its type and the answer; not "
+                      "the question)",
+            "set_rule": "a **Set Answer** is correct when it contains every item of the gold "
+                        "set (extra items allowed), as in the paper's harness; its reply is "
+                        "correct only when its first line says `correct`, and when the judge "
+                        "call fails, a string match decides (every gold item must appear in "
+                        "the answer). Every answer is judged, an empty one too.",
+            "shuffle": "in the order of `datasets`' `Dataset.shuffle(seed=42)` (the paper "
+                       "harness's split)",
+            "paper_files": f"\n- `data/deepsearchqa/{PAPER_TEXT_FILE}` and "
+                           "`env/deepsearchqa_paper.py`: the grader's prompt text and loop.",
+        }
     else:
-        history = "the last two observations with their actions"
-        set_rule = ("a **Set Answer** is correct only when it names every item of the gold "
-                    "set and nothing else. The judge's failure is never counted as correct.")
-        shuffle = "shuffled with `random.Random(42)` (our split, not the paper harness's)"
-    return template.format(n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST,
-                           max_steps=rollout.max_steps, max_new_tokens=grader.max_new_tokens,
-                           instruction=INSTRUCTION, k=DEFAULT_K, history=history,
-                           set_rule=set_rule, shuffle=shuffle)
+        fields = {
+            "episode": A2RL_EPISODE.format(k=DEFAULT_K, max_steps=ROLLOUT.max_steps),
+            "grading": A2RL_GRADING.format(instruction=INSTRUCTION,
+                                           history="the last two observations with their "
+                                                   "actions",
+                                           max_new_tokens=GRADER.max_new_tokens),
+            "judged": "the question, the gold answer and its type",
+            "set_rule": "a **Set Answer** is correct only when it names every item of the "
+                        "gold set and nothing else. The judge's failure is never counted as "
+                        "correct.",
+            "shuffle": "shuffled with `random.Random(42)` (our split, not the paper harness's)",
+            "paper_files": "",
+        }
+    return template.format(n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST, **fields)
 
 
 def search_fn(backend: SearchBackend) -> Callable[[str], list[dict[str, Any]]]:
@@ -82,6 +134,10 @@ class DeepSearchQATask(InteractiveTask):
 
     rollout = ROLLOUT
     backend_name = "deepsearchqa_env"
+
+    #: RD-Agent's wheel to read the paper profile's prompt text from, unchecked (tests give a
+    #: fixture in its layout); None: the pinned wheel under $A2RL_HOME, digest-checked.
+    harness_wheel: Path | None = None
 
     def __init__(self, judge: Any = None) -> None:
         #: a `CorrectnessJudge`; built from the settings on first use when None.
@@ -122,8 +178,8 @@ class DeepSearchQATask(InteractiveTask):
                 task.judge = task.judge.with_rules("paper")
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
-                "prompt_version": "paper-1",
-                "description": _description(paper=True),
+                "prompt_version": "paper-2",
+                "description": _description(paper_profile=True),
                 "splits": {
                     "train": SplitInfo(n_items=N_TRAIN, visible=True,
                                        source=f"{REPO} rows 0-99 of datasets' "
@@ -135,11 +191,15 @@ class DeepSearchQATask(InteractiveTask):
                                       source="rows 100-299 of that shuffle: the harness's "
                                              "200 eval questions"),
                 },
-                "notes": {"judge": "LLM judge with the harness's rules: a set answer holding "
-                                   "every gold item is correct (extra items allowed); on a "
-                                   "judge failure, the harness's string match",
+                "notes": {"judge": "the harness's judge prompt and reading of its reply (a "
+                                   "set answer holding every gold item is correct, extra items "
+                                   "allowed); on a judge failure, the harness's string match",
                           "success_if": "judged correct",
-                          "history": "the whole episode (every earlier step)"},
+                          "history": "the whole episode (every earlier step)",
+                          "prompt_format": "raw completion, the harness's Thought/Action loop "
+                                           f"(RD-Agent {rdagent.VERSION}'s system prompt); "
+                                           "a forced `Action: answer[` (128 tokens, stop ])",
+                          "prompt_source": rdagent.DOWNLOAD},
             })
         return task
 
@@ -183,30 +243,70 @@ class DeepSearchQATask(InteractiveTask):
         backend = make_search(settings, options=self.options(settings))
         return game.QAEnv(item["problem"], search_fn(backend))
 
+    def paper_text(self, settings: Settings | None = None) -> rdagent.DeepSearchQAText:
+        """The harness's system prompt and judge prompts, from RD-Agent's wheel."""
+        if self.harness_wheel is not None:
+            return rdagent.deepsearchqa_text(self.harness_wheel, checked=False)
+        return rdagent.deepsearchqa_text(
+            rdagent.default_wheel(settings or self._settings_or_default()))
+
+    def play_episodes(self, items: Sequence[dict[str, Any]], engine: Any,
+                      grader: GraderSettings | None = None) -> list[Episode] | None:
+        """The `paper` profile's episodes (the harness's raw-completion loop, `paper.play`);
+        None under `a2rl`, whose episodes the grader's own rollout loop plays."""
+        if self.profile != "paper":
+            return None
+        from a2rl.grading.seam import RawText
+
+        grader = grader or self.spec.grader
+        settings = self._settings_or_default()
+        ends = [s for s in grader.stop if s not in paper.STOP]  # the end-of-text strings
+        search = search_fn(make_search(settings, options=self.options(settings)))
+
+        def generate(prompts: list[str], max_new_tokens: int, stop: Sequence[str]
+                     ) -> list[str]:
+            return engine.generate([RawText(t) for t in prompts],
+                                   max_new_tokens=min(max_new_tokens, grader.max_new_tokens),
+                                   stop=[*stop, *ends])
+
+        return paper.play([str(it["id"]) for it in items], [it["problem"] for it in items],
+                          [it.get("answer_type") or "Single Answer" for it in items],
+                          lambda: search,
+                          self.paper_text(settings).to_dict(), generate,
+                          max_steps=self.rollout.max_steps,
+                          max_new_tokens=grader.max_new_tokens, stop=paper.STOP)
+
     def episode_group(self, item: dict[str, Any]) -> str | None:
         return item.get("problem_category") or None
 
     # --- scoring --------------------------------------------------------------------------
     def get_judge(self) -> Any:
-        if self.judge is None:
-            from .judge import CorrectnessJudge
+        from .judge import CorrectnessJudge
 
+        paper_profile = self.profile == "paper"
+        if self.judge is None:
             self.judge = CorrectnessJudge.from_settings(
-                self._settings_or_default(), rules="paper" if self.profile == "paper" else "a2rl")
+                self._settings_or_default(), rules="paper" if paper_profile else "a2rl")
+        if (paper_profile and isinstance(self.judge, CorrectnessJudge)
+                and self.judge.paper_prompts is None):  # the harness's judge text
+            self.judge = self.judge.with_rules("paper", self.paper_text().to_dict())
         return self.judge
 
     def score_episodes(self, items: Sequence[dict[str, Any]],
                        episodes: Sequence[Episode]) -> TaskScore:
         """Judge every final answer (concurrently, cached), then score as any interactive
-        task: success = judged correct; an episode without an answer or with an empty one is
-        incorrect without a judge call; a judge error is incorrect and counted."""
+        task: success = judged correct; an episode without an answer or (under `a2rl`) with
+        an empty one is incorrect without a judge call; a judge error is incorrect and
+        counted. Under `paper` every answer is judged, an empty one too (the harness's)."""
         answers = [final_answer(ep) for ep in episodes]
-        todo = [i for i, a in enumerate(answers) if a]
+        paper_profile = self.profile == "paper"
+        todo = [i for i, a in enumerate(answers) if (a is not None if paper_profile else a)]
         judge = self.get_judge()
         before = judge.requests_made
+        default_type = "Single Answer" if paper_profile else ""  # harness: .get(, "Single...")
         grades = judge.grade_many([items[i]["problem"] for i in todo],
                                   [items[i]["answer"] for i in todo],
-                                  [items[i].get("answer_type", "") for i in todo],
+                                  [items[i].get("answer_type") or default_type for i in todo],
                                   [answers[i] or "" for i in todo]) if todo else []
         verdicts: dict[int, Any] = dict(zip(todo, grades, strict=True))
         n_fallback = 0
@@ -251,13 +351,21 @@ class DeepSearchQATask(InteractiveTask):
 
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
-        return {"deepsearchqa_env.py": here.joinpath("backend.py").read_text(),
-                "deepsearchqa_game.py": here.joinpath("game.py").read_text()}
+        files = {"deepsearchqa_env.py": here.joinpath("backend.py").read_text(),
+                 "deepsearchqa_game.py": here.joinpath("game.py").read_text()}
+        if self.profile == "paper":  # the grader's own loop
+            files["deepsearchqa_paper.py"] = here.joinpath("paper.py").read_text()
+        return files
 
     def prepare_workspace(self, workspace: Path, settings: Settings, *,
                           link_base_model: bool = False) -> None:
         """The shared layout and env/, plus data/deepsearchqa/train.jsonl: the visible
-        questions with their answers (never dev or test)."""
+        questions with their answers (never dev or test); under the `paper` profile also the
+        harness's prompt text (read from RD-Agent's wheel now, never stored in a2rl)."""
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
         text = "".join(json.dumps(r) + "\n" for r in self.train_rows(settings))
-        write_readonly(workspace / "data" / "deepsearchqa", {"train.jsonl": text})
+        files = {"train.jsonl": text}
+        if self.profile == "paper":
+            files[PAPER_TEXT_FILE] = json.dumps(self.paper_text(settings).to_dict(),
+                                                indent=1) + "\n"
+        write_readonly(workspace / "data" / "deepsearchqa", files)

@@ -6,6 +6,12 @@ Files (princeton-nlp/WebShop's `data/` folder, fetched by its setup.sh; setting 
   `asin`, `name`, `full_description`, `small_description`, `pricing`, `customization_options`,
   `category`, `query`, `product_category`, `images`;
 - `items_ins_v2.json` (or `items_ins_v2_1000.json`): `{asin: {"attributes": [...], ...}}`;
+  the `a2rl` profile reads the full files when both are there; the `paper` profile the
+  `_1000` ones, as the harness does (`WebAgentTextEnv(num_products=1000)` loads
+  web_agent_site/utils.py's DEFAULT_FILE_PATH `items_shuffle_1000.json` and DEFAULT_ATTR_PATH
+  `items_ins_v2_1000.json`; its `benchmarks/webshop/data.py` downloads those two), falling back
+  to the first 1,000 rows of the full file when only that is there (`WebShopData.source` says
+  which);
 - `items_human_ins.json`: `{asin: [{"instruction", "instruction_attributes",
   "instruction_options", ...}]}`, the human goals;
 - `reviews.json` (optional): `[{"asin", "reviews", "average_rating"}]`.
@@ -14,10 +20,17 @@ Goals are the human goals in product order, shuffled with `random.seed(233)` as 
 `SimServer` does; the splits are the original baseline's (`baseline_models/env.py`): test =
 goals 0-499, dev ("eval" there) = 500-1499, train = the rest. A copy with fewer than 1,501
 goals (a fixture) is split in quarters: test, dev, then train the remaining half.
+
+The `paper` profile's test goals are the **synthetic** ones (`synthetic_goals`): the reference
+harness builds `WebAgentTextEnv` without `human_goals`, so the original `SimServer` draws its
+goals with `get_synthetic_goals` from the attribute file's `instruction` and
+`instruction_attributes` (engine/engine.py `load_products`, engine/goal.py), shuffled with
+`random.seed(233)`; its sessions 0-99 are goals 0-99 of that list.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -34,12 +47,22 @@ from .options import WebShopOptions
 from .sim import PRICE_RANGE
 
 GOAL_SHUFFLE_SEED = 233
+#: The synthetic goals' price caps: the original draws them from the unseeded `random` too;
+#: a seed of their own, so that building them leaves the human goals' draws unchanged.
+SYNTHETIC_PRICE_SEED = 20220702
 #: The original draws product prices and price caps from an unseeded `random`; here they come
 #: from this seed, so every process (grader, workspace) sees the same prices.
 PRICE_SEED = 20220701
 N_TEST, N_DEV = 500, 1000
 PRODUCT_FILES = ("items_shuffle.json", "items_shuffle_1000.json")
 ATTRIBUTE_FILES = ("items_ins_v2.json", "items_ins_v2_1000.json")
+#: The harness's files first (the paper profile).
+SMALL_FIRST = {PRODUCT_FILES: PRODUCT_FILES[::-1], ATTRIBUTE_FILES: ATTRIBUTE_FILES[::-1]}
+#: The harness's download of them (benchmarks/webshop/data.py `_download_webshop_data`: gdown
+#: with these Google Drive ids), written into the data folder.
+HARNESS_DOWNLOADS = (("1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib", "items_shuffle_1000.json"),
+                     ("1IduG0xl544V_A_jv3tHXC0kyFi7PnyBu", "items_ins_v2_1000.json"),
+                     ("14Kb5SPBk_jfdLZ_CDBNitW98QLDlKR5O", "items_human_ins.json"))
 HUMAN_FILE = "items_human_ins.json"
 REVIEW_FILE = "reviews.json"
 
@@ -50,6 +73,9 @@ class WebShopData(BaseModel):
     products: list[dict[str, Any]]
     goals: list[dict[str, Any]]
     source: str
+    #: the synthetic goals, shuffled (built for the paper profile only: `load_data(...,
+    #: harness_files=True)`)
+    synthetic: list[dict[str, Any]] = []
 
     def split_range(self, split: str) -> range:
         n = len(self.goals)
@@ -64,6 +90,14 @@ class WebShopData(BaseModel):
         """`{"id", "goal_index", "goal"}` per goal of the split (index into the shuffle)."""
         return [{"id": f"{split}-{i:05d}", "goal_index": i, "goal": self.goals[i]}
                 for i in self.split_range(split)]
+
+    def synthetic_goals(self, n: int) -> list[dict[str, Any]]:
+        """The first `n` synthetic goals as test items (the harness's sessions 0..n-1)."""
+        if not self.synthetic:
+            raise ValueError(f"{self.source}: no synthetic goals (the attribute file has no "
+                             "`instruction` with `instruction_attributes`)")
+        return [{"id": f"test-{i:05d}", "goal_index": i, "goal": self.synthetic[i],
+                 "goal_source": "synthetic"} for i in range(min(n, len(self.synthetic)))]
 
 
 def _first(folder: Path, names: tuple[str, ...]) -> Path:
@@ -162,14 +196,69 @@ def human_goals(products: list[dict[str, Any]], human: dict[str, list[dict[str, 
     return goals
 
 
-@lru_cache(maxsize=2)
-def _load(folder: str, num_products: int) -> WebShopData:
+def download_command(folder: str = "$WEBSHOP_DIR") -> str:
+    """The shell commands that fetch the harness's data files into `folder`."""
+    return " && ".join(f'gdown {file_id} -O "{folder}/{name}"'
+                       for file_id, name in HARNESS_DOWNLOADS)
+
+
+def synthetic_goals(products: list[dict[str, Any]], attributes: dict[str, Any],
+                    rng: random.Random) -> list[dict[str, Any]]:
+    """`get_synthetic_goals` (engine/goal.py) over the products `load_products` gave the
+    attribute file's `instruction` and `instruction_attributes`: per product with an
+    instruction, one goal per combination of its options (option names sorted), the
+    instruction followed by ` with <name>: <value>, and ...` and the price cap's text; each
+    goal's weight is the mean over its attributes of 1 / (goals with that attribute)."""
+    goals: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    for product in products:
+        entry = attributes.get(product["asin"]) or {}
+        text = entry.get("instruction")
+        if text is None:
+            continue
+        wanted = entry.get("instruction_attributes") or []
+        if not wanted:  # the original asserts there are some
+            continue
+        price_range = [p for p in PRICE_RANGE if p > product["price"]][:4]
+        if len(price_range) >= 2:
+            _, upper = sorted(rng.sample(price_range, 2))
+            price_text = f", and price lower than {upper:.2f} dollars"
+        else:
+            upper, price_text = 1000000.0, ""
+        names = sorted(product["options"])
+        for combination in itertools.product(*(product["options"][n] for n in names)):
+            goal_options = dict(zip(names, combination, strict=True))
+            option_text = ", and ".join(f"{k}: {v}" for k, v in goal_options.items())
+            option_text = " with " + option_text if option_text else ""
+            goals.append({
+                "asin": product["asin"], "category": product["category"],
+                "query": product["query"], "name": product["Title"],
+                "product_category": product["product_category"],
+                "instruction_text": f"{text}{option_text}{price_text}", "attributes": wanted,
+                "price_upper": upper, "goal_options": goal_options,
+            })
+            for att in wanted:
+                counts[att] = counts.get(att, 0) + 1
+    for goal in goals:
+        goal["weight"] = sum(1.0 / counts[a] for a in goal["attributes"]) / len(
+            goal["attributes"])
+    return goals
+
+
+@lru_cache(maxsize=4)
+def _load(folder: str, num_products: int, small_first: bool = False) -> WebShopData:
     root = Path(folder)
-    products_file = _first(root, PRODUCT_FILES)
+    order = (lambda names: SMALL_FIRST[names]) if small_first else (lambda names: names)
+    products_file = _first(root, order(PRODUCT_FILES))
     raw = json.loads(products_file.read_text())
+    source = products_file.name
     if num_products > 0:
+        if len(raw) > num_products:
+            source += f", first {num_products}"
         raw = raw[:num_products]
-    attributes = json.loads(_first(root, ATTRIBUTE_FILES).read_text())
+    attributes_file = _first(root, order(ATTRIBUTE_FILES))
+    source += f"; {attributes_file.name}"
+    attributes = json.loads(attributes_file.read_text())
     human = json.loads(_first(root, (HUMAN_FILE,)).read_text())
     reviews: dict[str, dict[str, Any]] = {}
     if (root / REVIEW_FILE).is_file():
@@ -178,13 +267,19 @@ def _load(folder: str, num_products: int) -> WebShopData:
     products = process_products(raw, attributes, reviews, rng)
     goals = human_goals(products, human, rng)
     random.Random(GOAL_SHUFFLE_SEED).shuffle(goals)
-    return WebShopData(products=products, goals=goals, source=products_file.name)
+    synthetic: list[dict[str, Any]] = []
+    if small_first:  # the paper profile's test goals
+        synthetic = synthetic_goals(products, attributes, random.Random(SYNTHETIC_PRICE_SEED))
+        random.Random(GOAL_SHUFFLE_SEED).shuffle(synthetic)
+    return WebShopData(products=products, goals=goals, source=source, synthetic=synthetic)
 
 
 def load_data(settings: Settings, num_products: int | None = None,
-              options: WebShopOptions | None = None) -> WebShopData:
-    """The processed catalog and goals (cached per folder and product limit); `num_products`
-    overrides the option (the paper profile's 1,000)."""
+              options: WebShopOptions | None = None, *,
+              harness_files: bool = False) -> WebShopData:
+    """The processed catalog and goals (cached per folder, product limit and file choice);
+    `num_products` overrides the option (the paper profile's 1,000); `harness_files` prefers
+    the `_1000` files the harness reads (the paper profile)."""
     opts = options or WebShopOptions.resolve("webshop", settings)
     limit = opts.num_products if num_products is None else num_products
-    return _load(str(data_dir(settings, opts).resolve()), limit)
+    return _load(str(data_dir(settings, opts).resolve()), limit, harness_files)

@@ -284,6 +284,11 @@ class WebShopEnv:
     def _instruction(self) -> list[str]:
         return ["Instruction:", clean(self.goal["instruction_text"])]
 
+    def instruction_text(self) -> str:
+        """The original's `get_instruction_text()`: the text of the page's instruction heading
+        (`<h4>Instruction: <br>{{ instruction_text }}</h4>`)."""
+        return "Instruction: " + str(self.goal["instruction_text"])
+
     def clickables(self) -> list[str]:
         """What `click[...]` accepts on the current page (lower-case)."""
         if self.page == "results":

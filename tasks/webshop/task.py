@@ -6,15 +6,17 @@ rate (reward exactly 1, the original's rule) with its Wilson interval; the mean 
 original's "score" / 100) is a metric. The workspace gets the catalog and the training goals
 under `data/webshop/`, the site under `env/`, and expert demonstrations in `data/train.jsonl`.
 
-Under the `paper` profile the settings are the reference harness's (autorl_bench/benchmarks/
-webshop): the first 100 goals, a 1,000-product catalog, 50 steps, the 5 earlier steps in every
-prompt, 100 new tokens, its action clean-up (`PaperActions`) and success = reward >= 0.5
-(`paper_success`). Its prompt wording and action list are not reproduced:
-docs/paper-fidelity.md.
+Under the `paper` profile the evaluation is the reference harness's (autorl_bench/benchmarks/
+webshop): the first 100 goals, a 1,000-product catalog, and its episode loop (`paper.py`):
+its system message and prompt (read from RD-Agent's wheel, `a2rl.tasks.rdagent`), the page's
+available actions, the 5 earlier steps as numbered Observation/Action lines, 100 new tokens
+stopped at a newline, its action clean-up, 50 steps and success = reward >= 0.5
+(`paper_success`). What still differs: docs/paper-fidelity.md.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from importlib import resources
@@ -24,12 +26,13 @@ from typing import Any
 from a2rl.layout import DATA
 from a2rl.settings import Settings
 
+from .. import rdagent
 from ..base import Split, TaskScore
 from ..envapi.a2rl_env import Env, EnvPool, Episode
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
-from . import sim
-from .catalog import N_DEV, N_TEST, WebShopData, load_data
+from . import paper, sim
+from .catalog import N_DEV, N_TEST, WebShopData, download_command, load_data
 from .options import WebShopOptions
 
 MAX_STEPS = 15
@@ -45,30 +48,14 @@ ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=MAX_STEPS, history_
 # __init__.py eval_config max_steps 50, num_instructions 100; webshop/eval.py: num_products
 # 1000, build_react_prompt history_window=5, SamplingParams max_tokens=100 stop ["\n"],
 # and `success = reward >= 0.5` when the episode ends by a purchase (else reward 0, failure).
-PAPER_STEPS, PAPER_HISTORY, PAPER_GOALS, PAPER_PRODUCTS = 50, 5, 100, 1000
-PAPER_SUCCESS_AT = 0.5
+PAPER_STEPS, PAPER_HISTORY, PAPER_GOALS, PAPER_PRODUCTS = (paper.MAX_STEPS, paper.HISTORY_WINDOW,
+                                                           100, 1000)
+PAPER_SUCCESS_AT = paper.SUCCESS_AT
 PAPER_ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=PAPER_STEPS,
                                 history_window=PAPER_HISTORY)
-PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 100})
-
-
-class PaperActions:
-    """The harness's clean-up of an action before stepping (webshop/eval.py `webshop_run`): an
-    `Action:` prefix is dropped and `choose[` becomes `click[`. Our pool hands actions over
-    lower-cased (`a2rl_env.parse_action`), so the prefix is matched in lower case."""
-
-    def __init__(self, env: Env) -> None:
-        self.env = env
-
-    def reset(self) -> Any:
-        return self.env.reset()
-
-    def step(self, action: str) -> Any:
-        if action.startswith("action:"):
-            action = action[len("action:"):].strip()
-        if action.startswith("choose["):
-            action = "click[" + action[len("choose["):]
-        return self.env.step(action)
+PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": paper.MAX_NEW_TOKENS})
+#: Where the workspace gets the harness's prompt text under the paper profile (data/webshop/).
+PAPER_TEXT_FILE = "paper_text.json"
 
 
 def paper_success(episode: Episode) -> bool:
@@ -125,24 +112,89 @@ def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]],
     return rows
 
 
+def paper_demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]],
+                    text: dict[str, str]) -> list[dict[str, Any]]:
+    """The expert's steps under the `paper` profile: at each, the harness's chat (system
+    message and prompt) and the action; kept for goals it solves (reward 1)."""
+    rows: list[dict[str, Any]] = []
+    for item in goals:
+        if len({r["instance_id"] for r in rows}) >= N_DEMO_GOALS:
+            break
+        goal, iid = item["goal"], item["id"]
+        if goal["asin"] not in catalog.products:
+            continue
+        actions = expert_actions(catalog, goal)
+        steps: list[dict[str, Any]] = []
+
+        def generate(chats: list[list[dict[str, str]]], steps: list[dict[str, Any]] = steps,
+                     actions: list[str] = actions, iid: str = iid) -> list[str]:
+            k = len(steps)
+            steps.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k,
+                          "prompt": chats[0][-1]["content"], "answer": actions[k],
+                          "messages": [*chats[0], {"role": "assistant",
+                                                   "content": actions[k]}]})
+            return [actions[k]]
+
+        (episode,) = paper.play([iid], [lambda g=goal: sim.WebShopEnv(catalog, g)], text,
+                                generate, max_steps=len(actions))
+        if episode.done and episode.rewards[-1] == 1.0:
+            rows += steps
+    return rows
+
+
+A2RL_GRADING = """\
+- At every step the grader sends one user message, rendered with the **base model's chat
+  template** and the generation prompt: the one-line prompt of `a2rl_env.render_prompt`
+  (`{instruction}`, then the previous page and action, then `Now:` and the current page).
+- Greedy generation, at most {max_new_tokens} new tokens; the action is the first line of the
+  output, stripped and lower-cased (`a2rl_env.parse_action`)."""
+PAPER_GRADING = """\
+- As the paper's harness does (its prompt text is read from RD-Agent's wheel, and is in
+  `data/webshop/{text_file}`): at every step a chat of two messages, rendered with the **base
+  model's chat template** and the generation prompt: the harness's system message (`system`),
+  then its prompt (`prompt`, with `Instruction: ` + the instruction heading of the page, which
+  itself starts `Instruction: `, and the page's available actions, one a line:
+  `search[<your query>]` where there is a search bar, then `click[<text>]` for each button,
+  product and option), then the last {history} earlier steps as `Observation k: <page>` /
+  `Action k: <action>` lines numbered from the start, then `Observation n: <page>` and
+  `Action n:`.
+- Greedy generation, at most {max_new_tokens} new tokens, stopped at the first newline; the
+  action is the output stripped, a leading `Action:` dropped and `choose[` read as `click[`
+  (case-sensitive). At most {max_steps} actions.
+- `env/webshop_paper.py` is the grader's own loop: `play(ids, [lambda: webshop_env.
+  make_train_env(id)], json.load(open("data/webshop/{text_file}")), generate)` plays training
+  goals exactly as you are graded, with your `generate(chats) -> completions`; its
+  `build_prompt` and `messages` render one step."""
+
+
 def _description(paper: bool = False) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
     if paper:
         fields = {"success_rule": f"An episode **succeeds at reward {PAPER_SUCCESS_AT} or "
                                   "more** (the paper harness's rule).",
-                  "history": f"the last {PAPER_HISTORY} pages with their actions",
-                  "test_goals": f"goals 0-{PAPER_GOALS - 1} of a catalog of the first "
-                                f"{PAPER_PRODUCTS} products (the paper harness's "
-                                f"{PAPER_GOALS})",
-                  "max_steps": PAPER_STEPS, "max_new_tokens": PAPER_GRADER.max_new_tokens}
+                  "test_goals": f"the paper harness's {PAPER_GOALS}: **synthetic** goals "
+                                f"0-{PAPER_GOALS - 1} of a catalog of the first "
+                                f"{PAPER_PRODUCTS} products (generated from each product's "
+                                "instruction and options, as the original site does without "
+                                "human goals, shuffled with seed 233)",
+                  "action_case": "the site reads their argument in lower case",
+                  "paper_files": f"\n- `data/webshop/{PAPER_TEXT_FILE}` and "
+                                 "`env/webshop_paper.py`: the grader's prompt text and loop "
+                                 "(below).",
+                  "grading": PAPER_GRADING.format(history=PAPER_HISTORY,
+                                                  max_new_tokens=PAPER_GRADER.max_new_tokens,
+                                                  max_steps=PAPER_STEPS,
+                                                  text_file=PAPER_TEXT_FILE),
+                  "max_steps": PAPER_STEPS}
     else:
         fields = {"success_rule": "An episode **succeeds only at reward 1** (the original's "
                                   "success rule).",
-                  "history": "the previous page and action",
                   "test_goals": f"goals 0-499 (the original test goals, {N_TEST})",
-                  "max_steps": MAX_STEPS, "max_new_tokens": GRADER.max_new_tokens}
-    return template.format(n_test=N_TEST, n_dev=N_DEV, instruction=INSTRUCTION,
-                           n_demo=N_DEMO_GOALS, **fields)
+                  "action_case": "lower-cased by the grader", "paper_files": "",
+                  "grading": A2RL_GRADING.format(instruction=INSTRUCTION,
+                                                 max_new_tokens=GRADER.max_new_tokens),
+                  "max_steps": MAX_STEPS}
+    return template.format(n_test=N_TEST, n_dev=N_DEV, n_demo=N_DEMO_GOALS, **fields)
 
 
 class WebShopTask(InteractiveTask):
@@ -153,9 +205,14 @@ class WebShopTask(InteractiveTask):
     rollout = ROLLOUT
     backend_name = "webshop_env"
 
+    #: RD-Agent's wheel to read the paper profile's prompt text from, unchecked (tests give a
+    #: fixture in its layout); None: the pinned wheel under $A2RL_HOME, digest-checked.
+    harness_wheel: Path | None = None
+
     def __init__(self) -> None:
         self._catalogs: dict[int, sim.Catalog] = {}
         self._graded: sim.Catalog | None = None
+        self._settings: Settings | None = None
         self.spec = TaskSpec(
             id="webshop",
             level=3,
@@ -186,24 +243,34 @@ class WebShopTask(InteractiveTask):
             task._catalogs, task._graded = {}, None
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
-                "prompt_version": "paper-1",
+                "prompt_version": "paper-2",
                 "description": _description(paper=True),
                 "splits": {
                     **task.spec.splits,
                     "test": SplitInfo(n_items=PAPER_GOALS, visible=False,
-                                      source=f"human goals 0-{PAPER_GOALS - 1} over the first "
-                                             f"{PAPER_PRODUCTS} products (the harness's)"),
+                                      source=f"synthetic goals 0-{PAPER_GOALS - 1} (seed-233 "
+                                             f"shuffle) of the first {PAPER_PRODUCTS} products "
+                                             "(the harness's)"),
                 },
                 "notes": {"success_if": f"reward >= {PAPER_SUCCESS_AT} at the purchase (the "
                                         "paper harness's rule)",
-                          "catalog": f"the first {PAPER_PRODUCTS} products"},
+                          "catalog": f"the first {PAPER_PRODUCTS} products of "
+                                     "items_shuffle_1000.json with items_ins_v2_1000.json "
+                                     "(the harness's files; else of items_shuffle.json)",
+                          "data_download": download_command(),
+                          "prompt_format": "the harness's: its system message and prompt "
+                                           f"(RD-Agent {rdagent.VERSION}'s wheel), the page's "
+                                           "available actions, numbered Observation/Action "
+                                           "lines; base model's chat template",
+                          "prompt_source": rdagent.DOWNLOAD},
             })
         return task
 
     # --- data -----------------------------------------------------------------------------
     def data(self, settings: Settings) -> WebShopData:
-        return load_data(settings, PAPER_PRODUCTS if self.profile == "paper" else None,
-                         options=self.options(settings))
+        paper_profile = self.profile == "paper"
+        return load_data(settings, PAPER_PRODUCTS if paper_profile else None,
+                         options=self.options(settings), harness_files=paper_profile)
 
     def catalog(self, data: WebShopData) -> sim.Catalog:
         """The site's catalog and search index, built once per data."""
@@ -212,8 +279,19 @@ class WebShopTask(InteractiveTask):
             self._catalogs = {key: sim.Catalog(data.products)}
         return self._catalogs[key]
 
+    def paper_text(self, settings: Settings | None) -> rdagent.WebShopText:
+        """The harness's system message and prompt, from RD-Agent's wheel."""
+        if self.harness_wheel is not None:
+            return rdagent.webshop_text(self.harness_wheel, checked=False)
+        if settings is None:
+            raise RuntimeError("load_split must be called before the paper profile's episodes")
+        return rdagent.webshop_text(rdagent.default_wheel(settings))
+
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         data = self.data(settings)
+        if self.profile == "paper":
+            return paper_demo_rows(self.catalog(data), data.split_goals("train"),
+                                   self.paper_text(settings).to_dict())
         return demo_rows(self.catalog(data), data.split_goals("train"), self.rollout)
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
@@ -221,14 +299,35 @@ class WebShopTask(InteractiveTask):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
         data = self.data(settings)
         self._graded = self.catalog(data)  # make_env's catalog (items stay plain JSON)
-        goals = data.split_goals(split)
-        return goals[:PAPER_GOALS] if self.profile == "paper" and split == "test" else goals
+        self._settings = settings
+        if self.profile == "paper" and split == "test":  # the harness's sessions 0-99
+            return data.synthetic_goals(PAPER_GOALS)
+        return data.split_goals(split)
 
     def make_env(self, item: dict[str, Any]) -> Env:
         if self._graded is None:
             raise RuntimeError("load_split must be called before make_env")
-        env = sim.WebShopEnv(self._graded, item["goal"])
-        return PaperActions(env) if self.profile == "paper" else env
+        return sim.WebShopEnv(self._graded, item["goal"])
+
+    def play_episodes(self, items: Sequence[dict[str, Any]], engine: Any,
+                      grader: GraderSettings | None = None) -> list[Episode] | None:
+        """The `paper` profile's episodes (the harness's loop, `paper.play`); None under
+        `a2rl`, whose episodes the grader's own rollout loop plays."""
+        if self.profile != "paper":
+            return None
+        if self._graded is None:
+            raise RuntimeError("load_split must be called before play_episodes")
+        grader = grader or self.spec.grader
+        text = self.paper_text(self._settings).to_dict()
+
+        def generate(chats: list[list[dict[str, str]]]) -> list[str]:
+            return engine.generate(chats, max_new_tokens=grader.max_new_tokens,
+                                   stop=grader.stop)
+
+        return paper.play([str(it["id"]) for it in items],
+                          [functools.partial(self.make_env, it) for it in items], text,
+                          generate, max_steps=self.rollout.max_steps,
+                          window=self.rollout.history_window)
 
     def episode_group(self, item: dict[str, Any]) -> str | None:
         return item["goal"].get("category") or None
@@ -248,17 +347,24 @@ class WebShopTask(InteractiveTask):
     # --- workspace ------------------------------------------------------------------------
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
-        return {"webshop_env.py": here.joinpath("backend.py").read_text(),
-                "webshop_sim.py": here.joinpath("sim.py").read_text()}
+        files = {"webshop_env.py": here.joinpath("backend.py").read_text(),
+                 "webshop_sim.py": here.joinpath("sim.py").read_text()}
+        if self.profile == "paper":  # the grader's own loop
+            files["webshop_paper.py"] = here.joinpath("paper.py").read_text()
+        return files
 
     def prepare_workspace(self, workspace: Path, settings: Settings, *,
                           link_base_model: bool = False) -> None:
         """The shared layout and env/, plus data/webshop/: every product (public) and the
-        training goals only."""
+        training goals only; under the `paper` profile also the harness's prompt text the
+        grader uses (read from RD-Agent's wheel now, never stored in a2rl)."""
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
         data = self.data(settings)
         products = "".join(json.dumps(p) + "\n" for p in data.products)
         goals = "".join(json.dumps({"id": g["id"], "goal": g["goal"]}) + "\n"
                         for g in data.split_goals("train"))
-        write_readonly(workspace / DATA / "webshop",
-                       {"products.jsonl": products, "train_goals.jsonl": goals})
+        files = {"products.jsonl": products, "train_goals.jsonl": goals}
+        if self.profile == "paper":
+            files[PAPER_TEXT_FILE] = json.dumps(self.paper_text(settings).to_dict(),
+                                                indent=1) + "\n"
+        write_readonly(workspace / DATA / "webshop", files)
