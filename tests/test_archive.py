@@ -56,6 +56,12 @@ def _normalized(doc: dict[str, Any]) -> dict[str, Any]:
     rank = {c["id"]: i for i, c in enumerate(sorted(calls, key=lambda c: c["id"]))}
     for c in calls:
         c["id"] = rank[c["id"]]
+    # Evidence names the call it rests on by the same store id: by its rank too, so that a
+    # remapped id must still point at the same call.
+    for item in doc["failures"] + doc["routes"]:
+        for ev in item.get("evidence", []):
+            if ev.get("call_id") is not None:
+                ev["call_id"] = rank[ev["call_id"]]
     snaps = sorted({c["snapshot_id"] for c in doc["code_history"] if c["snapshot_id"]})
     for c in doc["code_history"]:
         c["snapshot_id"] = snaps.index(c["snapshot_id"]) if c["snapshot_id"] else None
