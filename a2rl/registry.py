@@ -65,7 +65,7 @@ class Entry:
     source: str  # "builtin", "code" or "entry point <dist>"
 
 
-def _resolve(spec: str) -> object:
+def resolve_target(spec: str) -> object:
     """Import `"module:attr"` (attr may be dotted)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -165,7 +165,8 @@ class Registry(Generic[T]):
             entry = self.entry(name)
             where = entry.target if isinstance(entry.target, str) else repr(entry.target)
             try:
-                target = _resolve(entry.target) if isinstance(entry.target, str) else entry.target
+                target = (resolve_target(entry.target) if isinstance(entry.target, str)
+                          else entry.target)
             except Exception as exc:  # ImportError, AttributeError, or the module's own error
                 raise PluginLoadError(
                     f"{self.kind} {name!r} ({entry.source}, {where}) cannot be loaded: "

@@ -204,7 +204,7 @@ def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[fl
 
 
 def validate_copy(copy_dir: Path, base_dir: Path, shown: str) -> CheckpointCheck:
-    """Check the grader's copy of a submission (see `hashing.copy_checkpoint`): a loadable full
+    """Check the grader's copy of a submission (see `a2rl.tools.checkpoint_copy`): a loadable full
     checkpoint derived from (but not equal to) the base model in `base_dir`. `shown` is the
     path the agent gave. Never raises for a bad checkpoint: the verdict is in the result."""
     try:

@@ -12,7 +12,6 @@ row, so the agent gets an answer either way.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -63,6 +62,16 @@ def _claimable(now: object, run_id: str | None) -> object:
     ready = or_(GradeRequest.state == GradeState.queued,
                 and_(GradeRequest.state == GradeState.leased, GradeRequest.lease_until < now))
     return ready if run_id is None else and_(ready, GradeRequest.run_id == run_id)
+
+
+def outstanding(store: Store, run_id: str) -> list[GradeRequest]:
+    """The run's requests not graded yet: queued, or leased by some process (whose lease
+    bounds how long it may hold one)."""
+    with store.session() as s:
+        return list(s.exec(select(GradeRequest).where(
+            GradeRequest.run_id == run_id,
+            GradeRequest.state.in_([GradeState.queued, GradeState.leased]))  # type: ignore[attr-defined]
+            .order_by(GradeRequest.id)).all())
 
 
 def claim(store: Store, owner: str, lease_s: float,
@@ -127,7 +136,8 @@ def run_worker(spec: WorkerSpec | dict, timeout_s: float,
         err_path = Path(tmp) / "stderr.txt"
         cwd = Path(tmp) / "cwd"
         cwd.mkdir(mode=0o700)
-        text = spec.model_dump_json() if isinstance(spec, WorkerSpec) else json.dumps(spec)
+        # validated here, where the task registry registered its loader (the spec's default)
+        text = WorkerSpec.model_validate(spec).model_dump_json()
         cmd = [sys.executable, "-I", "-m", "a2rl.grading.worker", "--spec", text,
                "--out", str(out)]
         started = time.monotonic()

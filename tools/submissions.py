@@ -2,7 +2,7 @@
 
 A submission first reserves its row (counted against `--max-submissions` and inserted in one
 transaction, so concurrent calls cannot exceed the limit), then its folder is copied once into
-a grader-owned area outside the sandbox (see `grading.hashing`: no symlink, hard link or
+a grader-owned area outside the sandbox (see `checkpoint_copy`: no symlink, hard link or
 special file, size caps), and only that copy is validated, hashed and graded; refusals are
 immediate and recorded. The call returns with a submission id while grading goes on through
 the run's `GradingHook` (the serving process's grading pump).
@@ -26,6 +26,7 @@ from a2rl.layout import BASE_MODEL, OUTPUT
 from a2rl.store import Evaluation, Run, Submission
 from a2rl.store.queries import best_submission
 
+from .checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
 from .runtime import RunRuntime, current
 from .workspace_fs import WalkCapped, WorkspaceError, show
 
@@ -145,12 +146,11 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
                       "under output/, for example output/sft", None)
     dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
     base = _base_bytes(rt)
-    caps = grading.CopyCaps(max_file_bytes=max(3 * base, 2**30),
-                            max_total_bytes=max(3 * base, 2**30) + 2**28)
+    caps = CopyCaps(max_file_bytes=max(3 * base, 2**30),
+                    max_total_bytes=max(3 * base, 2**30) + 2**28)
     try:
-        hashes = grading.copy_checkpoint(rt.workspace.root, dest, parts=parts, caps=caps,
-                                         shown=shown)
-    except grading.CopyRefused as exc:
+        hashes = copy_checkpoint(rt.workspace.root, dest, parts=parts, caps=caps, shown=shown)
+    except CopyRefused as exc:
         error = str(exc)
         if "does not exist" in error:
             error = (f"{shown} does not exist; save the checkpoint under output/ with "

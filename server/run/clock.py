@@ -8,15 +8,16 @@ under `grading_clock = paused`, moves the deadline by as much once the evaluatio
 at the deadline it is exhausted once.
 
 Why here and not beside the tools: the tools (`budget_status`, job time limits, the sandbox's
-watchdog), the MCP server's deadline check and the orchestrator all read the same clock. This
-module imports only the store, so the tools can use it without importing the server.
+watchdog), the MCP server's deadline check and the orchestrator all read the same clock, and
+only the run's lifecycle moves it. The tools read it through `a2rl.tools.seam.RunClockView`,
+which `RunClock` satisfies, and get it from the server with their runtime (`build_runtime`):
+they never import this module.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import func
@@ -32,24 +33,10 @@ from a2rl.store import (
     aware,
     utcnow,
 )
+from a2rl.tools.seam import ClockReading
 
 #: A deadline far away, for a sandbox whose run's clock has not started (2100-01-01).
 NO_DEADLINE_TS = 4102444800.0
-
-
-@dataclass(frozen=True)
-class ClockReading:
-    """The clock at one moment: what `budget_status` reports and the server checks."""
-
-    budget_s: float
-    started_at: datetime | None
-    deadline: datetime | None
-    used_s: float
-    remaining_s: float
-    #: the deadline has passed or the run has ended: only `budget_status` answers now
-    exhausted: bool
-    ended: bool
-    end_reason: str | None
 
 
 def start_row(run: Run, now: datetime) -> BudgetEvent:
@@ -114,8 +101,8 @@ class RunClock:
         deadline = self.deadline()
         return deadline.timestamp() if deadline else NO_DEADLINE_TS
 
-    def read(self, now: datetime | None = None) -> ClockReading:
-        return read_clock(self.run(), now)
+    def read(self, now: datetime | None = None, *, row: Run | None = None) -> ClockReading:
+        return read_clock(row or self.run(), now)
 
     def grading_s(self) -> float:
         """Grading time recorded so far (whether or not it counted against the budget)."""

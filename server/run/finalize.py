@@ -6,7 +6,9 @@ and the final score is the best. With no valid submission the final score is the
 test score and the improvement is 0. Checkpoint copies that can no longer matter are deleted.
 
 Only this run's queued requests are graded here, each with its run's follow-up (`grade_next`):
-another run's requests wait for a process serving it.
+another run's requests wait for a process serving it. One of this run's requests that another
+process is grading is waited for (bounded by its lease), so the best submission is picked with
+every evaluation accepted before the deadline.
 """
 
 from __future__ import annotations

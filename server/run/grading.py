@@ -19,16 +19,27 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from datetime import datetime
 
-from a2rl.grading import enqueue, process_one
+import a2rl.tasks  # noqa: F401  (registers the loader the grader's worker builds tasks with)
+from a2rl.grading import enqueue, outstanding, process_one
 from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, GradeRequest, Store, aware, utcnow
+from a2rl.store import (
+    Evaluation,
+    GradeRequest,
+    GradeState,
+    Run,
+    RunStatus,
+    Store,
+    aware,
+    utcnow,
+)
 
 from .clock import RunClock
-from .hooks import DeadlineMoved
+from .hooks import DeadlineMoved, build_runtime
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +61,24 @@ def record_grading(store: Store, req: GradeRequest) -> datetime | None:
     return RunClock(store, req.run_id).record_grading(seconds, req.submission_id, req.split)
 
 
+def tell_sandbox(settings: Settings, store: Store, run_id: str, deadline: datetime) -> bool:
+    """Hand a run's moved deadline to its supervisor from any process, serving the run or
+    not: attach to the supervisor another process started (never start one). Returns whether
+    a supervisor took it; one that could not be reached (another node of a fleet) hears of it
+    at the run's next tool call (`A2RLServer._check_budget`) or when it is reattached."""
+    with store.session() as s:
+        run = s.get(Run, run_id)
+    if run is None or run.status != RunStatus.running:
+        return False  # not started, or being finalized: its jobs are stopped already
+    return build_runtime(settings, store, run).push_deadline(deadline.timestamp())
+
+
 def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None = None,
                on_deadline: DeadlineMoved | None = None) -> GradeRequest | None:
     """Grade the oldest claimable request (of `run_id` only, when given) and do its run's
-    follow-up; None when there was nothing to grade."""
+    follow-up; None when there was nothing to grade. A deadline a paused grading clock moved
+    goes to `on_deadline` (the serving process's, which knows its runtimes), by default
+    straight to the run's supervisor (`tell_sandbox`)."""
     req = process_one(store, settings, owner, run_id=run_id)
     if req is None:
         return None
@@ -61,20 +86,49 @@ def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None 
         req = s.get(GradeRequest, req.id) or req
     prune_copies(store, req.run_id)
     moved = record_grading(store, req)
-    if moved is not None and on_deadline is not None:
-        on_deadline(req.run_id, moved)
+    if moved is not None:
+        try:
+            if on_deadline is None:
+                tell_sandbox(settings, store, req.run_id, moved)
+            else:
+                on_deadline(req.run_id, moved)
+        except Exception:  # the clock has moved in the store: the next tool call tells it
+            log.exception("the moved deadline of run %s did not reach its sandbox", req.run_id)
     return req
 
 
 def grade_queued(store: Store, settings: Settings, run_id: str,
-                 owner: str | None = None) -> int:
-    """Grade the run's queued requests, and only its own, until none is left; returns how
-    many were graded (finalization waits on this)."""
+                 owner: str | None = None, poll_s: float = 0.5) -> int:
+    """Grade the run's requests, and only its own, until none is queued or leased; returns
+    how many were graded here (finalization waits on this).
+
+    A request another process holds (its pump took it) is waited for: graded there, or, once
+    its lease expires (that process died), claimed and graded here. The lease bounds the
+    wait, so finalization never picks the best submission without an evaluation in flight.
+    """
     owner = owner or owner_name()
-    n = 0
-    while grade_next(store, settings, owner, run_id=run_id) is not None:
-        n += 1
-    return n
+    n, waiting = 0, False
+    while True:
+        if grade_next(store, settings, owner, run_id=run_id) is not None:
+            n += 1
+            continue
+        left = outstanding(store, run_id)
+        if not left:
+            return n
+        leases = [aware(r.lease_until) for r in left
+                  if r.state == GradeState.leased and r.lease_until is not None]
+        if not leases:
+            if all(r.state == GradeState.leased for r in left):
+                return n  # a lease with no end (none is written so): nothing to wait for
+            time.sleep(0.05)  # queued since, or a claimer held its row: claimed next turn
+            continue
+        until = min(leases)
+        if not waiting:
+            log.info("run %s: waiting for %d request(s) graded by another process (lease "
+                     "until %s)", run_id, len(leases), until.isoformat())  # type: ignore[union-attr]
+            waiting = True
+        expires_in = (until - utcnow()).total_seconds()  # type: ignore[operator]
+        time.sleep(min(poll_s, max(expires_in, 0.05)))
 
 
 class GradingPump:

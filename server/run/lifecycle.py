@@ -21,12 +21,13 @@ from a2rl.settings import Settings, parse_duration
 from a2rl.store import GradingClock, Run, RunStatus, Store, utcnow
 from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
-from a2rl.tools.runtime import RunRuntime, run_logger
+from a2rl.tools.runtime import run_logger
 from a2rl.tools.sandbox import volume
 
 from ..auth import new_token
 from .clock import start_row
 from .finalize import finalize_scores
+from .hooks import build_runtime
 
 WORKSPACE_DIRS = list(WRITABLE_DIRS)  # a2rl.layout's; kept under this name for callers
 
@@ -136,7 +137,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
             raise KeyError(f"run {run_id!r} does not exist")
         if run.ended_at is not None:
             return run
-    rt = RunRuntime(settings, store, run)
+    rt = build_runtime(settings, store, run)
     stop_all(rt)
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)

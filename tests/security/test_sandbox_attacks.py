@@ -20,9 +20,9 @@ import psutil
 import pytest
 
 from a2rl.server import finish_run
+from a2rl.server.run import build_runtime
 from a2rl.settings import Settings
 from a2rl.store import Job, Store
-from a2rl.tools.runtime import RunRuntime
 from a2rl.tools.sandbox import volume
 
 from ..conftest import require
@@ -283,7 +283,7 @@ async def test_daemon_does_not_outlive_the_deadline(agent: Agent) -> None:
     assert wait_for(lambda: len(host_procs(f"1000.{t}")) >= 3), host_procs(f"1000.{t}")
     # The budget runs out: the supervisor stops at its deadline, and the run's whole pid
     # namespace (and cgroup) with it.
-    RunRuntime(agent.settings, agent.store, agent.run).sandbox().set_deadline(time.time() + 1)
+    build_runtime(agent.settings, agent.store, agent.run).sandbox().set_deadline(time.time() + 1)
     assert wait_for(lambda: not host_procs(f"1000.{t}"), 15), host_procs(f"1000.{t}")
 
 
