@@ -133,6 +133,22 @@ def test_grading_time_pauses_only_a_paused_clock(store: Store, grading_clock: st
     assert clock.read().ended and clock.run().status == RunStatus.finished
 
 
+def test_a_closed_run_keeps_its_end(store: Store) -> None:
+    """Closing is once: a fleet giving up on a run (`failed`) after its node finalized it
+    leaves the run finished, with one end event."""
+    bare_run(store)
+    clock = RunClock(store, "r1")
+    clock.start()
+    ended = clock.close("agent finished")
+    again = clock.close("node lost", status=RunStatus.failed)
+    assert (again.status, again.end_reason, aware(again.ended_at)) == (
+        RunStatus.finished, "agent finished", aware(ended.ended_at))
+    assert [e.detail for e in events(store, "r1", BudgetEventKind.finished)] == [
+        {"reason": "agent finished"}]
+    with pytest.raises(KeyError, match="does not exist"):
+        RunClock(store, "nosuch").close("x")
+
+
 def test_graded_request_gets_its_runs_follow_up(store: Store, settings: Settings) -> None:
     """Whoever grades (the pump or finalization), the grading time reaches the run's clock
     and a paused clock's deadline moves, with the hook told."""

@@ -149,13 +149,20 @@ class RunClock:
             run.status = status
             s.add(run)
 
-    def close(self, reason: str) -> Run:
-        """Stop the clock for good: the run has ended, for `reason`."""
+    def close(self, reason: str, status: RunStatus = RunStatus.finished) -> Run:
+        """Stop the clock for good: the run has ended, for `reason`, `finished` (finalized)
+        or `failed` (it could not finalize: its fleet node was lost). A run that has already
+        ended keeps its end: a node that finalized its run just as the fleet gave up on it
+        wins (the row is locked for the check)."""
         with self.store.session() as s:
-            run = s.get(Run, self.run_id)
-            assert run is not None
-            run.ended_at, run.status, run.end_reason = utcnow(), RunStatus.finished, reason
+            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
+            if run is None:
+                raise KeyError(f"run {self.run_id!r} does not exist")
+            if run.ended_at is not None:
+                return run
+            run.ended_at, run.status, run.end_reason = utcnow(), status, reason
             s.add(run)
-            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.finished,
-                              detail={"reason": reason}))
+            detail = {"reason": reason} if status == RunStatus.finished else {
+                "reason": reason, "status": str(status)}
+            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.finished, detail=detail))
             return run
