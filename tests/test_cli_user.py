@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from a2rl.cli import app
 from a2rl.server import create_run, finish_run
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, Job, Run, Store, Submission, ToolCall
+from a2rl.store import Evaluation, EvaluationKind, Job, Run, Store, Submission, ToolCall
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
@@ -259,8 +259,8 @@ def listed(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
                          error="Traceback ...\nValueError: train before submitting",
                          created_at=T0 + timedelta(minutes=3)))
         s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", split="dev", score=0.45))
-        s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", kind="final", split="test",
-                         score=0.5))
+        s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", kind=EvaluationKind.submission,
+                         split="test", score=0.5))
     yield tmp_path, store
     store.close()
 

@@ -30,6 +30,7 @@ from a2rl.server.run import grading as run_grading
 from a2rl.server.run.grading import grade_next
 from a2rl.settings import Settings
 from a2rl.store import (
+    AgentStatus,
     BudgetEvent,
     BudgetEventKind,
     Evaluation,
@@ -341,6 +342,7 @@ def test_statuses_keep_their_stored_words() -> None:
     assert list(GradeState) == ["queued", "leased", "done", "failed"]
     assert list(JobState) == ["running", "exited", "killed", "timeout", "lost"]
     assert list(BudgetEventKind) == ["clock_start", "grading", "exhausted", "finished"]
+    assert list(AgentStatus) == ["finished", "crashed", "budget", "interrupted"]
     assert Run(id="r", task_id="t", workspace="/w", budget_s=1).status == "created"
     from a2rl.cli import GRADING_CLOCKS, RUN_STATUSES  # spelled out there: the CLI starts light
     assert tuple(RunStatus) == RUN_STATUSES and tuple(GradingClock) == GRADING_CLOCKS
