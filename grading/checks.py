@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from a2rl.layout import OUTPUT
+
 NEAR_COPY_L2 = 1e-3
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -44,7 +46,7 @@ class CheckpointRefused(Exception):
 
 def _rel(path: Path, output_dir: Path) -> str:
     try:
-        return str(Path("output") / path.relative_to(output_dir))
+        return str(Path(OUTPUT) / path.relative_to(output_dir))
     except ValueError:
         return str(path)
 

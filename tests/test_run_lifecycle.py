@@ -16,6 +16,7 @@ from sqlmodel import select
 
 from a2rl.grading.queue import _finish as finish_request
 from a2rl.grading.queue import claim
+from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
 from a2rl.server import build_server
 from a2rl.server.app import RunRegistry
 from a2rl.server.run import (
@@ -244,6 +245,16 @@ async def test_a_tool_call_hands_the_sandbox_a_deadline_moved_elsewhere(
             assert supervisor_deadline(settings, store, run) == moved.timestamp() == before + 30
     finally:
         finish_run(settings, store, run.id)
+
+
+def test_a_run_is_laid_out_once_by_its_task(settings: Settings, store: Store) -> None:
+    """The workspace holds `a2rl.layout`'s names, written by the task alone."""
+    run = create_run(settings, store, task_id="arith", baseline=False).run
+    ws = Path(run.workspace)
+    assert sorted(p.name for p in ws.iterdir()) == sorted(
+        [TASK_FILE, BASE_MODEL, DATA, *WRITABLE_DIRS])
+    assert all(not any((ws / d).iterdir()) for d in WRITABLE_DIRS)
+    finish_run(settings, store, run.id)
 
 
 def test_finishing_one_run_grades_only_its_own_requests(settings: Settings,

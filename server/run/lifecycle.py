@@ -4,8 +4,9 @@ The clock parts (starting it with the run, closing it) are `RunClock`'s; finishi
 run's own queued requests and scores its final submission (`finalize`).
 
 Layout of a run on disk, all under `$A2RL_HOME/runs/<run id>/`: `workspace/` (what the agent
-sees), `control/` (the sandbox supervisor's socket and token, never visible inside),
-`services/` (unix sockets a sandbox may use) and `run.log` (this run's server events).
+sees, laid out by `Task.prepare_workspace` with the names of `a2rl.layout`), `control/` (the
+sandbox supervisor's socket and token, never visible inside), `services/` (unix sockets a
+sandbox may use) and `run.log` (this run's server events).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a2rl.layout import WRITABLE_DIRS
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import GradingClock, Run, RunStatus, Store, utcnow
 from a2rl.tools.jobs import stop_all
@@ -28,8 +28,6 @@ from ..auth import new_token
 from .clock import start_row
 from .finalize import finalize_scores
 from .hooks import build_runtime
-
-WORKSPACE_DIRS = list(WRITABLE_DIRS)  # a2rl.layout's; kept under this name for callers
 
 
 @dataclass
@@ -92,9 +90,7 @@ def create_run(
                                               task.base_model_dir(settings), root, workspace)
         if disk_volume:  # a run that fails to be made leaves no mount behind
             undo.callback(volume.unmount, workspace)
-        for d in WORKSPACE_DIRS:
-            (workspace / d).mkdir()
-        task.prepare_workspace(workspace, settings)
+        task.prepare_workspace(workspace, settings)  # the layout, a2rl.layout's, is the task's
         unsafe = settings.unsafe_local if unsafe_local is None else unsafe_local
         scores = {}
         if baseline:

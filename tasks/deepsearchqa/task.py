@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from a2rl.layout import DATA
 from a2rl.settings import Settings, load_settings
 
 from ..base import Split, TaskScore
@@ -260,4 +261,4 @@ class DeepSearchQATask(InteractiveTask):
         questions with their answers (never dev or test)."""
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
         text = "".join(json.dumps(r) + "\n" for r in self.train_rows(settings))
-        write_readonly(workspace / "data" / "deepsearchqa", {"train.jsonl": text})
+        write_readonly(workspace / DATA / "deepsearchqa", {"train.jsonl": text})
