@@ -191,6 +191,18 @@ def test_bad_flags_are_refused_before_anything_is_made(tmp_path: Path) -> None:
     assert not home.exists(), list(home.rglob("*"))
 
 
+def test_key_value_flags_share_one_parser(tmp_path: Path) -> None:
+    """`-T` and `--agent-option` read KEY=VALUE with the one parser: the same one-line error,
+    naming the flag, before anything is made."""
+    home = tmp_path / "home"
+    one_line_error(cli(home, "run", "--agent-option", "steps"), "--agent-option 'steps'",
+                   "use --agent-option key=value")
+    one_line_error(cli(home, "fleet", "--name", "f", "--task", "arith", "--agent",
+                       "reference", "--agent-option", "=3"), "--agent-option '=3'")
+    one_line_error(cli(home, "create", "-T", "data_dir"), "-T 'data_dir'", "use -T key=value")
+    assert not home.exists(), list(home.rglob("*"))
+
+
 def test_run_checks_the_agents_key_before_creating_the_run(tmp_path: Path) -> None:
     from a2rl.clients.orchestrator import RunOptions, check_options
     from a2rl.clients.registry import get_connector
