@@ -105,14 +105,14 @@ def folder_edges() -> dict[tuple[str, str], set[str]]:
 
 
 def test_folders_import_only_downwards_and_without_a_loop() -> None:
-    graphlib.TopologicalSorter(ALLOWED).static_order()  # CycleError if the rule has a loop
+    graphlib.TopologicalSorter(ALLOWED).prepare()  # CycleError if the rule has a loop
     edges = folder_edges()
     assert ("server", "tools") in edges and ("tools", "store") in edges  # the walk sees them
     wrong = {f"{src} -> {dst}": sorted(files) for (src, dst), files in edges.items()
              if dst not in ALLOWED.get(src, set())}
     assert wrong == {}
     graphlib.TopologicalSorter({src: {d for s, d in edges if s == src}
-                                for src, _ in edges}).static_order()
+                                for src, _ in edges}).prepare()
 
 
 def test_tasks_and_grading_meet_only_at_the_seam() -> None:
