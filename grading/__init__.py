@@ -32,8 +32,8 @@ _HOMES: dict[str, str] = {
     "data_hash": ".hashing", "sha256_file": ".hashing", "tree_digest": ".hashing",
     "tree_hashes": ".hashing",
     "MAX_ATTEMPTS": ".queue", "claim": ".queue", "enqueue": ".queue",
-    "outstanding": ".queue", "process_one": ".queue", "run_worker": ".queue",
-    "spec_for": ".queue",
+    "lease_owner": ".queue", "outstanding": ".queue", "process_one": ".queue",
+    "release_dead_leases": ".queue", "run_worker": ".queue", "spec_for": ".queue",
 }
 
 __all__ = sorted(_HOMES)

@@ -3,6 +3,7 @@ that grades only its own run, and the typed hook submissions go through."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ from mcp import Client
 from sqlmodel import select
 
 from a2rl.grading.queue import _finish as finish_request
-from a2rl.grading.queue import claim
+from a2rl.grading.queue import claim, lease_owner, owner_gone
 from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
 from a2rl.server import build_server
 from a2rl.server.app import RunRegistry
@@ -324,6 +325,25 @@ def test_finishing_grades_its_request_whose_lease_expired(settings: Settings,
     assert req.state == GradeState.failed and req.attempts == 2
     assert req.lease_owner != "a-dead-process"
     assert len(events(store, run.id, BudgetEventKind.grading)) == 1
+
+
+def test_finishing_does_not_wait_for_a_dead_process_of_this_host(settings: Settings,
+                                                                 store: Store) -> None:
+    """The run's request leased by a process of this host that has died (a server stopped
+    mid-evaluation): its long lease is not waited out, the request is graded here at once."""
+    run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
+    req_id = queue_uncopied(store, run.id, "s1")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    owner = f"{socket.gethostname()}:{gone.pid}:dead"
+    assert owner_gone(owner) and not owner_gone(lease_owner())
+    assert not owner_gone(f"another-host:{gone.pid}:x")  # never judged from here
+    assert claim(store, owner, lease_s=600, run_id=run.id) is not None
+    started = time.monotonic()
+    finish_run(settings, store, run.id)
+    assert time.monotonic() - started < 60
+    req = request(store, req_id)
+    assert req.state == GradeState.failed and req.attempts == 2
 
 
 def test_pump_is_the_grading_hook(store: Store, settings: Settings) -> None:

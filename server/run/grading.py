@@ -16,15 +16,12 @@ waits for it.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
-import uuid
 from datetime import datetime
 
 import a2rl.tasks  # noqa: F401  (registers the loader the grader's worker builds tasks with)
-from a2rl.grading import enqueue, outstanding, process_one
+from a2rl.grading import enqueue, lease_owner, outstanding, process_one, release_dead_leases
 from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
 from a2rl.store import (
@@ -42,11 +39,6 @@ from .clock import RunClock
 from .hooks import DeadlineMoved, build_runtime
 
 log = logging.getLogger(__name__)
-
-
-def owner_name() -> str:
-    """A lease owner unique to this process and call."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 def record_grading(store: Store, req: GradeRequest) -> datetime | None:
@@ -104,9 +96,10 @@ def grade_queued(store: Store, settings: Settings, run_id: str,
 
     A request another process holds (its pump took it) is waited for: graded there, or, once
     its lease expires (that process died), claimed and graded here. The lease bounds the
-    wait, so finalization never picks the best submission without an evaluation in flight.
+    wait, so finalization never picks the best submission without an evaluation in flight; a
+    holder of this host that is gone is not waited for (`release_dead_leases`).
     """
-    owner = owner or owner_name()
+    owner = owner or lease_owner()
     n, waiting = 0, False
     while True:
         if grade_next(store, settings, owner, run_id=run_id) is not None:
@@ -115,6 +108,8 @@ def grade_queued(store: Store, settings: Settings, run_id: str,
         left = outstanding(store, run_id)
         if not left:
             return n
+        if release_dead_leases(store, run_id):
+            continue
         leases = [aware(r.lease_until) for r in left
                   if r.state == GradeState.leased and r.lease_until is not None]
         if not leases:
@@ -139,7 +134,7 @@ class GradingPump:
                  on_deadline: DeadlineMoved | None = None) -> None:
         self.settings, self.store, self.idle_poll_s = settings, store, idle_poll_s
         self.on_deadline = on_deadline
-        self.owner = owner_name()
+        self.owner = lease_owner()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
