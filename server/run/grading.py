@@ -2,15 +2,16 @@
 
 The queue itself (lease, grader process, `Evaluation` row) is `a2rl.grading.queue`'s. What
 follows a graded request belongs to its run and is done here, whoever graded it: the grading
-time goes on the run's clock (and, under a paused grading clock, moves its deadline), and
-checkpoint copies that can no longer matter are pruned. `grade_next` is the only way this
-package grades, so the pump and finalization cannot differ on that follow-up.
+time goes on the run's clock (and, under a paused grading clock, moves its deadline, which the
+run's sandbox is told, even when this process does not serve the run), and checkpoint copies
+that can no longer matter are pruned. `grade_next` is the only way this package grades, so
+the pump and finalization cannot differ on that follow-up.
 
 The pump drains the queue in whichever process serves runs. Queue rows live in the store and
 are claimed with a lease, so any number of serving processes (`a2rl serve`, `a2rl run`,
 `a2rl finish`) can pump side by side and a request whose process died is claimed again when
-its lease expires. Each evaluation runs in its own grader process; the pump's thread only
-waits for it.
+its lease expires (at once, by a finalizing process of the same host: `grade_queued`). Each
+evaluation runs in its own grader process; the pump's thread only waits for it.
 """
 
 from __future__ import annotations
