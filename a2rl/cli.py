@@ -209,10 +209,8 @@ def _task_options(task: str, pairs: list[str] | None, settings: Settings,
         get_task(task, profile).with_options(given).options(settings)
     except OptionsError as exc:
         _fail(str(exc))
-        raise
     except (KeyError, ValueError) as exc:
         _fail(_message(exc))
-        raise
     return given
 
 
@@ -221,7 +219,6 @@ def _settings(**overrides: Any) -> Settings:
         return load_settings(overrides)[0]
     except SettingsError as exc:  # a broken config file or variable: say which, don't trace
         _fail(str(exc))
-        raise
 
 
 def _store(settings: Settings):  # type: ignore[no-untyped-def]
@@ -253,15 +250,14 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def _key_values(items: list[str] | None, flag: str) -> dict[str, str]:
-    """Repeated `flag KEY=VALUE` options as a dict (a later KEY wins); a malformed one
-    fails the command with a one-line message naming `flag`."""
-    pairs: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            _fail(f"{flag} takes KEY=VALUE, not {item!r}")
-        pairs[key] = value
-    return pairs
+    """Repeated `flag KEY=VALUE` options as a dict (`a2rl.tasks.parse_assignments`, the one
+    parser); a malformed one fails the command with a one-line message naming `flag`."""
+    from a2rl.tasks import OptionsError, parse_assignments
+
+    try:
+        return parse_assignments(items or [], flag)
+    except OptionsError as exc:
+        _fail(str(exc))
 
 
 def _progress() -> Any:
@@ -379,7 +375,6 @@ def create(
                              task_options=task_options, **options)
     except (KeyError, ValueError, SandboxError) as exc:
         _fail(_message(exc))
-        return
     run = created.run
     say(f"run {run.id}: baseline dev {_score(run.baseline_dev)}, "
         f"test {_score(run.baseline_test)}")
@@ -858,13 +853,10 @@ def fleet(
         _fail(f"bad plan{f' {plan_file}' if plan_file else ''}: " + "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'plan'}: {e['msg']}"
             for e in exc.errors(include_url=False)))
-        raise
     except OSError as exc:
         _fail(f"--plan {plan_file}: {exc.strerror or exc}")
-        raise
     except ValueError as exc:
         _fail(f"bad plan{f' {plan_file}' if plan_file else ''}: {exc}")
-        raise
     if options and plan_file:
         for a in plan.agents:
             a.options.update(options)
@@ -881,7 +873,6 @@ def fleet(
         result = runner.run()
     except RuntimeError as exc:
         _fail(str(exc))
-        raise
     if as_json:
         _print_json({**result.model_dump(), "counts": result.counts})
     else:
@@ -905,7 +896,6 @@ def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, Any]],
         given = parse_assignments(pairs or [])
     except OptionsError as exc:
         _fail(str(exc))
-        raise
     unknown = sorted({k.rpartition(".")[0] for k in given if "." in k} - set(tasks))
     if unknown:
         _fail(f"-T {unknown[0]}.KEY=VALUE: {unknown[0]!r} is not a task of this plan")
@@ -946,7 +936,6 @@ def export_cmd(
         raise
     except (ArchiveError, OSError) as exc:
         _fail(str(exc))
-        raise
     if as_json:
         _print_json(result.model_dump())
         return
@@ -971,7 +960,6 @@ def import_cmd(
         result = import_run(_store(settings), Path(archive))
     except ArchiveError as exc:
         _fail(str(exc))
-        raise
     if as_json:
         _print_json(result.model_dump())
         return
@@ -999,7 +987,6 @@ def tasks(
         found = list_tasks(profile)
     except ValueError as exc:
         _fail(str(exc))
-        return
     for reason in task_load_errors().values():  # a broken plugin: said once, the rest listed
         typer.echo(f"warning: {reason}", err=True)
     if profile is not None:
@@ -1034,13 +1021,11 @@ def _print_task_options(task_id: str, as_json: bool) -> None:
         task = get_task(task_id)
     except KeyError as exc:
         _fail(_message(exc))
-        raise
     rows = task.options_model.describe()
     try:
         current = task.options_record(_settings())
     except OptionsError as exc:
         _fail(str(exc))
-        raise
     for row in rows:
         row["value"] = current.get(row["name"])
     if as_json:
@@ -1079,7 +1064,6 @@ def demo(
         summary = run_demo(settings, store, task=task, backend=backend, say=say, **options)
     except (KeyError, ValueError, RuntimeError) as exc:
         _fail(_message(exc))
-        return
     if as_json:
         _print_json(summary.model_dump(include=set(DEMO_FIELDS)))
     else:

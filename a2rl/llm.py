@@ -48,8 +48,8 @@ if TYPE_CHECKING:  # the SDK costs ~0.4 s to import: only callers that send requ
 
     from a2rl.settings import Settings
 
-__all__ = ["AsyncChatClient", "Attempt", "ChatClient", "Endpoint", "Failure", "Outcome", "Reply",
-           "RetryPolicy", "judge_endpoint", "retryable_status"]
+__all__ = ["AsyncChatClient", "Attempt", "ChatClient", "Endpoint", "Outcome", "Reply",
+           "RequestFailure", "RetryPolicy", "judge_endpoint", "retryable_status"]
 
 T = TypeVar("T")
 
@@ -125,7 +125,7 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class Failure:
+class RequestFailure:
     """One attempt that gave no usable answer. `detail` is the response body's start for
     `http`, the exception for `transport`, the body for `bad_response`, the caller's reason for
     `refused_answer`."""
@@ -155,7 +155,7 @@ class Attempt:
     """One request as sent: the answer's text when one came back, else None; the failure."""
 
     text: str | None
-    failure: Failure | None
+    failure: RequestFailure | None
 
 
 @dataclass
@@ -166,7 +166,7 @@ class Outcome(Generic[T]):
     attempts: list[Attempt] = field(default_factory=list)
 
     @property
-    def failure(self) -> Failure | None:
+    def failure(self) -> RequestFailure | None:
         return self.attempts[-1].failure if self.value is None and self.attempts else None
 
     @property
@@ -177,7 +177,7 @@ class Outcome(Generic[T]):
 
 #: Reads an accepted answer out of a reply, or says why it is refused (then retried).
 Accept = Callable[[Reply], tuple[T | None, str]]
-OnRetry = Callable[[int, Failure, float], None]
+OnRetry = Callable[[int, RequestFailure, float], None]
 
 
 class _Exchange(Generic[T]):
@@ -188,12 +188,12 @@ class _Exchange(Generic[T]):
         self.accept = accept
         self.outcome: Outcome[T] = Outcome(None)
 
-    def record(self, result: Reply | Failure) -> float | None:
+    def record(self, result: Reply | RequestFailure) -> float | None:
         """Take one attempt's result; the seconds to wait before the next, or None: done."""
-        failure: Failure | None
+        failure: RequestFailure | None
         if isinstance(result, Reply):
             value, why = self.accept(result) if self.accept else (result, "")  # type: ignore[assignment]
-            failure = None if value is not None else Failure("refused_answer", why)
+            failure = None if value is not None else RequestFailure("refused_answer", why)
             self.outcome.attempts.append(Attempt(result.text, failure))
             if value is not None:
                 self.outcome.value = value  # type: ignore[assignment]
@@ -208,26 +208,26 @@ class _Exchange(Generic[T]):
         return self.policy.delay(n - 1, failure.retry_after)
 
 
-def _reply(text: str) -> Reply | Failure:
+def _reply(text: str) -> Reply | RequestFailure:
     try:
         data = json.loads(text)
         message = data["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
-        return Failure("bad_response", text[:300])
+        return RequestFailure("bad_response", text[:300])
     if not isinstance(data, dict) or not isinstance(message, dict):
-        return Failure("bad_response", text[:300])
+        return RequestFailure("bad_response", text[:300])
     return Reply(data, message)
 
 
-def _failure(exc: Exception) -> Failure:
+def _failure(exc: Exception) -> RequestFailure:
     import openai
 
     if isinstance(exc, openai.APIStatusError):
         after = exc.response.headers.get("retry-after", "")
         retry_after = float(after) if after.replace(".", "", 1).isdigit() else None
-        return Failure("http", exc.response.text[:500], exc.status_code, retry_after)
+        return RequestFailure("http", exc.response.text[:500], exc.status_code, retry_after)
     cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else exc
-    return Failure("transport", f"{type(cause).__name__}: {cause}")
+    return RequestFailure("transport", f"{type(cause).__name__}: {cause}")
 
 
 class _Base:
@@ -274,7 +274,7 @@ class ChatClient(_Base):
                 self._sdk = openai.OpenAI(**self._sdk_kwargs())
             return self._sdk
 
-    def send(self, body: Mapping[str, Any]) -> Reply | Failure:
+    def send(self, body: Mapping[str, Any]) -> Reply | RequestFailure:
         """One request, no retry: `body` is the JSON sent (`model` defaults to the endpoint's)."""
         import openai
 
@@ -312,7 +312,7 @@ class AsyncChatClient(_Base):
 
         self._sdk = openai.AsyncOpenAI(**self._sdk_kwargs())
 
-    async def send(self, body: Mapping[str, Any]) -> Reply | Failure:
+    async def send(self, body: Mapping[str, Any]) -> Reply | RequestFailure:
         import openai
 
         try:

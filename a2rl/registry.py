@@ -57,7 +57,7 @@ class PluginLoadError(RegistryError):
 
 
 @dataclass(frozen=True)
-class Entry:
+class Registration:
     """One registration: where the target comes from, for messages and `a2rl tasks`."""
 
     name: str
@@ -65,7 +65,7 @@ class Entry:
     source: str  # "builtin", "code" or "entry point <dist>"
 
 
-def _resolve(spec: str) -> object:
+def resolve_target(spec: str) -> object:
     """Import `"module:attr"` (attr may be dotted)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -93,8 +93,8 @@ class Registry(Generic[T]):
                  check: Callable[[object], bool] | None = None) -> None:
         self.kind, self.plural, self.group = kind, plural or f"{kind}s", group
         self._check = check
-        self._entries: dict[str, Entry] = {}
-        self._plugins: dict[str, Entry] | None = None  # read from metadata on first need
+        self._entries: dict[str, Registration] = {}
+        self._plugins: dict[str, Registration] | None = None  # read from metadata on first need
         self._loaded: dict[str, Target[T]] = {}
         self._lock = threading.RLock()
 
@@ -102,7 +102,7 @@ class Registry(Generic[T]):
     def register(self, name: str, target: str | Target[T], *, source: str = "code") -> None:
         """Add `name`; a later registration under the same name replaces the earlier one."""
         with self._lock:
-            self._entries[name] = Entry(name, target, source)
+            self._entries[name] = Registration(name, target, source)
             self._loaded.pop(name, None)
 
     def unregister(self, name: str) -> None:
@@ -110,11 +110,11 @@ class Registry(Generic[T]):
             self._entries.pop(name, None)
             self._loaded.pop(name, None)
 
-    def _plugin_entries(self) -> dict[str, Entry]:
+    def _plugin_entries(self) -> dict[str, Registration]:
         if self.group is None:
             return {}
         if self._plugins is None:
-            found: dict[str, Entry] = {}
+            found: dict[str, Registration] = {}
             try:
                 eps = entry_points(group=self.group)
             except Exception as exc:  # broken metadata must not break the built-ins
@@ -122,7 +122,8 @@ class Registry(Generic[T]):
                 eps = ()  # type: ignore[assignment]
             for ep in eps:
                 dist = getattr(ep.dist, "name", None) or "unknown distribution"
-                found.setdefault(ep.name, Entry(ep.name, ep.value, f"entry point of {dist}"))
+                found.setdefault(ep.name, Registration(ep.name, ep.value,
+                                                       f"entry point of {dist}"))
             self._plugins = found
         return self._plugins
 
@@ -135,7 +136,7 @@ class Registry(Generic[T]):
             self._plugins = None
 
     # --- looking up -----------------------------------------------------------------------
-    def entries(self) -> dict[str, Entry]:
+    def entries(self) -> dict[str, Registration]:
         """Every registration by name, imports nothing: code registrations in the order they
         were made, then entry points (sorted) whose names code did not take."""
         with self._lock:
@@ -150,7 +151,7 @@ class Registry(Generic[T]):
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.entries()
 
-    def entry(self, name: str) -> Entry:
+    def entry(self, name: str) -> Registration:
         entry = self.entries().get(name)
         if entry is None:
             known = ", ".join(sorted(self.names())) or "none"
@@ -165,7 +166,8 @@ class Registry(Generic[T]):
             entry = self.entry(name)
             where = entry.target if isinstance(entry.target, str) else repr(entry.target)
             try:
-                target = _resolve(entry.target) if isinstance(entry.target, str) else entry.target
+                target = (resolve_target(entry.target) if isinstance(entry.target, str)
+                          else entry.target)
             except Exception as exc:  # ImportError, AttributeError, or the module's own error
                 raise PluginLoadError(
                     f"{self.kind} {name!r} ({entry.source}, {where}) cannot be loaded: "

@@ -14,7 +14,7 @@ from collections import defaultdict
 from pydantic import BaseModel
 from sqlmodel import col, select
 
-from a2rl.store import Run, Store
+from a2rl.store import Run, RunStatus, Store
 
 from .report import build_report
 
@@ -137,7 +137,7 @@ def compare(store: Store, task: str | None = None, agent: str | None = None,
     with store.session() as s:
         q = select(Run).where(col(Run.started_at).is_not(None)).order_by(col(Run.created_at))
         if fleet:
-            q = q.where(Run.fleet_id == fleet, Run.status == "finished")
+            q = q.where(Run.fleet_id == fleet, Run.status == RunStatus.finished)
         if task:
             q = q.where(Run.task_id == task)
         if agent:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from a2rl.llm import ChatClient, Endpoint, Failure, Reply, RetryPolicy
+from a2rl.llm import ChatClient, Endpoint, Reply, RequestFailure, RetryPolicy
 from a2rl.settings import Settings
 
 from .schema import Narrative, Report
@@ -106,7 +106,7 @@ def write_narrative(report: Report, settings: Settings, environ: Mapping[str, st
     return _from_reply(outcome.value, ep, base)
 
 
-def _why(failure: Failure, ep: Endpoint) -> str:
+def _why(failure: RequestFailure, ep: Endpoint) -> str:
     if failure.kind == "http":
         hint = f" (is {ep.api_key_env} set?)" if failure.status in (401, 403) else ""
         return f"HTTP {failure.status} from {ep.origin}{hint}: {failure.detail}"

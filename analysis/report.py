@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from datetime import UTC, datetime
 
-from a2rl.store import Store
+from a2rl.store import EvaluationKind, EvaluationStatus, Store, SubmissionStatus
 
 from .data import RunData, load_run
 from .failures import find_failures
@@ -37,8 +37,9 @@ def build_trajectory(d: RunData) -> Trajectory:
     split = _feedback_split(d)
     baseline = d.run.baseline_test if split == "test" else d.run.baseline_dev
     when = {s.id: d.t(s.created_at) or 0.0 for s in d.submissions}
-    evs = sorted((e for e in d.evaluations if e.kind == "submission" and e.split == split
-                  and e.status == "done" and e.score is not None and e.submission_id in when),
+    evs = sorted((e for e in d.evaluations if e.kind == EvaluationKind.submission
+                  and e.split == split and e.status == EvaluationStatus.done
+                  and e.score is not None and e.submission_id in when),
                  key=lambda e: when[e.submission_id])  # type: ignore[index]
     points, best = [], baseline
     for e in evs:
@@ -91,7 +92,8 @@ def build_routes(d: RunData) -> list[Route]:
         texts = {p: d.text(sha) for p, sha in files.items()}
         at = d.t(sub.created_at) or 0.0
         cmds = [(jid, cmd) for t, jid, cmd in started if t <= at]
-        route, also, ev = classify(sub.path, sub.error if sub.status == "refused" else None,
+        refusal = sub.error if sub.status == SubmissionStatus.refused else None
+        route, also, ev = classify(sub.path, refusal,
                                    sub.near_copy, sub.l2_distance, texts, cmds, sub.id)
         out.append(Route(submission_id=sub.id, path=sub.path, route=route, also=also,
                          evidence=ev))
@@ -102,7 +104,7 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
     run = d.run
     best = max(trajectory.points, key=lambda p: p.score, default=None)
     final_ev = next((e for e in d.evaluations if e.submission_id == run.final_submission_id
-                     and e.split == "test" and e.status == "done"), None) \
+                     and e.split == "test" and e.status == EvaluationStatus.done), None) \
         if run.final_submission_id else None
     improvement, note = None, None
     if run.final_score is not None and run.baseline_test is not None:
@@ -132,9 +134,9 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
         final_test=run.final_score, final_submission_id=run.final_submission_id,
         improvement=improvement, improvement_note=note,
         submissions_total=len(d.submissions),
-        submissions_valid=sum(s.status == "graded" for s in d.submissions),
-        submissions_refused=sum(s.status == "refused" for s in d.submissions),
-        submissions_failed=sum(s.status == "failed" for s in d.submissions),
+        submissions_valid=sum(s.status == SubmissionStatus.graded for s in d.submissions),
+        submissions_refused=sum(s.status == SubmissionStatus.refused for s in d.submissions),
+        submissions_failed=sum(s.status == SubmissionStatus.failed for s in d.submissions),
         final_provenance=dict(final_ev.provenance) if final_ev else {})
 
 

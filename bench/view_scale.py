@@ -41,6 +41,7 @@ from a2rl.analysis.web.browser import served
 from a2rl.store import (
     Blob,
     Evaluation,
+    EvaluationKind,
     Job,
     Revision,
     Run,
@@ -137,8 +138,9 @@ def build_synthetic(store: Store, calls: int = 10_000, jobs: int = 500, subs: in
                                ci_low=score - 0.06, ci_high=score + 0.06, n_items=N_ITEMS,
                                items=_items(100 + k, score), started_at=at,
                                ended_at=at + timedelta(seconds=60)))
-    rows.append(Evaluation(run_id=run_id, submission_id=f"{run_id}-s{subs - 1}", kind="final",
-                           split="test", score=0.42, ci_low=0.35, ci_high=0.49,
+    rows.append(Evaluation(run_id=run_id, submission_id=f"{run_id}-s{subs - 1}",
+                           kind=EvaluationKind.submission, split="test", score=0.42,
+                           ci_low=0.35, ci_high=0.49,
                            n_items=N_ITEMS, items=_items(final_seed, 0.42),
                            started_at=t0 + timedelta(seconds=span),
                            ended_at=t0 + timedelta(seconds=span)))

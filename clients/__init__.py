@@ -1,4 +1,14 @@
-"""Agents that drive a run: the scripted reference agent (connectors for agent CLIs later)."""
+"""Agents that drive a run, and the orchestrator that runs one against a task.
+
+- `orchestrator`: `a2rl run`'s loop: create the run, serve it over MCP, launch the agent
+  (sandboxed, headless), stop it at the budget, finalize, summarize.
+- `base`: the `Connector` an agent system implements (`AgentContext`, `McpEndpoint`);
+  `registry`: the agents by name, built-ins and the `a2rl.agents` entry points.
+- The connectors: `reference` (the scripted reference agent), `llm` (a tool-calling loop over
+  any OpenAI-compatible endpoint), and the agent CLIs `claude_code`, `codex`, `gemini` and
+  `openhands` (experimental); `npm_clis` finds the pinned npm CLIs, `prompt` is the task
+  prompt every connector hands its agent, `agent_sandbox` the bubblewrap an agent CLI runs in.
+"""
 
 from .reference import AgentError, ReferenceAgent
 

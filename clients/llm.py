@@ -59,7 +59,7 @@ from mcp import Client
 from pydantic import BaseModel, Field
 
 import a2rl
-from a2rl.llm import AsyncChatClient, Endpoint, Failure, RetryPolicy
+from a2rl.llm import AsyncChatClient, Endpoint, RequestFailure, RetryPolicy
 
 from .base import AgentContext
 
@@ -354,7 +354,7 @@ class LlmConnector:
     async def _complete(self, llm: AsyncChatClient, body: dict[str, Any]) -> dict[str, Any]:
         """One chat completion under the shared retry policy; each retry goes in the
         transcript, a refusal or retries running out raise `LlmAgentError`."""
-        def on_retry(attempt: int, failure: Failure, delay: float) -> None:
+        def on_retry(attempt: int, failure: RequestFailure, delay: float) -> None:
             self.transcript.append({"kind": "retry", "attempt": attempt,
                                     "error": _describe(failure), "delay_s": delay})
 
@@ -371,7 +371,7 @@ class LlmConnector:
                             f"attempts ({_describe(failure)})")
 
 
-def _describe(failure: Failure) -> str:
+def _describe(failure: RequestFailure) -> str:
     """The agent's wording of a failed request (its error messages say "HTTP 429: ...")."""
     if failure.kind == "http":
         return f"HTTP {failure.status}: {failure.detail}"

@@ -30,7 +30,7 @@ from sqlmodel import select
 
 from a2rl.server.run import RunClock
 from a2rl.settings import Settings
-from a2rl.store import Run, Store, Submission, SubmissionStatus
+from a2rl.store import AgentStatus, Run, Store, Submission, SubmissionStatus
 from a2rl.store.queries import best_submission, run_summary
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
@@ -198,7 +198,7 @@ class Orchestrator:
         ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,
                            endpoint=McpEndpoint(url="", token=created.token), model=opts.model,
                            budget_s=run.budget_s, options=dict(opts.agent_options))
-        status, code = "interrupted", None
+        status, code = AgentStatus.interrupted, None
         try:
             if connector.kind == "inprocess":
                 status, code = anyio.run(self._run_inprocess, connector, ctx, run)
@@ -208,9 +208,10 @@ class Orchestrator:
             self.say("interrupted: finalizing")
         finally:
             self._update(run.id, agent_status=status, agent_exit_code=code)
-            reason = {"finished": "agent finished", "budget": "budget exhausted",
-                      "crashed": f"agent crashed (exit {code})",
-                      "interrupted": "interrupted"}.get(status, status)
+            reason = {AgentStatus.finished: "agent finished",
+                      AgentStatus.budget: "budget exhausted",
+                      AgentStatus.crashed: f"agent crashed (exit {code})",
+                      AgentStatus.interrupted: "interrupted"}.get(status, status)
             self.say(f"finalizing ({reason}): the best submission is scored on the test split")
             finish_run(self.settings, self.store, run.id, reason=reason)
         return self.summary(run.id, started)
@@ -222,18 +223,18 @@ class Orchestrator:
         return clock.remaining_s
 
     async def _run_inprocess(self, connector: Any, ctx: AgentContext,
-                             run: Run) -> tuple[str, int | None]:
-        status: tuple[str, int | None] = ("budget", None)
+                             run: Run) -> tuple[AgentStatus, int | None]:
+        status: tuple[AgentStatus, int | None] = (AgentStatus.budget, None)
         with anyio.move_on_after(self._remaining(run)):
             try:
                 async with Client(stdio_params(self.settings, run.id), mode="legacy") as client:
                     await connector.run(client, ctx)
-                status = ("finished", 0)
+                status = (AgentStatus.finished, 0)
             except Exception as exc:
                 while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                     exc = exc.exceptions[0]  # type: ignore[assignment]
                 self.warn(f"agent failed: {exc}")
-                status = ("crashed", 1)
+                status = (AgentStatus.crashed, 1)
         transcript = getattr(connector, "transcript", None)
         if transcript:
             import json
@@ -242,7 +243,8 @@ class Orchestrator:
             self._update(run.id, agent_transcript_sha=sha)
         return status
 
-    def _run_process(self, connector: Any, ctx: AgentContext, run: Run) -> tuple[str, int | None]:
+    def _run_process(self, connector: Any, ctx: AgentContext,
+                     run: Run) -> tuple[AgentStatus, int | None]:
         logs = Path(run.workspace).parent / "agent"
         with http_server(self.settings, self.store) as url:
             ctx = ctx.model_copy(update={"endpoint": McpEndpoint(url=url,
@@ -259,15 +261,15 @@ class Orchestrator:
                 proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                         cwd=launch.cwd, env=env, start_new_session=True)
                 self.say(f"agent started (pid {proc.pid}{', sandboxed' if sandboxed else ''})")
-                status: tuple[str, int | None]
+                status: tuple[AgentStatus, int | None]
                 try:
                     code = proc.wait(self._remaining(run))
-                    status = ("finished" if code == 0 else "crashed", code)
+                    status = (AgentStatus.finished if code == 0 else AgentStatus.crashed, code)
                 except subprocess.TimeoutExpired:
                     self.say("the budget is spent: stopping the agent")
-                    status = ("budget", None)
+                    status = (AgentStatus.budget, None)
                 except KeyboardInterrupt:
-                    status = ("interrupted", None)
+                    status = (AgentStatus.interrupted, None)
                     raise
                 finally:
                     _kill_tree(proc, marker)
@@ -276,7 +278,7 @@ class Orchestrator:
                                  agent_transcript_sha=self.store.put_blob(
                                      (logs / "transcript.jsonl").read_bytes()),
                                  agent_stderr_sha=self.store.put_blob(stderr))
-        if status[0] == "crashed":
+        if status[0] == AgentStatus.crashed:
             tail = stderr_tail(stderr)
             self.warn(f"agent crashed (exit {status[1]})" + (
                 "; the last lines of its stderr:\n" + "\n".join(f"  | {t}" for t in tail)

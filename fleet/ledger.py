@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from sqlmodel import select
 
-from a2rl.store import Run, RunStatus, Store, utcnow
+from a2rl.server.run.clock import RunClock
+from a2rl.store import Run, RunStatus, Store
 
 from .plan import RunSpec
 
@@ -53,13 +54,12 @@ def latest_run(store: Store, fleet: str, spec: RunSpec) -> Run | None:
 
 
 def mark_failed(store: Store, run_ids: list[str], reason: str) -> None:
-    """Close runs that cannot finalize themselves (their node is gone). They keep everything
-    recorded so far; resuming the fleet makes a new run for their key."""
-    now = utcnow()
-    with store.session() as s:
-        for run_id in run_ids:
+    """Close runs that cannot finalize themselves (their node is gone), through their clock
+    like any other end (`RunClock.close`: status, reason, time and the clock's event). They
+    keep everything recorded so far; resuming the fleet makes a new run for their key."""
+    for run_id in run_ids:
+        with store.session() as s:
             run = s.get(Run, run_id)
-            if run is None or run.status in (DONE, FAILED):
-                continue
-            run.status, run.end_reason, run.ended_at = FAILED, reason, now
-            s.add(run)
+        if run is None or run.status in (DONE, FAILED):
+            continue
+        RunClock(store, run_id).close(reason, status=FAILED)

@@ -1,7 +1,8 @@
 """Grading: checkpoint validation, generation engines, evaluation, the queue and the baseline.
 
-Flow: `copy_checkpoint` (grader-owned copy with file hashes, taken first) -> `validate_copy`
-(on that copy) -> `enqueue` -> `process_one` (lease, subprocess worker, `Evaluation` row).
+Flow: the submit tool copies the checkpoint out of the workspace first (grader-owned, with
+file hashes: `a2rl.tools.checkpoint_copy`) -> `validate_copy` (on that copy) -> `enqueue` ->
+`process_one` (lease, subprocess worker, `Evaluation` row). Grading never reads a workspace.
 `ensure_baseline` scores the untouched base model once per (task, base model, grader,
 engine). The engine is chosen by `engine_select` (vLLM, static-cache transformers or plain
 `generate`). What a task sees of grading is `seam` alone.
@@ -28,11 +29,11 @@ _HOMES: dict[str, str] = {
     "StaticCacheEngine": ".engine_static",
     "GRADER_VERSION": ".evaluate", "EvalResult": ".evaluate", "evaluate": ".evaluate",
     "GpuMemoryUnavailable": ".gpu_memory",
-    "CopyCaps": ".hashing", "CopyRefused": ".hashing", "copy_checkpoint": ".hashing",
     "data_hash": ".hashing", "sha256_file": ".hashing", "tree_digest": ".hashing",
     "tree_hashes": ".hashing",
     "MAX_ATTEMPTS": ".queue", "claim": ".queue", "enqueue": ".queue",
-    "process_one": ".queue", "run_worker": ".queue", "spec_for": ".queue",
+    "lease_owner": ".queue", "outstanding": ".queue", "process_one": ".queue",
+    "release_dead_leases": ".queue", "run_worker": ".queue", "spec_for": ".queue",
 }
 
 __all__ = sorted(_HOMES)

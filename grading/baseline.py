@@ -14,7 +14,14 @@ from pathlib import Path
 from sqlalchemy.exc import IntegrityError
 
 from a2rl.settings import Settings
-from a2rl.store import BaselineCache, Evaluation, Store, utcnow
+from a2rl.store import (
+    BaselineCache,
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    Store,
+    utcnow,
+)
 
 from .device_lock import device_lock
 from .engine import GenerationEngine
@@ -92,7 +99,8 @@ def _evaluate_split(store: Store, task: Task, base_dir: Path, settings: Settings
                     split: Split, engine: GenerationEngine) -> None:
     started = utcnow()
     result = evaluate(task, base_dir, split, settings, engine=engine)
-    ev = Evaluation(kind="baseline", split=split, status="done", score=result.score,
+    ev = Evaluation(kind=EvaluationKind.baseline, split=split, status=EvaluationStatus.done,
+                    score=result.score,
                     ci_low=result.ci_low, ci_high=result.ci_high,
                     n_items=result.n_items, metrics=result.metrics,
                     items=[it.model_dump() for it in result.items],

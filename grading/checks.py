@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from a2rl.layout import OUTPUT
+
 NEAR_COPY_L2 = 1e-3
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
@@ -44,7 +46,7 @@ class CheckpointRefused(Exception):
 
 def _rel(path: Path, output_dir: Path) -> str:
     try:
-        return str(Path("output") / path.relative_to(output_dir))
+        return str(Path(OUTPUT) / path.relative_to(output_dir))
     except ValueError:
         return str(path)
 
@@ -204,7 +206,7 @@ def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[fl
 
 
 def validate_copy(copy_dir: Path, base_dir: Path, shown: str) -> CheckpointCheck:
-    """Check the grader's copy of a submission (see `hashing.copy_checkpoint`): a loadable full
+    """Check the grader's copy of a submission (see `a2rl.tools.checkpoint_copy`): a loadable full
     checkpoint derived from (but not equal to) the base model in `base_dir`. `shown` is the
     path the agent gave. Never raises for a bad checkpoint: the verdict is in the result."""
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlmodel import select
 
-from a2rl.store import Run, Store, Submission
+from a2rl.store import Run, Store, Submission, SubmissionStatus
 from a2rl.store.queries import best_submission
 
 
@@ -32,7 +32,7 @@ def prune_copies(store: Store, run_id: str, keep: str | None = None,
     for sub in subs:
         if sub.id == keep or not sub.checkpoint_dir or not Path(sub.checkpoint_dir).exists():
             continue
-        if final or sub.status in ("graded", "failed"):
+        if final or sub.status in (SubmissionStatus.graded, SubmissionStatus.failed):
             shutil.rmtree(sub.checkpoint_dir, ignore_errors=True)
             removed.append(sub.id)
     return removed

@@ -12,13 +12,14 @@ row, so the agent gets an answer either way.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -63,6 +64,57 @@ def _claimable(now: object, run_id: str | None) -> object:
     ready = or_(GradeRequest.state == GradeState.queued,
                 and_(GradeRequest.state == GradeState.leased, GradeRequest.lease_until < now))
     return ready if run_id is None else and_(ready, GradeRequest.run_id == run_id)
+
+
+def lease_owner() -> str:
+    """A lease owner unique to this process and call: `host:pid:nonce` (`owner_gone` reads
+    the host and pid back)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def owner_gone(owner: str | None) -> bool:
+    """Whether `owner` is a process of this host that no longer runs: it died holding its
+    lease, and nothing will finish its request. An owner elsewhere is never judged gone."""
+    host, _, rest = (owner or "").partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def release_dead_leases(store: Store, run_id: str) -> int:
+    """End now the leases that the run's requests hold for a process of this host that died
+    (a server stopped mid-evaluation), so they are claimed again at once rather than when the
+    lease expires; returns how many."""
+    with store.session() as s:
+        held = s.exec(select(GradeRequest).where(GradeRequest.run_id == run_id,
+                                                 GradeRequest.state == GradeState.leased)).all()
+        n = 0
+        for req in held:
+            if owner_gone(req.lease_owner):
+                res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
+                             .where(GradeRequest.id == req.id,
+                                    GradeRequest.state == GradeState.leased,
+                                    GradeRequest.lease_owner == req.lease_owner)
+                             .values(lease_until=utcnow() - timedelta(seconds=1)))
+                n += res.rowcount
+        return n
+
+
+def outstanding(store: Store, run_id: str) -> list[GradeRequest]:
+    """The run's requests not graded yet: queued, or leased by some process (whose lease
+    bounds how long it may hold one)."""
+    with store.session() as s:
+        return list(s.exec(select(GradeRequest).where(
+            GradeRequest.run_id == run_id,
+            GradeRequest.state.in_([GradeState.queued, GradeState.leased]))  # type: ignore[attr-defined]
+            .order_by(GradeRequest.id)).all())
 
 
 def claim(store: Store, owner: str, lease_s: float,
@@ -127,7 +179,8 @@ def run_worker(spec: WorkerSpec | dict, timeout_s: float,
         err_path = Path(tmp) / "stderr.txt"
         cwd = Path(tmp) / "cwd"
         cwd.mkdir(mode=0o700)
-        text = spec.model_dump_json() if isinstance(spec, WorkerSpec) else json.dumps(spec)
+        # validated here, where the task registry registered its loader (the spec's default)
+        text = WorkerSpec.model_validate(spec).model_dump_json()
         cmd = [sys.executable, "-I", "-m", "a2rl.grading.worker", "--spec", text,
                "--out", str(out)]
         started = time.monotonic()

@@ -5,18 +5,21 @@ knowing it, and a task must produce a score without knowing how generation is do
 grader defines, here and nowhere else, what it hands a task (a `GenerationEngine`, prompts as
 `Prompt`), what it expects back (a `TaskScore` of `ItemResult`s) and what it needs of a task
 (`GradedTask`); a task implements `GradedTask.evaluate` and the grader never asks what kind
-of task it holds. Everything here is light (pydantic and typing only): importing it must not
-load the store, torch or any engine.
+of task it holds. The grader's worker finds a run's task by id through the loader the task
+registry registers here (`register_task_loader`), so grading never imports the tasks.
+Everything here is light (pydantic and typing only): importing it must not load the store,
+torch or any engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from a2rl.registry import resolve_target
 from a2rl.stats import WILSON_METHOD, wilson_interval
 
 if TYPE_CHECKING:
@@ -130,3 +133,38 @@ class GradedTask(Protocol):
     def options_defaults(self) -> dict[str, Any]:
         """The task's options at their defaults (a baseline's key names only changed ones)."""
         ...
+
+
+class TaskLoader(Protocol):
+    """How the grader builds a run's task: its id, profile and recorded options."""
+
+    def __call__(self, task_id: str, profile: str, options: Mapping[str, Any]) -> GradedTask: ...
+
+
+#: `"module:attr"` of the `TaskLoader` the task registry registered (None: none imported yet).
+#: A string, not the function: the grader's worker is another process and imports it there.
+_task_loader: str | None = None
+
+
+def register_task_loader(target: str) -> None:
+    """Say where the grader finds tasks (`a2rl.tasks.registry` does when it is imported)."""
+    global _task_loader
+    _task_loader = target
+
+
+def task_loader() -> str:
+    """The registered `TaskLoader` target, for a worker's spec."""
+    if _task_loader is None:
+        raise RuntimeError("no task registry is loaded: import a2rl.tasks, which registers "
+                           "the grader's task loader")
+    return _task_loader
+
+
+def load_task(target: str, task_id: str, profile: str, options: Mapping[str, Any]) -> GradedTask:
+    """Build a run's task with the loader `target` names; one that builds something else
+    than a `GradedTask` is a `TypeError` naming it."""
+    loader: TaskLoader = resolve_target(target)  # type: ignore[assignment]
+    task = loader(task_id, profile, options)
+    if not isinstance(task, GradedTask):
+        raise TypeError(f"the task loader {target} built a {type(task).__name__}, not a task")
+    return task

@@ -6,7 +6,8 @@ whole process group if needed and records the failure; the server survives.
 
 The worker never reads or writes the store. It reads its job from a JSON spec
 (`--spec '{"task_id": ..., "checkpoint_dir": ..., "split": ..., "settings": {...}}'`, built from
-the grade request by `a2rl.grading.queue.spec_for`) and writes the `EvalResult` as JSON to
+the grade request by `a2rl.grading.queue.spec_for`), builds the task with the loader the task
+registry registered (`seam.task_loader`, named in the spec) and writes the `EvalResult` as JSON to
 `--out FILE` (or stdout). Exit 0 on success, 2 on a usage error,
 1 on an evaluation error (the traceback goes to stderr), 3 when the model does not fit in the
 GPU's free memory beside the agent's job (one line on stderr saying how much is needed and
@@ -23,11 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from a2rl.settings import Settings
 
 from .gpu_memory import GpuMemoryUnavailable
+from .seam import load_task, task_loader
 
 
 class WorkerSpec(BaseModel):
@@ -39,14 +41,15 @@ class WorkerSpec(BaseModel):
     checkpoint_dir: str
     split: str
     settings: dict[str, Any] = {}
+    #: `"module:attr"` of the `seam.TaskLoader` that builds the task (default: the one the task
+    #: registry registered in the process that makes the spec)
+    task_loader: str = Field(default_factory=task_loader)
 
 
 def run_spec(spec: WorkerSpec) -> str:
-    from a2rl.tasks import get_task
-
     from .evaluate import evaluate
 
-    task = get_task(spec.task_id, spec.profile).with_options(spec.task_options)
+    task = load_task(spec.task_loader, spec.task_id, spec.profile, spec.task_options)
     result = evaluate(task, Path(spec.checkpoint_dir), spec.split,  # type: ignore[arg-type]
                       Settings(**spec.settings))
     return result.model_dump_json()

@@ -2,8 +2,9 @@
 
 `A2RLServer.call_tool` is the single entry of every tool call: it finds the run, starts the
 budget clock on the first call, refuses work after the deadline, binds the run for the tool
-function and records the call whatever its outcome. The clock is the run's (`run.clock`); this
-process's grading pump is each run's `GradingHook`.
+function and records the call whatever its outcome. Each run's tools get their runtime from
+`run.build_runtime`: the run's `RunClock`, and this process's grading pump as their
+`GradingHook`.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from .argument_checks import check_arguments, validation_message
 from .auth import RunTokenVerifier
 from .instructions import instructions_for
 from .recording import aend_call, astart_call, summarize
-from .run.clock import read_clock
-from .run.grading import GradingPump
+from .run.clock import RunClock, read_clock
+from .run.grading import GradingPump, tell_sandbox
+from .run.hooks import build_runtime
 from .services import ServiceHost, start_run_services
 
 ALWAYS_ALLOWED = {"budget_status", "get_score"}
@@ -45,18 +47,22 @@ class RunRegistry:
 
     def __init__(self, settings: Settings, store: Store) -> None:
         self.settings, self.store = settings, store
-        self._runtimes: dict[str, RunRuntime] = {}
+        self._runtimes: dict[str, RunRuntime[RunClock]] = {}
         self._services: dict[str, list[ServiceHost]] = {}
         # its thread starts on the first wake()
         self.pump = GradingPump(settings, store, on_deadline=self._deadline_moved)
 
     def _deadline_moved(self, run_id: str, deadline: datetime) -> None:
-        """A paused grading clock gave the run more time: tell its sandbox's watchdog."""
+        """A paused grading clock gave the run more time: tell its sandbox's watchdog, through
+        the runtime when this process serves the run, else by attaching to its supervisor
+        (this pump grades every run's requests)."""
         rt = self._runtimes.get(run_id)
-        if rt is not None and rt.has_sandbox():
-            rt.sandbox().set_deadline(deadline.timestamp())
+        if rt is None:
+            tell_sandbox(self.settings, self.store, run_id, deadline)
+        else:
+            rt.push_deadline(deadline.timestamp())
 
-    def _start_services(self, rt: RunRuntime, run: Run) -> None:
+    def _start_services(self, rt: RunRuntime[RunClock], run: Run) -> None:
         """The task's per-run services (sockets in `services/`); a failure is logged and the
         run goes on without them (the env code inside then reports the missing socket)."""
         if run.ended_at is not None:
@@ -67,13 +73,13 @@ class RunRegistry:
         except Exception:
             rt.log.exception("the task's services could not start")
 
-    def get(self, run_id: str) -> RunRuntime:
+    def get(self, run_id: str) -> RunRuntime[RunClock]:
         if run_id not in self._runtimes:
             with self.store.session() as s:
                 run = s.get(Run, run_id)
             if run is None:
                 raise ToolError(f"run {run_id!r} does not exist")
-            rt = RunRuntime(self.settings, self.store, run, grading=self.pump)
+            rt = build_runtime(self.settings, self.store, run, grading=self.pump)
             self._runtimes[run_id] = rt
             self._start_services(rt, run)
         return self._runtimes[run_id]
@@ -106,7 +112,7 @@ class A2RLServer(MCPServer[Any]):
         def task_description() -> str:
             return task_text(self._runtime())
 
-    def _runtime(self) -> RunRuntime:
+    def _runtime(self) -> RunRuntime[RunClock]:
         run_id = self.bound_run_id
         if run_id is None:
             token = get_access_token()
@@ -156,8 +162,12 @@ class A2RLServer(MCPServer[Any]):
             await aend_call(self.store, call_id, started, summary, error)
             unbind(token)
 
-    async def _check_budget(self, rt: RunRuntime, name: str) -> None:
+    async def _check_budget(self, rt: RunRuntime[RunClock], name: str) -> None:
         clock = read_clock(rt.clock.start())
+        if clock.deadline is not None and not clock.exhausted:
+            deadline = clock.deadline.timestamp()
+            if rt.deadline_is_stale(deadline):  # moved by a grader that could not tell it
+                await anyio.to_thread.run_sync(rt.push_deadline, deadline)
         if name in ALWAYS_ALLOWED:
             return
         if clock.ended:
@@ -170,7 +180,7 @@ class A2RLServer(MCPServer[Any]):
                             "now")
 
 
-def task_text(rt: RunRuntime) -> str:
+def task_text(rt: RunRuntime[RunClock]) -> str:
     """TASK.md as the `a2rl://task` resource serves it, read through the workspace's safe
     opener: the file is the agent's to replace (the workspace root is its own), so a symlink
     to a host file, a FIFO or a huge file gets a one-line note, never the host file, a hang or
@@ -186,7 +196,7 @@ def task_text(rt: RunRuntime) -> str:
     return text
 
 
-def exhaust(rt: RunRuntime) -> None:
+def exhaust(rt: RunRuntime[RunClock]) -> None:
     """At the deadline: note it on the clock (once) and stop every job."""
     from a2rl.tools.jobs import stop_all
 

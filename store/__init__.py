@@ -23,6 +23,7 @@ from .models import (
     utcnow,
 )
 from .status import (
+    AgentStatus,
     BudgetEventKind,
     EvaluationKind,
     EvaluationStatus,
@@ -34,9 +35,9 @@ from .status import (
 )
 
 __all__ = [
-    "SCHEMA_VERSION", "BaselineCache", "Blob", "BudgetEvent", "BudgetEventKind", "Evaluation",
-    "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState", "GradingClock", "Job",
-    "JobState", "Meta", "Revision", "Run", "RunStatus", "Snapshot", "SnapshotFile", "Store",
-    "StoreError", "StoreMissing", "StoreVersionError", "Submission", "SubmissionStatus",
-    "ToolCall", "aware", "display_url", "utcnow",
+    "SCHEMA_VERSION", "AgentStatus", "BaselineCache", "Blob", "BudgetEvent", "BudgetEventKind",
+    "Evaluation", "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState",
+    "GradingClock", "Job", "JobState", "Meta", "Revision", "Run", "RunStatus", "Snapshot",
+    "SnapshotFile", "Store", "StoreError", "StoreMissing", "StoreVersionError", "Submission",
+    "SubmissionStatus", "ToolCall", "aware", "display_url", "utcnow",
 ]

@@ -78,7 +78,7 @@ class Run(SQLModel, table=True):
     final_submission_id: str | None = None
     config: dict[str, Any] = _json(dict)  # sandbox and run settings as created
     # schema v2: the agent process as the orchestrator saw it
-    agent_status: str | None = None  # finished|crashed|budget|interrupted
+    agent_status: str | None = None  # an AgentStatus
     agent_exit_code: int | None = None
     agent_transcript_sha: str | None = None  # its stdout (a JSONL stream where it emits one)
     agent_stderr_sha: str | None = None

@@ -55,6 +55,15 @@ class GradeState(StrEnum):
     failed = "failed"
 
 
+class AgentStatus(StrEnum):
+    """How the agent's process ended, as the orchestrator saw it (`run.agent_status`)."""
+
+    finished = "finished"  # exited 0 (an in-process agent: returned)
+    crashed = "crashed"  # exited non-zero, or raised; `agent_exit_code` says how
+    budget = "budget"  # still running at the deadline: stopped
+    interrupted = "interrupted"  # the orchestrator was interrupted (Ctrl-C, a fleet stopping)
+
+
 class JobState(StrEnum):
     running = "running"
     exited = "exited"  # ended by itself; exit_code says how

@@ -96,12 +96,13 @@ def check_keys(model: type[TaskOptions], task_id: str, values: Mapping[str, Any]
                            f"are: {known}")
 
 
-def parse_assignments(pairs: Iterable[str]) -> dict[str, str]:
-    """`["key=value", ...]` (each `-T`) -> {key: value}; the value may contain `=`."""
+def parse_assignments(pairs: Iterable[str], flag: str = "-T") -> dict[str, str]:
+    """`["key=value", ...]` (each a repeated `flag`: `-T`, `--agent-option`) -> {key: value};
+    the value may contain `=`, a later key wins. The CLI's one KEY=VALUE parser."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise OptionsError(f"-T {pair!r}: use -T key=value")
+            raise OptionsError(f"{flag} {pair!r}: use {flag} key=value")
         out[key.strip()] = value
     return out

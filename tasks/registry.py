@@ -12,8 +12,10 @@ fails to load is left out of `list_tasks` (and named by `task_load_errors`) and 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from a2rl.grading.seam import register_task_loader
 from a2rl.registry import PluginLoadError, Registry
 
 from .base import Task
@@ -105,6 +107,15 @@ def get_task(task_id: str, profile: str = "a2rl") -> Task:
         if (task_id, profile) not in _INSTANCES:
             _INSTANCES[(task_id, profile)] = _INSTANCES[(task_id, "a2rl")].with_profile(profile)
         return _INSTANCES[(task_id, profile)]
+
+
+def task_for_grading(task_id: str, profile: str, options: Mapping[str, Any]) -> Task:
+    """The task a run's grader evaluates: `task_id` under `profile`, with the run's recorded
+    options (the `TaskLoader` grading's worker finds through the seam)."""
+    return get_task(task_id, profile).with_options(dict(options))
+
+
+register_task_loader(f"{__name__}:task_for_grading")
 
 
 def task_load_errors() -> dict[str, str]:

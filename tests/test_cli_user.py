@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from a2rl.cli import app
 from a2rl.server import create_run, finish_run
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, Job, Run, Store, Submission, ToolCall
+from a2rl.store import Evaluation, EvaluationKind, Job, Run, Store, Submission, ToolCall
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
@@ -299,6 +299,18 @@ def test_ports_are_range_checked_and_bound_before_serving(tmp_path: Path) -> Non
         p.wait(30)
 
 
+def test_key_value_flags_share_one_parser(tmp_path: Path) -> None:
+    """`-T` and `--agent-option` read KEY=VALUE with the one parser: the same one-line error,
+    naming the flag, before anything is made."""
+    home = tmp_path / "home"
+    one_line_error(cli(home, "run", "--agent-option", "steps"), "--agent-option 'steps'",
+                   "use --agent-option key=value")
+    one_line_error(cli(home, "fleet", "--name", "f", "--task", "arith", "--agent",
+                       "reference", "--agent-option", "=3"), "--agent-option '=3'")
+    one_line_error(cli(home, "create", "-T", "data_dir"), "-T 'data_dir'", "use -T key=value")
+    assert not home.exists(), list(home.rglob("*"))
+
+
 def test_run_checks_the_agents_key_before_creating_the_run(tmp_path: Path) -> None:
     from a2rl.clients.orchestrator import RunOptions, check_options
     from a2rl.clients.registry import get_connector
@@ -369,11 +381,11 @@ def listed(tmp_path: Path) -> Iterator[tuple[Path, Store]]:
         s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", split="dev", score=0.45))
         # The baseline's and the final test evaluation's per-item results (6 and 25 of 50
         # right), from which show and runs pair the improvement's interval.
-        s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", kind="final", split="test",
-                         score=0.5, status="done", n_items=50,
+        s.add(Evaluation(run_id="r-aaaa", submission_id="s-1", kind=EvaluationKind.submission,
+                         split="test", score=0.5, status="done", n_items=50,
                          items=[{"id": f"q{i}", "correct": i < 25} for i in range(50)]))
-        s.add(Evaluation(kind="baseline", split="test", score=0.12, status="done", n_items=50,
-                         items=[{"id": f"q{i}", "correct": i % 8 == 0 and i < 48}
+        s.add(Evaluation(kind=EvaluationKind.baseline, split="test", score=0.12, status="done",
+                         n_items=50, items=[{"id": f"q{i}", "correct": i % 8 == 0 and i < 48}
                                 for i in range(50)]))
     yield tmp_path, store
     store.close()

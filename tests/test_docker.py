@@ -153,9 +153,9 @@ async def test_restart_adopts_live_and_removes_finalized(dsettings, store: Store
 def test_keep_container(dsettings, store: Store) -> None:  # type: ignore[no-untyped-def]
     run = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False,
                      keep_container=True).run
-    from a2rl.tools.runtime import RunRuntime
+    from a2rl.server.run import build_runtime
 
-    RunRuntime(dsettings, store, run).sandbox()
+    build_runtime(dsettings, store, run).sandbox()
     finish_run(dsettings, store, run.id)
     c = docker_client().containers.get(container_name(run.id))
     assert c.status == "exited"

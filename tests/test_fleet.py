@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlmodel import select
+from sqlmodel import col, select
 
 from a2rl.fleet import FleetPlan, ledger, load_plan, plan_from_flags
-from a2rl.store import Run, Store
+from a2rl.store import BudgetEvent, BudgetEventKind, Run, Store
 
 from .conftest import require, require_bwrap
 from .pg import PgServer
@@ -75,6 +75,11 @@ def test_ledger_resume_keys_and_failures(store: Store) -> None:
     with store.session() as s:
         assert s.get(Run, "r1").status == "failed" and s.get(Run, "r1").end_reason == "node lost"
         assert s.get(Run, "r0").status == "finished"  # finished runs stay finished
+        assert s.get(Run, "r1").ended_at is not None
+        ends = s.exec(select(BudgetEvent).where(col(BudgetEvent.run_id).in_(["r0", "r1"]))).all()
+    # closed through the run's clock like any other end: its one `finished` event says why
+    assert [(e.run_id, e.kind, e.detail) for e in ends] == [
+        ("r1", BudgetEventKind.finished, {"reason": "node lost", "status": "failed"})]
 
 
 # --- end to end ----------------------------------------------------------------------------

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.grading import copy_checkpoint, sha256_file, validate_checkpoint
+from a2rl.grading import sha256_file, validate_checkpoint
 from a2rl.settings import Settings
 from a2rl.tasks import get_task
+from a2rl.tools.checkpoint_copy import copy_checkpoint
 
 
 def save_perturbed(base: Path, dest: Path, scale: float) -> Path:
@@ -138,7 +139,7 @@ def test_copy_checkpoint(env, tmp_path) -> None:
     (lambda d, host: [(d / f"f{i}").touch() for i in range(30)], "more than 20 files"),
 ])
 def test_copy_refuses_what_a_checkpoint_may_not_hold(env, tmp_path, plant, expect) -> None:
-    from a2rl.grading import CopyCaps, CopyRefused
+    from a2rl.tools.checkpoint_copy import CopyCaps, CopyRefused
 
     src = shutil.copytree(env["trained"], tmp_path / "ws" / "output" / "x")
     host = tmp_path / "host.txt"
@@ -153,7 +154,7 @@ def test_copy_refuses_what_a_checkpoint_may_not_hold(env, tmp_path, plant, expec
 
 
 def test_copy_does_not_follow_a_symlinked_checkpoint_folder(env, tmp_path) -> None:
-    from a2rl.grading import CopyRefused
+    from a2rl.tools.checkpoint_copy import CopyRefused
 
     (tmp_path / "ws" / "output").mkdir(parents=True)
     os.symlink(env["trained"], tmp_path / "ws" / "output" / "x")

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from a2rl.grading import claim, copy_checkpoint, enqueue, process_one
+from a2rl.grading import claim, enqueue, process_one
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, GradeRequest, Run, Store, Submission
 from a2rl.tasks import get_task
+from a2rl.tools.checkpoint_copy import copy_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from a2rl.llm import (
     AsyncChatClient,
     ChatClient,
     Endpoint,
-    Failure,
     Reply,
+    RequestFailure,
     RetryPolicy,
     judge_endpoint,
     retryable_status,
@@ -44,7 +44,7 @@ def hello() -> dict[str, Any]:
     (529, True), (400, False), (401, False), (403, False), (404, False), (422, False)])
 def test_retryable_statuses(status: int, retry: bool) -> None:
     assert retryable_status(status) is retry
-    assert Failure("http", "x", status).retryable is retry
+    assert RequestFailure("http", "x", status).retryable is retry
 
 
 def test_backoff_doubles_with_jitter_and_caps() -> None:
@@ -58,11 +58,11 @@ def test_backoff_doubles_with_jitter_and_caps() -> None:
 
 
 def test_transport_and_bad_bodies_are_retryable_refusals_too() -> None:
-    assert Failure("transport", "ConnectError: refused").retryable
-    assert Failure("bad_response", "<html>").retryable
-    assert Failure("refused_answer", "malformed").retryable
-    assert Failure("http", "x", 503).describe() == "http 503: x"
-    assert Failure("transport", "ConnectError: y").describe() == "transport: ConnectError: y"
+    assert RequestFailure("transport", "ConnectError: refused").retryable
+    assert RequestFailure("bad_response", "<html>").retryable
+    assert RequestFailure("refused_answer", "malformed").retryable
+    assert RequestFailure("http", "x", 503).describe() == "http 503: x"
+    assert RequestFailure("transport", "ConnectError: y").describe() == "transport: ConnectError: y"
 
 
 # --- one request ----------------------------------------------------------------------------

@@ -143,11 +143,12 @@ def rank_by_marker(messages: list[dict[str, Any]]) -> Any:
 
 
 def paper_task(server: Any, cache: Any = None) -> Any:
+    from a2rl.llm import Endpoint, RetryPolicy
     from a2rl.tasks.alpacaeval import AlpacaEvalTask
     from a2rl.tasks.alpacaeval.judge import Judge, JudgeConfig
 
-    judge = Judge(JudgeConfig(base_url=server.base_url, model="fake-judge", backoff_s=0.001,
-                              timeout_s=10), cache, api_key="sk-test")
+    judge = Judge(JudgeConfig(Endpoint(base_url=server.base_url, model="fake-judge"),
+                              RetryPolicy(backoff_s=0.001, timeout_s=10)), cache, api_key="sk-test")
     task = AlpacaEvalTask(n_train=8, n_dev=4, judge=judge)
     task.profile = "paper"  # what with_profile("paper") does
     task.spec = task.paper_spec

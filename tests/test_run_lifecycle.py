@@ -3,21 +3,40 @@ that grades only its own run, and the typed hook submissions go through."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from mcp import Client
 from sqlmodel import select
 
-from a2rl.server.run import GradingPump, QueueOnly, RunClock, create_run, finish_run
+from a2rl.grading.queue import _finish as finish_request
+from a2rl.grading.queue import claim, lease_owner, owner_gone
+from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
+from a2rl.server import build_server
+from a2rl.server.app import RunRegistry
+from a2rl.server.run import (
+    GradingPump,
+    QueueOnly,
+    RunClock,
+    build_runtime,
+    create_run,
+    finish_run,
+)
+from a2rl.server.run import grading as run_grading
 from a2rl.server.run.grading import grade_next
 from a2rl.settings import Settings
 from a2rl.store import (
+    AgentStatus,
     BudgetEvent,
     BudgetEventKind,
+    Evaluation,
+    EvaluationKind,
     EvaluationStatus,
     GradeRequest,
     GradeState,
@@ -31,6 +50,10 @@ from a2rl.store import (
     aware,
     utcnow,
 )
+from a2rl.tools.sandbox.local import LocalSandbox
+from a2rl.tools.seam import GradingHook, RunClockView
+
+from .conftest import require_bwrap
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,6 +136,22 @@ def test_grading_time_pauses_only_a_paused_clock(store: Store, grading_clock: st
     assert clock.read().ended and clock.run().status == RunStatus.finished
 
 
+def test_a_closed_run_keeps_its_end(store: Store) -> None:
+    """Closing is once: a fleet giving up on a run (`failed`) after its node finalized it
+    leaves the run finished, with one end event."""
+    bare_run(store)
+    clock = RunClock(store, "r1")
+    clock.start()
+    ended = clock.close("agent finished")
+    again = clock.close("node lost", status=RunStatus.failed)
+    assert (again.status, again.end_reason, aware(again.ended_at)) == (
+        RunStatus.finished, "agent finished", aware(ended.ended_at))
+    assert [e.detail for e in events(store, "r1", BudgetEventKind.finished)] == [
+        {"reason": "agent finished"}]
+    with pytest.raises(KeyError, match="does not exist"):
+        RunClock(store, "nosuch").close("x")
+
+
 def test_graded_request_gets_its_runs_follow_up(store: Store, settings: Settings) -> None:
     """Whoever grades (the pump or finalization), the grading time reaches the run's clock
     and a paused clock's deadline moves, with the hook told."""
@@ -127,6 +166,96 @@ def test_graded_request_gets_its_runs_follow_up(store: Store, settings: Settings
     new = RunClock(store, "r1").deadline()
     assert told == [("r1", new)]
     assert (new - deadline).total_seconds() == pytest.approx(ev.detail["seconds"], abs=0.01)  # type: ignore[operator]
+
+
+def supervisor_deadline(settings: Settings, store: Store, run: Run) -> float:
+    """The deadline the run's supervisor holds, read without handing it one (a reattach
+    would give it the clock's)."""
+    sandbox = LocalSandbox(build_runtime(settings, store, run).sandbox_spec())
+    sandbox._token = (Path(run.workspace).parent / "control" / "token").read_text().strip()
+    return float(sandbox._call("ping")["deadline"])
+
+
+def slow_grader(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The grader as if each evaluation took `seconds` (the follow-up is under test, not
+    the evaluation: a real one of a tiny model takes a few seconds, too few to measure)."""
+    real = run_grading.process_one
+
+    def process_one(store: Store, *args: object, **kw: object) -> GradeRequest | None:
+        req = real(store, *args, **kw)  # type: ignore[arg-type]
+        if req is not None:
+            with store.session() as s:
+                ev = s.exec(select(Evaluation).where(
+                    Evaluation.submission_id == req.submission_id)).one()
+                ev.started_at = aware(ev.ended_at) - timedelta(seconds=seconds)  # type: ignore[operator]
+                s.add(ev)
+        return req
+
+    monkeypatch.setattr(run_grading, "process_one", process_one)
+
+
+def test_moved_deadline_reaches_a_sandbox_another_process_serves(
+        settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a paused grading clock, run X's request graded by the pump of a process that
+    serves only run Y: the pump attaches to X's supervisor and hands it X's new deadline, so
+    X's job lives past the old one."""
+    require_bwrap()
+    x = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
+                   grading_clock="paused", budget="8s").run
+    y = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
+    sandbox = build_runtime(settings, store, x).sandbox()  # X's own serving process, say
+    sandbox.spawn("j-long", "sleep 60")
+    serving_y = RunRegistry(settings, store)
+    serving_y.get(y.id)
+    queue_uncopied(store, x.id, "s-x")
+    slow_grader(monkeypatch, 20.0)
+    try:
+        pump = serving_y.pump
+        assert grade_next(store, settings, pump.owner, on_deadline=pump.on_deadline) is not None
+        old, new = aware(x.deadline), RunClock(store, x.id).deadline()
+        assert old is not None and new is not None and (new - old).total_seconds() >= 20
+        assert supervisor_deadline(settings, store, x) == new.timestamp()
+        assert x.id not in serving_y._runtimes  # it attached, it did not start serving X
+        wait = old.timestamp() + 1.5 - time.time()
+        assert wait > 0, "the grading came after the old deadline: the machine is too slow"
+        time.sleep(wait)
+        assert sandbox.get("j-long").state == JobState.running
+    finally:
+        finish_run(settings, store, x.id)
+        finish_run(settings, store, y.id)
+
+
+@pytest.mark.anyio
+async def test_a_tool_call_hands_the_sandbox_a_deadline_moved_elsewhere(
+        settings: Settings, store: Store) -> None:
+    """A grader that cannot reach the supervisor (another node of a fleet) moves only the
+    clock: the run's next tool call, even budget_status, hands the sandbox the new deadline."""
+    require_bwrap()
+    run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
+                     grading_clock="paused", budget="10m").run
+    try:
+        async with Client(build_server(settings, store, run_id=run.id, transport="memory"),
+                          mode="legacy") as c:
+            r = await c.call_tool("run_command", {"command": "sleep 60", "wait_s": 0})
+            assert not r.is_error, r
+            before = supervisor_deadline(settings, store, run)
+            assert before == RunClock(store, run.id).deadline_ts()
+            moved = RunClock(store, run.id).record_grading(30.0, None, "dev")
+            assert moved is not None and supervisor_deadline(settings, store, run) == before
+            await c.call_tool("budget_status", {})
+            assert supervisor_deadline(settings, store, run) == moved.timestamp() == before + 30
+    finally:
+        finish_run(settings, store, run.id)
+
+
+def test_a_run_is_laid_out_once_by_its_task(settings: Settings, store: Store) -> None:
+    """The workspace holds `a2rl.layout`'s names, written by the task alone."""
+    run = create_run(settings, store, task_id="arith", baseline=False).run
+    ws = Path(run.workspace)
+    assert sorted(p.name for p in ws.iterdir()) == sorted(
+        [TASK_FILE, BASE_MODEL, DATA, *WRITABLE_DIRS])
+    assert all(not any((ws / d).iterdir()) for d in WRITABLE_DIRS)
+    finish_run(settings, store, run.id)
 
 
 def test_finishing_one_run_grades_only_its_own_requests(settings: Settings,
@@ -153,6 +282,68 @@ def test_finishing_one_run_grades_only_its_own_requests(settings: Settings,
     assert moved == pytest.approx(ev.detail["seconds"], abs=0.01)
     finish_run(settings, store, other.id)  # now it is graded, by its own finalization
     assert request(store, theirs).state == GradeState.failed
+
+
+def test_finishing_waits_for_its_request_under_another_lease(settings: Settings,
+                                                             store: Store) -> None:
+    """A request of the run that another process's pump is grading is waited for: its
+    evaluation is there when the final score is picked."""
+    run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
+                     protocol="paper").run
+    req_id = queue_uncopied(store, run.id, "s1")
+    held = claim(store, "another-process", lease_s=60, run_id=run.id)
+    assert held is not None and held.id == req_id
+
+    def other_process_grades() -> None:
+        time.sleep(1.5)
+        ev = Evaluation(run_id=run.id, submission_id="s1", kind=EvaluationKind.submission,
+                        split="test", status=EvaluationStatus.done, score=0.75,
+                        started_at=utcnow(), ended_at=utcnow())
+        finish_request(store, req_id, ev, None)
+
+    grader = threading.Thread(target=other_process_grades)
+    started = time.monotonic()
+    grader.start()
+    done = finish_run(settings, store, run.id)
+    grader.join()
+    assert time.monotonic() - started >= 1.5
+    assert done.final_score == 0.75 and done.final_submission_id == "s1"
+    assert request(store, req_id).state == GradeState.done
+
+
+def test_finishing_grades_its_request_whose_lease_expired(settings: Settings,
+                                                          store: Store) -> None:
+    """A process that died holding the run's request: finalization waits out the lease (and
+    no longer), then grades the request itself, with its follow-up."""
+    run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
+    req_id = queue_uncopied(store, run.id, "s1")
+    assert claim(store, "a-dead-process", lease_s=2, run_id=run.id) is not None
+    started = time.monotonic()
+    finish_run(settings, store, run.id)
+    assert 1.5 <= time.monotonic() - started < 60
+    req = request(store, req_id)
+    assert req.state == GradeState.failed and req.attempts == 2
+    assert req.lease_owner != "a-dead-process"
+    assert len(events(store, run.id, BudgetEventKind.grading)) == 1
+
+
+def test_finishing_does_not_wait_for_a_dead_process_of_this_host(settings: Settings,
+                                                                 store: Store) -> None:
+    """The run's request leased by a process of this host that has died (a server stopped
+    mid-evaluation): its long lease is not waited out, the request is graded here at once."""
+    run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
+    req_id = queue_uncopied(store, run.id, "s1")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    owner = f"{socket.gethostname()}:{gone.pid}:dead"
+    assert owner_gone(owner) and not owner_gone(lease_owner())
+    assert not owner_gone(f"another-host:{gone.pid}:x")  # never judged from here
+    assert claim(store, owner, lease_s=600, run_id=run.id) is not None
+    started = time.monotonic()
+    finish_run(settings, store, run.id)
+    assert time.monotonic() - started < 60
+    req = request(store, req_id)
+    assert req.state == GradeState.failed and req.attempts == 2
 
 
 def test_pump_is_the_grading_hook(store: Store, settings: Settings) -> None:
@@ -182,64 +373,22 @@ def test_statuses_keep_their_stored_words() -> None:
     assert list(GradeState) == ["queued", "leased", "done", "failed"]
     assert list(JobState) == ["running", "exited", "killed", "timeout", "lost"]
     assert list(BudgetEventKind) == ["clock_start", "grading", "exhausted", "finished"]
+    assert list(AgentStatus) == ["finished", "crashed", "budget", "interrupted"]
     assert Run(id="r", task_id="t", workspace="/w", budget_s=1).status == "created"
     from a2rl.cli import GRADING_CLOCKS, RUN_STATUSES  # spelled out there: the CLI starts light
     assert tuple(RunStatus) == RUN_STATUSES and tuple(GradingClock) == GRADING_CLOCKS
 
 
-def test_tools_reach_the_run_without_the_server_app(tmp_path: Path) -> None:
-    """The tools use the run's clock and hooks; importing them loads no MCP app (the server
-    imports the tools, not the other way round)."""
-    code = ("import sys, a2rl.tools, a2rl.tools.runtime\n"
-            "assert 'a2rl.server.run.clock' in sys.modules\n"
-            "bad = [m for m in ('a2rl.server.app', 'a2rl.server.run.lifecycle',"
-            " 'a2rl.server.run.grading') if m in sys.modules]\n"
+def test_tools_reach_the_run_without_the_server(tmp_path: Path, store: Store,
+                                                 settings: Settings) -> None:
+    """The tools read the run's clock and call its grading hook through the shapes they
+    declare (`a2rl.tools.seam`), which the server's clock and pump fill: importing the tools
+    loads nothing of the server (the server imports the tools, not the other way round)."""
+    code = ("import sys, a2rl.tools, a2rl.tools.runtime, a2rl.tools.budget, a2rl.tools.seam\n"
+            "bad = [m for m in sys.modules if m.startswith('a2rl.server')]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=120)
-
-
-def test_finish_is_idempotent_and_closes_the_clock(settings: Settings, store: Store) -> None:
-    run = create_run(settings, store, task_id="arith", baseline=False).run
-    done = finish_run(settings, store, run.id, reason="test")
-    again = finish_run(settings, store, run.id, reason="other")
-    assert done.status == RunStatus.finished and again.end_reason == "test"
-    assert [e.detail for e in events(store, run.id, BudgetEventKind.finished)] == [
-        {"reason": "test"}]
-    assert aware(done.ended_at) <= utcnow()  # type: ignore[operator]
-
-
-def test_workspace_volume_lives_with_its_run(settings: Settings, store: Store,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """As root with loop devices: a made run's workspace is its own mount, read-only once the
-    run is finished and detached by `a2rl gc`; a run that fails to be made leaves none."""
-    import os
-
-    from a2rl.tasks.arith.task import ArithTask
-    from a2rl.tools.sandbox import volume
-
-    from .conftest import require
-
-    require(volume.unavailable_reason() is None,
-            f"a workspace volume cannot be made here: {volume.unavailable_reason()}")
-    run = create_run(settings, store, task_id="arith", budget="10m", baseline=False).run
-    workspace = Path(run.workspace)
-    assert os.path.ismount(workspace) and (workspace.parent / volume.IMAGE_NAME).is_file()
-    assert not (workspace / "lost+found").exists()
-    finish_run(settings, store, run.id)
-    # Finished: still where it was, read-only; `a2rl gc` detaches it, the image keeps it.
-    assert os.path.ismount(workspace) and os.statvfs(workspace).f_flag & os.ST_RDONLY
-    assert (workspace / "TASK.md").is_file()
-    from a2rl.server.gc import collect_garbage
-
-    assert str(workspace) in collect_garbage(settings, store)["volumes_detached"]
-    assert not os.path.ismount(workspace)
-
-    def broken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        raise OSError("no room for the task's data")
-
-    monkeypatch.setattr(ArithTask, "prepare_workspace", broken)
-    before = set(settings.runs_dir.iterdir())
-    with pytest.raises(OSError, match="no room"):
-        create_run(settings, store, task_id="arith", budget="10m", baseline=False)
-    (made,) = set(settings.runs_dir.iterdir()) - before
-    assert not os.path.ismount(made / "workspace")
+    bare_run(store)
+    assert isinstance(RunClock(store, "r1"), RunClockView)
+    pump = GradingPump(settings, store)
+    assert isinstance(pump, GradingHook) and isinstance(QueueOnly(store), GradingHook)

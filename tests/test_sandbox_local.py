@@ -206,6 +206,23 @@ def test_deadline_stops_jobs_and_supervisor(make_sandbox: MakeSandbox) -> None:
         sandbox.get("long")
 
 
+def test_reattaching_hands_over_the_specs_deadline(make_sandbox: MakeSandbox) -> None:
+    """A sandbox built again (another process, a later call) holds the run's clock as it is
+    now: reattaching gives the running supervisor that deadline, which a paused grading clock
+    may have moved while nobody was attached. `attach` never starts a supervisor."""
+    first = make_sandbox()
+    pid = first._call("ping")["pid"]
+    later = first.spec.deadline + 100
+    assert LocalSandbox(first.spec.model_copy(update={"deadline": later})).attach()
+    assert first._call("ping")["deadline"] == later
+    again = LocalSandbox(first.spec.model_copy(update={"deadline": later + 50}))
+    again.start()  # reattached: the same supervisor, told the new deadline
+    assert again._call("ping") == {"ok": True, "pid": pid, "deadline": later + 50}
+    first.stop()
+    assert not LocalSandbox(first.spec).attach()
+    assert not first.alive()
+
+
 def test_stop_is_idempotent(make_sandbox: MakeSandbox) -> None:
     sandbox = make_sandbox()
     tag = f"{random.randrange(10**6, 10**7)}"

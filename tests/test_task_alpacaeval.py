@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from a2rl.grading.evaluate import evaluate
+from a2rl.llm import Endpoint, RetryPolicy
 from a2rl.settings import Settings, load_settings
 from a2rl.tasks.alpacaeval import AlpacaEvalTask
 from a2rl.tasks.alpacaeval.judge import (
@@ -40,8 +41,9 @@ def home(tmp_path: Path) -> Settings:
 
 
 def make_judge(server: FakeJudge, cache: JudgeCache | None = None, **kw: Any) -> Judge:
-    config = JudgeConfig(base_url=server.base_url, model="fake-judge", backoff_s=0.001,
-                         timeout_s=10, **kw)
+    retries = {"max_retries": kw.pop("max_retries")} if "max_retries" in kw else {}
+    config = JudgeConfig(Endpoint(base_url=server.base_url, model="fake-judge"),
+                         RetryPolicy(backoff_s=0.001, timeout_s=10, **retries), **kw)
     return Judge(config, cache, api_key="sk-test")
 
 
@@ -205,8 +207,8 @@ def test_persistent_http_errors_are_errors_never_wins(fake: FakeJudge) -> None:
 
 
 def test_unreachable_judge_is_an_error() -> None:
-    config = JudgeConfig(base_url="http://127.0.0.1:9/v1", model="x", max_retries=1,
-                         backoff_s=0.001, timeout_s=2)
+    config = JudgeConfig(Endpoint(base_url="http://127.0.0.1:9/v1", model="x"),
+                         RetryPolicy(max_retries=1, backoff_s=0.001, timeout_s=2))
     [j] = Judge(config, None, api_key="").judge_many(["a"], ["q"], ["GOOD"], ["r"])
     assert j.winner == "error" and j.error and j.error.startswith("transport")
 

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import ast
 import importlib
 import json
 import os
@@ -264,14 +263,14 @@ def test_a_declared_readonly_input_cannot_be_written(settings: Settings, store: 
     from mcp.server.mcpserver.exceptions import ToolError
 
     from a2rl.server import create_run, finish_run
-    from a2rl.tools.runtime import RunRuntime
+    from a2rl.server.run import build_runtime
     from a2rl.tools.workspace_fs import WorkspaceError
 
     require_bwrap()
     created = create_run(settings, store, task_id="greet", budget="30m", baseline=False)
     run = created.run
     try:
-        rt = RunRuntime(settings, store, run)
+        rt = build_runtime(settings, store, run)
         assert "secrets" in rt.readonly
         with pytest.raises((WorkspaceError, ToolError), match="read-only input"):
             rt.workspace.parts("secrets/key.txt", write=True)
@@ -287,28 +286,7 @@ def test_a_declared_readonly_input_cannot_be_written(settings: Settings, store: 
         finish_run(settings, store, run.id)
 
 
-# --- the seam ----------------------------------------------------------------------------------
-def _imports(folder: Path) -> list[tuple[str, str]]:
-    found = []
-    for path in sorted(folder.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                found.append((str(path.relative_to(REPO)), node.module))
-            elif isinstance(node, ast.Import):
-                found += [(str(path.relative_to(REPO)), a.name) for a in node.names]
-    return found
-
-
-def test_tasks_and_grading_meet_only_at_the_seam() -> None:
-    tasks_to_grading = {(f, m) for f, m in _imports(REPO / "tasks")
-                        if m.startswith("a2rl.grading") and m != "a2rl.grading.seam"}
-    assert tasks_to_grading == set()
-    grading_to_tasks = {(f, m) for f, m in _imports(REPO / "grading")
-                        if m.startswith("a2rl.tasks")}
-    # only the worker, which finds a run's task by id through the registry
-    assert grading_to_tasks == {("grading/worker.py", "a2rl.tasks")}
-
-
+# --- the fleet ---------------------------------------------------------------------------------
 def test_fleet_plans_carry_task_options_to_each_run() -> None:
     from a2rl.fleet.node import run_argv
     from a2rl.fleet.plan import FleetPlan

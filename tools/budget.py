@@ -1,7 +1,8 @@
 """budget_status: the run's clock as the agent sees it, with its jobs and submissions.
 
-The clock itself (start, deadline, grading time, exhaustion) is `a2rl.server.run.clock`'s; the
-rule that refuses work after the deadline is the server's (`A2RLServer.call_tool`).
+The clock itself (start, deadline, grading time, exhaustion) is the server's, read here through
+`seam.RunClockView`; the rule that refuses work after the deadline is the server's too
+(`A2RLServer.call_tool`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 from sqlalchemy import func
 from sqlmodel import select
 
-from a2rl.server.run.clock import read_clock
 from a2rl.store import Job, JobState, Submission, SubmissionStatus
 
 from .results import BudgetStatus
@@ -18,7 +18,7 @@ from .runtime import RunRuntime, current, in_thread
 
 def compute_budget(rt: RunRuntime) -> BudgetStatus:
     run = rt.clock.run()
-    clock = read_clock(run)
+    clock = rt.clock.read(row=run)
     with rt.store.session() as s:
         running = s.exec(select(func.count()).select_from(Job).where(
             Job.run_id == run.id, Job.state == JobState.running)).one()

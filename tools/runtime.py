@@ -2,8 +2,9 @@
 
 A `RunRuntime` is built once per run per server process and shared by all of that run's
 calls. The tool functions find theirs through `current()`, set by the recording layer for the
-duration of one call. The clock is the run's own (`a2rl.server.run.clock`); grading requests
-go to the `GradingHook` the serving process plugged in.
+duration of one call. The clock and the grading hook are the server's, handed in when it
+builds the runtime (`a2rl.server.run.build_runtime`); the tools know them only by the shapes
+of `seam` (`RunClockView`, `GradingHook`), so nothing here imports the server.
 """
 
 from __future__ import annotations
@@ -15,24 +16,28 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 
 from a2rl.layout import LEGACY_READONLY_INPUTS
 from a2rl.registry import RegistryError, UnknownName
-from a2rl.server.run.clock import RunClock
-from a2rl.server.run.hooks import GradingHook, QueueOnly
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
 from .paths import Workspace
 from .revisions import RevisionScanner
 from .sandbox import volume
-from .sandbox.base import Sandbox, SandboxSpec, thread_env
+from .sandbox.base import Sandbox, SandboxError, SandboxSpec, thread_env
 from .sandbox.registry import BACKENDS, create_sandbox
+from .seam import GradingHook, RunClockView
+
+#: The clock's own type, as its maker sees it (the server's `RunClock`): the tools read it as
+#: a `RunClockView`, the server that built the runtime also moves it.
+ClockT = TypeVar("ClockT", bound=RunClockView)
 
 T = TypeVar("T")
 
@@ -83,11 +88,11 @@ def sandbox_owner(settings: Settings) -> tuple[int, int] | None:
     return None
 
 
-class RunRuntime:
-    def __init__(self, settings: Settings, store: Store, run: Run,
-                 grading: GradingHook | None = None) -> None:
-        """`grading` is where submissions go: the serving process's grading pump, or (for a
-        runtime built elsewhere) the queue alone."""
+class RunRuntime(Generic[ClockT]):
+    def __init__(self, settings: Settings, store: Store, run: Run, *, clock: ClockT,
+                 grading: GradingHook) -> None:
+        """`clock` is the run's clock; `grading` is where submissions go (the serving
+        process's grading pump, or the queue alone for a runtime built outside a server)."""
         self.settings, self.store, self.run_id = settings, store, run.id
         self.dir = run_dir(run)
         if run.ended_at is None and (run.config or {}).get("disk_volume"):
@@ -105,9 +110,10 @@ class RunRuntime:
                                        settings.revision_exclude, settings.revision_max_bytes,
                                        settings.revision_run_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
-        self.clock = RunClock(store, run.id, self.log)
-        self.grading: GradingHook = grading or QueueOnly(store)
+        self.clock: ClockT = clock
+        self.grading: GradingHook = grading
         self._sandbox: Sandbox | None = None
+        self._pushed: float | None = None  # the deadline this process last gave the sandbox
         self._lock = threading.Lock()
         # Job log bytes this run stored (`jobs.keep_log`), loaded from the store on first use.
         self.log_lock = threading.Lock()
@@ -123,32 +129,37 @@ class RunRuntime:
         """Whether a supervisor was ever started for this run (by any process)."""
         return self._sandbox is not None or (self.dir / "control" / "token").exists()
 
+    def sandbox_spec(self) -> SandboxSpec:
+        """The run's sandbox as this process would build it now: the clock's deadline, the
+        settings' limits, and a container's settings fixed when the run was made."""
+        # the venv first: its bin/ leads PATH inside the sandbox
+        prefixes = list(dict.fromkeys([Path(sys.prefix).resolve(),
+                                       Path(sys.base_prefix).resolve()]))
+        st = self.settings
+        fields: dict[str, Any] = {
+            "memory": st.sandbox_memory, "pids_limit": st.sandbox_pids_limit,
+            # a container's own settings, fixed when the run was made, come over these
+            **self.config.get("container", {}),
+        }
+        return SandboxSpec(
+            run_id=self.run_id, store_id=self.store.identity,
+            workspace=self.workspace.root,
+            readonly_paths=self.readonly, control_dir=self.dir / "control",
+            services_dir=self.dir / "services",
+            deadline=self.clock.deadline_ts(),
+            network=bool(self.config.get("network", False)),
+            require_isolation=not self.config.get("allow_unisolated", False),
+            python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
+            env=thread_env(),
+            uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
+            file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes, **fields,
+        )
+
     def sandbox(self) -> Sandbox:
         """The run's sandbox, started (or reattached) on first use."""
         with self._lock:
             if self._sandbox is None:
-                # the venv first: its bin/ leads PATH inside the sandbox
-                prefixes = list(dict.fromkeys([Path(sys.prefix).resolve(),
-                                               Path(sys.base_prefix).resolve()]))
-                st = self.settings
-                fields: dict[str, Any] = {
-                    "memory": st.sandbox_memory, "pids_limit": st.sandbox_pids_limit,
-                    # a container's own settings, fixed when the run was made, come over these
-                    **self.config.get("container", {}),
-                }
-                spec = SandboxSpec(
-                    run_id=self.run_id, store_id=self.store.identity,
-                    workspace=self.workspace.root,
-                    readonly_paths=self.readonly, control_dir=self.dir / "control",
-                    services_dir=self.dir / "services",
-                    deadline=self.clock.deadline_ts(),
-                    network=bool(self.config.get("network", False)),
-                    require_isolation=not self.config.get("allow_unisolated", False),
-                    python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
-                    env=thread_env(),
-                    uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
-                    file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes, **fields,
-                )
+                spec = self.sandbox_spec()
                 spec.control_dir.mkdir(parents=True, exist_ok=True)
                 spec.services_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
                 sandbox = make_sandbox(self.backend, spec)
@@ -158,13 +169,45 @@ class RunRuntime:
                     raise ToolError(f"the sandbox could not start: {exc}") from exc
                 if not sandbox.isolated:
                     self.log.warning("commands run WITHOUT isolation (bubblewrap not found)")
-                self._sandbox = sandbox
+                self._sandbox, self._pushed = sandbox, spec.deadline
             return self._sandbox
+
+    def deadline_is_stale(self, deadline: float) -> bool:
+        """Whether this process's sandbox of the run last heard of another deadline than
+        `deadline` (the clock's): a paused grading clock moved it, graded by a process that
+        could not reach the supervisor (another node of a fleet, say). Cheap: no store, no
+        socket, so every tool call can ask."""
+        return self._sandbox is not None and self._pushed != deadline
+
+    def push_deadline(self, deadline: float) -> bool:
+        """Hand `deadline` (the clock's, a UNIX time) to the run's supervisor: through this
+        process's sandbox, else by attaching to the one another process started (never
+        starting one). Returns whether a supervisor took it."""
+        with self._lock:
+            sandbox = self._sandbox
+        if sandbox is None:
+            if not self.has_sandbox():
+                return False
+            try:
+                sandbox = make_sandbox(self.backend, self.sandbox_spec())
+                if not sandbox.attach():
+                    return False
+            except (ToolError, SandboxError, OSError) as exc:
+                self.log.warning("cannot reach the sandbox to move its deadline: %s", exc)
+                return False
+        try:
+            sandbox.set_deadline(deadline)
+        except SandboxError as exc:
+            self.log.warning("the sandbox did not take its moved deadline: %s", exc)
+            return False
+        self._pushed = deadline
+        self.log.info("sandbox deadline moved to %s", datetime.fromtimestamp(deadline, UTC))
+        return True
 
 
 @dataclass
 class CallContext:
-    runtime: RunRuntime
+    runtime: RunRuntime[Any]
     tool_call_id: int
     #: the run's share of worker threads (`A2RLServer`): None outside a server (the default)
     limiter: anyio.CapacityLimiter | None = None

@@ -2,7 +2,7 @@
 
 A submission first reserves its row (counted against `--max-submissions` and inserted in one
 transaction, so concurrent calls cannot exceed the limit), then its folder is copied once into
-a grader-owned area outside the sandbox (see `grading.hashing`: no symlink, hard link or
+a grader-owned area outside the sandbox (see `checkpoint_copy`: no symlink, hard link or
 special file, size caps), and only that copy is validated, hashed and graded; refusals are
 immediate and recorded. The call returns with a submission id while grading goes on through
 the run's `GradingHook` (the serving process's grading pump).
@@ -23,15 +23,23 @@ from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from a2rl.layout import BASE_MODEL, OUTPUT
-from a2rl.store import Evaluation, Run, Submission
+from a2rl.store import (
+    Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
+    Run,
+    Submission,
+    SubmissionStatus,
+)
 from a2rl.store.queries import best_submission
 
+from .checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
 from .runtime import RunRuntime, current, in_thread
 from .workspace_fs import WalkCapped, WorkspaceError, show
 
 _IMPORT_LOCK = threading.Lock()
-#: Statuses that count against the submission limit: all but refused.
-RESERVED = "validating"
+#: What the agent is told while a submission is not graded yet (get_score waits on these).
+PENDING = (SubmissionStatus.queued, SubmissionStatus.grading)
 
 
 def _grading() -> ModuleType:
@@ -102,7 +110,7 @@ def _reserve(rt: RunRuntime, run: Run, sub: Submission) -> None:
         s.exec(select(Run.id).where(Run.id == run.id).with_for_update()).first()
         if run.max_submissions is not None:
             used = len(s.exec(select(Submission.id).where(
-                Submission.run_id == run.id, Submission.status != "refused")).all())
+                Submission.run_id == run.id, Submission.status != SubmissionStatus.refused)).all())
             if used >= run.max_submissions:
                 raise ToolError(f"submission limit reached ({run.max_submissions}); "
                                 "the best submission so far counts")
@@ -113,7 +121,7 @@ def _refuse(rt: RunRuntime, sub: Submission, error: str, dest: object) -> ToolEr
     with rt.store.session() as s:
         row = s.get(Submission, sub.id)
         assert row is not None
-        row.status, row.error, row.checkpoint_dir = "refused", error, None
+        row.status, row.error, row.checkpoint_dir = SubmissionStatus.refused, error, None
         s.add(row)
     if dest is not None:
         shutil.rmtree(str(dest), ignore_errors=True)
@@ -133,7 +141,7 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
     run = rt.run()
     split = feedback_split(run)
     sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
-                     tool_call_id=tool_call_id, status=RESERVED)
+                     tool_call_id=tool_call_id, status=SubmissionStatus.validating)
     _reserve(rt, run, sub)
     try:
         parts = rt.workspace.parts(path)
@@ -145,12 +153,11 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
                       "under output/, for example output/sft", None)
     dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
     base = _base_bytes(rt)
-    caps = grading.CopyCaps(max_file_bytes=max(3 * base, 2**30),
-                            max_total_bytes=max(3 * base, 2**30) + 2**28)
+    caps = CopyCaps(max_file_bytes=max(3 * base, 2**30),
+                    max_total_bytes=max(3 * base, 2**30) + 2**28)
     try:
-        hashes = grading.copy_checkpoint(rt.workspace.root, dest, parts=parts, caps=caps,
-                                         shown=shown)
-    except grading.CopyRefused as exc:
+        hashes = copy_checkpoint(rt.workspace.root, dest, parts=parts, caps=caps, shown=shown)
+    except CopyRefused as exc:
         error = str(exc)
         if "does not exist" in error:
             error = (f"{shown} does not exist; save the checkpoint under output/ with "
@@ -168,13 +175,13 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
         assert row is not None
         row.l2_distance, row.near_copy = check.l2_relative, check.near_copy
         row.checkpoint_dir, row.file_hashes = str(dest), hashes
-        row.snapshot_id, row.status = snapshot_id, "queued"
+        row.snapshot_id, row.status = snapshot_id, SubmissionStatus.queued
         s.add(row)
     rt.grading.request(run.id, sub.id, split)
     rt.log.info("submission %s queued (%s)", sub.id, path)
     warning = ("the weights are very close to the base model's (near copy)"
                if check.near_copy else "")
-    return SubmitResult(submission_id=sub.id, status="queued", split=split,
+    return SubmitResult(submission_id=sub.id, status=SubmissionStatus.queued, split=split,
                         l2_distance=check.l2_relative, warning=warning,
                         hint=f"graded in the background: get_score(submission_id='{sub.id}', "
                              "wait_s=60)")
@@ -204,7 +211,7 @@ def _score_of(rt: RunRuntime, sub: Submission, split: str) -> Evaluation | None:
     with rt.store.session() as s:
         return s.exec(select(Evaluation).where(
             Evaluation.submission_id == sub.id, Evaluation.split == split,
-            Evaluation.kind == "submission").order_by(Evaluation.id.desc())  # type: ignore[union-attr]
+            Evaluation.kind == EvaluationKind.submission).order_by(Evaluation.id.desc())  # type: ignore[union-attr]
         ).first()
 
 
@@ -227,14 +234,16 @@ def score_result(rt: RunRuntime, submission_id: str | None) -> SubmissionScore:
         if sub is None or sub.run_id != run.id:
             raise ToolError(f"no submission {submission_id!r} in this run")
         ev = _score_of(rt, sub, split)
-    if ev is None or sub.status in ("queued", "grading", "refused", RESERVED):
+    if ev is None or sub.status in (*PENDING, SubmissionStatus.refused,
+                                    SubmissionStatus.validating):
         return SubmissionScore(submission_id=sub.id, status=sub.status, error=sub.error,
                            **common)  # type: ignore[arg-type]
-    if ev.status != "done":
-        return SubmissionScore(submission_id=sub.id, status="failed", error=ev.error,
-                           **common)  # type: ignore[arg-type]
+    if ev.status != EvaluationStatus.done:
+        return SubmissionScore(submission_id=sub.id, status=SubmissionStatus.failed,
+                               error=ev.error, **common)  # type: ignore[arg-type]
     improvement = None if ev.score is None or baseline is None else ev.score - baseline
-    return SubmissionScore(submission_id=sub.id, status="graded", score=ev.score, ci_low=ev.ci_low,
+    return SubmissionScore(submission_id=sub.id, status=SubmissionStatus.graded, score=ev.score,
+                           ci_low=ev.ci_low,
                        ci_high=ev.ci_high, improvement=improvement, **common)  # type: ignore[arg-type]
 
 
@@ -254,6 +263,6 @@ async def get_score(
     deadline = time.monotonic() + wait_s
     while True:
         result = await in_thread(score_result, rt, submission_id)
-        if result.status not in ("queued", "grading") or time.monotonic() >= deadline:
+        if result.status not in PENDING or time.monotonic() >= deadline:
             return result
         await anyio.sleep(0.25)

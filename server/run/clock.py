@@ -8,15 +8,16 @@ under `grading_clock = paused`, moves the deadline by as much once the evaluatio
 at the deadline it is exhausted once.
 
 Why here and not beside the tools: the tools (`budget_status`, job time limits, the sandbox's
-watchdog), the MCP server's deadline check and the orchestrator all read the same clock. This
-module imports only the store, so the tools can use it without importing the server.
+watchdog), the MCP server's deadline check and the orchestrator all read the same clock, and
+only the run's lifecycle moves it. The tools read it through `a2rl.tools.seam.RunClockView`,
+which `RunClock` satisfies, and get it from the server with their runtime (`build_runtime`):
+they never import this module.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import func
@@ -32,24 +33,10 @@ from a2rl.store import (
     aware,
     utcnow,
 )
+from a2rl.tools.seam import ClockReading
 
 #: A deadline far away, for a sandbox whose run's clock has not started (2100-01-01).
 NO_DEADLINE_TS = 4102444800.0
-
-
-@dataclass(frozen=True)
-class ClockReading:
-    """The clock at one moment: what `budget_status` reports and the server checks."""
-
-    budget_s: float
-    started_at: datetime | None
-    deadline: datetime | None
-    used_s: float
-    remaining_s: float
-    #: the deadline has passed or the run has ended: only `budget_status` answers now
-    exhausted: bool
-    ended: bool
-    end_reason: str | None
 
 
 def start_row(run: Run, now: datetime) -> BudgetEvent:
@@ -114,8 +101,8 @@ class RunClock:
         deadline = self.deadline()
         return deadline.timestamp() if deadline else NO_DEADLINE_TS
 
-    def read(self, now: datetime | None = None) -> ClockReading:
-        return read_clock(self.run(), now)
+    def read(self, now: datetime | None = None, *, row: Run | None = None) -> ClockReading:
+        return read_clock(row or self.run(), now)
 
     def grading_s(self) -> float:
         """Grading time recorded so far (whether or not it counted against the budget)."""
@@ -162,13 +149,20 @@ class RunClock:
             run.status = status
             s.add(run)
 
-    def close(self, reason: str) -> Run:
-        """Stop the clock for good: the run has ended, for `reason`."""
+    def close(self, reason: str, status: RunStatus = RunStatus.finished) -> Run:
+        """Stop the clock for good: the run has ended, for `reason`, `finished` (finalized)
+        or `failed` (it could not finalize: its fleet node was lost). A run that has already
+        ended keeps its end: a node that finalized its run just as the fleet gave up on it
+        wins (the row is locked for the check)."""
         with self.store.session() as s:
-            run = s.get(Run, self.run_id)
-            assert run is not None
-            run.ended_at, run.status, run.end_reason = utcnow(), RunStatus.finished, reason
+            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
+            if run is None:
+                raise KeyError(f"run {self.run_id!r} does not exist")
+            if run.ended_at is not None:
+                return run
+            run.ended_at, run.status, run.end_reason = utcnow(), status, reason
             s.add(run)
-            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.finished,
-                              detail={"reason": reason}))
+            detail = {"reason": reason} if status == RunStatus.finished else {
+                "reason": reason, "status": str(status)}
+            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.finished, detail=detail))
             return run

@@ -6,20 +6,22 @@ and the final score is the best. With no valid submission the final score is the
 test score and the improvement is 0. Checkpoint copies that can no longer matter are deleted.
 
 Only this run's queued requests are graded here, each with its run's follow-up (`grade_next`):
-another run's requests wait for a process serving it.
+another run's requests wait for a process serving it. One of this run's requests that another
+process is grading is waited for (bounded by its lease), so the best submission is picked with
+every evaluation accepted before the deadline.
 """
 
 from __future__ import annotations
 
 from sqlmodel import select
 
-from a2rl.grading import enqueue
+from a2rl.grading import enqueue, lease_owner
 from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, EvaluationStatus, Run, Store
 from a2rl.store.queries import best_submission
 
-from .grading import grade_queued, owner_name
+from .grading import grade_queued
 
 
 def _test_score(store: Store, submission_id: str) -> Evaluation | None:
@@ -31,7 +33,7 @@ def _test_score(store: Store, submission_id: str) -> Evaluation | None:
 
 def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:
     """Grade what the run still has queued, score its final submission, prune copies."""
-    owner = owner_name()
+    owner = lease_owner()
     grade_queued(store, settings, run_id, owner)  # every submission accepted before the deadline
     with store.session() as s:
         run = s.get(Run, run_id)

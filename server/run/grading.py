@@ -2,40 +2,44 @@
 
 The queue itself (lease, grader process, `Evaluation` row) is `a2rl.grading.queue`'s. What
 follows a graded request belongs to its run and is done here, whoever graded it: the grading
-time goes on the run's clock (and, under a paused grading clock, moves its deadline), and
-checkpoint copies that can no longer matter are pruned. `grade_next` is the only way this
-package grades, so the pump and finalization cannot differ on that follow-up.
+time goes on the run's clock (and, under a paused grading clock, moves its deadline, which the
+run's sandbox is told, even when this process does not serve the run), and checkpoint copies
+that can no longer matter are pruned. `grade_next` is the only way this package grades, so
+the pump and finalization cannot differ on that follow-up.
 
 The pump drains the queue in whichever process serves runs. Queue rows live in the store and
 are claimed with a lease, so any number of serving processes (`a2rl serve`, `a2rl run`,
 `a2rl finish`) can pump side by side and a request whose process died is claimed again when
-its lease expires. Each evaluation runs in its own grader process; the pump's thread only
-waits for it.
+its lease expires (at once, by a finalizing process of the same host: `grade_queued`). Each
+evaluation runs in its own grader process; the pump's thread only waits for it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
+import time
 from datetime import datetime
 
-from a2rl.grading import enqueue, process_one
+import a2rl.tasks  # noqa: F401  (registers the loader the grader's worker builds tasks with)
+from a2rl.grading import enqueue, lease_owner, outstanding, process_one, release_dead_leases
 from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, GradeRequest, Store, aware, utcnow
+from a2rl.store import (
+    Evaluation,
+    GradeRequest,
+    GradeState,
+    Run,
+    RunStatus,
+    Store,
+    aware,
+    utcnow,
+)
 
 from .clock import RunClock
-from .hooks import DeadlineMoved
+from .hooks import DeadlineMoved, build_runtime
 
 log = logging.getLogger(__name__)
-
-
-def owner_name() -> str:
-    """A lease owner unique to this process and call."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 def record_grading(store: Store, req: GradeRequest) -> datetime | None:
@@ -50,10 +54,24 @@ def record_grading(store: Store, req: GradeRequest) -> datetime | None:
     return RunClock(store, req.run_id).record_grading(seconds, req.submission_id, req.split)
 
 
+def tell_sandbox(settings: Settings, store: Store, run_id: str, deadline: datetime) -> bool:
+    """Hand a run's moved deadline to its supervisor from any process, serving the run or
+    not: attach to the supervisor another process started (never start one). Returns whether
+    a supervisor took it; one that could not be reached (another node of a fleet) hears of it
+    at the run's next tool call (`A2RLServer._check_budget`) or when it is reattached."""
+    with store.session() as s:
+        run = s.get(Run, run_id)
+    if run is None or run.status != RunStatus.running:
+        return False  # not started, or being finalized: its jobs are stopped already
+    return build_runtime(settings, store, run).push_deadline(deadline.timestamp())
+
+
 def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None = None,
                on_deadline: DeadlineMoved | None = None) -> GradeRequest | None:
     """Grade the oldest claimable request (of `run_id` only, when given) and do its run's
-    follow-up; None when there was nothing to grade."""
+    follow-up; None when there was nothing to grade. A deadline a paused grading clock moved
+    goes to `on_deadline` (the serving process's, which knows its runtimes), by default
+    straight to the run's supervisor (`tell_sandbox`)."""
     req = process_one(store, settings, owner, run_id=run_id)
     if req is None:
         return None
@@ -61,20 +79,52 @@ def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None 
         req = s.get(GradeRequest, req.id) or req
     prune_copies(store, req.run_id)
     moved = record_grading(store, req)
-    if moved is not None and on_deadline is not None:
-        on_deadline(req.run_id, moved)
+    if moved is not None:
+        try:
+            if on_deadline is None:
+                tell_sandbox(settings, store, req.run_id, moved)
+            else:
+                on_deadline(req.run_id, moved)
+        except Exception:  # the clock has moved in the store: the next tool call tells it
+            log.exception("the moved deadline of run %s did not reach its sandbox", req.run_id)
     return req
 
 
 def grade_queued(store: Store, settings: Settings, run_id: str,
-                 owner: str | None = None) -> int:
-    """Grade the run's queued requests, and only its own, until none is left; returns how
-    many were graded (finalization waits on this)."""
-    owner = owner or owner_name()
-    n = 0
-    while grade_next(store, settings, owner, run_id=run_id) is not None:
-        n += 1
-    return n
+                 owner: str | None = None, poll_s: float = 0.5) -> int:
+    """Grade the run's requests, and only its own, until none is queued or leased; returns
+    how many were graded here (finalization waits on this).
+
+    A request another process holds (its pump took it) is waited for: graded there, or, once
+    its lease expires (that process died), claimed and graded here. The lease bounds the
+    wait, so finalization never picks the best submission without an evaluation in flight; a
+    holder of this host that is gone is not waited for (`release_dead_leases`).
+    """
+    owner = owner or lease_owner()
+    n, waiting = 0, False
+    while True:
+        if grade_next(store, settings, owner, run_id=run_id) is not None:
+            n += 1
+            continue
+        left = outstanding(store, run_id)
+        if not left:
+            return n
+        if release_dead_leases(store, run_id):
+            continue
+        leases = [aware(r.lease_until) for r in left
+                  if r.state == GradeState.leased and r.lease_until is not None]
+        if not leases:
+            if all(r.state == GradeState.leased for r in left):
+                return n  # a lease with no end (none is written so): nothing to wait for
+            time.sleep(0.05)  # queued since, or a claimer held its row: claimed next turn
+            continue
+        until = min(leases)
+        if not waiting:
+            log.info("run %s: waiting for %d request(s) graded by another process (lease "
+                     "until %s)", run_id, len(leases), until.isoformat())  # type: ignore[union-attr]
+            waiting = True
+        expires_in = (until - utcnow()).total_seconds()  # type: ignore[operator]
+        time.sleep(min(poll_s, max(expires_in, 0.05)))
 
 
 class GradingPump:
@@ -85,7 +135,7 @@ class GradingPump:
                  on_deadline: DeadlineMoved | None = None) -> None:
         self.settings, self.store, self.idle_poll_s = settings, store, idle_poll_s
         self.on_deadline = on_deadline
-        self.owner = owner_name()
+        self.owner = lease_owner()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -1,26 +1,23 @@
-"""The typed seams between a run and whoever serves it.
+"""The seams between a run and whoever serves it, and the tools' runtime built on them.
 
-A tool that queues grading, and the grader that moves a deadline, reach the serving process
-through these two shapes, never through an attribute set on the side. Both are light (no
-grading import): the tools use them.
+A tool that queues grading reaches the serving process through `GradingHook` (declared by the
+tools, `a2rl.tools.seam`), never through an attribute set on the side; the grader that moves a
+deadline tells the serving process through `DeadlineMoved`. `build_runtime` is how the server
+hands a run's tools their clock and hook (the tools import nothing of the server).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 
-from a2rl.store import Store
+from a2rl.grading.queue import enqueue
+from a2rl.settings import Settings
+from a2rl.store import Run, Store
+from a2rl.tools.runtime import RunRuntime, run_dir, run_logger
+from a2rl.tools.seam import GradingHook
 
-
-class GradingHook(Protocol):
-    """Where a run sends a submission to be graded."""
-
-    def request(self, run_id: str, submission_id: str, split: str) -> int:
-        """Queue (submission, split) for grading; returns the request id at once."""
-        ...
-
+from .clock import RunClock
 
 #: Called when grading moved a run's deadline (a paused grading clock): run id, new deadline.
 DeadlineMoved = Callable[[str, datetime], None]
@@ -34,6 +31,13 @@ class QueueOnly:
         self.store = store
 
     def request(self, run_id: str, submission_id: str, split: str) -> int:
-        from a2rl.grading.queue import enqueue
-
         return enqueue(self.store, run_id, submission_id, split)
+
+
+def build_runtime(settings: Settings, store: Store, run: Run,
+                  grading: GradingHook | None = None) -> RunRuntime[RunClock]:
+    """The tools' runtime of `run`, with the run's clock and `grading` (default: the queue
+    alone) plugged in."""
+    log = run_logger(run.id, run_dir(run) / "run.log")
+    return RunRuntime(settings, store, run, clock=RunClock(store, run.id, log),
+                      grading=grading or QueueOnly(store))

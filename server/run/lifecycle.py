@@ -4,8 +4,9 @@ The clock parts (starting it with the run, closing it) are `RunClock`'s; finishi
 run's own queued requests and scores its final submission (`finalize`).
 
 Layout of a run on disk, all under `$A2RL_HOME/runs/<run id>/`: `workspace/` (what the agent
-sees), `control/` (the sandbox supervisor's socket and token, never visible inside),
-`services/` (unix sockets a sandbox may use) and `run.log` (this run's server events).
+sees, laid out by `Task.prepare_workspace` with the names of `a2rl.layout`), `control/` (the
+sandbox supervisor's socket and token, never visible inside), `services/` (unix sockets a
+sandbox may use) and `run.log` (this run's server events).
 """
 
 from __future__ import annotations
@@ -16,20 +17,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from a2rl.layout import WRITABLE_DIRS
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import GradingClock, Run, RunStatus, Store, utcnow
 from a2rl.store.queries import BASELINE_IDS
 from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
-from a2rl.tools.runtime import RunRuntime, run_logger
+from a2rl.tools.runtime import run_logger
 from a2rl.tools.sandbox import volume
 
 from ..auth import new_token
 from .clock import start_row
 from .finalize import finalize_scores
-
-WORKSPACE_DIRS = list(WRITABLE_DIRS)  # a2rl.layout's; kept under this name for callers
+from .hooks import build_runtime
 
 
 @dataclass
@@ -92,9 +91,7 @@ def create_run(
                                               task.base_model_dir(settings), root, workspace)
         if disk_volume:  # a run that fails to be made leaves no mount behind
             undo.callback(volume.unmount, workspace)
-        for d in WORKSPACE_DIRS:
-            (workspace / d).mkdir()
-        task.prepare_workspace(workspace, settings)
+        task.prepare_workspace(workspace, settings)  # the layout, a2rl.layout's, is the task's
         unsafe = settings.unsafe_local if unsafe_local is None else unsafe_local
         scores = {}
         if baseline:
@@ -138,7 +135,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
             raise KeyError(f"run {run_id!r} does not exist")
         if run.ended_at is not None:
             return run
-    rt = RunRuntime(settings, store, run)
+    rt = build_runtime(settings, store, run)
     stop_all(rt)
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)

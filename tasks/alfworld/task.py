@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from a2rl.layout import DATA
 from a2rl.settings import Settings
 
 from ..base import Split
@@ -272,7 +273,7 @@ class AlfWorldTask(InteractiveTask):
         examples the grader prompts with."""
         root = data_dir(settings, self.options(settings))
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        dest = workspace / "data" / "alfworld"
+        dest = workspace / DATA / "alfworld"
         write_train_games(root, list_games(root, "train"), dest, link=link_base_model)
         if getattr(self, "profile", "a2rl") == "paper":
             target = dest / react.PROMPTS_FILE

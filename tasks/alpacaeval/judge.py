@@ -49,7 +49,6 @@ Settings (`a2rl config show`; each also an `A2RL_` variable)
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import re
 from collections.abc import Mapping, Sequence
@@ -59,7 +58,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from a2rl.llm import ChatClient, Endpoint, Reply, RetryPolicy
+from a2rl.llm import ChatClient, Endpoint, Reply, RetryPolicy, judge_endpoint
 from a2rl.llm_cache import AnswerCache, cache_key, cached_map, judge_cache_path, sha256_text
 from a2rl.settings import Settings
 
@@ -101,32 +100,31 @@ Winner = Literal["model", "reference", "draw", "error"]
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    base_url: str = "https://api.openai.com/v1"
-    model: str = "gpt-4-turbo"
-    api_key_env: str = "OPENAI_API_KEY"
-    max_retries: int = 4
-    backoff_s: float = 1.0
-    timeout_s: float = 120.0
+    """The judge's endpoint and retry policy (from the settings: `a2rl.llm.judge_endpoint`,
+    as every model-graded scorer), how many requests fly at once and the answer's length."""
+
+    endpoint: Endpoint
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
     concurrency: int = 8
     max_tokens: int = 4
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JudgeConfig:
-        return cls(base_url=settings.judge_base_url, model=settings.judge_model,
-                   api_key_env=settings.judge_api_key_env,
-                   max_retries=settings.judge_max_retries, timeout_s=settings.judge_timeout_s,
-                   concurrency=settings.judge_concurrency)
+        endpoint, policy = judge_endpoint(settings)
+        return cls(endpoint, policy, concurrency=settings.judge_concurrency)
 
-    def endpoint(self) -> Endpoint:
-        return Endpoint(base_url=self.base_url, model=self.model, api_key_env=self.api_key_env)
+    @property
+    def model(self) -> str:
+        return self.endpoint.model
 
-    def policy(self) -> RetryPolicy:
-        return RetryPolicy(max_retries=self.max_retries, backoff_s=self.backoff_s,
-                           timeout_s=self.timeout_s)
+    @property
+    def max_retries(self) -> int:
+        return self.policy.max_retries
 
     def public(self) -> dict[str, Any]:
         """What provenance may record (no key, only the variable's name)."""
-        return {"base_url": self.base_url, "model": self.model, "api_key_env": self.api_key_env,
+        ep = self.endpoint
+        return {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env,
                 "max_tokens": self.max_tokens, "prompt_version": JUDGE_PROMPT_VERSION}
 
 
@@ -180,21 +178,21 @@ class JudgeCache(AnswerCache):
 class Judge:
     """Pairwise preference of a model output over a reference output, cached."""
 
-    def __init__(self, config: JudgeConfig, cache: AnswerCache | None = None,
-                 *, api_key: str | None = None) -> None:
+    def __init__(self, config: JudgeConfig, cache: AnswerCache | None = None, *,
+                 api_key: str | None = None, environ: Mapping[str, str] | None = None) -> None:
+        """The key is `api_key`, else read by the endpoint (`Endpoint.api_key`) from
+        `environ` (default: the process's)."""
         self.config = config
         self.cache = cache
-        key = api_key if api_key is not None else os.environ.get(config.api_key_env, "")
         #: the one client: this judge's requests and the paper annotator's go through it
-        self.client = ChatClient(config.endpoint(), config.policy(), api_key=key)
+        self.client = ChatClient(config.endpoint, config.policy, api_key=api_key,
+                                 environ=environ)
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Judge:
         """The configured judge; its key is read from the variable `judge_api_key_env` names."""
-        config = JudgeConfig.from_settings(settings)
-        env = os.environ if environ is None else environ
-        return cls(config, JudgeCache(judge_cache_path(settings)),
-                   api_key=env.get(config.api_key_env, ""))
+        return cls(JudgeConfig.from_settings(settings), JudgeCache(judge_cache_path(settings)),
+                   environ=environ)
 
     @property
     def requests_made(self) -> int:

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from a2rl.layout import DATA
 from a2rl.settings import Settings, load_settings
 
 from .. import rdagent
@@ -368,4 +369,4 @@ class DeepSearchQATask(InteractiveTask):
         if self.profile == "paper":
             files[PAPER_TEXT_FILE] = json.dumps(self.paper_text(settings).to_dict(),
                                                 indent=1) + "\n"
-        write_readonly(workspace / "data" / "deepsearchqa", files)
+        write_readonly(workspace / DATA / "deepsearchqa", files)

@@ -1,8 +1,8 @@
 """Attacks on submissions: planted files, swaps after submitting, steering the grader, racing
 the submission limit.
 
-The checkpoint is copied first and only the copy is judged (`grading/hashing.py`); the grader
-builds its generation settings from the task and tokenizes with the base's tokenizer
+The checkpoint is copied first and only the copy is judged (`tools/checkpoint_copy.py`); the
+grader builds its generation settings from the task and tokenizes with the base's tokenizer
 (`grading/engine.py`).
 """
 
@@ -250,14 +250,14 @@ import json, sys, threading
 from pathlib import Path
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
-from a2rl.tools.runtime import RunRuntime
+from a2rl.server.run import build_runtime
 from a2rl.tools import submissions
 assert "transformers.models.auto.modeling_auto" not in sys.modules  # first use is below
 settings = Settings(home=Path(sys.argv[1]), db_url=sys.argv[3])
 store = Store(settings.database_url)
 with store.session() as s:
     run = s.get(Run, sys.argv[2])
-rt = RunRuntime(settings, store, run)
+rt = build_runtime(settings, store, run)
 out, barrier = [], threading.Barrier(4)
 def go():
     barrier.wait()

@@ -25,9 +25,9 @@ from sqlmodel import select as sql_select
 from a2rl.analysis.report import build_report
 from a2rl.analysis.web.queries import revision_diff
 from a2rl.server import finish_run
+from a2rl.server.run import build_runtime
 from a2rl.settings import Settings
 from a2rl.store import Blob, Job, Revision, Store
-from a2rl.tools.runtime import RunRuntime
 from a2rl.tools.sandbox import volume
 from a2rl.tools.sandbox.base import CAP_SYS_RESOURCE, host_has_cap
 
@@ -395,7 +395,7 @@ async def test_daemon_does_not_outlive_the_deadline(agent: Agent) -> None:
     assert wait_for(lambda: len(host_procs(f"1000.{t}")) >= 3), host_procs(f"1000.{t}")
     # The budget runs out: the supervisor stops at its deadline, and the run's whole pid
     # namespace (and cgroup) with it.
-    RunRuntime(agent.settings, agent.store, agent.run).sandbox().set_deadline(time.time() + 1)
+    build_runtime(agent.settings, agent.store, agent.run).sandbox().set_deadline(time.time() + 1)
     assert wait_for(lambda: not host_procs(f"1000.{t}"), 15), host_procs(f"1000.{t}")
 
 
@@ -434,7 +434,7 @@ async def test_readonly_input_replaced_by_a_symlink_is_not_mounted_at_restart(
             assert (Path(agent.run.workspace) / "env").is_symlink()
             # The supervisor is lost (killed from the host, as the machine's OOM killer or a
             # reboot would); a new server serving the run starts a new sandbox.
-            RunRuntime(agent.settings, agent.store, agent.run).sandbox()._force_stop()
+            build_runtime(agent.settings, agent.store, agent.run).sandbox()._force_stop()
             async for again in reopen(agent):
                 out = await again.sh(f"cat env/{seed.name} 2>&1; ls env/ 2>&1; echo end")
                 assert secret not in out["output"], out

@@ -165,7 +165,13 @@ class Sandbox(Protocol):
         ...
 
     def start(self) -> None:
-        """Start the supervisor, or reattach to the one already running for this run."""
+        """Start the supervisor, or reattach to the one already running for this run (and
+        hand it `spec.deadline`: the run's clock may have moved while nobody was attached)."""
+
+    def attach(self) -> bool:
+        """Reattach to the supervisor already running for this run, never starting one (a
+        process that does not serve the run hands it a moved deadline this way); False when
+        none answers."""
 
     def alive(self) -> bool:
         """Whether the supervisor answers."""

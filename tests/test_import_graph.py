@@ -1,0 +1,125 @@
+"""The import graph between a2rl's top-level folders: only the allowed edges, and no loop.
+
+Every import counts: at module level, inside a function (deferred) and under TYPE_CHECKING,
+and `importlib.import_module("a2rl....")` with a literal name. A deferred import is still a
+dependency; hiding a loop inside a function is what this test exists to catch.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: package name -> its folder (pyproject's package-dir)
+PACKAGES = {"a2rl.server": "server", "a2rl.tools": "tools", "a2rl.tasks": "tasks",
+            "a2rl.grading": "grading", "a2rl.store": "store", "a2rl.clients": "clients",
+            "a2rl.analysis": "analysis", "a2rl.fleet": "fleet"}
+#: a2rl/ is two layers: its entry points (the CLI and the demo, which drive everything) and
+#: the core every folder may use (settings, layout, registry, llm, stats), which uses none.
+ENTRY_POINTS = {"a2rl/cli.py", "a2rl/demo.py"}
+
+#: Who may import whom, read downwards; an edge missing here is a layering mistake, and one
+#: added must keep the graph free of loops (the test checks that too).
+ALLOWED: dict[str, set[str]] = {
+    "cli": {"analysis", "fleet", "clients", "server", "tools", "tasks", "grading", "store",
+            "a2rl"},
+    "analysis": {"clients", "tasks", "store", "a2rl"},
+    "fleet": {"server", "store", "a2rl"},
+    "clients": {"server", "tools", "tasks", "store", "a2rl"},
+    "server": {"tools", "tasks", "grading", "store", "a2rl"},
+    "tools": {"grading", "store", "a2rl"},
+    "tasks": {"grading", "a2rl"},  # grading's seam only (test below)
+    "grading": {"store", "a2rl"},
+    "store": {"a2rl"},
+    "a2rl": set(),
+}
+
+
+def node_of_module(module: str) -> str | None:
+    for package, folder in PACKAGES.items():
+        if module == package or module.startswith(package + "."):
+            return folder
+    if module == "a2rl.cli" or module == "a2rl.demo":
+        return "cli"
+    if module == "a2rl" or module.startswith("a2rl."):
+        return "a2rl"
+    return None
+
+
+def node_of_file(rel: str) -> str:
+    return "cli" if rel in ENTRY_POINTS else rel.split("/", 1)[0]
+
+
+def module_of_file(rel: str) -> tuple[str, bool]:
+    """The dotted name a source file is imported under, and whether it is a package."""
+    parts = rel.removesuffix(".py").split("/")
+    base = ["a2rl"] if parts[0] == "a2rl" else ["a2rl", parts[0]]
+    rest, is_package = parts[1:], parts[-1] == "__init__"
+    if is_package:
+        rest = rest[:-1]
+    return ".".join(base + rest), is_package
+
+
+def imports_of(path: Path) -> list[str]:
+    """Every module `path` imports, absolute, however and wherever it does."""
+    rel = path.relative_to(REPO).as_posix()
+    module, is_package = module_of_file(rel)
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module if is_package else module.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    package = package.rpartition(".")[0]
+                base = f"{package}.{node.module}" if node.module else package
+            else:
+                base = node.module or ""
+            found.append(base)
+            # `from a2rl import tools` imports the subpackage a2rl.tools
+            found += [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in PACKAGES]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+              and node.args[0].value.startswith("a2rl")):
+            found.append(node.args[0].value)
+    return found
+
+
+def folder_edges() -> dict[tuple[str, str], set[str]]:
+    """(importer, imported) between folders -> the files that make the edge."""
+    edges: dict[tuple[str, str], set[str]] = {}
+    for top in {"a2rl", *PACKAGES.values()}:
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            src = node_of_file(rel)
+            for module in imports_of(path):
+                dst = node_of_module(module)
+                if dst is not None and dst != src:
+                    edges.setdefault((src, dst), set()).add(f"{rel} -> {module}")
+    return edges
+
+
+def test_folders_import_only_downwards_and_without_a_loop() -> None:
+    graphlib.TopologicalSorter(ALLOWED).prepare()  # CycleError if the rule has a loop
+    edges = folder_edges()
+    assert ("server", "tools") in edges and ("tools", "store") in edges  # the walk sees them
+    wrong = {f"{src} -> {dst}": sorted(files) for (src, dst), files in edges.items()
+             if dst not in ALLOWED.get(src, set())}
+    assert wrong == {}
+    graphlib.TopologicalSorter({src: {d for s, d in edges if s == src}
+                                for src, _ in edges}).prepare()
+
+
+def test_tasks_and_grading_meet_only_at_the_seam() -> None:
+    """A task imports grading's seam alone; grading imports no task (its worker builds a run's
+    task through the loader the task registry registers in the seam)."""
+    edges = folder_edges()
+    tasks_to_grading = {e for e in edges.get(("tasks", "grading"), set())
+                        if not e.endswith(" -> a2rl.grading.seam")}
+    assert tasks_to_grading == set()
+    assert edges.get(("grading", "tasks"), set()) == set()
