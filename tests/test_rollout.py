@@ -13,7 +13,14 @@ import pytest
 from a2rl.grading.evaluate import evaluate
 from a2rl.settings import Settings
 from a2rl.tasks import get_task
-from a2rl.tasks.envapi.a2rl_env import EnvPool, Step, parse_action, render_prompt
+from a2rl.tasks.envapi.a2rl_env import (
+    EnvPool,
+    Episode,
+    Step,
+    parse_action,
+    play_together,
+    render_prompt,
+)
 from a2rl.tasks.rollout import play
 from a2rl.tasks.textquest import game
 from a2rl.tasks.textquest.task import TextQuestTask
@@ -160,3 +167,67 @@ def test_step_limit_ends_an_episode() -> None:
     assert pool.prompts([0])[0].count("a corridor > wait") == 2  # window of 2
     with pytest.raises(ValueError):
         EnvPool(["x", "y"], [Loop])
+
+
+class CountingEnv:
+    """Done after `steps` actions; raises on the action 'boom'; remembers being closed."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps, self.taken, self.closed = steps, 0, False
+
+    def reset(self) -> Step:
+        return Step("start")
+
+    def step(self, action: str) -> Step:
+        if action == "boom":
+            raise RuntimeError("the game broke")
+        self.taken += 1
+        return Step(f"after {self.taken}", reward=1.0, done=self.taken >= self.steps)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Counting:
+    """A harness-style episode over a CountingEnv: its prompt is its id and step count."""
+
+    def __init__(self, eid: str, env: CountingEnv) -> None:
+        self.env, self.record = env, Episode(id=eid)
+        env.reset()
+
+    def prompt(self) -> str:
+        return f"{self.record.id}:{self.env.taken}"
+
+    def act(self, completion: str) -> None:
+        step = self.env.step(completion)
+        self.record.actions.append(completion)
+        self.record.done = self.record.success = step.done
+
+
+def test_harness_loops_step_together_and_isolate_failures() -> None:
+    """`play_together` (the `paper` profile's ReAct and WebShop loops): one generate call per
+    step over the running episodes only; a start or a step that raises fails that episode
+    alone; the step limit holds; every env is closed."""
+    envs = {"a": CountingEnv(2), "b": CountingEnv(9), "c": CountingEnv(1)}
+    calls: list[list[str]] = []
+
+    def generate(prompts: list[Any]) -> list[str]:
+        calls.append(list(prompts))
+        return ["boom" if p.startswith("c") else "go" for p in prompts]
+
+    def start(eid: str) -> Counting:
+        if eid == "broken":
+            raise ValueError("no such game")
+        return Counting(eid, envs[eid])
+
+    records = play_together(["a", "broken", "b", "c"],
+                            [lambda e=e: start(e) for e in ("a", "broken", "b", "c")],
+                            generate, max_steps=4)
+    by_id = {r.id: r for r in records}
+    assert [r.id for r in records] == ["a", "broken", "b", "c"]
+    assert by_id["broken"].done and "ValueError: no such game" in by_id["broken"].error
+    assert by_id["c"].done and "RuntimeError: the game broke" in by_id["c"].error
+    assert by_id["a"].success and by_id["a"].actions == ["go", "go"]
+    assert not by_id["b"].done and len(by_id["b"].actions) == 4  # stopped by the step limit
+    assert calls == [["a:0", "b:0", "c:0"], ["a:1", "b:1"], ["b:2"], ["b:3"]]
+    assert all(env.closed for env in envs.values())

@@ -29,16 +29,15 @@ very loop (`play`, with its own `generate`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 try:  # inside the workspace (env/alfworld_react.py): env/a2rl_env.py is a sibling module
-    from a2rl_env import Env, Episode, Step  # type: ignore[import-not-found]
+    from a2rl_env import Env, Episode, Step, play_together  # type: ignore[import-not-found]
 except ImportError:  # inside the harness
-    from a2rl.tasks.envapi.a2rl_env import Env, Episode, Step
+    from a2rl.tasks.envapi.a2rl_env import Env, Episode, Step, play_together
 
 PROMPTS_FILE = "alfworld_3prompts.json"
 #: The ReAct authors' file at a fixed commit (ysymyth/ReAct), and its sha256.
@@ -117,7 +116,6 @@ class ReActEpisode:
         self.history = ""
         self.record = Episode(id=episode_id, observations=[first.observation])
 
-    @property
     def prompt(self) -> str:
         return self.init_prompt + self.history
 
@@ -144,45 +142,13 @@ def play(ids: Sequence[str], factories: Sequence[Callable[[], Env]], names: Sequ
     """Play every game with the ReAct loop, all stepped together: one `generate` call per step
     over the prompts of the episodes still running. An env that raises fails its own episode;
     a game of an unknown task type fails at once (the harness skips it)."""
-    episodes: list[ReActEpisode | None] = []
-    records: list[Episode] = []
-    for eid, factory, name in zip(ids, factories, names, strict=True):
+    def start(eid: str, factory: Callable[[], Env], name: str) -> ReActEpisode:
         prefix = few_shot_prefix(prompts, name)
-        try:
-            if prefix is None:
-                raise ValueError(f"unknown task type of game {name!r}")
-            env = factory()
-            first = env.reset()
-        except Exception as exc:  # noqa: BLE001 - one game must not stop the others
-            records.append(Episode(id=eid, done=True, error=_error(exc)))
-            episodes.append(None)
-            continue
-        episode = ReActEpisode(eid, env, prefix, first)
-        episodes.append(episode)
-        records.append(episode.record)
-    for _ in range(max_steps):
-        active = [e for e in episodes if e is not None and not e.record.done
-                  and e.record.error is None]
-        if not active:
-            break
-        for episode, completion in zip(active, generate([e.prompt for e in active]),
-                                       strict=True):
-            try:
-                episode.act(completion)
-            except Exception as exc:  # noqa: BLE001
-                episode.record.done, episode.record.error = True, _error(exc)
-    for episode in episodes:
-        if episode is not None:
-            _close(episode.env)
-    return records
+        if prefix is None:
+            raise ValueError(f"unknown task type of game {name!r}")
+        env = factory()
+        return ReActEpisode(eid, env, prefix, env.reset())
 
-
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
-
-
-def _close(env: Any) -> None:
-    close = getattr(env, "close", None)
-    if close is not None:
-        with contextlib.suppress(Exception):  # closing a finished game
-            close()
+    starts = [partial(start, eid, factory, name)
+              for eid, factory, name in zip(ids, factories, names, strict=True)]
+    return play_together(ids, starts, generate, max_steps)

@@ -23,6 +23,7 @@ are generated from secrets that never enter the workspace. See env/README.md.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import sys
@@ -210,6 +211,52 @@ class EnvPool:
 
 
 # --- the workspace side: training instances only ------------------------------------------------
+class Playing(Protocol):
+    """One running episode of a loop of its own (a reference harness's, under the `paper`
+    profile): its env, its record, the prompt of its next step, and what a completion does."""
+
+    env: Any
+    record: Episode
+
+    def prompt(self) -> Any: ...
+
+    def act(self, completion: str) -> None: ...
+
+
+def play_together(ids: Sequence[str], starts: Sequence[Callable[[], Playing]],
+                  generate: Callable[[list[Any]], list[str]], max_steps: int) -> list[Episode]:
+    """Play episodes all stepped together, as `EnvPool` does for our own prompt: `starts[i]()`
+    makes and resets episode `i`, then each step is **one** `generate` call over the prompts
+    of the episodes still running. An episode whose start or step raises ends as failed with
+    the error recorded; the others go on. Every env is closed at the end (if it can be)."""
+    episodes: list[Playing] = []
+    records: list[Episode] = []
+    for eid, start in zip(ids, starts, strict=True):
+        try:
+            episode = start()
+        except Exception as exc:  # noqa: BLE001 - one instance must not stop the others
+            records.append(Episode(id=eid, done=True, error=_error(exc)))
+            continue
+        episodes.append(episode)
+        records.append(episode.record)
+    for _ in range(max_steps):
+        active = [e for e in episodes if not e.record.done and e.record.error is None]
+        if not active:
+            break
+        for episode, completion in zip(active, generate([e.prompt() for e in active]),
+                                       strict=True):
+            try:
+                episode.act(completion)
+            except Exception as exc:  # noqa: BLE001
+                episode.record.done, episode.record.error = True, _error(exc)
+    for episode in episodes:
+        close = getattr(episode.env, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):  # closing a finished game
+                close()
+    return records
+
+
 def manifest() -> dict[str, Any]:
     """env/manifest.json: the task's rollout settings (the grader uses the same)."""
     return json.loads((HERE / "manifest.json").read_text())

@@ -34,14 +34,14 @@ very loop (`play`, with its own `generate`).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 try:  # inside the workspace (env/webshop_paper.py): env/a2rl_env.py is a sibling module
-    from a2rl_env import Env, Episode, Step  # type: ignore[import-not-found]
+    from a2rl_env import Env, Episode, Step, play_together  # type: ignore[import-not-found]
 except ImportError:  # inside the harness
-    from a2rl.tasks.envapi.a2rl_env import Env, Episode, Step
+    from a2rl.tasks.envapi.a2rl_env import Env, Episode, Step, play_together
 
 MAX_STEPS = 50  # harness benchmarks/__init__.py: webshop eval_config max_steps
 HISTORY_WINDOW = 5  # webshop_run / build_react_prompt: history_window=5
@@ -152,36 +152,9 @@ def play(ids: Sequence[str], factories: Sequence[Callable[[], Env]], text: TextD
     """Play every goal with the harness's loop, all stepped together: one `generate` call per
     step over the chats of the episodes still running. An env that raises fails its own
     episode (the harness logs it and counts a failure)."""
-    episodes: list[PaperEpisode | None] = []
-    records: list[Episode] = []
-    for eid, factory in zip(ids, factories, strict=True):
-        try:
-            env = factory()
-            first = env.reset()
-            episode = PaperEpisode(eid, env, first, text, window)
-        except Exception as exc:  # noqa: BLE001 - one goal must not stop the others
-            records.append(Episode(id=eid, done=True, error=_error(exc)))
-            episodes.append(None)
-            continue
-        episodes.append(episode)
-        records.append(episode.record)
-    for _ in range(max_steps):
-        active = [e for e in episodes if e is not None and not e.record.done
-                  and e.record.error is None]
-        if not active:
-            break
-        for episode, completion in zip(active, generate([e.prompt() for e in active]),
-                                       strict=True):
-            try:
-                episode.act(completion)
-            except Exception as exc:  # noqa: BLE001
-                episode.record.done, episode.record.error = True, _error(exc)
-    for episode in episodes:
-        if episode is not None:
-            with contextlib.suppress(Exception):
-                getattr(episode.env, "close", lambda: None)()
-    return records
+    def start(eid: str, factory: Callable[[], Env]) -> PaperEpisode:
+        env = factory()
+        return PaperEpisode(eid, env, env.reset(), text, window)
 
-
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
+    starts = [partial(start, eid, factory) for eid, factory in zip(ids, factories, strict=True)]
+    return play_together(ids, starts, generate, max_steps)
