@@ -180,12 +180,7 @@ def human_goals(products: list[dict[str, Any]], human: dict[str, list[dict[str, 
             attributes = ins.get("instruction_attributes") or []
             if not attributes:
                 continue
-            price_range = [p for p in PRICE_RANGE if p > item["price"]][:4]
-            if len(price_range) >= 2:
-                _, upper = sorted(rng.sample(price_range, 2))
-                price_text = f", and price lower than {upper:.2f} dollars"
-            else:
-                upper, price_text = 1000000.0, ""
+            upper, price_text = price_cap(item["price"], rng)
             goals.append({
                 "asin": item["asin"], "category": item["category"], "query": item["query"],
                 "name": item["name"], "product_category": item["product_category"],
@@ -194,6 +189,17 @@ def human_goals(products: list[dict[str, Any]], human: dict[str, list[dict[str, 
                 "goal_options": ins.get("instruction_options") or [], "weight": 1,
             })
     return goals
+
+
+def price_cap(price: float, rng: random.Random) -> tuple[float, str]:
+    """A goal's price cap and its text, as the original's goal makers draw it: the larger of
+    two of the next four steps of `PRICE_RANGE` above the product's price (none when fewer
+    than two are left)."""
+    price_range = [p for p in PRICE_RANGE if p > price][:4]
+    if len(price_range) < 2:
+        return 1000000.0, ""
+    _, upper = sorted(rng.sample(price_range, 2))
+    return upper, f", and price lower than {upper:.2f} dollars"
 
 
 def download_command(folder: str = "$WEBSHOP_DIR") -> str:
@@ -219,12 +225,7 @@ def synthetic_goals(products: list[dict[str, Any]], attributes: dict[str, Any],
         wanted = entry.get("instruction_attributes") or []
         if not wanted:  # the original asserts there are some
             continue
-        price_range = [p for p in PRICE_RANGE if p > product["price"]][:4]
-        if len(price_range) >= 2:
-            _, upper = sorted(rng.sample(price_range, 2))
-            price_text = f", and price lower than {upper:.2f} dollars"
-        else:
-            upper, price_text = 1000000.0, ""
+        upper, price_text = price_cap(product["price"], rng)
         names = sorted(product["options"])
         for combination in itertools.product(*(product["options"][n] for n in names)):
             goal_options = dict(zip(names, combination, strict=True))
