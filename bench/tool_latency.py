@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -89,4 +90,10 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=200)
-    anyio.run(main, parser.parse_args().n)
+    args = parser.parse_args()
+    # Without bubblewrap the local backend runs commands unisolated: the figures would leave out
+    # the sandbox they are meant to measure, so refuse rather than print them under its name.
+    if shutil.which("bwrap") is None:
+        sys.exit("tool_latency: bubblewrap is not installed (run `make system-deps`): "
+                 "without it the round trip would not include the sandbox")
+    anyio.run(main, args.n)
