@@ -1,17 +1,26 @@
 """`InteractiveTask`: the base of level-3 tasks, graded by rollouts in an environment.
 
 Why a separate base: a level-3 task has no fixed outputs to score. Its hidden split is a list of
-environment instances; its `evaluate` (`a2rl.tasks.rollout`) plays each one with the submitted
+environment instances; its `evaluate` (`run_rollouts`, below) plays each one with the submitted
 model and scores the episodes. The task also writes the environment API into the workspace
 (`env/`, read-only) so the agent can roll out on training instances. The contract is in
 docs/level3.md.
+
+Why rollouts are batched by step: a generation engine is fast on many prompts at once and slow
+per call (on a GPU, plain `generate` runs about 15 decode steps per second whatever the batch).
+So every hidden instance gets its own environment, all are stepped together, and each step
+makes **one** `engine.generate` call over every episode still running. An environment that
+raises (at creation, reset or any step) ends its own episode as failed, with the error
+recorded; the others go on. The prompt and the action parsing are `a2rl_env`'s, the very code
+the agent uses inside its workspace (docs/level3.md). The grader only hands in an engine
+(`a2rl.grading.seam`).
 """
 
 from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +31,7 @@ from a2rl.layout import ENV, INTERACTIVE_READONLY_INPUTS
 from a2rl.settings import Settings
 
 from .base import ItemResult, Messages, Task, TaskScore
-from .envapi.a2rl_env import Env, Episode, render_prompt
+from .envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
 from .spec import GraderSettings
 
 if TYPE_CHECKING:
@@ -67,14 +76,12 @@ class InteractiveTask(Task):
     def evaluate(self, items: Sequence[dict[str, Any]], engine: GenerationEngine,
                  grader: GraderSettings) -> TaskScore:
         """Rollouts: play every hidden instance with the engine's model, score the episodes."""
-        from .rollout import run_rollouts
-
         return run_rollouts(self, items, engine, grader)
 
     def play_episodes(self, items: Sequence[dict[str, Any]], engine: GenerationEngine,
                       grader: GraderSettings | None = None) -> list[Episode] | None:
         """This task's own episode loop for its profile (ALFWorld's `paper`: ReAct), or None
-        to be played by the shared loop (`rollout.play`)."""
+        to be played by the shared loop (`play`, below)."""
         return None
 
     def profile_settings(self, settings: Settings | None = None) -> dict[str, Any]:
@@ -150,3 +157,35 @@ def write_readonly(folder: Path, files: dict[str, str]) -> None:
         path = folder / name
         path.write_text(text)
         path.chmod(0o444)
+
+
+def _factory(task: InteractiveTask, item: dict[str, Any]) -> Callable[[], Env]:
+    return lambda: task.make_env(item)
+
+
+def play(task: InteractiveTask, items: Sequence[dict[str, Any]], engine: GenerationEngine,
+         grader: GraderSettings | None = None) -> EnvPool:
+    """Play one episode per item, greedily, up to the task's step limit; the finished pool.
+    `grader` overrides the task's generation settings (a capped length for smoke runs)."""
+    rollout, grader = task.rollout, grader or task.spec.grader
+    pool = EnvPool([str(it["id"]) for it in items], [_factory(task, it) for it in items],
+                   instruction=rollout.instruction, window=rollout.history_window,
+                   max_steps=rollout.max_steps)
+    pool.reset()
+    while active := pool.active():
+        prompts = [[{"role": "user", "content": text}] for text in pool.prompts(active)]
+        outputs = engine.generate(prompts, max_new_tokens=grader.max_new_tokens,
+                                  stop=grader.stop)
+        pool.step(dict(zip(active, outputs, strict=True)))
+    return pool
+
+
+def run_rollouts(task: InteractiveTask, items: Sequence[dict[str, Any]],
+                 engine: GenerationEngine, grader: GraderSettings | None = None) -> TaskScore:
+    """Play every item and score the episodes (success rate; per-episode records as items).
+    A task with its own episode loop for its profile (ALFWorld's `paper` profile: ReAct with
+    the full history) plays through `task.play_episodes`, which returns None to use ours."""
+    episodes = task.play_episodes(items, engine, grader)
+    if episodes is None:
+        episodes = play(task, items, engine, grader).episodes
+    return task.score_episodes(items, episodes)

@@ -146,7 +146,7 @@ def test_game_observations_admissible_and_win(alf_root: Path) -> None:
 def test_rollouts_expert_succeeds_and_nonsense_fails(alf: Settings, alf_root: Path) -> None:
     from a2rl.tasks.alfworld.data import game_dir
     from a2rl.tasks.alfworld.task import MAX_STEPS, AlfWorldTask
-    from a2rl.tasks.rollout import run_rollouts
+    from a2rl.tasks.interactive import run_rollouts
 
     task = AlfWorldTask()
     items = task.load_split("dev", alf) + task.load_split("test", alf)
@@ -173,7 +173,7 @@ def test_a_broken_game_loses_only_its_episode(alf: Settings, alf_root: Path,
                                               tmp_path: Path) -> None:
     from a2rl.tasks.alfworld.data import game_dir, list_games
     from a2rl.tasks.alfworld.task import AlfWorldTask
-    from a2rl.tasks.rollout import run_rollouts
+    from a2rl.tasks.interactive import run_rollouts
 
     root = tmp_path / "alf"
     shutil.copytree(alf_root, root)

@@ -97,7 +97,7 @@ def test_paper_settings_are_the_harness() -> None:
 
 def test_prompt_text_for_a_fixed_history(items: Any, alf_root: Path) -> None:  # noqa: F811
     from a2rl.grading.engine import RawText
-    from a2rl.tasks.rollout import run_rollouts
+    from a2rl.tasks.interactive import run_rollouts
 
     task, games = items
     goal = "clean some mug and put it in coffeemachine."
@@ -125,7 +125,7 @@ def test_prompt_text_for_a_fixed_history(items: Any, alf_root: Path) -> None:  #
 
 
 def test_scripted_episodes_get_the_harness_verdicts(items: Any, alf_root: Path) -> None:  # noqa: F811
-    from a2rl.tasks.rollout import run_rollouts
+    from a2rl.tasks.interactive import run_rollouts
 
     task, games = items
     plan = plans(alf_root, games)

@@ -1,5 +1,6 @@
-"""The rollout engine (tasks/rollout.py) with a scripted engine: batching by step, episode
-records stored as items, crash isolation, and the dispatch from `evaluate`."""
+"""The rollout engine (`play` and `run_rollouts` in tasks/interactive.py) with a scripted
+engine: batching by step, episode records stored as items, crash isolation, and the dispatch
+from `evaluate`."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from a2rl.tasks.envapi.a2rl_env import (
     play_together,
     render_prompt,
 )
-from a2rl.tasks.rollout import play
+from a2rl.tasks.interactive import play
 from a2rl.tasks.textquest import game
 from a2rl.tasks.textquest.task import TextQuestTask
 

@@ -1,6 +1,6 @@
 """ALFWorld (level 3): household tasks in a text world, graded by rollouts.
 
-Graded by rollouts (`a2rl.tasks.rollout`) of the real ALFWorld TextWorld games (`game.py`):
+Graded by rollouts (`interactive.run_rollouts`) of the real ALFWorld TextWorld games (`game.py`):
 one episode per hidden game, up to `MAX_STEPS` actions, success = the game is won. The score is
 the success rate with its Wilson interval, with the success rate per task type (pick, look,
 clean, heat, cool, pick_two) as a metric. Splits: train = ALFWorld's train games (visible in the

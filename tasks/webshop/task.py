@@ -1,6 +1,6 @@
 """WebShop (level 3): buy the product an instruction describes on a simulated shopping site.
 
-Graded by rollouts (`a2rl.tasks.rollout`) of the text site `sim.py` over the official data
+Graded by rollouts (`interactive.run_rollouts`) of the text site `sim.py` over the official data
 (`catalog.py`): one episode per hidden goal, up to `MAX_STEPS` actions. The score is the success
 rate (reward exactly 1, the original's rule) with its Wilson interval; the mean reward (the
 original's "score" / 100) is a metric. The workspace gets the catalog and the training goals
