@@ -9,11 +9,18 @@ The id is recovered when it can be, so that the client can match the answer to i
 A message that passes is handed to the SDK untouched; the SDK parses it the same way and
 cannot fail where the guard did not.
 
+A message over the size limit is never held whole: `Oversize` keeps its first bytes (parsed
+as a partial document, so the id, the tool's name and every argument up to the stored cap are
+read back), its last 4 KB (an id written after the arguments) and its size and sha256. Its
+refusal then carries the request's id: without it a client matches no answer to its request
+and waits forever (the SDK's stdio client did, for a 20 MB `edit_file`).
+
 Pure functions: the transports answer and record (see transports.py, recording.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -32,6 +39,11 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # An id written early in a message that cannot be parsed whole (too deep, truncated).
 _EARLY_ID = re.compile(
     rb'^\s*\{(?:[^{}\[\]]*?,)?\s*"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")')
+# An id written last, after the arguments: `..., "id": 7}` at the end of the message.
+_LATE_ID = re.compile(rb',\s*"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")\s*\}\s*$')
+TAIL_BYTES = 4096
+HEAD_SLACK = 4096  # the envelope and the argument names around the kept values
+MESSAGE_KEY = "(message)"  # where a refused message's own size and sha256 are noted
 _EARLY_TOOL = re.compile(rb'"method"\s*:\s*"tools/call"[^{}\[\]]*"params"\s*:\s*\{\s*'
                          rb'"name"\s*:\s*"([A-Za-z0-9_\-]{1,200})"')
 
@@ -45,6 +57,8 @@ class Refusal:
     id: str | int | None = None
     tool: str = REFUSED_TOOL
     arguments: dict[str, Any] = field(default_factory=dict)
+
+    cut: dict[str, Any] | None = None  # the whole message's size and sha256, when cut
 
     def response(self) -> dict[str, Any]:
         """The JSON-RPC error response (one line on stdio, the body over HTTP)."""
@@ -69,6 +83,46 @@ def inspect(raw: bytes) -> Refusal | None:
     except ValidationError as exc:
         return _invalid(parsed, exc)
     return None
+
+
+class Oversize:
+    """What is kept of a message over the size limit while the rest of it streams past."""
+
+    def __init__(self, head_bytes: int) -> None:
+        self.head_bytes = head_bytes
+        self.head = bytearray()
+        self.tail = b""
+        self.size = 0
+        self.digest = hashlib.sha256()
+
+    def feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        self.digest.update(chunk)
+        if len(self.head) < self.head_bytes:
+            self.head += chunk[:self.head_bytes - len(self.head)]
+        self.tail = (self.tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
+
+    def refusal(self, limit: int) -> Refusal:
+        """Invalid request, with the id, the tool and the arguments read from the head."""
+        head = bytes(self.head).decode("utf-8", errors="ignore")
+        try:
+            # A partial document: the value being read when the head ends is kept as far as
+            # it goes, and no string in it is longer than the head.
+            parsed = pydantic_core.from_json(head, allow_partial="trailing-strings")
+        except ValueError:  # a surrogate, nesting past the parser's limit
+            parsed = None
+        ident, tool, arguments = _id_tool_args(parsed)
+        if parsed is None:
+            ident = _early_id(self.head)
+            early = _EARLY_TOOL.search(self.head[:TAIL_BYTES])
+            tool = early.group(1).decode() if early else REFUSED_TOOL
+        if ident is None:
+            late = _LATE_ID.search(self.tail)
+            ident = _id_value(late.group(1)) if late else None
+        return Refusal(INVALID_REQUEST, f"Invalid request: the message is over {limit:,} bytes "
+                       f"({self.size:,}); write large files with a command, e.g. from a script",
+                       ident, tool, arguments,
+                       cut={"sha256": self.digest.hexdigest(), "size": self.size})
 
 
 def _unparsed(raw: bytes, reason: str) -> Refusal:
@@ -138,10 +192,12 @@ def _id_tool_args(parsed: Any, with_arguments: bool = True
 
 def _early_id(raw: bytes) -> str | int | None:
     m = _EARLY_ID.match(raw[:4096])
-    if m is None:
-        return None
+    return None if m is None else _id_value(m.group(1))
+
+
+def _id_value(token: bytes) -> str | int | None:
     try:
-        value = json.loads(m.group(1))
+        value = json.loads(token)
     except ValueError:
         return None
     return scrub(value) if isinstance(value, (str, int)) else None

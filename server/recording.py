@@ -23,7 +23,7 @@ import anyio
 
 from a2rl.store import Store, ToolCall
 
-from .jsonrpc_guard import Refusal, scrub
+from .jsonrpc_guard import MESSAGE_KEY, Refusal, scrub
 
 SUMMARY_CHARS = 2_000
 MAX_STORED_KEYS = 64
@@ -32,10 +32,13 @@ TRUNCATED_KEY = "_truncated"
 
 
 def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
-               transport: str | None, keep_bytes: int = 65_536) -> int:
+               transport: str | None, keep_bytes: int = 65_536,
+               cut: dict[str, Any] | None = None) -> int:
+    stored = stored_arguments(arguments, keep_bytes)
+    if cut is not None:  # a message read in part: its whole size and sha256
+        stored.setdefault(TRUNCATED_KEY, {})[MESSAGE_KEY] = cut
     with store.session() as s:
-        row = ToolCall(run_id=run_id, tool=tool,
-                       arguments=stored_arguments(arguments, keep_bytes), transport=transport)
+        row = ToolCall(run_id=run_id, tool=tool, arguments=stored, transport=transport)
         s.add(row)
         s.flush()
         assert row.id is not None
@@ -70,7 +73,8 @@ def record_refusal(store: Store, run_id: str, refusal: Refusal, transport: str |
                    keep_bytes: int = 65_536) -> int:
     """A message the guard refused, as a failed call of the tool it named (if any)."""
     started = time.perf_counter()
-    call_id = start_call(store, run_id, refusal.tool, refusal.arguments, transport, keep_bytes)
+    call_id = start_call(store, run_id, refusal.tool, refusal.arguments, transport, keep_bytes,
+                         refusal.cut)
     end_call(store, call_id, started, refusal.message, refusal.message)
     return call_id
 
@@ -85,6 +89,16 @@ def stored_arguments(arguments: dict[str, Any], keep_bytes: int) -> dict[str, An
             truncated["(more arguments)"] = {"count": len(arguments) - index}
             break
         key = scrub(str(key))[:200]
+        if isinstance(value, str):
+            # A string is encoded once, and scrubbed only when it cannot be: a regular
+            # expression and a JSON round trip over a 100 MB argument cost seconds on a
+            # loaded machine, before the call's own size check could refuse it.
+            data = _utf8(value)
+            if len(data) > keep_bytes:
+                truncated[key] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                value = data[:keep_bytes].decode(errors="ignore")
+            out[key] = value
+            continue
         if too_deep(value, MAX_STORED_DEPTH):
             value = f"(not stored: nested deeper than {MAX_STORED_DEPTH} levels)"
         else:
@@ -130,6 +144,13 @@ def summarize(result: Any) -> tuple[str, str | None]:
     if getattr(result, "is_error", False):
         return text, text or "error"
     return text, None
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: stored as U+FFFD
+        return scrub(text).encode()
 
 
 def _jsonable(value: Any) -> Any:

@@ -20,7 +20,7 @@ from a2rl.store import Run, Store
 
 from .app import A2RLServer, build_server
 from .auth import RunTokenVerifier, TokenRun, ended_message
-from .jsonrpc_guard import INVALID_REQUEST, Refusal, inspect
+from .jsonrpc_guard import HEAD_SLACK, INVALID_REQUEST, Oversize, Refusal, inspect
 from .recording import record_refusal
 
 # Messages above this size are inspected in a worker thread, off the event loop.
@@ -43,8 +43,10 @@ def max_message_bytes(settings: Settings) -> int:
     return 2 * settings.max_tool_args_bytes + 65_536
 
 
-def too_large(limit: int) -> Refusal:
-    return Refusal(INVALID_REQUEST, f"Invalid request: the message is over {limit:,} bytes")
+def oversize(settings: Settings) -> Oversize:
+    """The keeper of a message past the limit: enough of its head to store each argument up
+    to `tool_arg_keep_bytes`, as any call's are."""
+    return Oversize(min(settings.tool_arg_keep_bytes + HEAD_SLACK, max_message_bytes(settings)))
 
 
 async def guard(raw: bytes) -> Refusal | None:
@@ -94,8 +96,11 @@ class _GuardedStdin:
             if not line:
                 return
             if len(line) > self.limit and not line.endswith(b"\n"):
-                await anyio.to_thread.run_sync(self._skip_rest)
-                refusal: Refusal | None = too_large(self.limit)
+                over = oversize(self.server.a2rl_settings)
+                over.feed(line)
+                del line  # the rest is read in pieces and never held whole
+                await anyio.to_thread.run_sync(self._skip_rest, over)
+                refusal: Refusal | None = over.refusal(self.limit)
             elif not line.strip():
                 continue
             else:
@@ -107,9 +112,10 @@ class _GuardedStdin:
             await refuse(self.server, self.run_id, refusal)
             await self.out.write(json.dumps(refusal.response()) + "\n")
 
-    def _skip_rest(self) -> None:
+    def _skip_rest(self, over: Oversize) -> None:
         while True:
             chunk = self.raw.readline(1 << 20)
+            over.feed(chunk.rstrip(b"\n") if chunk.endswith(b"\n") else chunk)
             if not chunk or chunk.endswith(b"\n"):
                 return
 
@@ -168,14 +174,15 @@ class JsonRpcGuardMiddleware:
         if found is None:
             await self.app(scope, receive, send)
             return
-        body, complete = await self._read(receive)
+        body, over = await self._read(receive)
         if found.ended is not None:
             # Refused before any tool or record sees it: the run's record is closed, and a
             # row appended now would change its report. Nothing is recorded.
+            rid = over.refusal(self.limit).id if over is not None else _request_id(body)
             await _answer(send, 403, Refusal(INVALID_REQUEST, ended_message(
-                found.run_id, found.ended), _request_id(body)).response_bytes())
+                found.run_id, found.ended), rid).response_bytes())
             return
-        refusal = too_large(self.limit) if not complete else await guard(body)
+        refusal = over.refusal(self.limit) if over is not None else await guard(body)
         if refusal is None:
             await self.app(scope, _replay(body, receive), send)
             return
@@ -193,19 +200,28 @@ class JsonRpcGuardMiddleware:
             return None
         return await anyio.to_thread.run_sync(verifier.lookup, token.strip())
 
-    async def _read(self, receive: Any) -> tuple[bytes, bool]:
-        """The body, and False when it passed the limit (the rest is drained, not kept)."""
-        chunks, size, more = [], 0, True
+    async def _read(self, receive: Any) -> tuple[bytes, Oversize | None]:
+        """The body; or, once it passes the limit, what `Oversize` keeps of it (the rest is
+        drained, not kept)."""
+        chunks: list[bytes] = []
+        size, more, over = 0, True, None
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size <= self.limit:
+            if over is not None:
+                over.feed(chunk)
+            elif size <= self.limit:
                 chunks.append(chunk)
+            else:
+                over = oversize(self.server.a2rl_settings)
+                for kept in (*chunks, chunk):
+                    over.feed(kept)
+                chunks = []
             more = message.get("more_body", False)
-        return b"".join(chunks), size <= self.limit
+        return b"".join(chunks), over
 
 
 async def _answer(send: Any, status: int, payload: bytes) -> None:
