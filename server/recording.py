@@ -35,8 +35,10 @@ def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
                transport: str | None, keep_bytes: int = 65_536,
                cut: dict[str, Any] | None = None) -> int:
     stored = stored_arguments(arguments, keep_bytes)
-    if cut is not None:  # a message read in part: its whole size and sha256
-        stored.setdefault(TRUNCATED_KEY, {})[MESSAGE_KEY] = cut
+    if cut is not None:
+        # A message read in part: only its whole size and sha256 mean something (a value's
+        # own would be those of the piece that was read).
+        stored[TRUNCATED_KEY] = {MESSAGE_KEY: cut}
     with store.session() as s:
         row = ToolCall(run_id=run_id, tool=tool, arguments=stored, transport=transport)
         s.add(row)

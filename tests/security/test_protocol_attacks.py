@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +28,7 @@ from a2rl.server import create_run, finish_run
 from a2rl.settings import Settings
 from a2rl.store import Run, Store, ToolCall
 
-from ..helpers import calls, last_call
+from ..helpers import calls, last_call, text_of
 from .conftest import Agent
 from .wire import HttpServer, HttpWire, StdioWire, call
 
@@ -354,10 +356,140 @@ def test_a_message_over_the_size_limit_is_refused_without_being_kept(target: Tar
     request_id = target.new_id()
     limit = 2 * wire_settings.max_tool_args_bytes + 65_536
     raw = call(request_id, "edit_file", {"path": "huge.txt", "new_text": "q" * (limit + 1)})
-    answer, row = target.refused(raw, -32600, None)
-    assert answer["error"]["message"] == f"Invalid request: the message is over {limit:,} bytes"
-    assert row.arguments == {}
+    answer, row = target.refused(raw, -32600, request_id)
+    assert answer["error"]["message"] == (
+        f"Invalid request: the message is over {limit:,} bytes ({len(raw):,}); write large "
+        "files with a command, e.g. from a script")
+    # Read from the message's head: the tool, and each argument capped as any call's are.
+    assert row.tool == "edit_file" and row.arguments["path"] == "huge.txt"
+    kept = row.arguments["new_text"]
+    assert set(kept) == {"q"} and len(kept) == wire_settings.tool_arg_keep_bytes
+    assert row.arguments["_truncated"] == {"(message)": {
+        "sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}}
     assert not (Path(target.run.workspace) / "huge.txt").exists()
+
+
+def test_an_oversize_message_with_its_id_last_is_answered_with_that_id(
+        target: Target, wire_settings: Settings) -> None:
+    request_id = target.new_id()
+    text = "q" * (2 * wire_settings.max_tool_args_bytes + 65_537)
+    raw = json.dumps({"jsonrpc": "2.0", "method": "tools/call", "params": {
+        "name": "edit_file", "arguments": {"path": "late.txt", "new_text": text}},
+        "id": request_id}).encode()
+    target.refused(raw, -32600, request_id)
+
+
+# -- every request gets an answer, however large ---------------------------------------------
+# A loaded 2-core machine: each test runs beside a process that spins a core for its whole
+# duration. The call is an `edit_file` aimed outside the workspace with a huge `new_text`:
+# 1 MB passes every size check and is refused by the tool, 10 MB by the argument limit
+# (`max_tool_args_bytes`), 50 and 100 MB by the guard before any parse (over twice that).
+
+SIZES_MB = [1, 10, 50, 100]
+ANSWER_S = 5.0
+ESCAPE = "../escape.txt"
+
+
+@pytest.fixture
+def cpu_burner() -> Iterator[None]:
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def _huge(size_mb: int) -> dict[str, Any]:
+    return {"path": ESCAPE, "new_text": "z" * (size_mb << 20)}
+
+
+def _error_text(answer: dict[str, Any]) -> str:
+    """The error a raw answer carries: a JSON-RPC error, or a tool result marked isError."""
+    if "error" in answer:
+        return str(answer["error"]["message"])
+    assert answer["result"].get("isError"), f"the huge call was not refused: {str(answer)[:300]}"
+    return " ".join(part.get("text", "") for part in answer["result"]["content"])
+
+
+def _assert_recorded_bounded(row: ToolCall, text: str, keep_bytes: int) -> None:
+    """The call's row: the tool named, the error as answered, each argument capped."""
+    assert row.tool == "edit_file" and row.is_error and row.error == text
+    assert row.arguments["path"] == ESCAPE
+    assert set(row.arguments["new_text"]) <= {"z"}
+    assert len(row.arguments["new_text"].encode()) <= keep_bytes
+    assert row.arguments["_truncated"]  # the size and sha256 of what was not kept
+
+
+@pytest.mark.parametrize("size_mb", SIZES_MB)
+def test_a_huge_raw_call_gets_one_line_at_once(target: Target, wire_settings: Settings,
+                                              size_mb: int, cpu_burner: None) -> None:
+    request_id = target.new_id()
+    raw = call(request_id, "edit_file", _huge(size_mb))
+    started = time.monotonic()
+    answer = target.wire.send(raw)
+    elapsed = time.monotonic() - started
+    assert answer["id"] == request_id, str(answer)[:300]
+    text = _error_text(answer)
+    assert elapsed < ANSWER_S, f"{size_mb} MB answered in {elapsed:.1f} s"
+    assert "\n" not in text and len(text) < 300, text
+    _assert_recorded_bounded(target.rows()[-1], text, wire_settings.tool_arg_keep_bytes)
+    target.assert_answers_next()
+    assert not (Path(target.run.workspace).parent / "escape.txt").exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size_mb", SIZES_MB)
+@pytest.mark.parametrize("kind", ["stdio", "http", "memory"])
+async def test_a_huge_call_through_the_sdk_gets_one_line_at_once(
+        kind: str, size_mb: int, wire_settings: Settings, wire_store: Store,
+        request: pytest.FixtureRequest, cpu_burner: None) -> None:
+    import anyio
+    import httpx2
+    from mcp import Client, StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    from a2rl.server import build_server
+
+    from .wire import A2RL, server_env
+
+    created = create_run(wire_settings, wire_store, task_id="fixture", budget="30m",
+                         baseline=False)
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {created.token}"}, timeout=30)
+    source: Any
+    if kind == "stdio":
+        source = StdioServerParameters(command=A2RL, args=["serve", "--run", created.run.id],
+                                       env=server_env(wire_settings))
+    elif kind == "http":
+        source = streamable_http_client(request.getfixturevalue("http_server").url,
+                                        http_client=http)
+    else:
+        source = build_server(wire_settings, wire_store, run_id=created.run.id,
+                              transport="memory")
+    try:
+        async with Client(source, mode="legacy") as client:
+            await client.call_tool("budget_status", {})  # the server is up and warm
+            started = time.monotonic()
+            with anyio.fail_after(4 * ANSWER_S):  # a dropped answer fails, not hangs
+                try:
+                    result = await client.call_tool("edit_file", _huge(size_mb))
+                    assert result.is_error, "the huge call was not refused"
+                    text = text_of(result)
+                except MCPError as exc:  # the guard's JSON-RPC error
+                    text = str(exc)
+            elapsed = time.monotonic() - started
+            assert elapsed < ANSWER_S, f"{size_mb} MB answered in {elapsed:.1f} s"
+            assert "\n" not in text and len(text) < 300, text
+            _assert_recorded_bounded(last_call(wire_store, created.run.id), text,
+                                     wire_settings.tool_arg_keep_bytes)
+            with anyio.fail_after(ANSWER_S):
+                assert not (await client.call_tool("budget_status", {})).is_error
+            assert last_call(wire_store, created.run.id).tool == "budget_status"
+    finally:
+        await http.aclose()
+        finish_run(wire_settings, wire_store, created.run.id)
+    assert not (Path(created.run.workspace).parent / "escape.txt").exists()
 
 
 @pytest.mark.anyio
