@@ -1,4 +1,8 @@
-"""The report as Markdown: readable raw in a terminal, rendered on a code host."""
+"""The report as Markdown: readable raw in a terminal, rendered on a code host.
+
+Every string that the agent could have written (commands, paths, log lines, messages, tool
+names) goes through `md_escape`, so that a renderer shows it and never runs it.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from .fmt import (
     num,
     summary_rows,
 )
+from .md_escape import cell, code, fence, prose, text
 from .schema import Report
 
 SECTIONS = ["Summary", "Score trajectory", "Training routes", "Failures", "Timeline",
@@ -19,72 +24,81 @@ SECTIONS = ["Summary", "Score trajectory", "Training routes", "Failures", "Timel
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    def cell(x: str) -> str:
-        return str(x).replace("|", "\\|").replace("\n", " ")
+    """A table of Markdown cells (made with `text` or `code`)."""
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     return out + ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
 
 
+def _plain(rows: list[tuple[str, str]]) -> list[list[str]]:
+    return [[text(label), text(value)] for label, value in rows]
+
+
 def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
     s, m, t = r.summary, r.metrics, r.timeline
-    out = [f"# Run report: {s.run_id}", "",
-           f"_schema {r.schema_version}, generated {r.generated_at}_", ""]
+    out = [f"# Run report: {text(s.run_id)}", "",
+           f"_schema {text(r.schema_version)}, generated {text(r.generated_at)}_", ""]
     if r.narrative is not None:
-        out += ["## Narrative (LLM-generated)", "", f"_{narrative_note(r.narrative)}_", ""]
-        out += [f"> {line}" if line else ">" for line in (r.narrative.text or "").splitlines()]
+        out += ["## Narrative (LLM-generated)", "", f"_{text(narrative_note(r.narrative))}_",
+                ""]
+        out += [f"> {prose(line)}" if line else ">"
+                for line in (r.narrative.text or "").splitlines()]
         out += [""] if r.narrative.text else []
     out += ["## Summary", ""]
-    out += _table(["field", "value"], [list(row) for row in summary_rows(r)])
+    out += _table(["field", "value"], _plain(summary_rows(r)))
     if s.final_provenance:
         prov = ", ".join(f"{k}={v}" for k, v in s.final_provenance.items()
                          if not isinstance(v, dict | list))
-        out += ["", f"Final evaluation provenance: {prov}"]
+        out += ["", f"Final evaluation provenance: {text(prov)}"]
     out += ["", "## Score trajectory", "",
-            f"Baseline on {r.trajectory.split}: {num(r.trajectory.baseline)}", ""]
+            f"Baseline on {text(r.trajectory.split)}: {num(r.trajectory.baseline)}", ""]
     out += _table(["time", "submission", "score", "95% CI", "new best"], [
-        [dur(p.at_s), p.submission_id, num(p.score),
+        [dur(p.at_s), text(p.submission_id), num(p.score),
          f"{num(p.ci_low)}–{num(p.ci_high)}", "yes" if p.improved_best else ""]
         for p in r.trajectory.points]) if r.trajectory.points else ["No graded submission."]
     out += ["", "## Training routes", ""]
     for rt in r.routes:
         also = f" (also: {', '.join(ROUTE_LABELS[a] for a in rt.also)})" if rt.also else ""
-        out += [f"- **{rt.submission_id}** `{rt.path}`: **{ROUTE_LABELS[rt.route]}**{also}"]
-        out += [f"  - `{evidence(e)}`" for e in rt.evidence]
+        out += [f"- **{text(rt.submission_id)}** {code(rt.path)}: "
+                f"**{ROUTE_LABELS[rt.route]}**{also}"]
+        out += [f"  - {code(evidence(e))}" for e in rt.evidence]
     if not r.routes:
         out.append("No submission.")
     out += ["", "## Failures", ""]
     for f in r.failures:
-        out += [f"- **{FAILURE_LABELS[f.type]}** at {dur(f.at_s)}: {f.message}"]
-        out += [f"  - `{evidence(e)}`" for e in f.evidence]
+        out += [f"- **{FAILURE_LABELS[f.type]}** at {dur(f.at_s)}: {text(f.message)}"]
+        out += [f"  - {code(evidence(e))}" for e in f.evidence]
     if not r.failures:
         out.append("None detected.")
     out += ["", "## Timeline", "",
             f"{len(t.tool_calls)} tool calls, {len(t.jobs)} jobs, {len(t.submissions)} "
             f"submissions over {dur(t.end_s)}; grading took {dur(t.grading_s)}; idle "
             f"(no tool call, no job, gaps over {dur(t.idle_threshold_s)}) {dur(t.idle_s)}.", ""]
-    rows = [(j.start_s, ["job", f"{j.id}: {j.command[:80]}",
-             f"{j.state} exit={j.exit_code} ({dur((j.end_s or t.end_s) - j.start_s)})"])
+    rows = [(j.start_s, ["job", f"{text(j.id)}: {code(j.command[:80])}",
+             f"{text(j.state)} exit={j.exit_code} ({dur((j.end_s or t.end_s) - j.start_s)})"])
             for j in t.jobs]
-    rows += [(x.at_s, ["submission", f"{x.id}: {x.path}", x.status]) for x in t.submissions]
+    rows += [(x.at_s, ["submission", f"{text(x.id)}: {code(x.path)}", text(x.status)])
+             for x in t.submissions]
     rows += [(g.start_s, ["idle", f"until {dur(g.end_s)}", dur(g.end_s - g.start_s)])
              for g in t.idle_gaps]
     out += _table(["at", "what", "detail", "outcome"],
                   [[dur(at), *row] for at, row in sorted(rows, key=lambda x: x[0])])
     out += ["", "## Process metrics", ""]
-    out += _table(["metric", "value"], [list(row) for row in metric_rows(m)])
+    out += _table(["metric", "value"], _plain(metric_rows(m)))
     out += ["", "## Code history", ""]
     for cv in r.code_history:
         if cv.snapshot_id is None:
-            out += [f"### {cv.submission_id}", "", "No code snapshot (refused at once).", ""]
+            out += [f"### {text(cv.submission_id)}", "", "No code snapshot (refused at once).",
+                    ""]
             continue
-        out += [f"### {cv.submission_id} (snapshot {cv.snapshot_id}, {len(cv.files)} files)", ""]
+        out += [f"### {text(cv.submission_id)} (snapshot {text(cv.snapshot_id)}, "
+                f"{len(cv.files)} files)", ""]
         if not cv.changes:
             out += ["No change since the previous submission.", ""]
             continue
-        out += [f"- {c.change}: `{c.path}`" for c in cv.changes] + [""]
+        out += [f"- {text(c.change)}: {code(c.path)}" for c in cv.changes] + [""]
         diff = "".join(c.diff for c in cv.changes).splitlines()
         cut = len(diff) > max_diff_lines or any(c.truncated for c in cv.changes)
-        out += ["```diff", *diff[:max_diff_lines], "```"]
+        out += fence(diff[:max_diff_lines], "diff")
         out += ["_diff truncated_", ""] if cut else [""]
     if not r.code_history:
         out.append("No submission.")

@@ -445,3 +445,33 @@ def test_route_markers() -> None:
     assert route({"code/d.py": dpo}, ["python code/d.py"], near=True) == "copy_of_base"
     assert route({"code/r.py": "RewardTrainer(model)\n"}, ["python code/r.py"]) == "reward_model"
     assert route({}, []) == "unknown"
+
+
+@pytest.mark.parametrize("hostile", [
+    "<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "a`b", "``x``", "` lead",
+    "trail `", "  both  ", "a | b", "line\nbreak\r\nand\rmore", "[x](javascript:alert(1))",
+    "<!-- c -->", "&amp; &lt;", "*em* _u_ \\| ~~s~~ ![i](x)", "", "```"])
+def test_markdown_helpers_render_agent_text_as_itself(hostile: str) -> None:
+    """Each helper, rendered by a real CommonMark renderer, shows exactly the characters it
+    was given (line breaks as spaces), in one element, with no markup of its own."""
+    import html as html_lib
+
+    from markdown_it import MarkdownIt
+
+    from a2rl.analysis.md_escape import cell, code, fence, one_line, text
+
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    shown = one_line(hostile)
+    span = md.render(f"- x {code(hostile)} y")
+    assert re.fullmatch(r"<ul>\n<li>x <code>(.*)</code> y</li>\n</ul>\n", span, re.S), span
+    inner = re.search(r"<code>(.*)</code>", span, re.S).group(1)  # type: ignore[union-attr]
+    assert html_lib.unescape(inner) == (shown or " ")
+    para = md.render(f"x {text(hostile)} y")
+    assert para == f"<p>x {html_lib.escape(shown, quote=False)} y</p>\n", para
+    table = md.render(f"| a | b |\n|---|---|\n| {cell(code(hostile))} | {cell(text(hostile))} |")
+    cells = re.findall(r"<td>(.*?)</td>", table, re.S)
+    assert len(cells) == 2, table
+    assert html_lib.unescape(re.sub(r"</?code>", "", cells[0])) == (shown or " ")
+    assert html_lib.unescape(cells[1]) == shown.strip()  # a cell's own spaces are trimmed
+    block = md.render("\n".join(fence([hostile, "after"], "diff")) + "\noutside\n")
+    assert block.count("<pre>") == 1 and block.endswith("<p>outside</p>\n"), block
