@@ -95,7 +95,11 @@ def stored_arguments(arguments: dict[str, Any], keep_bytes: int) -> dict[str, An
             # A string is encoded once, and scrubbed only when it cannot be: a regular
             # expression and a JSON round trip over a 100 MB argument cost seconds on a
             # loaded machine, before the call's own size check could refuse it.
-            data = _utf8(value)
+            try:
+                data = value.encode()
+            except UnicodeEncodeError:  # a lone surrogate: stored as U+FFFD
+                value = scrub(value)
+                data = value.encode()
             if len(data) > keep_bytes:
                 truncated[key] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
                 value = data[:keep_bytes].decode(errors="ignore")
@@ -146,13 +150,6 @@ def summarize(result: Any) -> tuple[str, str | None]:
     if getattr(result, "is_error", False):
         return text, text or "error"
     return text, None
-
-
-def _utf8(text: str) -> bytes:
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: stored as U+FFFD
-        return scrub(text).encode()
 
 
 def _jsonable(value: Any) -> Any:
