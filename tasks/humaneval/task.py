@@ -29,7 +29,8 @@ from .. import opencompass
 from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
-from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, check_completions
+from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from .grader import check_completions
 
 N_VISIBLE_POOL, N_TOTAL = 82, 164
 DEV_IDS: tuple[int, ...] = (0, 3, 4, 5, 7, 9, 10, 17, 18, 20, 32, 38, 39, 47, 52, 55, 62, 65,
