@@ -94,7 +94,7 @@ def check_completion(problem: dict, solution: str, scripts: _Scripts, *,
                 [entry, str(requests_w), str(replies_r), str(tests_dir / "check.py")],
                 out_path=io_dir / "tests.out", err_path=io_dir / "tests.err",
                 timeout_s=timeout_s, memory_mb=DEFAULT_MEMORY_MB, sandbox=False,
-                pass_fds=(requests_w, replies_r),
+                pass_fds=(requests_w, replies_r), site=False,
             ) as tests:
                 # Only the children hold the pipes now: either one's end is the other's EOF.
                 close_parent_fds()
