@@ -63,7 +63,9 @@ os.execv(sys.argv[6], sys.argv[6:])
 @dataclass
 class ExecResult:
     passed: bool
-    status: str  # passed | failed | timeout | no-sentinel
+    #: run_program: passed | failed | timeout | no-sentinel;
+    #: grader.py: passed | wrong | candidate-error | failed | timeout
+    status: str
     returncode: int | None
     duration_s: float
     stdout_tail: str = ""
