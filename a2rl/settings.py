@@ -41,6 +41,15 @@ class Settings(BaseModel):
         8, ge=1, description="worker threads one run's tool calls hold at once, and as many for "
         "its waits on jobs; more wait their turn (a server serves many runs over HTTP: one run's "
         "calls must not starve the rest)")
+    service_max_connections: int = Field(
+        16, ge=1, description="connections one run's task services (unix sockets in the "
+        "sandbox) hold open at once; one more is refused with a one-line error")
+    service_requests_per_s: float = Field(
+        20.0, gt=0, description="requests per second one run's task services answer (a burst of "
+        "as many); faster ones are refused at once, never queued (each may be a paid call)")
+    service_max_bytes: int = Field(
+        256_000_000, ge=1, description="bytes of requests and answers one run's task services "
+        "carry per serving process; past it every request is refused")
     output_head_bytes: int = Field(8_000, ge=0, description="bytes of output kept from the start")
     output_tail_bytes: int = Field(8_000, ge=0, description="bytes of output kept from the end")
     revision_max_bytes: int = Field(1_000_000, ge=0, description="larger files are not revisioned")

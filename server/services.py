@@ -14,6 +14,14 @@ tool calls, so reports and `a2rl show` count service use with the agent's tool c
 services of a run are the task's (`Task.services`, none by default), started by `RunRegistry`
 when this process first serves the run; they live as long as the process (a restarted server
 binds them again).
+
+Bounds (`service_limits`): a run's services together hold a bounded number of connections,
+answer a bounded number of requests per second and carry a bounded number of bytes; what is
+over is refused at once with one `{"ok": false, "error": "refused: ..."}` line (a connection
+over the cap gets that line and is closed), counted, and kept in the run's `service.refused`
+row. A refused request is not a `service.<name>` row: a flood would otherwise be one store
+write per line. A connection idle for `IDLE_TIMEOUT_S` is closed, so an abandoned one frees
+its slot.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
 from .recording import end_call, start_call
+from .service_limits import RunServiceBudget, ServiceLimits
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +53,58 @@ log = logging.getLogger(__name__)
 Handler = Callable[[dict[str, Any]], Any]
 MAX_REQUEST_BYTES = 1_000_000
 SUMMARY_CHARS = 2_000
+IDLE_TIMEOUT_S = 300.0  # longer than any honest client waits between two requests
 
 
 def socket_path(services_dir: Path, name: str) -> Path:
     return services_dir / f"{name}.sock"
 
 
+def _line(answer: dict[str, Any]) -> bytes:
+    return (json.dumps(answer, default=str) + "\n").encode()
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """A thread per connection, as many as the run's budget has slots: one over the cap is
+    answered with its refusal and closed in the accepting thread (a fresh socket's buffer takes
+    one line without blocking), so a flood of connections never grows the thread count."""
+
     daemon_threads = True
     allow_reuse_address = True
+    budget: RunServiceBudget
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        refusal = self.budget.open_connection()
+        if refusal is None:
+            try:
+                super().process_request(request, client_address)
+            except BaseException:  # no thread: its slot is not taken
+                self.budget.close_connection()
+                raise
+            return
+        try:
+            request.settimeout(1.0)
+            request.sendall(_line({"ok": False, "error": refusal}))
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.budget.close_connection()
 
 
 class ServiceHost:
     """One named service of one run, on its socket, in daemon threads."""
 
     def __init__(self, store: Store | None, run_id: str, services_dir: Path, name: str,
-                 handler: Handler) -> None:
+                 handler: Handler, budget: RunServiceBudget | None = None) -> None:
         self.store, self.run_id, self.name, self.handler = store, run_id, name, handler
+        # The run's budget, shared by its hosts; alone, the default bounds.
+        self.budget = budget or RunServiceBudget(ServiceLimits.from_settings(Settings()),
+                                                 store, run_id)
         self.path = socket_path(services_dir, name)
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -94,21 +138,37 @@ class ServiceHost:
         host = self
 
         class Handler(socketserver.StreamRequestHandler):
+            timeout = IDLE_TIMEOUT_S
+
             def handle(self) -> None:
                 while True:
-                    line = self.rfile.readline(MAX_REQUEST_BYTES)
+                    try:
+                        line = self.rfile.readline(MAX_REQUEST_BYTES)
+                    except (TimeoutError, OSError):
+                        return  # idle too long, or the peer went away
                     if not line:
                         return
-                    try:
-                        request = json.loads(line)
-                    except ValueError:
-                        answer = host.handle(line.decode(errors="replace")[:200])
+                    refusal = host.budget.admit(len(line))
+                    if refusal is not None:
+                        answer: dict[str, Any] = {"ok": False, "error": refusal}
                     else:
-                        answer = host.handle(request)
-                    self.wfile.write((json.dumps(answer, default=str) + "\n").encode())
-                    self.wfile.flush()
+                        try:
+                            request = json.loads(line)
+                        except ValueError:
+                            answer = host.handle(line.decode(errors="replace")[:200])
+                        else:
+                            answer = host.handle(request)
+                    data = _line(answer)
+                    if refusal is None:
+                        host.budget.charge(len(data))
+                    try:
+                        self.wfile.write(data)
+                        self.wfile.flush()
+                    except OSError:
+                        return  # the peer left without reading its answer
 
         self._server = _Server(str(self.path), Handler, bind_and_activate=False)
+        self._server.budget = self.budget
         self._inode = bind_private_then_move(self._server.socket, self.path)
         self._server.server_activate()
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -122,6 +182,7 @@ class ServiceHost:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        self.budget.close()
         with contextlib.suppress(OSError):  # only our socket: the name is in the jobs' reach
             if os.stat(self.path, follow_symlinks=False).st_ino == self._inode:
                 self.path.unlink()
@@ -179,7 +240,8 @@ def start_run_services(settings: Settings, store: Store, run: Run,
     from a2rl.tasks import get_task  # heavy: only when a run is served
 
     task = get_task(run.task_id, run.profile).with_options(run.task_options or {})
+    budget = RunServiceBudget(ServiceLimits.from_settings(settings), store, run.id)
     hosts = []
     for name, handler in task.services(settings).items():
-        hosts.append(ServiceHost(store, run.id, services_dir, name, handler).start())
+        hosts.append(ServiceHost(store, run.id, services_dir, name, handler, budget).start())
     return hosts

@@ -1,0 +1,152 @@
+"""Bounds on one run's task services: connections, requests per second, bytes; refusals counted.
+
+Why: a service socket is in the sandbox's reach, every request answered is a stored row and,
+with a web backend, a paid call on the operator's key. So a run's services (all of them
+together: one budget per run, shared by its `ServiceHost`s) hold at most
+`service_max_connections` connections, answer at most `service_requests_per_s` requests per
+second (a token bucket holding one second's worth, so a short burst passes), and carry at most
+`service_max_bytes` of requests and answers per serving process (checked before each request;
+the answer that crosses it is still sent, so the total may pass it by one answer). What is over
+a bound is refused at once with one JSON line, never queued or left hanging.
+
+Refusals are counted here, by bound, and kept in one `ToolCall` row per run and process (tool
+`service.refused`, arguments `{"connections": n, "rate": n, "bytes": n}`) that is rewritten at
+most once a second: a flood of refusals costs counters, not one store write each, and the
+report and `a2rl show` list the row with the run's other calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from a2rl.settings import Settings
+from a2rl.store import Store, ToolCall
+
+REFUSED_TOOL = "service.refused"
+FLUSH_EVERY_S = 1.0
+KINDS = ("connections", "rate", "bytes")
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    max_connections: int
+    requests_per_s: float
+    max_bytes: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServiceLimits:
+        return cls(settings.service_max_connections, settings.service_requests_per_s,
+                   settings.service_max_bytes)
+
+
+class RunServiceBudget:
+    """The bounds' state for one run's services in this process; thread-safe."""
+
+    def __init__(self, limits: ServiceLimits, store: Store | None = None,
+                 run_id: str = "") -> None:
+        self.limits, self.store, self.run_id = limits, store, run_id
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()  # one writer of the row at a time: made once
+        self._open = 0
+        self._tokens = max(1.0, limits.requests_per_s)
+        self._refill_at = time.monotonic()
+        self.bytes_carried = 0
+        self.refused: Counter[str] = Counter()
+        self._row_id: int | None = None
+        self._flushed_at = 0.0
+        self._timer: threading.Timer | None = None
+        self._dirty = False
+
+    # -- connections ---------------------------------------------------------------------
+    def open_connection(self) -> str | None:
+        """Take a connection slot; the refusal's message when none is free."""
+        with self._lock:
+            if self._open < self.limits.max_connections:
+                self._open += 1
+                return None
+        self._note("connections")
+        return (f"refused: this run already holds {self.limits.max_connections} service "
+                "connections (service_max_connections); close one and retry")
+
+    def close_connection(self) -> None:
+        with self._lock:
+            self._open -= 1
+
+    @property
+    def open_connections(self) -> int:
+        return self._open
+
+    # -- requests ------------------------------------------------------------------------
+    def admit(self, request_bytes: int) -> str | None:
+        """Charge one request of `request_bytes`; the refusal's message when it is over a
+        bound (a refused request is not charged: it costs neither a token nor bytes)."""
+        with self._lock:
+            if self.bytes_carried + request_bytes > self.limits.max_bytes:
+                kind = "bytes"
+            else:
+                now = time.monotonic()
+                burst = max(1.0, self.limits.requests_per_s)
+                self._tokens = min(burst, self._tokens
+                                   + (now - self._refill_at) * self.limits.requests_per_s)
+                self._refill_at = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                    self.bytes_carried += request_bytes
+                    return None
+                kind = "rate"
+        self._note(kind)
+        if kind == "bytes":
+            return (f"refused: this run's services have carried their {self.limits.max_bytes} "
+                    "bytes (service_max_bytes); no more requests are answered")
+        return (f"refused: over {self.limits.requests_per_s:g} service requests per second "
+                "(service_requests_per_s); wait a moment and retry")
+
+    def charge(self, answer_bytes: int) -> None:
+        with self._lock:
+            self.bytes_carried += answer_bytes
+
+    # -- refusals ------------------------------------------------------------------------
+    def _note(self, kind: str) -> None:
+        with self._lock:
+            self.refused[kind] += 1
+            self._dirty = True
+            due = time.monotonic() - self._flushed_at >= FLUSH_EVERY_S
+            if not due and self._timer is None:  # written within a second, whatever follows
+                self._timer = threading.Timer(FLUSH_EVERY_S, self.flush)
+                self._timer.daemon = True
+                self._timer.start()
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the refusal counts to the run's `service.refused` row (made on first use)."""
+        with self._flush_lock:
+            with self._lock:
+                if self._timer is not None:
+                    self._timer.cancel()
+                    self._timer = None
+                if not self._dirty or self.store is None:
+                    return
+                counts = {kind: self.refused[kind] for kind in KINDS}
+                self._dirty, self._flushed_at = False, time.monotonic()
+                row_id = self._row_id
+            total = sum(counts.values())
+            summary = ", ".join(f"{n} over {kind}" for kind, n in counts.items() if n)
+            error = f"{total} service requests or connections refused: {summary}"
+            with self.store.session() as s:
+                row = s.get(ToolCall, row_id) if row_id is not None else None
+                if row is None:
+                    row = ToolCall(run_id=self.run_id, tool=REFUSED_TOOL, transport="unix")
+                row.arguments, row.result_summary = counts, error
+                row.is_error, row.error = True, error
+                s.add(row)
+                s.flush()
+                with self._lock:
+                    self._row_id = row.id
+
+    def close(self) -> None:
+        """Write what is still unwritten (the host is stopping)."""
+        self.flush()
