@@ -71,6 +71,9 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # Connects wait here until accepted; a client with a timeout (env/'s) meets EAGAIN when it
+    # is full, so it holds a flood's worth while the accepting thread refuses them.
+    request_queue_size = 128
     budget: RunServiceBudget
 
     def process_request(self, request: Any, client_address: Any) -> None:
