@@ -3,7 +3,9 @@
 Finished runs keep their record in the store (which is never touched here) and, unless
 `include_final`, the grader's copy of their final checkpoint. Removed: other checkpoint copies,
 the copies of runs whose record is gone, and the sandbox control folders of finished runs.
-The workspace volumes of finished runs are detached (their files stay in `workspace.img`).
+The workspace volumes of finished runs are detached (`finish_run` does it already; here for the
+runs of older versions and those a kept container held), and the loop devices of deleted
+workspace images are freed (their files stay in `workspace.img`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def collect_garbage(settings: Settings, store: Store, include_final: bool = Fals
             shutil.rmtree(control, ignore_errors=True)
             removed.append(str(control))
         if run.ended_at is not None and os.path.ismount(run.workspace):
-            volume.unmount(Path(run.workspace))  # its files stay in workspace.img
+            volume.detach(Path(run.workspace).parent, Path(run.workspace), wait_s=0)
             detached.append(run.workspace)
+    detached += volume.detach_orphans()
     return {"removed": removed, "bytes_freed": freed, "volumes_detached": detached}

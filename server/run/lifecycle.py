@@ -141,6 +141,10 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
     run = rt.clock.close(reason)
-    volume.freeze(Path(run.workspace))  # read-only from now on; `a2rl gc` detaches it
+    # A finished run holds no kernel resource: its volume's mount and loop device go now (the
+    # files stay in workspace.img; show, report, view and export read the store).
+    held = volume.detach(rt.dir, Path(run.workspace))
+    if held:
+        rt.log.warning("run %s: volume still held by %s (a kept container?)", run_id, held)
     rt.log.info("run finished: %s", reason)
     return run

@@ -9,19 +9,24 @@ ENOSPC whatever the job does, on both backends (bubblewrap and containers bind t
 folder). The image holds the limit plus the task's inputs (base model, data) plus room for the
 filesystem itself, so the watch still speaks first and the kernel holds the line behind it.
 
-The mount lives with the run: `finish_run` remounts it read-only, so a finished run's files
-stay where they were for whoever looks, and nothing writes them any more; `a2rl gc` detaches the
-volumes of finished runs (`umount --lazy`, so a kept container cannot hold one), and their files
-stay in `workspace.img` (`mount -o loop,ro <run>/workspace.img <folder>` to look again).
-Without root or loop devices the watch alone remains (`sandbox_disk_volume` in `a2rl config
-show`).
+The mount lives as long as the run: `finish_run` detaches it (`detach`: the mount and its loop
+device go), so a finished run holds no kernel resource and a home removed with `rm -rf` leaves
+nothing mounted. What reads a finished run (`a2rl show`, `report`, `view`, `export`) reads the
+store, never the workspace; its files stay in `workspace.img` (`mount -o loop,ro
+<run>/workspace.img <folder>` to look again). A run that never finished (the server crashed) and
+whose image was then deleted leaves a loop device on a deleted file: `detach_orphans`, run before
+each new volume is made and by `a2rl gc`, unmounts and frees those. Without root or loop devices
+the watch alone remains (`sandbox_disk_volume` in `a2rl config show`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 IMAGE_NAME = "workspace.img"
@@ -80,6 +85,7 @@ def workspace_volume(mode: str, limit: str, base_model: Path, run_dir: Path,
     limit_bytes = parse_size(limit)
     if mode == "off" or limit_bytes <= 0 or unavailable_reason() is not None:
         return False
+    detach_orphans()  # this machine's crashed runs whose homes were removed since
     inputs = tree_bytes(base_model) + INPUTS_ALLOWANCE
     make(run_dir / IMAGE_NAME, workspace, image_size(limit_bytes, inputs))
     return True
@@ -122,14 +128,93 @@ def mount(image: Path, mountpoint: Path) -> None:
     _run(["mount", "-o", "loop,nosuid,nodev,noinit_itable", str(image), str(mountpoint)])
 
 
-def freeze(mountpoint: Path) -> None:
-    """Make the mounted volume read-only (a finished run's record of what its agent left)."""
-    if os.path.ismount(mountpoint):
-        subprocess.run(["mount", "-o", "remount,ro", str(mountpoint)], capture_output=True,
-                       timeout=60)
-
-
 def unmount(mountpoint: Path) -> None:
     """Detach the volume; what still holds it (a kept container) lets go when it ends."""
     if os.path.ismount(mountpoint):
         subprocess.run(["umount", "--lazy", str(mountpoint)], capture_output=True, timeout=60)
+
+
+def _loop_devices() -> list[dict]:
+    """`losetup`'s list of attached loop devices (name, back-file); empty when it fails."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+        p = subprocess.run(["losetup", "--list", "--json", "--output", "NAME,BACK-FILE"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode == 0 and p.stdout.strip():
+            return list(json.loads(p.stdout).get("loopdevices", []))
+    return []
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces and the like are written as octal escapes (`\\040`)."""
+    return field.encode().decode("unicode_escape").encode("latin-1").decode(errors="replace")
+
+
+def mounts_of(device: str) -> list[str]:
+    """The mount points of `device` (e.g. /dev/loop3) in this mount namespace, deepest first."""
+    points = []
+    with contextlib.suppress(OSError), open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, tail = left.split(), right.split()
+            if len(fields) > 4 and len(tail) > 1 and tail[1] == device:
+                points.append(_unescape(fields[4]))
+    return sorted(points, reverse=True)
+
+
+def loops_of(image: Path) -> list[str]:
+    """The loop devices attached to `image` (its path as `losetup` shows it)."""
+    target = str(image.resolve())
+    return [d["name"] for d in _loop_devices() if d.get("back-file") == target]
+
+
+def _free(device: str) -> None:
+    """Unmount every mount of `device`, then let the loop device go (a `mount -o loop` one goes
+    by itself at its last unmount; one attached otherwise is detached)."""
+    for point in mounts_of(device):
+        subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=60)
+    if any(d["name"] == device for d in _loop_devices()):
+        subprocess.run(["losetup", "--detach", device], capture_output=True, timeout=60)
+
+
+def detach(run_dir: Path, mountpoint: Path, wait_s: float = 10.0) -> list[str]:
+    """A finished run's release: unmount its volume and free its loop device; the files stay
+    in the image. Returns what is still attached after `wait_s` (a kept container holding the
+    mount lets it go when it ends); empty when all is released. No-op without a volume."""
+    image = run_dir / IMAGE_NAME
+    if os.path.ismount(mountpoint):
+        # Not lazy first: nothing of a finished run should hold it, and a plain umount is
+        # done when it returns; lazy only when something (a kept container) still does.
+        p = subprocess.run(["umount", str(mountpoint)], capture_output=True, timeout=60)
+        if p.returncode != 0:
+            subprocess.run(["umount", "--lazy", str(mountpoint)], capture_output=True,
+                           timeout=60)
+    if not image.is_file():
+        return []
+    end = time.monotonic() + wait_s
+    while True:
+        left = loops_of(image)
+        for device in left:
+            if not mounts_of(device):  # autoclear may lag the unmount by a moment
+                subprocess.run(["losetup", "--detach", device], capture_output=True, timeout=60)
+        left = loops_of(image)
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.2)
+
+
+DELETED = " (deleted)"
+
+
+def detach_orphans() -> list[str]:
+    """Free the loop devices of workspace images that were deleted while attached (a home
+    removed with `rm -rf` under a run that never finished): no run can use them again.
+    Returns the devices freed."""
+    if os.geteuid() != 0:
+        return []
+    freed = []
+    for d in _loop_devices():
+        back = str(d.get("back-file") or "")
+        if back.endswith(f"/{IMAGE_NAME}{DELETED}"):
+            _free(d["name"])
+            freed.append(d["name"])
+    return freed
