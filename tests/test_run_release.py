@@ -43,7 +43,6 @@ def mounts_under(folder: Path) -> list[str]:
 
 def containers_of(run_id: str) -> list[str]:
     import docker
-
     from a2rl.tools.sandbox.docker import LABEL_RUN
 
     client = docker.from_env()
