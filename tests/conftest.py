@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,16 +76,54 @@ def _fixture_task() -> None:
     from . import fixture_task  # noqa: F401  (registers the task)
 
 
+def _kernel_leftovers(base: Path) -> list[str]:
+    """The mounts, loop devices and run cgroups of this session's runs (everything under its
+    own temporary folder `base`, and the cgroups named after the runs made there: another
+    session on the machine has its own folder and run ids)."""
+    from a2rl.tools.sandbox import volume
+    from a2rl.tools.sandbox.cgroup import RunCgroup
+
+    prefix = str(base) + "/"
+    with open("/proc/self/mountinfo") as f:
+        found = [f"mount {p}" for p in (line.split()[4] for line in f) if p.startswith(prefix)]
+    found += [f"loop device {d['name']} on {d.get('back-file')}" for d in volume._loop_devices()
+              if str(d.get("back-file") or "").startswith(prefix)]
+    run_ids = {p.name for pattern in ("*/runs/r-*", "*/*/runs/r-*") for p in base.glob(pattern)}
+    found += [f"cgroup of run {rid}" for rid in sorted(run_ids) if RunCgroup(rid).exists]
+    return found
+
+
 @pytest.fixture(autouse=True, scope="session")
-def _unmount_workspace_volumes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Runs a test made and never finished keep their workspace volume mounted (as a user's
-    open run does); at the end of the session none may stay behind under its folders."""
+def _leave_no_kernel_resource(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Leave nothing behind: at the end of the session no mount, loop device or cgroup of the
+    suite's runs may remain, or the session fails (after removing them, so one failure does
+    not leak into the next session). Runs a test made and never finished keep their workspace
+    volume mounted, as a user's open run does: those are unmounted first, as `finish_run`
+    would; what is left after that (a loop device something still holds, a run's cgroup whose
+    sandbox was never stopped) is a leak."""
     yield
-    base = str(tmp_path_factory.getbasetemp().resolve())
+    base = tmp_path_factory.getbasetemp().resolve()
     with open("/proc/self/mountinfo") as f:
         points = [line.split()[4] for line in f]
-    for point in sorted((p for p in points if p.startswith(base + "/")), reverse=True):
+    for point in sorted((p for p in points if p.startswith(str(base) + "/")), reverse=True):
         subprocess.run(["umount", "--lazy", point], capture_output=True, timeout=60)
+    deadline = time.monotonic() + 10  # a loop device goes a moment after its last unmount
+    while (leaks := _kernel_leftovers(base)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not leaks:
+        return
+    from a2rl.tools.sandbox import volume
+    from a2rl.tools.sandbox.cgroup import RunCgroup
+
+    for d in volume._loop_devices():
+        if str(d.get("back-file") or "").startswith(str(base) + "/"):
+            subprocess.run(["losetup", "--detach", d["name"]], capture_output=True, timeout=60)
+    for leak in leaks:
+        if leak.startswith("cgroup of run "):
+            cgroup = RunCgroup(leak.removeprefix("cgroup of run "))
+            cgroup.kill_all()
+            cgroup.remove()
+    pytest.fail("the test session left kernel resources behind: " + "; ".join(leaks))
 
 
 @pytest.fixture
