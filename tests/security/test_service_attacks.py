@@ -3,6 +3,8 @@
 `<run dir>/services/` is mounted into the sandbox (read-write: a socket there is how the task's
 code reaches the server), so every name in it is the agent's to swap. The server binds each
 socket elsewhere and moves it in, and never chmods or unlinks a name there it did not make.
+And the door is bounded (`server/service_limits.py`): a job's flood of connections and requests
+is refused line by line, counted, and costs the operator's paid backend nothing past the rate.
 """
 
 from __future__ import annotations
