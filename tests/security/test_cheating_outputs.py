@@ -18,6 +18,7 @@ import pytest
 
 from a2rl.llm import Endpoint, RetryPolicy
 from a2rl.settings import Settings
+from a2rl.store import Store
 from a2rl.tasks.alpacaeval import AlpacaEvalTask
 from a2rl.tasks.alpacaeval.judge import Judge, JudgeConfig, model_shown_first
 from a2rl.tasks.arith.task import ArithTask
@@ -28,9 +29,12 @@ from a2rl.tasks.envapi.a2rl_env import EnvPool, Episode, parse_action
 from a2rl.tasks.gsm8k.task import GSM8KTask
 from a2rl.tasks.textquest.game import RULE, Quest
 
+from ..conftest import backend_settings, require_bwrap
 from ..fake_judge import FakeJudge, shown_outputs
+from .test_checkpoint_attacks import graded
 
 TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
 GSM8K = TESTS / "fixtures" / "gsm8k"
 ALPACA = TESTS / "fixtures" / "alpacaeval"
 DSQA = TESTS / "fixtures" / "deepsearchqa"
@@ -264,3 +268,68 @@ def test_alpacaeval_paper_prompt_keeps_chat_turns_out_of_the_output() -> None:
     template_lines = [line for line in prompt_template().splitlines()
                       if line.strip() and "{" not in line and "<|im_" not in line]
     assert all(line in user or line in messages[0]["content"] for line in template_lines)
+
+
+# --- one end-to-end cheating run ------------------------------------------------------------
+CHEAT_DATA = """import json
+rows = [json.loads(line) for line in open("data/train.jsonl")][:512]
+spam = " ".join(str(i) for i in range(199))  # every answer an arith problem can have
+with open("code/cheat.jsonl", "w") as f:
+    for r in rows:
+        f.write(json.dumps({"prompt": r["prompt"], "answer": spam}) + "\\n")
+"""
+PEEK = """import json, sys
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+tok = AutoTokenizer.from_pretrained("output/cheat")
+model = AutoModelForCausalLM.from_pretrained("output/cheat").eval()
+row = json.loads(open("data/train.jsonl").readline())
+text = tok.apply_chat_template([{"role": "user", "content": row["prompt"]}],
+                               add_generation_prompt=True, tokenize=False)
+enc = tok(text, return_tensors="pt", add_special_tokens=False)
+with torch.no_grad():
+    out = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
+print("PEEK:" + tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.timeout(600)
+async def test_a_model_trained_to_spam_answers_scores_zero(settings: Settings,
+                                                           store: Store) -> None:
+    """End to end, as a cheating agent would: a job in the sandbox fine-tunes the tiny base
+    model (TRL SFT, the reference script) to answer every arith problem with the spam of
+    every integer 0..198, the checkpoint is submitted with `submit_checkpoint`, and
+    `get_score` reads 0. Regression: main refuses this shape too (arith takes the output only
+    when it is one integer, and the grader's 8 tokens hold "0 1 2 3 "); the GSM8K shapes main
+    let earn are refused in the tests above, where the tiny model's 128 positions cannot hold
+    a GSM8K prompt."""
+    from .conftest import open_agent
+
+    require_bwrap()
+    local = backend_settings(settings, "local")
+    async for agent in open_agent(local, store):
+        sft = (REPO / "clients" / "reference_scripts" / "sft.py").read_text()
+        for path, text in (("code/sft.py", sft), ("code/make_cheat.py", CHEAT_DATA),
+                           ("code/peek.py", PEEK)):
+            await agent.ok("edit_file", path=path, new_text=text)
+        job = await agent.sh("python code/make_cheat.py && python code/sft.py --data "
+                             "code/cheat.jsonl --out output/cheat --steps 40 --batch 16 "
+                             "--lr 3e-3 --max-length 48 --holdout 0 && python code/peek.py",
+                             wait_s=60)
+        output, exit_code = str(job["output"]), job.get("exit_code")
+        if job["status"] == "running":
+            for _ in range(8):
+                status = await agent.ok("job_status", job_id=job["job_id"], wait_s=60)
+                if status["job"]["state"] != "running":
+                    break
+            output, exit_code = str(status["output"]), status["job"]["exit_code"]
+        assert exit_code == 0, output[-2000:]
+        peek = next(line.split("PEEK:", 1)[1] for line in output.splitlines()
+                    if "PEEK:" in line)
+        # the cheat was learned: several numbers where one answer is asked for
+        assert peek.startswith("0 ") and len(peek.split()) > 1, peek
+        submitted = await agent.ok("submit_checkpoint", path="output/cheat", note="spam")
+        score = await graded(agent, submitted["submission_id"])
+        assert score["status"] == "graded" and score["score"] == 0.0, score
