@@ -25,10 +25,20 @@ OUTPUT_RE = re.compile(r'"model_identifier": "(m|M)",\s*"output": """(.*?)"""\s*
 Policy = Callable[[dict[str, str]], str]
 
 
+FENCED_RE = re.compile(r"<model-output-([0-9a-f]{16})>(.*)</model-output-\1>", re.DOTALL)
+
+
+def unfence(text: str) -> str:
+    """An output's text without the judge's per-request fence (a2rl.tasks.untrusted), as a
+    judge that heeds the fence reads it; unfenced text as it is."""
+    m = FENCED_RE.fullmatch(text)
+    return m.group(2) if m else text
+
+
 def shown_outputs(body: dict[str, Any]) -> dict[str, str]:
     """{"m": first output, "M": second output} from a judge request body."""
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-    return {ident: text for ident, text in OUTPUT_RE.findall(user)}
+    return {ident: unfence(text) for ident, text in OUTPUT_RE.findall(user)}
 
 
 def prefer_marker(marker: str) -> Policy:

@@ -7,6 +7,7 @@ from inside a real bubblewrap sandbox and recorded, and an `a2rl run` with the r
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -310,14 +311,17 @@ def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings, harness_tex
         gold = items[0]["answer"].lower()
         ok = paper.score_episodes([items[0]], [_episode("a", [f"answer[{gold}, extra]"])])
         # the harness's judge prompt (from RD-Agent's wheel): gold, type, prediction, no
-        # question
-        assert fake.requests[-1]["messages"] == [
+        # question; the prediction only fenced (its per-request boundary read back)
+        sent = fake.requests[-1]["messages"]
+        boundary = re.search(r"<model-output-([0-9a-f]{16})>", sent[1]["content"]).group(1)
+        fenced = f"<model-output-{boundary}>{gold}, extra</model-output-{boundary}>"
+        assert sent == [
             {"role": "system", "content": harness_text.judge_system},
             {"role": "user", "content": harness_text.judge.format(
                 answer_type=items[0]["answer_type"], gold=items[0]["answer"],
-                predicted=f"{gold}, extra")}]
+                predicted=fenced)}]
         assert ok.items[0].correct
-        assert ok.metrics["judge"]["prompt_version"].startswith("dsqa-harness.2.")
+        assert ok.metrics["judge"]["prompt_version"].startswith("dsqa-harness.3-fenced.")
         # a failed judge call: the harness's string match decides (a2rl: incorrect)
         fake.fail(500, times=2)
         fell = paper.score_episodes(items[:2], [_episode("b", [f"answer[{gold} indeed]"]),

@@ -25,8 +25,10 @@ from a2rl.tasks.alpacaeval.paper_length_control import (
     length_controlled_win_rate,
     load_df_gamed,
 )
+from a2rl.tasks.untrusted import Fence
 
 from .conftest import require
+from .fake_judge import unfence
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 
@@ -200,7 +202,9 @@ def test_paper_task_judges_with_the_package_annotator(home: Any, library_lc: Any
         body = next(b for b in bodies if item["prompt"] in b["messages"][1]["content"]
                     and item["reference"] in b["messages"][1]["content"])
         shown = dict(SHOWN_RE.findall(body["messages"][1]["content"]))
-        assert shown["m" if record["is_switched_outputs"] else "M"] == outputs[i].strip()
+        # the output reaches the judge whole, inside its fence (a2rl.tasks.untrusted)
+        assert unfence(shown["m" if record["is_switched_outputs"] else "M"]) == \
+            outputs[i].strip()
     assert {r["is_switched_outputs"] for r in records} == {True, False}
     # the score is alpaca_eval's own LC win rate on these annotations
     frame = annotations_frame(range(12), [it["prompt"] for it in items],
@@ -310,9 +314,12 @@ def test_annotator_steps_equal_alpaca_evals_configured_annotator() -> None:
     pre = theirs._preprocess(df).sort_index()
     assert list(ours["is_switched_outputs"]) == list(pre["is_switched_outputs"])
     assert {True, False} == set(ours["is_switched_outputs"])
-    prompts, _ = theirs._make_prompts(pre)
+    # ours fences each output (the one deviation): theirs, given the same fenced text, agree
+    fence = Fence("0" * 16)
+    prompts, _ = theirs._make_prompts(pre.assign(output_1=pre["output_1"].map(fence.wrap),
+                                                 output_2=pre["output_2"].map(fence.wrap)))
     for k in range(16):
-        assert pa.messages_for(ours.iloc[k]) == utils.prompt_to_chatml(prompts[k])
+        assert pa.messages_for(ours.iloc[k], fence) == utils.prompt_to_chatml(prompts[k])
     body = pa.request_body("judge-x", [])
     kwargs = dict(theirs.completions_kwargs)
     assert kwargs.pop("model_name") == "gpt-4-1106-preview"  # the harness sets gpt-5.2

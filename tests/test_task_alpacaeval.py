@@ -23,6 +23,7 @@ from a2rl.tasks.alpacaeval.judge import (
     parse_verdict,
 )
 from a2rl.tasks.alpacaeval.length_control import length_controlled_win_rate, win_rate
+from a2rl.tasks.untrusted import Fence
 
 from .fake_judge import FakeJudge, always, answer, shown_outputs
 
@@ -138,7 +139,9 @@ def test_win_rate_on_fixture_items(fake: FakeJudge, home: Settings) -> None:
     assert len(fake.requests) == 12
     for body in fake.requests:
         assert body["model"] == "fake-judge" and body["temperature"] == 0
-        assert body["messages"][0] == {"role": "system", "content": clf_prompt()[0]}
+        # alpaca_eval's system message, then one sentence on the fence (a2rl.tasks.untrusted)
+        assert body["messages"][0]["role"] == "system"
+        assert body["messages"][0]["content"].startswith(clf_prompt()[0] + "\nEach output")
     assert all(h.get("authorization") == "Bearer sk-test" for h in fake.headers)
     for item, result in zip(items, scored.items, strict=True):
         record = json.loads(result.parsed or "{}")
@@ -343,8 +346,8 @@ def test_evaluate_end_to_end(split: str, fake: FakeJudge, home: Settings,
 
 def test_judge_prompt_is_read_from_the_installed_alpaca_eval() -> None:
     """The a2rl judge's prompt is alpaca_eval's own file (alpaca_eval_clf_gpt4_turbo/
-    alpaca_eval_clf.txt, not a copy); it renders exactly the messages the copy a2rl shipped
-    before rendered (their digests, pinned), so cached verdicts and scores stay valid."""
+    alpaca_eval_clf.txt, not a copy); its messages are that file's, each output fenced and one
+    sentence added to the system message (their digest for a fixed boundary, pinned)."""
     import hashlib
     from importlib import resources
 
@@ -355,10 +358,16 @@ def test_judge_prompt_is_read_from_the_installed_alpaca_eval() -> None:
     assert system in raw and "## Best Model Identifier" in template
     assert hashlib.sha256((system + "\0" + template).encode()).hexdigest() == (
         "1a07d40ecb89a269f0b94b7b766baf6ec1a2a68c13ca0d609b96d668a225eec2")
+    fence = Fence("0" * 16)
     messages = Judge.messages(None, 'Name {output_1} a "quoted" {x}',  # type: ignore[arg-type]
-                              "first {y}", "second")
+                              "first {y}", "second", fence)
+    assert messages == [
+        {"role": "system", "content": f"{system}\n{fence.notice()}"},
+        {"role": "user", "content": template.format(
+            instruction='Name {output_1} a "quoted" {x}', output_1=fence.wrap("first {y}"),
+            output_2=fence.wrap("second"))}]
     assert hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest() == (
-        "26f354d6f3fa1c13507bbe6e81b6b1590785fb7a732291c929ed9281e5ce9c48")
+        "4a1df5760468851e6bf44541e112546462448accdf1955016aaced94ad536832")
     # the fields are filled once: text inside an instruction is never substituted
     assert 'Name {output_1} a "quoted" {x}' in messages[1]["content"]
-    assert JUDGE_PROMPT_VERSION == "alpaca_eval_clf_gpt4_turbo.1"  # the cache key's part
+    assert JUDGE_PROMPT_VERSION == "alpaca_eval_clf_gpt4_turbo.2-fenced"  # the cache key's part

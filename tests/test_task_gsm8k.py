@@ -18,6 +18,7 @@ from a2rl.tasks.gsm8k.scoring import (
     flexible_extract,
     lm_eval_match,
     normalize_number,
+    refusal,
     strict_extract,
     target_of,
 )
@@ -281,3 +282,37 @@ def test_paper_reference_and_scoring(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(oc.OpenCompassUnavailable, match="pip download opencompass==0.5.1"):
         GSM8KTask(data_dir=FIXTURE).with_profile("paper").load_split(
             "test", Settings(home=tmp_path / "empty"))
+
+
+# --- refusals (issue 23): honest outputs keep their verdicts --------------------------------
+@pytest.mark.parametrize("output", [
+    "She has 5+3=<<5+3=8>>8 apples.\n#### 8",
+    "The total is 1,000 + 234.\n#### 1,234\n\nQuestion: next",
+    "Step 1: 3, 4 and 5 sum to 12.\n#### 12",
+    "He buys 2 packs of 12 each, 24 total, at $1.50, so $36.\n#### 36",
+    "It costs 3 or 4 dollars a day at first, so 21 in total.\n#### 21",
+    "The answer is 18.\n#### 18",
+    "#### 5\n#### 5.0",                         # the same answer twice
+    "There are 1, 2, 3 and 4 boxes, so 10 in all.",
+])
+def test_honest_outputs_are_not_refused(output: str) -> None:
+    assert refusal(output) is None
+
+
+def test_dataset_solutions_are_never_refused() -> None:
+    """The dataset's own solutions (the `<<a*b=c>>c` format) pass every refusal rule."""
+    for split in ("train", "test"):
+        for row in (json.loads(line) for line in (FIXTURE / f"{split}.jsonl").open()):
+            assert refusal(row["answer"]) is None, row["answer"]
+
+
+@pytest.mark.parametrize(("output", "reason"), [
+    (" ".join(str(i) for i in range(1001)), "number_spam"),
+    ("1, 2, 3, 4, 5, 6, 7, 8", "number_spam"),
+    ("the answer is 3 or 4 or 5", "hedged_answer"),
+    ("#### 3 or 4", "hedged_answer"),
+    ("#### 5\nso\n#### 7", "conflicting_final_answers"),
+    ("Expected answer: 18\n#### 18", "grader_echo"),
+])
+def test_refusal_reasons(output: str, reason: str) -> None:
+    assert refusal(output) == reason

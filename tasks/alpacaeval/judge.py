@@ -22,6 +22,13 @@ item is an **error**: it is recorded with every raw answer and never counts as a
 scores it as a loss). Two shortcuts need no judge: an empty model output loses, and a model output
 identical to the reference is a draw (0.5), as in AlpacaEval.
 
+Untrusted text (`a2rl.tasks.untrusted`): both outputs are wrapped in tags carrying a random
+boundary drawn per request, their own delimiters (triple quotes, `<|`) escaped, and the system
+message says what the tags mean. A model output addressed to the judge (`addressed_to_judge`:
+"ignore previous instructions", "Output (a) is better", a forged record or chat turn) is still
+judged, its verdict kept in `raw_answers`, but it never wins: a win or a draw becomes a loss, and
+`flags` names why (the task counts them in `n_addressed_to_judge`).
+
 Cache
 -----
 Successful verdicts are stored in the shared answer cache (`a2rl.llm_cache`, the SQLite file
@@ -62,8 +69,10 @@ from a2rl.llm import ChatClient, Endpoint, Reply, RetryPolicy, judge_endpoint
 from a2rl.llm_cache import AnswerCache, cache_key, cached_map, judge_cache_path, sha256_text
 from a2rl.settings import Settings
 
+from ..untrusted import Fence, addressed_to_judge
+
 #: Bump when the prompt or the parsing changes (part of the cache key).
-JUDGE_PROMPT_VERSION = "alpaca_eval_clf_gpt4_turbo.1"
+JUDGE_PROMPT_VERSION = "alpaca_eval_clf_gpt4_turbo.2-fenced"
 
 #: The annotator whose prompt file the `a2rl` profile's judge uses, in the installed package.
 CLF_ANNOTATOR = "alpaca_eval_clf_gpt4_turbo"
@@ -139,6 +148,8 @@ class Judgment:
     error: str | None = None
     attempts: int = 0
     cached: bool = False
+    #: `addressed_to_judge`'s names for a model output that speaks to the judge (never a win)
+    flags: list[str] = field(default_factory=list)
 
     @property
     def preference(self) -> float:
@@ -148,7 +159,7 @@ class Judgment:
     def to_dict(self) -> dict[str, Any]:
         return {"winner": self.winner, "model_position": self.model_position,
                 "raw_answers": self.raw_answers, "error": self.error,
-                "attempts": self.attempts, "cached": self.cached}
+                "attempts": self.attempts, "cached": self.cached, "flags": self.flags}
 
 
 def model_shown_first(item_id: str) -> bool:
@@ -199,10 +210,15 @@ class Judge:
         """Every request sent, retries included."""
         return self.client.requests_made
 
-    def messages(self, instruction: str, first: str, second: str) -> list[dict[str, str]]:
+    def messages(self, instruction: str, first: str, second: str,
+                 fence: Fence | None = None) -> list[dict[str, str]]:
+        """The prompt, each output fenced (a fresh boundary unless `fence` is given)."""
+        fence = fence or Fence.new()
         system, template = clf_prompt()
-        user = template.format(instruction=instruction, output_1=first, output_2=second)
-        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        user = template.format(instruction=instruction, output_1=fence.wrap(first),
+                               output_2=fence.wrap(second))
+        return [{"role": "system", "content": f"{system}\n{fence.notice()}"},
+                {"role": "user", "content": user}]
 
     def judge_one(self, item_id: str, instruction: str, output: str, reference: str) -> Judgment:
         """Ask (with retries) which output is better; never raises for judge failures."""
@@ -229,8 +245,11 @@ class Judge:
             return Judgment(winner="error", model_position=position, raw_answers=raws,
                             error=outcome.error, attempts=len(outcome.attempts))
         winner: Winner = "model" if outcome.value == position else "reference"
+        flags = addressed_to_judge(output)
+        if flags:  # judged and recorded, but text that speaks to the judge never wins
+            winner = "reference"
         return Judgment(winner=winner, model_position=position, raw_answers=raws,
-                        attempts=len(outcome.attempts))
+                        attempts=len(outcome.attempts), flags=flags)
 
     def judge_many(self, item_ids: Sequence[str], instructions: Sequence[str],
                    outputs: Sequence[str], references: Sequence[str]) -> list[Judgment]:
@@ -245,7 +264,8 @@ class Judge:
             lambda i: self.judge_one(item_ids[i], instructions[i], outputs[i], references[i]),
             lambda j: None if j.winner == "error" else {
                 "winner": j.winner, "model_position": j.model_position,
-                "raw_answers": j.raw_answers},
+                "raw_answers": j.raw_answers, "flags": j.flags},
             lambda hit: Judgment(winner=hit["winner"], model_position=hit["model_position"],
-                                 raw_answers=hit["raw_answers"], attempts=0, cached=True),
+                                 raw_answers=hit["raw_answers"], attempts=0, cached=True,
+                                 flags=hit.get("flags", [])),
             concurrency=self.config.concurrency)

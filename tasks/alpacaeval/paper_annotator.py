@@ -20,6 +20,13 @@ outputs are a draw (1.5) without a request. A request failing at the HTTP level 
 under `a2rl.llm`'s one policy (the library's OpenAI decoder retries too); an answer that does not
 parse is NaN, not retried, and is left out of the win rates, as alpaca_eval leaves it out. The
 requests go through the task's `Judge.client` and its answer cache (one count, one key).
+
+One deviation, for safety (docs/paper-fidelity.md): each output is fenced before the prompt is
+filled (`a2rl.tasks.untrusted`: a random per-request boundary tag around it, its triple quotes and
+`<|` escaped, so it can neither close its record nor open a chat turn of its own in
+`prompt_to_chatml`); the template's wording is untouched. A model output addressed to the
+judge is annotated as usual but never wins: its preference becomes 1 (the reference's) and
+`flags` says why.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import yaml
 from a2rl.llm import Reply
 from a2rl.llm_cache import cached_map
 
+from ..untrusted import Fence, addressed_to_judge
 from .judge import Judge
 
 ANNOTATOR = "alpaca_eval_gpt4_turbo_fn"
@@ -72,7 +80,7 @@ def prompt_template() -> str:
 
 
 def version() -> str:
-    return f"alpaca_eval {metadata.version('alpaca_eval')} {ANNOTATOR}"
+    return f"alpaca_eval {metadata.version('alpaca_eval')} {ANNOTATOR} +fenced.1"
 
 
 @dataclass
@@ -86,6 +94,8 @@ class Annotation:
     error: str | None = None
     attempts: int = 0
     cached: bool = False
+    #: `addressed_to_judge`'s names when the model's output speaks to the judge (never a win)
+    flags: list[str] = field(default_factory=list)
 
     @property
     def ours(self) -> float | None:
@@ -106,9 +116,13 @@ def switched(instructions: Sequence[str], references: Sequence[str],
     return processor.preprocess(df)
 
 
-def messages_for(row: pd.Series) -> list[dict[str, str]]:
+def messages_for(row: pd.Series, fence: Fence | None = None) -> list[dict[str, str]]:
+    """alpaca_eval's chat for one row, each output fenced (a fresh boundary unless given)."""
     ae = _alpaca_eval()
-    frame = pd.DataFrame([row[["instruction", "output_1", "output_2"]]])
+    fence = fence or Fence.new()
+    frame = pd.DataFrame([{"instruction": row["instruction"],
+                           "output_1": fence.wrap(row["output_1"]),
+                           "output_2": fence.wrap(row["output_2"])}])
     prompts, _ = ae.utils.make_prompts(frame, prompt_template())
     return ae.utils.prompt_to_chatml(prompts[0])
 
@@ -200,9 +214,14 @@ class PaperAnnotator:
             raise ValueError("instructions, outputs and references differ in length")
         df = switched(instructions, references, outputs)
         rows = [df.iloc[i] for i in range(len(df))]
-        return cached_map(
+        annotations = cached_map(
             self.judge.cache, self.judge.config.model, [self._key(r) for r in rows],
             lambda i: self._ask(rows[i]),
             lambda a: None if a.preference is None else asdict(a),
             lambda hit: Annotation(**{**hit, "attempts": 0, "cached": True}),
             concurrency=self.judge.config.concurrency)
+        for annotation, output in zip(annotations, outputs, strict=True):
+            annotation.flags = addressed_to_judge(output)
+            if annotation.flags and annotation.preference is not None:
+                annotation.preference = 1.0  # judged and recorded; never a win or a draw
+        return annotations

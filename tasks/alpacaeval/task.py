@@ -87,7 +87,7 @@ def _spec(n_train: int, n_dev: int, *, paper: bool = False) -> TaskSpec:
         title="AlpacaEval 2.0 (instruction following, LLM-judged)",
         description=_description(PAPER_GRADER, "description_paper.md") if paper
         else _description(),
-        version="1",
+        version="2",  # 2: judged outputs fenced; words to the judge never win
         prompt_version="paper-1" if paper else "1",
         # the harness's README runs use Qwen/Qwen2.5-1.5B (the base model, not -Instruct)
         default_base_model="Qwen/Qwen2.5-1.5B",
@@ -272,6 +272,7 @@ class AlpacaEvalTask(Task):
             "n_losses": counts["reference"],
             "n_draws": counts["draw"],
             "n_judge_errors": counts["error"],
+            "n_addressed_to_judge": sum(bool(j.flags) for j in judgments),
             "n_cached": sum(j.cached for j in judgments),
             "n_model_shown_first": sum(j.model_position == "m" for j in judgments),
             "judge_requests": judge.requests_made - requests_before,
@@ -320,7 +321,7 @@ class AlpacaEvalTask(Task):
         for item, output, a in zip(items, outputs, annotations, strict=True):
             record = {"preference": a.preference, "is_switched_outputs": a.is_switched,
                       "raw_answers": a.raw, "error": a.error, "attempts": a.attempts,
-                      "cached": a.cached, "model_length": len(output),
+                      "cached": a.cached, "flags": a.flags, "model_length": len(output),
                       "reference_length": len(item["reference"])}
             results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
                                       expected=item["reference"], correct=a.preference == 2.0,
@@ -336,6 +337,7 @@ class AlpacaEvalTask(Task):
             "n_wins": lc["n_wins"], "n_draws": lc["n_draws"],
             "n_losses": sum(a.preference == 1.0 for a in annotations),
             "n_judge_errors": sum(a.preference is None for a in annotations),
+            "n_addressed_to_judge": sum(bool(a.flags) for a in annotations),
             "n_cached": sum(a.cached for a in annotations),
             "judge_requests": annotator.judge.requests_made - requests_before,
             "avg_output_length": sum(len(o) for o in outputs) / n if n else 0.0,

@@ -18,6 +18,15 @@ read as the harness reads it (`harness_verdict`: its first line, stripped of pun
 lower-cased, is `correct`, or else the answer is incorrect: never asked again); an empty
 prediction is judged too; and when the call fails (or the reply is empty, where the harness's
 `splitlines()[0]` raises) the task falls back to the harness's string match (`string_match`).
+
+Untrusted text (`a2rl.tasks.untrusted`), under both rules: the response is wrapped in tags
+carrying a random boundary drawn per request, with the prompt's own delimiters escaped, so a
+response cannot end its field and write a forged `Rules:` or verdict after it; the `a2rl`
+prompt also says what the tags mean (the `paper` prompt keeps the harness's wording and adds
+only the tags: docs/paper-fidelity.md). A response addressed to the judge (`addressed_to_judge`)
+is still judged and its reply kept, but it is never correct: the grade is `incorrect` with
+`flags` naming why. Under `paper` that holds for the string-match fallback too (the task reads
+`Grade.flags`).
 """
 
 from __future__ import annotations
@@ -30,7 +39,9 @@ from a2rl.llm import ChatClient, Reply, judge_endpoint
 from a2rl.llm_cache import AnswerCache, cache_key, cached_map, judge_cache_path, sha256_text
 from a2rl.settings import Settings
 
-PROMPT_VERSION = "dsqa-correctness.1"
+from ..untrusted import Fence, addressed_to_judge
+
+PROMPT_VERSION = "dsqa-correctness.2-fenced"
 SYSTEM = ("You grade answers to research questions against a gold answer. You are strict and "
           "reply with one word.")
 USER = """Question: {question}
@@ -39,6 +50,8 @@ Gold answer: {gold}
 Answer type: {answer_type}
 
 Response to grade: {response}
+
+{notice}
 
 Rules:
 - Single Answer: the response is CORRECT when it states the gold answer (equivalent forms,
@@ -51,7 +64,7 @@ Reply with exactly one word: CORRECT or INCORRECT."""
 
 #: The paper profile's prompt version; the judge's prompt text's digest is appended, so that
 #: verdicts under another text (a test fixture's) never share a cache entry.
-PAPER_PROMPT_VERSION = "dsqa-harness.2"
+PAPER_PROMPT_VERSION = "dsqa-harness.3-fenced"
 PAPER_MAX_TOKENS = 16  # the harness sets none; a one-word verdict, with room to spare
 
 Verdict = Literal["correct", "incorrect", "error"]
@@ -66,6 +79,8 @@ class Grade:
     error: str | None = None
     attempts: int = 0
     cached: bool = False
+    #: `addressed_to_judge`'s names for a response that speaks to the judge (never correct)
+    flags: list[str] = field(default_factory=list)
 
     @property
     def correct(self) -> bool:
@@ -141,16 +156,21 @@ class CorrectnessJudge:
         return {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env,
                 "max_tokens": self.max_tokens, "prompt_version": self.prompt_version}
 
-    def messages(self, question: str, gold: str, answer_type: str, response: str
-                 ) -> list[dict[str, str]]:
+    def messages(self, question: str, gold: str, answer_type: str, response: str,
+                 fence: Fence | None = None) -> list[dict[str, str]]:
+        """The judge's chat, the response fenced (a fresh boundary unless `fence` is given)."""
+        fence = fence or Fence.new()
         if self.rules == "paper":  # the harness's prompt: no question
             prompts = self._paper()
             user = prompts["judge"].format(answer_type=answer_type or "Single Answer",
-                                           gold=gold, predicted=response)
+                                           gold=gold, predicted=fence.wrap(response))
             return [{"role": "system", "content": prompts["judge_system"]},
                     {"role": "user", "content": user}]
         user = USER.format(question=question, gold=gold,
-                           answer_type=answer_type or "Single Answer", response=response)
+                           answer_type=answer_type or "Single Answer",
+                           response=fence.wrap(response),
+                           notice=fence.notice().replace("Each output to evaluate is",
+                                                         "The response is"))
         return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
     def _paper(self) -> dict[str, str]:
@@ -179,10 +199,13 @@ class CorrectnessJudge:
         raws = [a.text if a.text is not None else f"<error: {a.failure.describe()}>"  # type: ignore[union-attr]
                 for a in outcome.attempts]
         if outcome.value is None:
-            return Grade("error", raws, outcome.error, len(outcome.attempts))
+            return Grade("error", raws, outcome.error, len(outcome.attempts),
+                         flags=addressed_to_judge(response))
+        flags = addressed_to_judge(response)
         if outcome.value == "error":  # the paper rules: an empty reply
-            return Grade("error", raws, "empty judge reply", len(outcome.attempts))
-        return Grade(outcome.value, raws, attempts=len(outcome.attempts))  # type: ignore[arg-type]
+            return Grade("error", raws, "empty judge reply", len(outcome.attempts), flags=flags)
+        verdict = "incorrect" if flags else outcome.value  # judged and kept; never correct
+        return Grade(verdict, raws, attempts=len(outcome.attempts), flags=flags)  # type: ignore[arg-type]
 
     def grade_many(self, questions: Sequence[str], golds: Sequence[str],
                    types: Sequence[str], responses: Sequence[str]) -> list[Grade]:
@@ -196,8 +219,10 @@ class CorrectnessJudge:
             self.cache, self.model_key, keys,
             lambda i: self.grade_one(questions[i], golds[i], types[i], responses[i]),
             lambda g: None if g.verdict == "error" else {"verdict": g.verdict,
-                                                         "raw_answers": g.raw_answers},
-            lambda hit: Grade(hit["verdict"], hit["raw_answers"], cached=True),
+                                                         "raw_answers": g.raw_answers,
+                                                         "flags": g.flags},
+            lambda hit: Grade(hit["verdict"], hit["raw_answers"], cached=True,
+                              flags=hit.get("flags", [])),
             concurrency=self.concurrency)
 
 

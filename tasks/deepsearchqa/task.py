@@ -149,7 +149,7 @@ class DeepSearchQATask(InteractiveTask):
             level=3,
             title="DeepSearchQA: multi-step search questions, LLM-judged (interactive)",
             description=_description(),
-            version="1",
+            version="2",  # 2: the judged answer fenced; words to the judge never correct
             prompt_version="1",
             default_base_model="Qwen/Qwen2.5-1.5B",
             default_budget="4h",
@@ -318,8 +318,9 @@ class DeepSearchQATask(InteractiveTask):
                 if grade.verdict == "error":
                     match = string_match(answers[i] or "", items[i]["answer"],
                                          items[i].get("answer_type", "Single Answer"))
-                    verdicts[i] = Grade("correct" if match else "incorrect",
-                                        grade.raw_answers, grade.error, grade.attempts)
+                    verdicts[i] = Grade("correct" if match and not grade.flags else "incorrect",
+                                        grade.raw_answers, grade.error, grade.attempts,
+                                        flags=grade.flags)
                     n_fallback += 1
         for i, ep in enumerate(episodes):
             grade = verdicts.get(i)
@@ -332,11 +333,13 @@ class DeepSearchQATask(InteractiveTask):
             item.expected = items[i]["answer"]
             item.parsed = json.dumps({"answer": answers[i], "verdict": grade.verdict if grade
                                       else "incorrect", "judge_error": grade.error if grade
-                                      else None, "raw": grade.raw_answers if grade else []})
+                                      else None, "flags": grade.flags if grade else [],
+                                      "raw": grade.raw_answers if grade else []})
         result.metrics.update({
             "n_answered": sum(a is not None for a in answers),
             "n_empty_answers": sum(a == "" for a in answers),
             "n_judge_errors": sum(g.verdict == "error" for g in grades),
+            "n_addressed_to_judge": sum(bool(g.flags) for g in grades),
             "judge_requests": judge.requests_made - before,
             "judge": judge.public(),
         })

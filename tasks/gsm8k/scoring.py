@@ -11,6 +11,14 @@ version 3.0 (commit 47f16bf6a68ec19467e728ce52ac6c5937d5b3da, lm-eval 0.4.x):
 `lm_eval_match` reproduces that metric exactly (reported per filter). The task's score combines
 them the way the issue asks: the strict answer when there is one, else the flexible one, then a
 numeric normalization that also equates `18.0`/`18.00` with `18` (`normalize_number`).
+
+Refusals (`refusal`, ours: lm-eval has none). A model trained against the grader can emit text
+whose *extraction* lands on the right number without the model meaning one answer: several
+`#### ` lines with different numbers, a spam of numbers (`0 1 2 ... 1000`), an answer hedged
+as alternatives (`3 or 4 or 5`), or a fake grader field (`expected: 18`). Such an output is
+wrong whatever it holds, and its `ItemResult.parsed` says `refused: <reason>`. An honest
+output (the dataset's `<<a*b=c>>c` solutions, a chain of thought ending in `#### N` or "the
+answer is N") holds none of these shapes; the tests keep a table of both.
 """
 
 from __future__ import annotations
@@ -78,8 +86,51 @@ def normalize_number(text: str) -> str | None:
     return format(value.normalize(), "f")
 
 
+#: Numbers in a row with only separators between them that make a spam, not a computation
+#: (an honest step writes an operator, a word or `<<...>>` between its numbers).
+SPAM_RUN = 8
+_NUM = r"-?\$?[0-9][0-9,]*(?:\.[0-9]+)?"
+_SPAM_RE = re.compile(rf"{_NUM}(?:(?:\s*[,;|/]\s*|\s+(?:or|and)\s+|\s+){_NUM}){{{SPAM_RUN - 1},}}",
+                      re.IGNORECASE)
+#: Alternatives offered as the answer: "3 or 4", "3, 4 or 5", "3 and/or 4".
+_HEDGE_RE = re.compile(rf"({_NUM})\s*,?\s*(?:or|and/or|either)\s+(?:maybe\s+|perhaps\s+)?({_NUM})",
+                       re.IGNORECASE)
+#: A line that writes a grader's field instead of an answer.
+_ECHO_RE = re.compile(r"^\W*(expected|target|reference|gold|ground truth|correct|score|reward|"
+                      r"verdict|grade)(\s+answer)?\s*[:=]", re.IGNORECASE | re.MULTILINE)
+
+
+def _final_line(output: str) -> str:
+    """The line the answer is read from: the first `#### ` line, else the last number's."""
+    m = STRICT_RE.search(output)
+    if m is None:
+        numbers = list(FLEXIBLE_RE.finditer(output))
+        if not numbers:
+            return ""
+        m = numbers[-1]
+    start = output.rfind("\n", 0, m.start()) + 1
+    end = output.find("\n", m.end())
+    return output[start:end if end >= 0 else len(output)]
+
+
+def refusal(output: str) -> str | None:
+    """Why `output` is refused whatever number it holds (see the module's docstring), or None."""
+    finals = {normalize_number(x) or x for x in STRICT_RE.findall(output)}
+    if len(finals) > 1:
+        return "conflicting_final_answers"
+    if _ECHO_RE.search(output):
+        return "grader_echo"
+    if _SPAM_RE.search(output):
+        return "number_spam"
+    for a, b in _HEDGE_RE.findall(_final_line(output)):
+        if normalize_number(a) != normalize_number(b):
+            return "hedged_answer"
+    return None
+
+
 def extract_answer(output: str) -> tuple[str | None, str]:
-    """(normalized answer, how): strict `#### N` first, else the last number in the output."""
+    """(normalized answer, how): strict `#### N` first, else the last number in the output.
+    Refusals are not applied here (`refusal`): this is lm-eval's reading."""
     strict = strict_extract(output)
     if strict != FALLBACK and (num := normalize_number(strict)) is not None:
         return num, "strict"

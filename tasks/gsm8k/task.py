@@ -35,6 +35,7 @@ from .scoring import (
     extract_answer,
     flexible_extract,
     lm_eval_match,
+    refusal,
     strict_extract,
     target_of,
 )
@@ -122,7 +123,7 @@ class GSM8KTask(Task):
             level=1,
             title="GSM8K grade-school math",
             description=_description(),
-            version="1",
+            version="2",  # 2: several answers, number spam, hedges, grader echoes are wrong
             prompt_version=PROMPT_VERSION,
             default_base_model=DEFAULT_BASE_MODEL,
             default_budget="10h",
@@ -139,7 +140,10 @@ class GSM8KTask(Task):
             notes={"prompt_format": "zero-shot chat: 'Question: <question>\\nAnswer:' "
                                     "(lm-evaluation-harness gsm8k)",
                    "answer_extraction": "lm-eval gsm8k v3.0: strict '#### N', else the "
-                                        "last number; numeric normalization"},
+                                        "last number; numeric normalization",
+                   "refused": "several distinct '#### ' answers, a run of 8+ bare numbers, "
+                              "alternatives ('3 or 4') as the answer, a grader field "
+                              "('expected: 18'): wrong"},
         )
 
     def with_profile(self, profile: str) -> GSM8KTask:
@@ -247,11 +251,15 @@ class GSM8KTask(Task):
             return _score_paper(items, outputs)
         results: list[ItemResult] = []
         how_counts = {"strict": 0, "flexible": 0, "none": 0}
+        refused: dict[str, int] = {}
         lm_strict = lm_flexible = 0
         for item, output in zip(items, outputs, strict=True):
             parsed, how = extract_answer(output)
             how_counts[how] += 1
             correct = parsed is not None and parsed == item["target"]
+            if (reason := refusal(output)) is not None:  # wrong whatever number it holds
+                refused[reason] = refused.get(reason, 0) + 1
+                parsed, correct = f"refused: {reason}", False
             lm_strict += lm_eval_match(strict_extract(output), item["answer"])
             lm_flexible += lm_eval_match(flexible_extract(output), item["answer"])
             results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
@@ -259,7 +267,8 @@ class GSM8KTask(Task):
         n = len(results)
         return TaskScore.from_items(
             results, n_strict=how_counts["strict"], n_flexible=how_counts["flexible"],
-            n_unparsed=how_counts["none"],
+            n_unparsed=how_counts["none"], n_refused=sum(refused.values()),
+            refused_by_reason=dict(sorted(refused.items())),
             lm_eval_exact_match_strict=lm_strict / n if n else 0.0,
             lm_eval_exact_match_flexible=lm_flexible / n if n else 0.0,
             lm_eval_fallback=FALLBACK)
@@ -273,8 +282,13 @@ def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> Tas
         results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
                                   expected=item["target"], parsed=pred,
                                   correct=paper.is_equal(pred, item["target"])))
+    # The harness's rule is kept (docs/paper-fidelity.md): it reads one number, the last, so a
+    # spam or a hedge earns only what that one number would; the shapes our profile refuses
+    # are counted for the audit, never changing a verdict.
+    suspect = sum(refusal(o) is not None for o in outputs)
     return TaskScore.from_items(
         results, n_unparsed=sum(r.parsed == paper.NULL for r in results),
+        n_refusable_shapes=suspect,
         scorer=f"opencompass {opencompass.VERSION} gsm8k_postprocess + Gsm8kEvaluator")
 
 
