@@ -96,8 +96,10 @@ _SPAM_RE = re.compile(rf"{_NUM}(?:(?:\s*[,;|/]\s*|\s+(?:or|and)\s+|\s+){_NUM}){{
 _HEDGE_RE = re.compile(rf"({_NUM})\s*,?\s*(?:or|and/or|either)\s+(?:maybe\s+|perhaps\s+)?({_NUM})",
                        re.IGNORECASE)
 #: A line that writes a grader's field instead of an answer.
-_ECHO_RE = re.compile(r"^\W*(expected|target|reference|gold|ground truth|correct|score|reward|"
-                      r"verdict|grade)(\s+answer)?\s*[:=]", re.IGNORECASE | re.MULTILINE)
+#: Only a grader's own names: "score", "reward" or "grade" open honest lines of working too
+#: ("Score = 3 x 4"), so they are left out.
+_ECHO_RE = re.compile(r"^\W*(expected|target|reference|gold|ground[ -]truth|correct answer|"
+                      r"verdict)(\s+answer)?\s*[:=]", re.IGNORECASE | re.MULTILINE)
 
 
 def _final_line(output: str) -> str:
