@@ -219,7 +219,10 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
     for key, value in {**sandbox_env(spec), SANDBOX_VAR: nonce}.items():
         args += ["--setenv", key, value]
     args += host_system_binds()
-    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+    # /dev/shm as on any Linux: multiprocessing's locks and torch's DataLoader workers share
+    # memory there (bubblewrap's /dev gives an empty folder only root may write)
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+             "--perms", "1777", "--tmpfs", "/dev/shm"]
     mounted = [*spec.python_prefixes, spec.workspace, Path(SUPERVISOR_INSIDE)]
     if spec.services_dir is not None:
         mounted.append(spec.services_dir)
