@@ -18,10 +18,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from a2rl.tools.sandbox import seccomp
 from a2rl.tools.sandbox.base import JobState, Sandbox, SandboxError, SandboxSpec
 from a2rl.tools.sandbox.local import LocalSandbox
 
-from .conftest import require_bwrap
+from .conftest import require, require_bwrap
 from .helpers import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -406,3 +407,86 @@ def test_supervisor_log_is_shown_when_start_fails(
     sandbox = LocalSandbox(make_spec(tmp_path))
     with pytest.raises(SandboxError, match="(?s)exited at start.*broke on purpose"):
         sandbox.start()
+
+
+def test_shared_memory_works(bwrap_sandbox: MakeSandbox) -> None:
+    """multiprocessing's locks and torch's DataLoader workers need a writable /dev/shm."""
+    code, log = run(bwrap_sandbox(), "python3 -c 'import multiprocessing as m; l = m.Lock(); "
+                                     "print(l.acquire())'")
+    assert (code, log.strip()) == (0, "True"), log
+
+
+# -- the seccomp filter ------------------------------------------------------------------------
+
+
+def test_the_filter_compiles_for_both_architectures() -> None:
+    """Each architecture gets its own syscall numbers, and its other ABIs (i386, x32, arm)
+    end the process instead of reaching the kernel under numbers no rule names."""
+    try:
+        seccomp.program()
+    except seccomp.SeccompUnavailable as exc:
+        require(False, str(exc))
+    for arch, unshare, clone3 in (("x86_64", 272, 435), ("aarch64", 97, 435)):
+        program = seccomp.program(arch)
+        assert program and len(program) % 8 == 0  # whole struct sock_filter entries
+        text = seccomp.describe(arch)
+        assert f"# filter for arch {arch} " in text and text.count("# filter for arch") == 1
+        assert f'"unshare" ({unshare})' in text and f'"clone3" ({clone3})' in text
+        assert "# invalid architecture action\naction KILL_PROCESS;" in text
+        assert "# default action\n  action ALLOW;" in text
+
+
+def test_a_host_without_libseccomp_gets_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require_bwrap()
+
+    def missing() -> None:
+        raise seccomp.SeccompUnavailable("the sandbox's seccomp filter needs libseccomp: "
+                                         "install the `libseccomp2` package")
+
+    seccomp.program.cache_clear()
+    monkeypatch.setattr(seccomp, "_library", missing)
+    try:
+        sandbox = LocalSandbox(make_spec(tmp_path))
+        with pytest.raises(SandboxError) as info:
+            sandbox.start()
+        assert "libseccomp2" in str(info.value) and "\n" not in str(info.value)
+        assert not (tmp_path / "control" / "supervisor.json").exists()  # nothing was started
+    finally:
+        seccomp.program.cache_clear()
+
+
+# -- a killed job's processes ------------------------------------------------------------------
+
+
+FORK_BOMB = "python3 -c 'import os\nwhile True:\n    try: os.fork()\n    except OSError: pass'"
+#: forks 50 children at once, with no retry: it fails where the process limit is still full
+FORK_50 = ("sleep 0.5; python3 -c 'import os\nfailed = 0\nfor i in range(50):\n    try:\n"
+           "        if os.fork() == 0: os._exit(0)\n    except OSError: failed += 1\n"
+           "print(\"failed\", failed)'")
+
+
+def test_a_killed_jobs_processes_are_reaped_before_the_next_job_starts(
+        bwrap_sandbox: MakeSandbox) -> None:
+    """A fork bomb ended at the process limit leaves a hundred dying processes, which count
+    against the jobs' limit until they are reaped: the next job starts only once they are
+    gone, so it has the whole limit (once, on a loaded machine, `echo alive` could not fork
+    and ended with 127 and no output)."""
+    require(os.geteuid() == 0, "a pids cgroup needs root on this machine")
+    sandbox = bwrap_sandbox(pids_limit=64)
+    cgroup = sandbox.cgroup
+    group = cgroup.paths.get("pids") or cgroup.paths.get("")
+    require(group is not None and (group / "jobs" / "pids.current").exists(),
+            "no writable pids cgroup on this machine")
+    assert group is not None
+    for round_ in range(8):  # the race is lost in about half the rounds without the wait
+        sandbox.spawn(f"bomb{round_}", FORK_BOMB)
+        bomb = sandbox.wait(f"bomb{round_}", 60)
+        assert bomb.state == JobState.killed and "process limit 64" in bomb.reason, bomb
+        sandbox.spawn(f"next{round_}", FORK_50)
+        # the supervisor's forker thread, the new job's shim and its shell
+        current = int((group / "jobs" / "pids.current").read_text())
+        assert current <= 8, (round_, current)
+        job = sandbox.wait(f"next{round_}", 60)
+        log = (sandbox.spec.logs_dir / f"next{round_}.log").read_text()
+        assert (job.exit_code, log.strip()) == (0, "failed 0"), log

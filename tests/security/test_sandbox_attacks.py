@@ -28,7 +28,7 @@ from a2rl.server import finish_run
 from a2rl.server.run import build_runtime
 from a2rl.settings import Settings
 from a2rl.store import Blob, Job, Revision, Store
-from a2rl.tools.sandbox import volume
+from a2rl.tools.sandbox import seccomp, volume
 from a2rl.tools.sandbox.base import CAP_SYS_RESOURCE, host_has_cap
 
 from ..conftest import require
@@ -171,6 +171,147 @@ async def test_jobs_run_as_the_sandbox_user_without_privileges(agent: Agent) -> 
     await agent.sh("echo x > code/mine.py")
     assert (Path(agent.run.workspace) / "code" / "mine.py").stat().st_uid == (
         agent.settings.sandbox_uid)
+
+
+# -- the kernel's surface: no new namespaces, a seccomp filter ----------------------------------
+
+#: One raw system call each, with arguments that get past the kernel's own checks where a
+#: user may make the call at all: without a filter any user gets a user namespace (unshare,
+#: clone), a keyring, a user-mode userfaultfd, a software perf counter on itself and
+#: ASLR off (personality); the rest the kernel itself refuses a process without capabilities.
+#: The filter must answer each first: EPERM, clone3 ENOSYS (so that libc falls back to clone).
+SYSCALL_PROBE = r"""
+import ctypes, errno, json, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = json.loads(sys.argv[1])
+buf = ctypes.create_string_buffer(256)
+perf = ctypes.create_string_buffer(struct.pack("<IIQQQQQ", 1, 64, 0, 0, 0, 0, 0b1100000), 128)
+
+def arg(a):
+    if isinstance(a, bytes):
+        return ctypes.c_char_p(a)
+    if isinstance(a, ctypes.Array):
+        return ctypes.cast(a, ctypes.c_void_p)
+    return ctypes.c_long(a)
+
+def call(name, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(NR[name]), *map(arg, args))
+    if r == -1:
+        return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+    if name == "clone":  # it forked: the child leaves at once
+        if r == 0:
+            os._exit(0)
+        os.waitpid(r, 0)
+    return "ok"
+
+probes = {
+    "mount": (b"none", b"/tmp", b"tmpfs", 0, 0),
+    "umount2": (b"/tmp", 0),
+    "pivot_root": (b".", b"."),
+    "bpf": (0, buf, 72),
+    "keyctl": (0, -3, 1),
+    "add_key": (b"user", b"a2rl-probe", b"x", 1, -2),
+    "request_key": (b"user", b"a2rl-probe", 0, -2),
+    "userfaultfd": (1 | os.O_CLOEXEC,),
+    "perf_event_open": (perf, 0, -1, -1, 0),
+    "kexec_load": (0, 0, 0, 0),
+    "init_module": (buf, 0, b""),
+    "setns": (os.open("/proc/self/ns/uts", os.O_RDONLY), 0),
+    "unshare": (0x10000000,),
+    "clone": (0x10000000 | 17, 0, 0, 0, 0),
+    "clone3": (0, 0),
+    "personality": (0x40000,),
+}
+print(json.dumps({name: call(name, *args) for name, args in probes.items()}))
+"""
+
+
+def native_syscall_numbers(names: list[str]) -> dict[str, int]:
+    """This machine's numbers of the named system calls, from libseccomp's tables."""
+    try:
+        sc = seccomp._library()
+    except seccomp.SeccompUnavailable as exc:
+        require(False, str(exc))
+    return {name: sc.resolve_syscall(sc.Arch.NATIVE, name) for name in names}
+
+
+async def test_jobs_cannot_make_namespaces_or_reach_the_filtered_system_calls(
+        agent: Agent) -> None:
+    """The same probes on both backends: Docker's default profile there, ours locally."""
+    out = await agent.sh("grep '^Seccomp:' /proc/self/status; "
+                         "for flags in '-U -r' -m -n -p -i -u -C; do "
+                         "unshare $flags --fork true 2>&1; echo \"$flags=$?\"; done")
+    text = out["output"]
+    assert "Seccomp:\t2" in text, text  # a filter is installed
+    for flags in ("-U -r", "-m", "-n", "-p", "-i", "-u", "-C"):
+        assert f"{flags}=1" in text, text
+    assert text.count("Operation not permitted") == 7, text
+    names = ["mount", "umount2", "pivot_root", "bpf", "keyctl", "add_key", "request_key",
+             "userfaultfd", "perf_event_open", "kexec_load", "init_module", "setns", "unshare",
+             "clone", "clone3", "personality"]
+    numbers = json.dumps(native_syscall_numbers(names))
+    out = await agent.sh(f"cat > /tmp/probe.py <<'EOF'\n{SYSCALL_PROBE}\nEOF\n"
+                         f"python3 /tmp/probe.py '{numbers}'")
+    results = json.loads(out["output"].strip().splitlines()[-1])
+    expected = {name: "EPERM" for name in names} | {"clone3": "ENOSYS"}
+    assert results == expected, results
+    assert (await agent.sh("echo alive"))["output"].strip() == "alive"
+
+
+ORDINARY_WORK = r"""
+import multiprocessing, subprocess, threading
+
+
+def main():
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    out = []
+    t = threading.Thread(target=out.append, args=("thread",))
+    t.start()
+    t.join()
+    out.append(subprocess.run(["echo", "subprocess"], capture_output=True, text=True,
+                              check=True).stdout.strip())
+    for method in ("fork", "spawn"):
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            out.append(f"{method}={sum(pool.map(abs, [-1, -2, -3]))}")
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    y = x.sum(1, keepdim=True)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(3):
+        for xb, yb in DataLoader(TensorDataset(x, y), batch_size=16, num_workers=2):
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    out.append("trained" if losses[-1] < losses[0] / 2 else f"not learning {losses}")
+    print(" ".join(out))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+async def test_ordinary_work_runs_under_the_filter(backend: Settings, store: Store) -> None:
+    """Threads, subprocesses, both multiprocessing starts and a torch training step with
+    DataLoader workers: everything a training job does still works under the filter."""
+    async for agent in open_agent(backend, store):
+        out = await agent.sh(f"cat > /tmp/work.py <<'EOF'\n{ORDINARY_WORK}\nEOF\n"
+                             "python3 /tmp/work.py", wait_s=60)
+        for _ in range(3):  # a loaded machine imports torch three times slowly
+            if out["status"] != "running":
+                break
+            out = await agent.ok("job_status", job_id=out["job_id"], wait_s=60)
+        assert out["exit_code"] == 0, out
+        assert out["output"].strip().endswith(
+            "thread subprocess fork=6 spawn=6 trained"), out["output"]
 
 
 # -- job logs ----------------------------------------------------------------------------------

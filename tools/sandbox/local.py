@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.settings import parse_size
+from a2rl.tools.sandbox import seccomp
 from a2rl.tools.sandbox.base import (
     CAP_SYS_RESOURCE,
     JobState,
@@ -159,22 +160,41 @@ def open_parents(paths: list[Path]) -> list[str]:
 
 
 @functools.cache
-def bwrap_binds_fds(bwrap: str) -> bool:
-    """Whether this bubblewrap binds from a descriptor (`--ro-bind-fd`, bubblewrap 0.5+)."""
+def bwrap_help(bwrap: str) -> str:
+    """bubblewrap's option list, which says what this version can do."""
     try:
         p = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return "--ro-bind-fd" in p.stdout + p.stderr
+        return ""
+    return p.stdout + p.stderr
+
+
+def bwrap_binds_fds(bwrap: str) -> bool:
+    """Whether this bubblewrap binds from a descriptor (`--ro-bind-fd`, bubblewrap 0.5+)."""
+    return "--ro-bind-fd" in bwrap_help(bwrap)
+
+
+def open_seccomp(bwrap: str) -> int:
+    """A descriptor holding the run's seccomp program (`seccomp.py`), for `--seccomp`; a
+    sandbox without it is refused rather than started with the kernel's whole surface."""
+    if "--seccomp" not in bwrap_help(bwrap):
+        raise SandboxError("this bubblewrap cannot load a seccomp filter (--seccomp): "
+                           "install bubblewrap 0.3 or later")
+    try:
+        return seccomp.program_fd()
+    except seccomp.SeccompUnavailable as exc:
+        raise SandboxError(str(exc)) from None
 
 
 def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
-                  info_fd: int, readonly_fds: dict[str, int] | None = None) -> list[str]:
+                  info_fd: int, readonly_fds: dict[str, int] | None = None,
+                  seccomp_fd: int | None = None) -> list[str]:
     """The bubblewrap command line; mounts are applied in order, later ones over earlier.
 
     `readonly_fds` (`base.open_readonly_inputs`) are the read-only inputs, checked and opened
     from a handle on the workspace; they are bound from those descriptors (passed to bwrap)
-    where bubblewrap can, else by their checked names. An input not in it is not mounted."""
+    where bubblewrap can, else by their checked names. An input not in it is not mounted.
+    `seccomp_fd` (`open_seccomp`) holds the filter every process of the run lives under."""
     if os.geteuid() == 0:
         # Real root, no user namespace: the supervisor may then switch its jobs to the sandbox
         # user, and keeps nothing but what that and killing them need.
@@ -188,12 +208,21 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
         args = [bwrap, "--unshare-all"]
         if spec.network:
             args.append("--share-net")
+        if "--disable-userns" in bwrap_help(bwrap):
+            # The user namespace bubblewrap makes is the last one: none can be made inside
+            # (bubblewrap 0.8+; the seccomp filter refuses it too).
+            args += ["--unshare-user", "--disable-userns"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     # The supervisor is pid 1: the kernel drops the signals jobs send it.
     args += ["--as-pid-1", "--info-fd", str(info_fd), "--new-session", "--clearenv"]
     for key, value in {**sandbox_env(spec), SANDBOX_VAR: nonce}.items():
         args += ["--setenv", key, value]
     args += host_system_binds()
-    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+    # /dev/shm as on any Linux: multiprocessing's locks and torch's DataLoader workers share
+    # memory there (bubblewrap's /dev gives an empty folder only root may write)
+    args += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+             "--perms", "1777", "--tmpfs", "/dev/shm"]
     mounted = [*spec.python_prefixes, spec.workspace, Path(SUPERVISOR_INSIDE)]
     if spec.services_dir is not None:
         mounted.append(spec.services_dir)
@@ -381,6 +410,9 @@ class LocalSandbox:
                 "bubblewrap is required to isolate the sandbox: install `bubblewrap` "
                 "or pass --unsafe-local to run commands unisolated"
             )
+        # Compiled before anything is made, so that a host without libseccomp gets its one
+        # line and no half-started run.
+        seccomp_fd = open_seccomp(bwrap) if bwrap else None
         self._force_stop()  # whatever is left of an earlier supervisor of this run
         token = secrets.token_hex(32)
         nonce = secrets.token_hex(8)
@@ -398,7 +430,8 @@ class LocalSandbox:
         jobs_fds, jobs_option = open_jobs_cgroup(cgroup)
         info_read, info_write = os.pipe()
         fds = [listener.fileno(), logs_fd, info_write, *readonly_fds.values(), *jobs_fds] + (
-            [oom_fd] if oom_fd is not None else [])
+            [oom_fd] if oom_fd is not None else []) + (
+            [seccomp_fd] if seccomp_fd is not None else [])
         inner = [
             supervisor_python(spec),
             "-I",
@@ -413,7 +446,8 @@ class LocalSandbox:
         for fd in jobs_fds:
             inner += [jobs_option, str(fd)]
         if bwrap:
-            command = bwrap_command(bwrap, spec, nonce, inner, info_write, readonly_fds)
+            command = bwrap_command(bwrap, spec, nonce, inner, info_write, readonly_fds,
+                                    seccomp_fd)
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         else:
             log.warning(

@@ -77,6 +77,8 @@ KILL_ROUNDS = 200
 JOB_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 WATCH_EVERY = 0.5  # seconds between two looks at the jobs' processes
 DISK_EVERY = 2.0  # seconds between two measures of the workspace
+SETTLE_TIMEOUT = 10.0  # the longest a new job waits for an ended job's processes to be reaped
+FORK_RETRIES = 100  # a shim's fork of bash that meets EAGAIN is retried, 10 ms apart
 JOB_OOM_SCORE_ADJ = 1000  # every job is the OOM killer's first choice (see drop_privileges)
 STARTED = time.time()  # which supervisor answers: a restarted one has another
 
@@ -131,6 +133,13 @@ def written_bytes(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def still_there(pid: int, start: int) -> bool:
+    """Whether the process `pid` started at `start` still exists, a zombie included (its
+    /proc entry goes only when it is reaped, after its process count is given back)."""
+    proc = read_proc(pid)
+    return proc is not None and proc.start == start
 
 
 def list_procs() -> dict[int, Proc]:
@@ -264,7 +273,7 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
         os.setsid()
         PRCTL(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         PRCTL(PR_SET_NAME, b"a2rl-job", 0, 0, 0)
-        pid = os.fork()
+        pid = fork_retrying(out_fd)
         if pid == 0:
             try:
                 null = os.open("/dev/null", os.O_RDONLY)
@@ -298,6 +307,23 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
         code = 127
     finally:
         os._exit(code)
+
+
+def fork_retrying(out_fd: int) -> int:
+    """os.fork, retried while the process limit refuses it (EAGAIN: other jobs' processes
+    fill the cgroup for a moment); after that the job's log says why it could not start."""
+    for _ in range(FORK_RETRIES):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            time.sleep(0.01)
+    try:
+        return os.fork()
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.write(out_fd, f"a2rl: the job could not start: {exc} (the run's process "
+                             "limit is reached: end some jobs)\n".encode())
+        raise
 
 
 class Forker:
@@ -362,6 +388,9 @@ class Supervisor:
         self.last_disk = 0.0
         self.last_used = 0  # the workspace's bytes at the last disk check
         self.watched: set[str] = set()  # the jobs running at the last disk check
+        # pid -> start time of every process a kill signalled and that may not be reaped yet:
+        # until it is, it still counts against the jobs' process limit (see settle)
+        self.dying: dict[int, int] = {}
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -388,6 +417,7 @@ class Supervisor:
         child_env.update(env)
         child_env[JOB_VAR] = job_id
         argv = ["bash", "-c", command]
+        self.settle()
         with self.lock:  # held until the job is in the table, so the reaper can match it
             if job_id in self.jobs:
                 raise ValueError(f"job {job_id!r} already exists")
@@ -564,6 +594,32 @@ class Supervisor:
                         stack.append(child)
         return found
 
+    def settle(self, timeout: float = SETTLE_TIMEOUT) -> None:
+        """Wait until every process a kill signalled is reaped, killing any still running.
+
+        A killed process counts against the jobs' process limit (and holds its memory) until
+        it is reaped, which for a fork bomb's hundred processes, reparented to us, takes a
+        moment on a loaded machine: a job started meanwhile could not fork its command. The
+        wait is bounded: a process stuck in the kernel does not stop the run."""
+        end = time.monotonic() + timeout
+        while True:
+            with self.lock:
+                pending = dict(self.dying)
+            left = {pid for pid, start in pending.items() if still_there(pid, start)}
+            with self.lock:
+                for pid in pending.keys() - left:
+                    self.dying.pop(pid, None)
+            if not left:
+                return
+            if time.monotonic() > end:
+                log(f"processes of ended jobs not reaped after {timeout:.0f} s: "
+                    f"{sorted(left)[:20]}")
+                return
+            for pid in left:  # a zombie ignores it; a process that escaped a round does not
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
     def members(self, procs: dict[int, Proc], job_ids: set[str] | None) -> set[int]:
         return set().union(*self.tree(procs, job_ids).values())
 
@@ -588,6 +644,9 @@ class Supervisor:
                     found = {pid for pid in found if procs[pid].state not in ("T", "t")}
                 if not found:
                     break
+                if signum == signal.SIGKILL:
+                    with self.lock:
+                        self.dying.update((pid, procs[pid].start) for pid in found)
                 # The shims stay alive meanwhile: whatever the killed processes fork lands
                 # under them and is found by the next round.
                 for pid in found:
@@ -597,6 +656,9 @@ class Supervisor:
         with self.lock:
             for job in self.jobs.values():
                 if (job_ids is None or job.job_id in job_ids) and not job.shim_reaped:
+                    shim = read_proc(job.shim)
+                    if shim is not None:
+                        self.dying[job.shim] = shim.start
                     with contextlib.suppress(OSError):
                         os.kill(job.shim, signal.SIGKILL)
         # Wait briefly for the shims' reports so that the answer is final.
