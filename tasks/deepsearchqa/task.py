@@ -26,6 +26,7 @@ from a2rl.settings import Settings, load_settings
 from .. import rdagent
 from ..base import Split, TaskScore
 from ..envapi.a2rl_env import Env, EnvPool, Episode
+from ..hidden_data import hub_dataset_caches
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game, paper
@@ -232,6 +233,11 @@ class DeepSearchQATask(InteractiveTask):
                                           {"role": "assistant", "content": action}]})
                 pool.step({0: action})
         return rows
+
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The CSV's copies (every split is a row range of it): data folder, hub caches."""
+        data_dir = DeepSearchQAOptions.resolve("deepsearchqa", settings).data_dir
+        return [*([Path(data_dir)] if data_dir else []), *hub_dataset_caches(REPO)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split not in ("dev", "test"):
