@@ -155,6 +155,14 @@ class Task(ABC):
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """A hidden split. Never written into a workspace."""
 
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """Host files or folders that carry this task's hidden items (a data file shipped in a
+        package, a hub cache, a data folder, a secret seed). Every run's sandbox masks them,
+        whatever its task (`a2rl.tasks.hidden_data`): declare anything a job could otherwise
+        read under a mounted path. None by default (a task whose items live only in the store
+        or in `$A2RL_HOME/secrets`, which no sandbox mounts, may keep it)."""
+        return []
+
     @abstractmethod
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         """The chat messages the grader sends for `item` (rendered with the chat template)."""

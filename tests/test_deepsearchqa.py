@@ -193,12 +193,15 @@ def test_search_service_from_bwrap_is_recorded(dsqa: Settings, store: Store) -> 
     log = (rt.job_logs_dir / "probe.log").read_text()  # the supervisor's copy, not the link
     try:
         assert job.exit_code == 0, log
-        assert "[1] Triton: Triton is the largest" in log and log.count("REFUSED") == 2, log
+        # Triton answers a hidden question of the fixture: the sandbox's search withholds it
+        assert "Search: largest moon of neptune" in log and "Triton" not in log, log
+        assert log.count("REFUSED") == 2, log
         with store.session() as s:
             rows = s.exec(select(ToolCall).where(ToolCall.run_id == created.run.id,
                                                  ToolCall.tool == "service.search")).all()
         assert len(rows) == 1 and rows[0].arguments["query"] == "largest moon of neptune"
-        assert not rows[0].is_error and "Triton" in rows[0].result_summary
+        assert not rows[0].is_error and "Triton" not in rows[0].result_summary
+        assert '"withheld": 1' in rows[0].result_summary  # the record shows the filtering
     finally:
         sandbox.stop()
         for host in registry._services.get(created.run.id, []):
@@ -332,3 +335,27 @@ def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings, harness_tex
         fake.fail(500, times=1)
         strict = task.score_episodes([items[0]], [_episode("b", [f"answer[{gold} indeed]"])])
         assert not strict.items[0].correct
+
+
+def test_sandbox_search_withholds_hidden_answers_and_the_datasets_pages(
+        dsqa: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake endpoint echoes the query into every result, as a web page about it would: a
+    query carrying a dev or test answer (any case and punctuation) or the dataset's name gets
+    nothing back through the sandbox's search service, and the count withheld is in the
+    answer the service records; a training answer still comes back."""
+
+    monkeypatch.setenv("A2RL_SEARCH_API_KEY", "sk-test")
+    hidden = [r for split in ("dev", "test") for r in data.split_rows(data.load_rows(dsqa), split)]
+    single = next(r for r in hidden if r["answer_type"] == "Single Answer"
+                  and len(r["answer"]) >= 4)
+    train = data.split_rows(data.load_rows(dsqa), "train")[0]
+    with FakeSearch() as fake:
+        web = dsqa.model_copy(update={"deepsearchqa_search_url": fake.url})
+        search = DeepSearchQATask().services(web)["search"]
+        leak = search({"query": f"facts about {single['answer'].upper()}!", "k": 3})
+        assert leak["backend"] == "web" and leak["results"] == [] and leak["withheld"] == 3
+        page = search({"query": "Google DeepSearchQA dataset questions", "k": 2})
+        assert page["results"] == [] and page["withheld"] == 2
+        fine = search({"query": f"facts about {train['answer']}", "k": 2})
+        assert len(fine["results"]) == 2 and fine["withheld"] == 0
+        assert len(fake.requests) == 3  # the endpoint was asked each time: the filter is after

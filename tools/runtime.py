@@ -90,9 +90,12 @@ def sandbox_owner(settings: Settings) -> tuple[int, int] | None:
 
 class RunRuntime(Generic[ClockT]):
     def __init__(self, settings: Settings, store: Store, run: Run, *, clock: ClockT,
-                 grading: GradingHook) -> None:
+                 grading: GradingHook,
+                 hidden_paths: Callable[[], list[Path]] = list) -> None:
         """`clock` is the run's clock; `grading` is where submissions go (the serving
-        process's grading pump, or the queue alone for a runtime built outside a server)."""
+        process's grading pump, or the queue alone for a runtime built outside a server);
+        `hidden_paths` names the host paths that carry any task's hidden items, asked at each
+        sandbox start (the tasks know them; the tools import no task)."""
         self.settings, self.store, self.run_id = settings, store, run.id
         self.dir = run_dir(run)
         if run.ended_at is None and (run.config or {}).get("disk_volume"):
@@ -112,6 +115,7 @@ class RunRuntime(Generic[ClockT]):
         self.log = run_logger(run.id, self.dir / "run.log")
         self.clock: ClockT = clock
         self.grading: GradingHook = grading
+        self.hidden_paths = hidden_paths
         self._sandbox: Sandbox | None = None
         self._pushed: float | None = None  # the deadline this process last gave the sandbox
         self._lock = threading.Lock()
@@ -150,6 +154,7 @@ class RunRuntime(Generic[ClockT]):
             network=bool(self.config.get("network", False)),
             require_isolation=not self.config.get("allow_unisolated", False),
             python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
+            masked_paths=self.hidden_paths(),
             env=thread_env(),
             uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
             file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes, **fields,

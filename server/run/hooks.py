@@ -14,6 +14,7 @@ from datetime import datetime
 from a2rl.grading.queue import enqueue
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
+from a2rl.tasks.hidden_data import hidden_data_carriers
 from a2rl.tools.runtime import RunRuntime, run_dir, run_logger
 from a2rl.tools.seam import GradingHook
 
@@ -40,4 +41,5 @@ def build_runtime(settings: Settings, store: Store, run: Run,
     alone) plugged in."""
     log = run_logger(run.id, run_dir(run) / "run.log")
     return RunRuntime(settings, store, run, clock=RunClock(store, run.id, log),
-                      grading=grading or QueueOnly(store))
+                      grading=grading or QueueOnly(store),
+                      hidden_paths=lambda: hidden_data_carriers(settings))

@@ -33,7 +33,7 @@ from ..envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game, react
-from .data import N_DEV, N_TEST, data_dir, game_dir, list_games
+from .data import JSON_DIR, N_DEV, N_TEST, data_dir, game_dir, list_games, target_dir
 from .options import AlfWorldOptions
 from .workspace import write_train_games
 
@@ -217,6 +217,12 @@ class AlfWorldTask(InteractiveTask):
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return demo_rows(data_dir(settings, self.options(settings)), settings)
+
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The dev and test games (valid_seen, valid_unseen) and the demonstrations' cache."""
+        games = target_dir(settings) / JSON_DIR
+        return [games / "valid_seen", games / "valid_unseen",
+                settings.home_dir / "cache" / "alfworld"]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """`{"id", "task_type"}` per game; the id is its folder under json_2.1.1."""

@@ -33,6 +33,7 @@ from a2rl.settings import Settings, load_settings
 from a2rl.stats import NORMAL_METHOD, normal_interval
 
 from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .length_control import length_controlled_win_rate, win_rate
 from .options import AlpacaEvalOptions
@@ -209,6 +210,12 @@ class AlpacaEvalTask(Task):
                           "messages": [{"role": "user", "content": prompt},
                                        {"role": "assistant", "content": row["output"]}]})
         return items
+
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The evaluation set's copies: the data folder and the hub caches."""
+        folder = _data_dir(_options(settings, None))
+        return [*([folder] if folder else []), *hub_dataset_caches(EVAL_REPO),
+                *hub_dataset_caches(TRAIN_REPO)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         self._settings = settings

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cached_property
 from importlib.resources import files
+from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
 
 from ..base import ItemResult, Messages, Split, Task, TaskScore
-from ..hidden_seed import secret_seed
+from ..hidden_seed import secret_seed, seed_path
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .generate import GENERATOR_VERSION, TRAIN_SEED, make_items, normalize_answer, with_messages
 
@@ -73,6 +74,10 @@ class ArithTask(Task):
         dev = [{**it, "id": f"dev-{i:04d}"} for i, it in enumerate(both[:N_DEV])]
         test = [{**it, "id": f"test-{i:04d}"} for i, it in enumerate(both[N_DEV:])]
         return {"dev": dev, "test": test}
+
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The secret seed: the hidden splits are generated from it by public code."""
+        return [seed_path(settings, "arith")]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split not in ("dev", "test"):

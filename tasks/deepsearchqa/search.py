@@ -142,4 +142,60 @@ def search_request(backend: SearchBackend, request: dict[str, Any]) -> dict[str,
     if not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ValueError(f"'k' must be an integer from 1 to {MAX_K}")
     results = backend.search(query.strip()[:500], k)
-    return {"backend": backend.name, "results": [r.model_dump() for r in results]}
+    answer: dict[str, Any] = {"backend": backend.name,
+                              "results": [r.model_dump() for r in results]}
+    if isinstance(backend, HiddenAnswerFilter):
+        answer["withheld"] = backend.withheld
+    return answer
+
+
+def normalized(text: str) -> str:
+    """Lower-cased words separated by single spaces, padded: `" herman melville "`, so that a
+    phrase matches whole words only."""
+    return f" {' '.join(re.findall(r'[a-z0-9]+', text.lower()))} "
+
+
+#: Shortest answer (normalized, in characters) a result is withheld for: shorter ones ("no",
+#: "3") occur in nearly any page, and withholding every such page would end search itself.
+MIN_ANSWER_CHARS = 4
+
+
+def answer_keys(answer: str, answer_type: str = "") -> list[tuple[str, ...]]:
+    """The phrases a result must all carry to give `answer` away: the whole answer, and for a
+    set answer its elements together."""
+    keys: list[tuple[str, ...]] = []
+    whole = normalized(answer)
+    if len(whole.strip()) >= MIN_ANSWER_CHARS:
+        keys.append((whole,))
+    if "set" in answer_type.lower() or "," in answer:
+        parts = tuple(normalized(p) for p in re.split(r",|\band\b", answer) if p.strip())
+        if len(parts) > 1 and all(p.strip() for p in parts):
+            keys.append(parts)
+    return keys
+
+
+class HiddenAnswerFilter:
+    """A search backend that withholds every result carrying a hidden item's answer or coming
+    from the dataset's own pages (its hub id, its name in a URL or a title), so that the
+    sandbox's search cannot hand back dev or test answers. The count withheld is part of the
+    answer, and so of the recorded `service.search` call, for audits."""
+
+    def __init__(self, backend: SearchBackend, answers: list[tuple[str, str]],
+                 sources: list[str]) -> None:
+        self.backend, self.name = backend, backend.name
+        self.keys = [k for answer, kind in answers for k in answer_keys(answer, kind)]
+        self.sources = [normalized(s).replace(" ", "") for s in sources]
+        self.withheld = 0
+
+    def carries_hidden(self, result: SearchResult) -> bool:
+        text = normalized(f"{result.title} {result.snippet} {result.url}")
+        if any(all(p in text for p in key) for key in self.keys):
+            return True
+        place = normalized(f"{result.url} {result.title}").replace(" ", "")
+        return any(s in place for s in self.sources)
+
+    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]:
+        results = self.backend.search(query, k)
+        kept = [r for r in results if not self.carries_hidden(r)]
+        self.withheld = len(results) - len(kept)
+        return kept

@@ -14,6 +14,7 @@ it, a string match when the call fails). Search is still our backend: docs/paper
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -26,12 +27,19 @@ from a2rl.settings import Settings, load_settings
 from .. import rdagent
 from ..base import Split, TaskScore
 from ..envapi.a2rl_env import Env, EnvPool, Episode
+from ..hidden_data import hub_dataset_caches
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game, paper
-from .data import N_DEV, N_TEST, N_TRAIN, REPO, load_rows, split_rows
+from .data import FILE, N_DEV, N_TEST, N_TRAIN, REPO, load_rows, split_rows
 from .options import DeepSearchQAOptions
-from .search import DEFAULT_K, SearchBackend, make_search, search_request
+from .search import (
+    DEFAULT_K,
+    HiddenAnswerFilter,
+    SearchBackend,
+    make_search,
+    search_request,
+)
 
 GRADER = GraderSettings(max_new_tokens=128,
                         stop=["\n", "<|im_end|>", "<|endoftext|>", "</s>"], batch_size=64)
@@ -233,6 +241,11 @@ class DeepSearchQATask(InteractiveTask):
                 pool.step({0: action})
         return rows
 
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The CSV's copies (every split is a row range of it): data folder, hub caches."""
+        data_dir = DeepSearchQAOptions.resolve("deepsearchqa", settings).data_dir
+        return [*([Path(data_dir)] if data_dir else []), *hub_dataset_caches(REPO)]
+
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split not in ("dev", "test"):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
@@ -350,8 +363,17 @@ class DeepSearchQATask(InteractiveTask):
     # --- workspace and services ------------------------------------------------------------
     def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
         """`search`: the run's only way to search from the sandbox (recorded per request)."""
-        return {"search": lambda request: search_request(
-            make_search(settings, options=self.options(settings)), request)}
+        search = functools.cache(lambda: self.sandbox_search(settings))  # built on first use
+        return {"search": lambda request: search_request(search(), request)}
+
+    def sandbox_search(self, settings: Settings) -> HiddenAnswerFilter:
+        """The search the sandbox gets: the task's backend, every result that carries a dev
+        or test answer or comes from the dataset's own pages withheld (the grader's rollouts
+        search unfiltered: they must be able to find the answers)."""
+        hidden = [(str(row["answer"]), str(row.get("answer_type", "")))
+                  for split in ("dev", "test") for row in self.load_split(split, settings)]
+        return HiddenAnswerFilter(make_search(settings, options=self.options(settings)),
+                                  hidden, [REPO, REPO.split("/")[1], FILE])
 
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)

