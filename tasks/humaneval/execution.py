@@ -23,6 +23,7 @@ in a process of their own (`grader.py`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
@@ -77,12 +78,34 @@ def _base_python() -> str:
     return os.path.realpath(exe)
 
 
+#: The candidate's uid under bubblewrap when the grader is root (the kernel's overflow uid).
+NOBODY = 65534
+
+
+@functools.cache
+def _bwrap_can_disable_userns(bwrap: str) -> bool:
+    """Whether this bubblewrap has `--disable-userns` (0.8+)."""
+    try:
+        p = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--disable-userns" in p.stdout + p.stderr
+
+
 def _bwrap_prefix(workdir: Path, python: str) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return []
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # bubblewrap run by root keeps every capability unless told otherwise: the model's code
+    # could then make device nodes and mount the host's disk, where the tests' files lie. So it
+    # always gets a user namespace of its own, an unprivileged uid and no capability.
+    args += ["--unshare-user", "--cap-drop", "ALL"]
+    if os.geteuid() == 0:
+        args += ["--uid", str(NOBODY), "--gid", str(NOBODY)]
+    if _bwrap_can_disable_userns(bwrap):
+        args.append("--disable-userns")  # no namespace of its own to be root in
     for top in ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin"):
         p = Path(top)
         if p.is_symlink():

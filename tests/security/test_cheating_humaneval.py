@@ -282,3 +282,30 @@ def test_the_cheats_are_code_a_model_could_send() -> None:
     for name, code in CHEATS.items():
         compile(code.replace("{entry}", "f"), name, "exec")
     assert len(CHEATS) >= 8
+
+
+def test_the_candidate_holds_no_capability() -> None:
+    """bubblewrap run by root keeps every capability unless told otherwise: the model's code
+    could then make the host disk's device node and mount it, and read the tests' files from
+    it. The candidate runs with none, as an unprivileged uid, with no namespace of its own."""
+    require_bwrap()
+    probe = '''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+status = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines()
+              if ":\\t" in line)
+print("CAPEFF", int(status["CapEff"], 16), "UID", os.getuid())
+try:
+    os.mknod("/tmp/disk", 0o600 | 0o060000, os.makedev(253, 0))
+    print("MKNOD ok")
+except OSError:
+    print("MKNOD refused")
+print("MOUNT", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+print("UNSHARE", libc.unshare(0x10000000 | 0x00020000))
+'''
+    from a2rl.tasks.humaneval.execution import run_program
+
+    out = run_program(probe).stdout_tail
+    assert "CAPEFF 0 " in out, out
+    assert "UID 0" not in out, out
+    assert "MKNOD refused" in out and "MOUNT -1" in out and "UNSHARE -1" in out, out
