@@ -27,6 +27,7 @@ import json
 import math
 import re
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +142,25 @@ def weight_files(folder: Path, shown: str) -> list[Path]:
     return [folder / n for n in files]
 
 
-def read_header(path: Path, shown: str, cap: int = MAX_HEADER_BYTES) -> dict[str, Any]:
-    """The tensors a safetensors file declares ({name: {dtype, shape, data_offsets}}), read
-    from its length prefix and JSON header only; a header over `cap` is never read."""
+@dataclass
+class Header:
+    """What one safetensors file declares: {name: {dtype, shape, data_offsets}}, and the
+    bytes its data needs against the bytes it has."""
+
+    tensors: dict[str, Any]
+    promised: int
+    size: int
+    shown: str
+
+    def check_complete(self) -> None:
+        if self.promised > self.size:
+            raise ShapeRefused(f"{self.shown} is truncated: {self.size} bytes, the header "
+                               f"promises {self.promised}")
+
+
+def read_header(path: Path, shown: str, cap: int = MAX_HEADER_BYTES) -> Header:
+    """The tensors a safetensors file declares, read from its length prefix and JSON header
+    only; a header over `cap` is never read."""
     size = path.stat().st_size
     with path.open("rb") as f:
         prefix = f.read(8)
@@ -179,27 +196,26 @@ def read_header(path: Path, shown: str, cap: int = MAX_HEADER_BYTES) -> dict[str
             raise ShapeRefused(f"{shown}: tensor {name[:80]!r} declares {offsets[1] - offsets[0]}"
                                f" bytes for shape {shape} {dtype}")
         end = max(end, offsets[1])
-    if 8 + length + end > size:
-        raise ShapeRefused(f"{shown} is truncated: {size} bytes, the header promises "
-                           f"{8 + length + end}")
-    return tensors
+    return Header(tensors=tensors, promised=8 + length + end, size=size, shown=shown)
 
 
-def _tensors(folder: Path, shown: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+def _tensors(folder: Path, shown: str) -> tuple[dict[str, tuple[str, tuple[int, ...]]],
+                                                list[Header]]:
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for path in weight_files(folder, shown):
-        for name, info in read_header(path, f"{shown}/{path.name}").items():
+    headers = [read_header(p, f"{shown}/{p.name}") for p in weight_files(folder, shown)]
+    for header in headers:
+        for name, info in header.tensors.items():
             if name in out:
                 raise ShapeRefused(f"{shown}: tensor {name[:80]!r} is in two weight files")
             out[name] = (info["dtype"], tuple(info["shape"]))
-    return out
+    return out, headers
 
 
 def check_weights(copy_dir: Path, base_dir: Path, shown: str) -> int:
     """The submission's tensors are the base's (names, shapes, dtypes: see the module's
     rule); the number of parameters."""
-    base = _tensors(base_dir, "the base model")
-    sub = _tensors(copy_dir, shown)
+    base, _ = _tensors(base_dir, "the base model")
+    sub, headers = _tensors(copy_dir, shown)
     fix = "save the full model with the base's architecture (model.save_pretrained(dir))"
     missing = sorted(base.keys() - sub.keys())
     if missing:
@@ -217,4 +233,6 @@ def check_weights(copy_dir: Path, base_dir: Path, shown: str) -> int:
         if got_dtype != dtype and not (dtype in _FLOAT_BYTES and got_dtype in _FLOAT_BYTES):
             raise ShapeRefused(f"{shown}: tensor {name!r} is {got_dtype}, the base model's is "
                                f"{dtype}: save in {dtype}, bfloat16 or float32")
+    for header in headers:  # after the shapes: a giant declared shape reads as one
+        header.check_complete()
     return sum(math.prod(shape) for _, shape in base.values())

@@ -32,6 +32,8 @@ FIXED_OVERHEAD_BYTES = 4 << 30
 #: The model in float32, the base's tensors and the submission's mapped file, with room.
 BYTES_PER_PARAM = 24
 OOM_EXIT = 3
+_OOM_WORDS = ("can't allocate memory", "not enough memory", "failed to map segment",
+              "Cannot allocate memory")
 
 
 class ValidationLimits(BaseModel):
@@ -130,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         sys.stderr.write("out of memory\n")
         return OOM_EXIT
-    except RuntimeError as exc:  # torch's allocator says it this way
-        if "can't allocate memory" in str(exc) or "not enough memory" in str(exc):
-            sys.stderr.write("out of memory\n")
+    except (RuntimeError, ImportError, OSError) as exc:
+        # how torch's allocator and the dynamic loader say they hit the address-space limit
+        if any(m in str(exc) for m in _OOM_WORDS):
+            sys.stderr.write(f"out of memory: {str(exc)[:200]}\n")
             return OOM_EXIT
         raise
     tmp = args.out.with_suffix(".tmp")
