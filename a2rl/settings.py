@@ -140,6 +140,12 @@ class Settings(BaseModel):
     grader_max_new_tokens: int = Field(
         0, ge=0, description="cap on every task's generation length for smoke runs (0: the task's "
         "own; a capped evaluation records it in its provenance)")
+    checkpoint_check_memory_gib: float = Field(
+        0.0, ge=0, description="address space (GiB) of the process that loads a submission to "
+        "compare it with the base (0: 4 GiB plus 24 bytes per parameter of the base model)")
+    checkpoint_check_timeout_s: float = Field(
+        600.0, gt=0, description="seconds that process may take before it is killed and the "
+        "submission refused")
     grading_engine: Literal["auto", "transformers", "static", "vllm"] = Field(
         "auto", description="generation engine of the grader: auto (vLLM if installed and "
         "CUDA, else static-cache transformers), or force one (grading/engine_select.py)")

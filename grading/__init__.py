@@ -23,6 +23,7 @@ _HOMES: dict[str, str] = {
     "baseline_key": ".baseline", "ensure_baseline": ".baseline",
     "NEAR_COPY_L2": ".checks", "CheckpointCheck": ".checks",
     "validate_checkpoint": ".checks", "validate_copy": ".checks",
+    "ValidationLimits": ".validate",
     "DeviceBusy": ".device_lock", "device_lock": ".device_lock",
     "GenerationEngine": ".seam", "TransformersEngine": ".engine", "cut_at_stop": ".engine",
     "EngineUnavailable": ".engine_select", "choose_engine": ".engine_select",

@@ -1,8 +1,11 @@
 """Checkpoint validation: what `submit_checkpoint` runs before anything is queued.
 
-Each refusal is a sentence the agent can act on. The order matters: cheap filesystem checks
-first (location, files present), then loading (never `trust_remote_code`; safetensors or
-`weights_only` torch files only), then comparison with the base model.
+Each refusal is a sentence the agent can act on. The order matters, and so does where each
+step runs. In the server process, only cheap checks that read bounded bytes: files present,
+no pickle weights, no custom code, then `checkpoint_shape` (config.json and the safetensors
+headers must be the base model's). Then, in a process of its own with a memory and a time
+limit (`validate`): loading (never `trust_remote_code`), the tokenizer's vocabulary and the
+comparison with the base model. The server never loads a submitted checkpoint.
 
 `l2_relative` is ||w - w0|| / ||w0|| over all parameters (the flattened state dict, tied
 weights counted once per name). A checkpoint identical to the base is refused; one with
@@ -12,21 +15,23 @@ accepted but flagged `near_copy`, so reports can tell "trained" from "barely tou
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
 from a2rl.layout import OUTPUT
 
+from .checkpoint_shape import ShapeRefused, check_config, check_weights, read_json
+from .validate import ValidationLimits, run_validator
+
 NEAR_COPY_L2 = 1e-3
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
+#: pickle-based weights: loading them runs code, so they are refused, never loaded
+_PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
                     "tokenizer_config.json")
-_SAVE_HINT = ("save both with model.save_pretrained(dir) and tokenizer.save_pretrained(dir)")
+SAVE_HINT = ("save both with model.save_pretrained(dir) and tokenizer.save_pretrained(dir)")
 
 
 class CheckpointCheck(BaseModel):
@@ -76,6 +81,10 @@ def _locate(path: Path, output_dir: Path) -> Path:
 
 def _check_files(real: Path, shown: str) -> None:
     names = {p.name for p in real.iterdir()}
+    if names & set(_PICKLE_FILES):
+        raise CheckpointRefused(
+            f"{shown} holds pickle weights ({sorted(names & set(_PICKLE_FILES))[0]}), which are "
+            "never loaded: save with model.save_pretrained(dir, safe_serialization=True)")
     has_weights = any(n in names for n in _WEIGHT_FILES) or any(
         n.startswith("model-") and n.endswith(".safetensors") for n in names)
     if "adapter_config.json" in names and not has_weights:
@@ -85,41 +94,25 @@ def _check_files(real: Path, shown: str) -> None:
             "model = model.merge_and_unload(); model.save_pretrained(dir); "
             "tokenizer.save_pretrained(dir)")
     if "config.json" not in names:
-        raise CheckpointRefused(f"{shown} has no config.json: {_SAVE_HINT}")
+        raise CheckpointRefused(f"{shown} has no config.json: {SAVE_HINT}")
     if not has_weights:
         raise CheckpointRefused(f"{shown} has no model weights (model.safetensors): "
-                                f"{_SAVE_HINT}")
+                                f"{SAVE_HINT}")
     if not any(n in names for n in _TOKENIZER_FILES):
-        raise CheckpointRefused(f"{shown} has no tokenizer files: {_SAVE_HINT}")
+        raise CheckpointRefused(f"{shown} has no tokenizer files: {SAVE_HINT}")
     _refuse_custom_code(real, names, shown)
-    for st in sorted(real.glob("*.safetensors")):
-        try:
-            from safetensors import safe_open
-
-            with safe_open(str(st), framework="pt") as f:
-                for key in f.keys():  # noqa: SIM118 - safe_open has no __iter__
-                    f.get_slice(key)
-            size = st.stat().st_size
-            _check_safetensors_size(st, size)
-        except CheckpointRefused:
-            raise
-        except Exception as exc:
-            raise CheckpointRefused(f"{shown}/{st.name} is not a readable safetensors file "
-                                    f"(truncated or corrupt?): {exc}") from exc
 
 
 def _refuse_custom_code(real: Path, names: set[str], shown: str) -> None:
     """Custom model or tokenizer code is never run (`trust_remote_code` is always False), and a
     checkpoint that asks for it is refused outright rather than loaded as something else."""
-    import json
-
     code = sorted(n for n in names if n.endswith(".py"))
     for name in ("config.json", "tokenizer_config.json"):
         if name in names:
             try:
-                cfg = json.loads((real / name).read_text())
-            except (OSError, ValueError):
-                continue  # loading says what is wrong with it
+                cfg = read_json(real / name, f"{shown}/{name}")
+            except ShapeRefused as exc:
+                raise CheckpointRefused(str(exc)) from None
             if isinstance(cfg, dict) and "auto_map" in cfg:
                 code.append(f"{name}: auto_map")
     if code:
@@ -129,98 +122,35 @@ def _refuse_custom_code(real: Path, names: set[str], shown: str) -> None:
                                 "the base architecture")
 
 
-def _check_safetensors_size(path: Path, size: int) -> None:
-    """A truncated file can still have a valid header; check the data really is all there."""
-    import json
-    import struct
-
-    with path.open("rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"),
-              default=0)
-    if 8 + header_len + end > size:
-        raise CheckpointRefused(f"{path.name} is truncated: {size} bytes, the header promises "
-                                f"{8 + header_len + end}")
-
-
-def _load(real: Path, shown: str) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def _check_shape(real: Path, base_dir: Path, shown: str) -> int:
+    """config.json and the safetensors headers against the base's; the number of parameters
+    (what sizes the validating process's memory limit)."""
     try:
-        tokenizer = AutoTokenizer.from_pretrained(real, trust_remote_code=False)
-    except Exception as exc:
-        raise CheckpointRefused(f"the tokenizer in {shown} does not load: {exc}. "
-                                f"{_SAVE_HINT}") from exc
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            real, trust_remote_code=False, dtype="float32", low_cpu_mem_usage=True)
-    except Exception as exc:
-        raise CheckpointRefused(f"the model in {shown} does not load with "
-                                f"AutoModelForCausalLM: {exc}") from exc
-    return model, tokenizer
+        check_config(real, base_dir, shown)
+        return check_weights(real, base_dir, shown)
+    except ShapeRefused as exc:
+        raise CheckpointRefused(str(exc)) from None
 
 
-def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[float, int]:
-    import torch
-    from transformers import AutoConfig, AutoTokenizer
-
-    base_cfg = AutoConfig.from_pretrained(base_dir)
-    cfg = model.config
-    if cfg.model_type != base_cfg.model_type or (
-            list(cfg.architectures or []) != list(base_cfg.architectures or [])
-            and cfg.architectures):
-        raise CheckpointRefused(
-            f"{shown} is a {cfg.model_type} model ({cfg.architectures}), the base model is "
-            f"{base_cfg.model_type} ({base_cfg.architectures}): keep the base architecture")
-    base_tok = AutoTokenizer.from_pretrained(base_dir)
-    if tokenizer.get_vocab() != base_tok.get_vocab():
-        raise CheckpointRefused(f"the tokenizer in {shown} has a different vocabulary from the "
-                                "base model's: save the base tokenizer with the checkpoint")
-
-    from safetensors.torch import load_file
-
-    base_sd: dict[str, torch.Tensor] = {}
-    for st in sorted(base_dir.glob("*.safetensors")):
-        base_sd.update(load_file(str(st)))
-    sd = model.state_dict()
-    diff_sq = base_sq = 0.0
-    identical = True
-    n_params = 0
-    for name, w0 in base_sd.items():
-        w = sd.get(name)
-        if w is None:
-            raise CheckpointRefused(f"{shown} lacks the parameter {name} of the base model")
-        if tuple(w.shape) != tuple(w0.shape):
-            raise CheckpointRefused(f"{shown}: parameter {name} has shape {tuple(w.shape)}, "
-                                    f"the base model's is {tuple(w0.shape)}")
-        w, w0 = w.detach().float(), w0.float()
-        if identical and not torch.equal(w, w0):
-            identical = False
-        diff_sq += float((w - w0).pow(2).sum())
-        base_sq += float(w0.pow(2).sum())
-        n_params += w0.numel()
-    if identical:
-        raise CheckpointRefused("these weights are the base model's: train before submitting")
-    return math.sqrt(diff_sq) / max(math.sqrt(base_sq), 1e-12), n_params
-
-
-def validate_copy(copy_dir: Path, base_dir: Path, shown: str) -> CheckpointCheck:
+def validate_copy(copy_dir: Path, base_dir: Path, shown: str,
+                  limits: ValidationLimits | None = None) -> CheckpointCheck:
     """Check the grader's copy of a submission (see `a2rl.tools.checkpoint_copy`): a loadable full
     checkpoint derived from (but not equal to) the base model in `base_dir`. `shown` is the
-    path the agent gave. Never raises for a bad checkpoint: the verdict is in the result."""
+    path the agent gave; `limits` bound the loading process. Never raises for a bad
+    checkpoint: the verdict is in the result."""
     try:
         real = Path(copy_dir)
         _check_files(real, shown)
-        model, tokenizer = _load(real, shown)
-        l2, n_params = _compare(model, tokenizer, Path(base_dir), shown)
+        n_params = _check_shape(real, Path(base_dir), shown)
     except CheckpointRefused as exc:
         return CheckpointCheck(ok=False, error=str(exc))
-    return CheckpointCheck(ok=True, path=str(real), l2_relative=l2,
-                           near_copy=l2 < NEAR_COPY_L2, n_params=n_params)
+    verdict: CheckpointCheck = run_validator(real, Path(base_dir), shown, n_params,
+                                             limits or ValidationLimits())
+    return verdict
 
 
-def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> CheckpointCheck:
+def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path,
+                        limits: ValidationLimits | None = None) -> CheckpointCheck:
     """Check that `path` is a loadable full checkpoint under `output_dir`, derived from (but not
     equal to) the base model in `base_dir`. Never raises for a bad checkpoint: the verdict and
     the message are in the result. For folders we trust (tests, tools); a submission is checked
@@ -230,4 +160,4 @@ def validate_checkpoint(path: Path, output_dir: Path, base_dir: Path) -> Checkpo
         real = _locate(Path(path), output_dir)
     except CheckpointRefused as exc:
         return CheckpointCheck(ok=False, error=str(exc))
-    return validate_copy(real, base_dir, _rel(real, output_dir))
+    return validate_copy(real, base_dir, _rel(real, output_dir), limits)

@@ -160,3 +160,48 @@ def test_copy_does_not_follow_a_symlinked_checkpoint_folder(env, tmp_path) -> No
     os.symlink(env["trained"], tmp_path / "ws" / "output" / "x")
     with pytest.raises(CopyRefused, match="symlink"):
         copy_checkpoint(tmp_path / "ws", tmp_path / "copy", parts=("output", "x"))
+
+
+def test_harmless_config_keys_and_bfloat16_weights_are_accepted(env) -> None:
+    """What training scripts change without changing the model: use_cache off, a pad id, the
+    dtype and transformers version, and weights saved in bfloat16 over a float32 base."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    d = env["out"] / "bf16"
+    AutoModelForCausalLM.from_pretrained(env["trained"]).to(torch.bfloat16).save_pretrained(d)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(env["trained"] / name, d / name)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(use_cache=False, pad_token_id=3, transformers_version="4.57.0")
+    (d / "config.json").write_text(json.dumps(cfg))
+    res = check(env, d)
+    assert res.ok and res.l2_relative and res.l2_relative > 0.1, res.error
+
+
+@pytest.mark.parametrize("change,expect", [
+    ({"pad_token_id": 10**6}, "not a token id"),
+    ({"num_hidden_layers": 1500}, "'num_hidden_layers' to 1500"),
+    ({"attention_bias": None}, "'attention_bias'"),
+])
+def test_config_changes_that_shape_the_model_are_refused(env, change, expect) -> None:
+    d = shutil.copytree(env["trained"], env["out"] / f"cfg{len(list(env['out'].iterdir()))}")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(change)
+    (d / "config.json").write_text(json.dumps(cfg))
+    res = check(env, d)
+    assert not res.ok and expect in res.error, res.error
+
+
+def test_a_header_over_the_cap_is_never_read(env) -> None:
+    d = shutil.copytree(env["trained"], env["out"] / "bigheader")
+    (d / "model.safetensors").write_bytes((2**40).to_bytes(8, "little") + b"{}")
+    res = check(env, d)
+    assert not res.ok and "declares a 1,099,511,627,776-byte header" in res.error, res.error
+
+
+def test_pickle_weights_are_refused(env) -> None:
+    d = shutil.copytree(env["trained"], env["out"] / "pickled")
+    (d / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
+    res = check(env, d)
+    assert not res.ok and "safe_serialization=True" in res.error

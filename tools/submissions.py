@@ -166,7 +166,10 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
             error = (f"{shown} is a file; pass the checkpoint directory that holds config.json "
                      "and the weights")
         raise _refuse(rt, sub, error, dest) from None
-    check = grading.validate_copy(dest, rt.workspace.root / BASE_MODEL, shown)
+    limits = grading.ValidationLimits(
+        memory_bytes=int(rt.settings.checkpoint_check_memory_gib * 2**30),
+        timeout_s=rt.settings.checkpoint_check_timeout_s)
+    check = grading.validate_copy(dest, rt.workspace.root / BASE_MODEL, shown, limits)
     if not check.ok:
         raise _refuse(rt, sub, check.error or "invalid checkpoint", dest)
     snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)

@@ -381,3 +381,157 @@ async def test_concurrent_first_submits_and_steering_files_through_mcp(
                 Evaluation.split == "test")).all()}
         outputs = {sid: [it["output"] for it in evals[sid].items] for sid in (clean, steer)}
         assert outputs[clean] and outputs[steer] == outputs[clean]
+
+
+# -- a submitted checkpoint is never loaded by the server ----------------------------------
+
+def _reset_peak_rss() -> None:
+    """Make VmHWM the current RSS (Linux: 5 to clear_refs), so a later read is this step's peak
+    even when the process (the test is the server: in-memory transport) peaked higher before."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM in /proc/self/status")
+
+
+def _rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def _set_config(folder: Path, **changes: object) -> None:
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(changes)
+    (folder / "config.json").write_text(json.dumps(cfg))
+
+
+def _edit_tensors(folder: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _giant_header(folder: Path) -> None:
+    """A hand-written safetensors file: the base's names, but the embedding declared
+    [1e7, 1e5] float32 (4 TB) with offsets to match, and only the header on disk."""
+    weights = folder / "model.safetensors"
+    with weights.open("rb") as f:
+        (n,) = __import__("struct").unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    offset = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if name == "model.embed_tokens.weight":
+            info["shape"] = [10**7, 10**5]
+        size = 4
+        for d in info["shape"]:
+            size *= d
+        info["data_offsets"] = [offset, offset + size]
+        offset += size
+    raw = json.dumps(header).encode()
+    weights.write_bytes(len(raw).to_bytes(8, "little") + raw)
+
+
+CRAFTED = {
+    "layers": (lambda d: _set_config(d, num_hidden_layers=4000), "'num_hidden_layers'"),
+    "vocab": (lambda d: _set_config(d, vocab_size=10_000_000), "'vocab_size'"),
+    "hidden": (lambda d: _set_config(d, hidden_size=4096), "'hidden_size'"),
+    "rope": (lambda d: _set_config(d, rope_parameters={"rope_type": "linear", "factor": 64.0,
+                                                       "rope_theta": 10000.0}),
+             "'rope_parameters'"),
+    "quantized": (lambda d: _set_config(d, quantization_config={"quant_method": "bitsandbytes"}),
+                  "adds 'quantization_config'"),
+    "extra_tensor": (lambda d: _edit_tensors(d, lambda t: t.update(
+        {"lm_head.weight": t["model.embed_tokens.weight"].clone()})),
+        "tensor(s) the base model does not have ('lm_head.weight'"),
+    "missing_tensor": (lambda d: _edit_tensors(d, lambda t: t.pop("model.norm.weight")),
+                       "lacks 1 tensor(s) of the base model ('model.norm.weight'"),
+    "wrong_dtype": (lambda d: _edit_tensors(d, lambda t: t.update(
+        {"model.norm.weight": t["model.norm.weight"].double()})), "is F64"),
+    "giant_header": (_giant_header, "'model.embed_tokens.weight' has shape [10000000, 100000]"),
+    "pickle_too": (lambda d: (d / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01."),
+                   "safe_serialization=True"),
+}
+
+
+@pytest.fixture
+async def local_agent(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
+    """A run on the local backend: submissions never touch the sandbox, so one is enough."""
+    async for a in open_agent(backend_settings(settings, "local"), store):
+        yield a
+
+
+async def test_crafted_checkpoints_are_refused_before_anything_loads(
+        local_agent: Agent, tmp_path: Path) -> None:
+    """Configs asking for 4,000 layers, a 10M vocabulary, another hidden size, other rope
+    settings or quantization; an extra, a missing or a float64 tensor; a hand-written header
+    declaring a 4 TB embedding; pickle weights beside the safetensors: each refused with a
+    one-line reason naming what is wrong, recorded, and the server's peak RSS stays flat
+    (on the code before this check, the 4,000-layer config alone grew it by gigabytes)."""
+    agent = local_agent
+    ws = Path(agent.run.workspace)
+    good = save_perturbed(ws / "base_model", tmp_path / "good", 0.3)
+    for name, (craft, _) in CRAFTED.items():
+        craft(shutil.copytree(good, ws / "output" / name))
+    await agent.ok("budget_status")  # the first call's imports are not the attack's
+    for name, (_, expect) in CRAFTED.items():
+        _reset_peak_rss()
+        before = _rss_mib()
+        err = await agent.refused("submit_checkpoint", path=f"output/{name}")
+        grew = _peak_rss_mib() - before
+        assert "submission refused" in err and expect in err, (name, err)
+        assert len(err.strip().splitlines()) == 1, (name, err)
+        assert grew < 64, f"{name}: the server's peak RSS grew {grew:.0f} MiB"
+    subs = _subs(agent)
+    assert len(subs) == len(CRAFTED)
+    assert all(s.status == "refused" and s.error and not s.checkpoint_dir for s in subs)
+    copies = agent.settings.home_dir / "checkpoints" / agent.run.id
+    assert not copies.exists() or not any(copies.iterdir())
+
+
+async def test_a_trained_checkpoint_is_loaded_outside_the_server(
+        local_agent: Agent, tmp_path: Path) -> None:
+    """A valid checkpoint is still accepted with its L2 distance, and loading it (in the
+    validating process) does not grow the server either."""
+    agent = local_agent
+    ws = Path(agent.run.workspace)
+    save_perturbed(ws / "base_model", ws / "output" / "trained", 0.3)
+    await agent.ok("budget_status")
+    _reset_peak_rss()
+    before = _rss_mib()
+    result = await agent.ok("submit_checkpoint", path="output/trained")
+    grew = _peak_rss_mib() - before
+    assert result["status"] == "queued" and result["l2_distance"] > 0.1, result
+    assert grew < 64, f"the server's peak RSS grew {grew:.0f} MiB"
+    sub = _subs(agent)[0]
+    assert sub.l2_distance == result["l2_distance"] and sub.checkpoint_dir
+
+
+@pytest.mark.parametrize("limit,expect", [
+    ({"checkpoint_check_memory_gib": 0.25}, "of memory and was stopped"),
+    ({"checkpoint_check_timeout_s": 0.05}, "took longer than 0.05s and was stopped"),
+])
+async def test_a_validation_out_of_memory_or_time_is_a_recorded_refusal(
+        settings: Settings, store: Store, tmp_path: Path, limit: dict, expect: str) -> None:
+    """The validating process's limits hold: past its memory or its time it is stopped, the
+    agent reads one line, the row is refused with that reason, no process is left."""
+    local = backend_settings(settings, "local").model_copy(update=limit)
+    async for agent in open_agent(local, store):
+        ws = Path(agent.run.workspace)
+        save_perturbed(ws / "base_model", ws / "output" / "trained", 0.3)
+        err = await agent.refused("submit_checkpoint", path="output/trained")
+        assert expect in err and len(err.strip().splitlines()) == 1, err
+        (sub,) = _subs(agent)
+        assert sub.status == "refused" and expect in (sub.error or "")
+        left = subprocess.run(["pgrep", "-f", "a2rl.grading.validate"], capture_output=True,
+                              text=True).stdout.split()
+        assert not left, left
