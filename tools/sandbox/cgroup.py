@@ -156,6 +156,10 @@ class RunCgroup:
             if freezer is not None:
                 with contextlib.suppress(OSError):
                     (freezer / "freezer.state").write_text("THAWED")
+                # jobs a grader froze and never thawed (it died mid-evaluation) stay frozen
+                # under a thawed parent on v1, and a frozen process never dies of SIGKILL
+                with contextlib.suppress(OSError):
+                    (freezer / JOBS / "freezer.state").write_text("THAWED")
             time.sleep(0.02)
             if not self.pids():
                 return True
