@@ -225,3 +225,23 @@ def test_paused_clock_freezes_the_jobs_and_its_credit_is_capped(
         assert utcnow() - started < timedelta(seconds=20 + 5 + 5)
     finally:
         finish_run(settings, store, run.id)
+
+
+def test_jobs_left_frozen_still_die_at_the_end(settings: Settings, store: Store) -> None:
+    """A grader that died mid-freeze leaves the jobs frozen: finishing the run thaws them
+    first and ends them at once (a frozen process never dies until thawed, and the
+    supervisor's shutdown waited a minute for them), leaving no cgroup."""
+    require_bwrap()
+    run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
+    sandbox = build_runtime(settings, store, run).sandbox()
+    sandbox.spawn("j-tick", TICKER)
+    cgroup = RunCgroup(run.id)
+    try:
+        if not (cgroup.exists and ("freezer" in cgroup.paths or cgroup.v2)):
+            require(False, "no writable cgroup freezer here")
+        assert cgroup.freeze_jobs(True)
+    finally:
+        began = time.monotonic()
+        finish_run(settings, store, run.id)
+    assert time.monotonic() - began < 30
+    assert not cgroup.exists and not cgroup.pids()

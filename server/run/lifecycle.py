@@ -24,6 +24,7 @@ from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
 from a2rl.tools.sandbox import volume
+from a2rl.tools.sandbox.cgroup import RunCgroup
 
 from ..auth import new_token
 from .clock import start_row
@@ -136,6 +137,9 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
         if run.ended_at is not None:
             return run
     rt = build_runtime(settings, store, run)
+    # jobs a grader froze for a paused clock (one grading now, or one that died mid-freeze)
+    # would not die until thawed: the supervisor's shutdown would wait for them in vain
+    RunCgroup(run_id).freeze_jobs(False)
     stop_all(rt)
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)
