@@ -225,6 +225,7 @@ def test_paused_clock_freezes_the_jobs_and_its_credit_is_capped(
         assert utcnow() - started < timedelta(seconds=20 + 5 + 5)
     finally:
         finish_run(settings, store, run.id)
+    assert not cgroup.exists  # nothing left behind, though the run ended at its deadline
 
 
 def test_jobs_left_frozen_still_die_at_the_end(settings: Settings, store: Store) -> None:

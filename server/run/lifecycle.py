@@ -139,8 +139,13 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt = build_runtime(settings, store, run)
     # jobs a grader froze for a paused clock (one grading now, or one that died mid-freeze)
     # would not die until thawed: the supervisor's shutdown would wait for them in vain
-    RunCgroup(run_id).freeze_jobs(False)
+    cgroup = RunCgroup(run_id)
+    cgroup.freeze_jobs(False)
     stop_all(rt)
+    # a supervisor that ended itself at the deadline is not stopped again (no sandbox is
+    # left to stop), and its empty cgroup stayed behind
+    if cgroup.exists and cgroup.kill_all():
+        cgroup.remove()
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
