@@ -150,6 +150,14 @@ class Settings(BaseModel):
         "auto", description="generation engine of the grader: auto (vLLM if installed and "
         "CUDA, else static-cache transformers), or force one (grading/engine_select.py)")
 
+    grading_pause_cap_fraction: float = Field(
+        0.25, ge=0, le=1, description="under a paused grading clock, the most a run's "
+        "deadline moves for its own evaluations, as a share of its budget (its jobs are frozen "
+        "for that long at most; past it grading time counts)")
+    max_pending_grades: int = Field(
+        2, ge=1, description="a run's submissions queued or being graded at once; one more is "
+        "refused at submit_checkpoint until one is graded")
+
     model_config = {"extra": "forbid"}
 
     @field_validator("task_base_models")

@@ -20,10 +20,12 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import timedelta
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import and_, or_, update
+from sqlalchemy import and_, func, or_, update
 from sqlmodel import select
 
 from a2rl.settings import Settings
@@ -37,6 +39,7 @@ from a2rl.store import (
     Store,
     Submission,
     SubmissionStatus,
+    aware,
     utcnow,
 )
 
@@ -117,11 +120,36 @@ def outstanding(store: Store, run_id: str) -> list[GradeRequest]:
             .order_by(GradeRequest.id)).all())
 
 
+def _turn_order(s: object, now: object, run_id: str | None) -> list[int]:
+    """Candidate request ids, the fair order: round robin across runs.
+
+    Each run with a claimable request offers its oldest; a run whose evaluation is under way
+    goes last, then the run served longest ago (its latest evaluation's start; never served
+    first), then the older request. So a run with many requests queued gets one evaluation
+    per turn, and another run's single request waits behind at most one of them (per run
+    ahead of it), never behind its whole backlog."""
+    heads = s.exec(select(GradeRequest.run_id, func.min(GradeRequest.id))  # type: ignore[attr-defined]
+                   .where(_claimable(now, run_id)).group_by(GradeRequest.run_id)).all()
+    if len(heads) <= 1:
+        return [head for _, head in heads]
+    runs = [r for r, _ in heads]
+    busy = set(s.exec(select(GradeRequest.run_id).where(  # type: ignore[attr-defined]
+        GradeRequest.run_id.in_(runs), GradeRequest.state == GradeState.leased,  # type: ignore[attr-defined]
+        GradeRequest.lease_until >= now)).all())
+    served = dict(s.exec(select(Evaluation.run_id, func.max(Evaluation.started_at))  # type: ignore[attr-defined]
+                         .where(Evaluation.run_id.in_(runs))  # type: ignore[attr-defined]
+                         .group_by(Evaluation.run_id)).all())
+    never = datetime.min.replace(tzinfo=UTC)
+    return [head for r, head in sorted(
+        heads, key=lambda h: (h[0] in busy, aware(served.get(h[0])) or never, h[1]))]
+
+
 def claim(store: Store, owner: str, lease_s: float,
           run_id: str | None = None) -> GradeRequest | None:
-    """Lease the oldest queued request (or one whose lease expired), or return None.
+    """Lease the next request in the fair order (`_turn_order`), or return None.
 
-    With `run_id`, only that run's requests: finalizing one run must not grade another's.
+    With `run_id`, only that run's requests, oldest first: finalizing one run must not grade
+    another's.
 
     The conditional UPDATE is the atomic step: two claimers can read the same candidate, but
     only one UPDATE matches it; the other moves on to the next candidate. On PostgreSQL the
@@ -132,21 +160,25 @@ def claim(store: Store, owner: str, lease_s: float,
     now = utcnow()
     with store.session() as s:
         for _ in range(10):
-            cand = s.exec(select(GradeRequest.id).where(_claimable(now, run_id))
-                          .order_by(GradeRequest.id).limit(1)
-                          .with_for_update(skip_locked=True)).first()
-            if cand is None:
+            order = _turn_order(s, now, run_id)
+            if not order:
                 return None
-            res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
-                         .where(GradeRequest.id == cand, _claimable(now, run_id))
-                         .values(state=GradeState.leased, lease_owner=owner,
-                                 lease_until=now + timedelta(seconds=lease_s),
-                                 attempts=GradeRequest.attempts + 1))
-            if res.rowcount == 1:
-                req = s.get(GradeRequest, cand)
-                assert req is not None
-                s.refresh(req)
-                return req
+            for cand in order:
+                locked = s.exec(select(GradeRequest.id).where(
+                    GradeRequest.id == cand, _claimable(now, run_id))
+                    .with_for_update(skip_locked=True)).first()
+                if locked is None:
+                    continue
+                res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
+                             .where(GradeRequest.id == cand, _claimable(now, run_id))
+                             .values(state=GradeState.leased, lease_owner=owner,
+                                     lease_until=now + timedelta(seconds=lease_s),
+                                     attempts=GradeRequest.attempts + 1))
+                if res.rowcount == 1:
+                    req = s.get(GradeRequest, cand)
+                    assert req is not None
+                    s.refresh(req)
+                    return req
     return None
 
 
@@ -232,49 +264,60 @@ def spec_for(run: Run, sub: Submission, split: str, settings: Settings) -> Worke
                       settings=settings.model_dump(mode="json"))
 
 
+#: What surrounds one evaluation for its run (`a2rl.server.run.pause` freezes the run's jobs
+#: under a paused grading clock); the queue knows nothing of clocks.
+EvaluationHold = Callable[[GradeRequest], AbstractContextManager[object]]
+
+
 def process_one(
     store: Store, settings: Settings, owner: str, timeout_s: float = 600.0,
-    run_id: str | None = None,
+    run_id: str | None = None, hold: EvaluationHold | None = None,
 ) -> GradeRequest | None:
     """Claim one request (of `run_id` only, when given), evaluate its submission's stored
     copy, record the outcome.
 
     Returns the request it processed, or None when the queue was empty. Holds the device
-    lock for the whole evaluation.
+    lock for the whole evaluation, and `hold(request)` around it when given.
     """
     with device_lock(settings):
         req = claim(store, owner, lease_s=timeout_s + LEASE_MARGIN_S, run_id=run_id)
         if req is None:
             return None
         assert req.id is not None
-        started = utcnow()
-        ev = Evaluation(run_id=req.run_id, submission_id=req.submission_id,
-                        kind=EvaluationKind.submission, split=req.split,
-                        status=EvaluationStatus.failed, started_at=started)
-        with store.session() as s:
-            sub = s.get(Submission, req.submission_id)
-            run = s.get(Run, req.run_id)
-            if sub is not None:
-                sub.status = SubmissionStatus.grading
-                s.add(sub)
-        error: str | None = None
-        if req.attempts > MAX_ATTEMPTS:
-            error = (f"gave up after {MAX_ATTEMPTS} attempts: the grader stopped while "
-                     "evaluating this checkpoint each time")
-        elif sub is None or run is None or not sub.checkpoint_dir:
-            error = "the submission has no stored checkpoint copy to evaluate"
-        else:
-            spec = spec_for(run, sub, req.split, settings)
-            result, error, elapsed = run_worker(spec, timeout_s)
-            if result is not None:
-                ev.status, ev.score, ev.ci_low, ev.ci_high = (EvaluationStatus.done, result.score,
-                                                              result.ci_low, result.ci_high)
-                ev.n_items = result.n_items
-                ev.metrics = {**result.metrics, "wall_s": round(elapsed, 3)}
-                ev.items = [it.model_dump() for it in result.items]
-                ev.provenance = result.provenance
-        ev.error = error
-        ev.ended_at = utcnow()
-        _finish(store, req.id, ev, error)
+        with hold(req) if hold is not None else contextlib.nullcontext():
+            _evaluate(store, settings, req, timeout_s)
         return req
+
+
+def _evaluate(store: Store, settings: Settings, req: GradeRequest, timeout_s: float) -> None:
+    assert req.id is not None
+    started = utcnow()
+    ev = Evaluation(run_id=req.run_id, submission_id=req.submission_id,
+                    kind=EvaluationKind.submission, split=req.split,
+                    status=EvaluationStatus.failed, started_at=started)
+    with store.session() as s:
+        sub = s.get(Submission, req.submission_id)
+        run = s.get(Run, req.run_id)
+        if sub is not None:
+            sub.status = SubmissionStatus.grading
+            s.add(sub)
+    error: str | None = None
+    if req.attempts > MAX_ATTEMPTS:
+        error = (f"gave up after {MAX_ATTEMPTS} attempts: the grader stopped while "
+                 "evaluating this checkpoint each time")
+    elif sub is None or run is None or not sub.checkpoint_dir:
+        error = "the submission has no stored checkpoint copy to evaluate"
+    else:
+        spec = spec_for(run, sub, req.split, settings)
+        result, error, elapsed = run_worker(spec, timeout_s)
+        if result is not None:
+            ev.status, ev.score, ev.ci_low, ev.ci_high = (EvaluationStatus.done, result.score,
+                                                          result.ci_low, result.ci_high)
+            ev.n_items = result.n_items
+            ev.metrics = {**result.metrics, "wall_s": round(elapsed, 3)}
+            ev.items = [it.model_dump() for it in result.items]
+            ev.provenance = result.provenance
+    ev.error = error
+    ev.ended_at = utcnow()
+    _finish(store, req.id, ev, error)
 

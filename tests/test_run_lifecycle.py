@@ -3,11 +3,13 @@ that grades only its own run, and the typed hook submissions go through."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -153,8 +155,9 @@ def test_a_closed_run_keeps_its_end(store: Store) -> None:
 
 
 def test_graded_request_gets_its_runs_follow_up(store: Store, settings: Settings) -> None:
-    """Whoever grades (the pump or finalization), the grading time reaches the run's clock
-    and a paused clock's deadline moves, with the hook told."""
+    """Whoever grades (the pump or finalization), the grading time reaches the run's clock.
+    A paused clock gives back only the time its jobs were frozen: a run with no sandbox has
+    nothing to freeze, so its deadline stays and the hook is not told."""
     bare_run(store, grading_clock="paused")
     deadline = aware(RunClock(store, "r1").start().deadline)
     queue_uncopied(store, "r1", "s1")
@@ -163,9 +166,8 @@ def test_graded_request_gets_its_runs_follow_up(store: Store, settings: Settings
     assert req is not None and req.state == GradeState.failed
     (ev,) = events(store, "r1", BudgetEventKind.grading)
     assert ev.detail["submission_id"] == "s1"
-    new = RunClock(store, "r1").deadline()
-    assert told == [("r1", new)]
-    assert (new - deadline).total_seconds() == pytest.approx(ev.detail["seconds"], abs=0.01)  # type: ignore[operator]
+    assert ev.detail["pause_credit_s"] == 0 and ev.detail["wait_credit_s"] == 0
+    assert RunClock(store, "r1").deadline() == deadline and told == []
 
 
 def supervisor_deadline(settings: Settings, store: Store, run: Run) -> float:
@@ -177,19 +179,21 @@ def supervisor_deadline(settings: Settings, store: Store, run: Run) -> float:
 
 
 def slow_grader(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
-    """The grader as if each evaluation took `seconds` (the follow-up is under test, not
-    the evaluation: a real one of a tiny model takes a few seconds, too few to measure)."""
+    """The grader as if each evaluation took `seconds`: it sleeps that long inside the
+    evaluation's hold, where a paused clock keeps the run's jobs frozen (the follow-up is
+    under test, not the evaluation: a real one of a tiny model takes a few seconds, too few
+    to measure)."""
     real = run_grading.process_one
 
-    def process_one(store: Store, *args: object, **kw: object) -> GradeRequest | None:
-        req = real(store, *args, **kw)  # type: ignore[arg-type]
-        if req is not None:
-            with store.session() as s:
-                ev = s.exec(select(Evaluation).where(
-                    Evaluation.submission_id == req.submission_id)).one()
-                ev.started_at = aware(ev.ended_at) - timedelta(seconds=seconds)  # type: ignore[operator]
-                s.add(ev)
-        return req
+    def process_one(store: Store, *args: object, hold: object = None,
+                    **kw: object) -> GradeRequest | None:
+        @contextlib.contextmanager
+        def slow(req: GradeRequest) -> Iterator[None]:
+            with hold(req) if hold is not None else contextlib.nullcontext():  # type: ignore[operator]
+                yield
+                time.sleep(seconds)
+
+        return real(store, *args, hold=slow, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(run_grading, "process_one", process_one)
 
@@ -197,9 +201,10 @@ def slow_grader(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
 def test_moved_deadline_reaches_a_sandbox_another_process_serves(
         settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under a paused grading clock, run X's request graded by the pump of a process that
-    serves only run Y: the pump attaches to X's supervisor and hands it X's new deadline, so
-    X's job lives past the old one."""
+    serves only run Y: the pump freezes X's jobs, attaches to X's supervisor and hands it X's
+    new deadline (moved by the time frozen), so X's job lives past the old one."""
     require_bwrap()
+    settings = settings.model_copy(update={"grading_pause_cap_fraction": 1.0})
     x = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
                    grading_clock="paused", budget="8s").run
     y = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
@@ -208,12 +213,12 @@ def test_moved_deadline_reaches_a_sandbox_another_process_serves(
     serving_y = RunRegistry(settings, store)
     serving_y.get(y.id)
     queue_uncopied(store, x.id, "s-x")
-    slow_grader(monkeypatch, 20.0)
+    slow_grader(monkeypatch, 5.0)
     try:
         pump = serving_y.pump
         assert grade_next(store, settings, pump.owner, on_deadline=pump.on_deadline) is not None
         old, new = aware(x.deadline), RunClock(store, x.id).deadline()
-        assert old is not None and new is not None and (new - old).total_seconds() >= 20
+        assert old is not None and new is not None and (new - old).total_seconds() >= 5
         assert supervisor_deadline(settings, store, x) == new.timestamp()
         assert x.id not in serving_y._runtimes  # it attached, it did not start serving X
         wait = old.timestamp() + 1.5 - time.time()

@@ -153,6 +153,9 @@ async def test_grading_clock(settings, store: Store, clock: str) -> None:  # typ
     ws = Path(run.workspace)
     save_perturbed(ws / "base_model", ws / "output" / "a", 0.3)
     async with await connect(settings, store, run) as c:
+        # a job, so the run has a sandbox (and a cgroup) whose jobs a paused clock freezes
+        r = await c.call_tool("run_command", {"command": "sleep 120", "wait_s": 0})
+        assert not r.is_error, r
         await submit_and_wait(c, "output/a")
         for _ in range(50):  # the pump records grading time right after the score
             budget = (await c.call_tool("budget_status", {})).structured_content
@@ -162,8 +165,10 @@ async def test_grading_clock(settings, store: Store, clock: str) -> None:  # typ
     assert budget["grading_s"] > 0
     with store.session() as s:
         moved = (aware(s.get(Run, run.id).deadline) - aware(run.deadline)).total_seconds()
-    if clock == "paused":
-        assert moved == pytest.approx(budget["grading_s"], abs=0.01)
+    if clock == "paused":  # the time the jobs were frozen, about the evaluation's
+        assert budget["grading_pause_cap_s"] == 0.25 * 30 * 60
+        assert moved == pytest.approx(budget["grading_pause_credit_s"], abs=0.01)
+        assert budget["grading_pause_credit_s"] == pytest.approx(budget["grading_s"], abs=1.0)
     else:
-        assert moved == 0
+        assert moved == 0 and budget["grading_pause_credit_s"] == 0
     finish_run(settings, store, run.id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlalchemy import func
 from sqlmodel import select
 
-from a2rl.store import Job, JobState, Submission, SubmissionStatus
+from a2rl.store import GradingClock, Job, JobState, Submission, SubmissionStatus
 
 from .results import BudgetStatus
 from .runtime import RunRuntime, current, in_thread
@@ -19,6 +19,7 @@ from .runtime import RunRuntime, current, in_thread
 def compute_budget(rt: RunRuntime) -> BudgetStatus:
     run = rt.clock.run()
     clock = rt.clock.read(row=run)
+    credits = rt.clock.credits()
     with rt.store.session() as s:
         running = s.exec(select(func.count()).select_from(Job).where(
             Job.run_id == run.id, Job.state == JobState.running)).one()
@@ -30,6 +31,11 @@ def compute_budget(rt: RunRuntime) -> BudgetStatus:
         deadline=clock.deadline.isoformat() if clock.deadline else None,
         exhausted=clock.exhausted, jobs_running=running, submissions_used=submitted,
         max_submissions=run.max_submissions, grading_s=round(rt.clock.grading_s(), 3),
+        grading_pause_credit_s=round(credits.pause_s, 3),
+        grading_pause_cap_s=round(run.budget_s * rt.settings.grading_pause_cap_fraction, 3)
+        if run.grading_clock == GradingClock.paused else 0.0,
+        grading_wait_credit_s=round(credits.wait_s, 3),
+        max_pending_grades=rt.settings.max_pending_grades,
     )
 
 

@@ -80,3 +80,10 @@ class BudgetStatus(BaseModel):
     submissions_used: int = 0
     max_submissions: int | None = None
     grading_s: float = 0.0
+    #: under a paused grading clock: seconds its jobs were frozen for its evaluations, all
+    #: given back to the clock, and the most that may be (0 under a counted clock)
+    grading_pause_credit_s: float = 0.0
+    grading_pause_cap_s: float = 0.0
+    #: seconds its requests waited behind other runs' evaluations, given back to the clock
+    grading_wait_credit_s: float = 0.0
+    max_pending_grades: int | None = None

@@ -31,6 +31,15 @@ class ClockReading:
     end_reason: str | None
 
 
+@dataclass(frozen=True)
+class GradingCredits:
+    """Seconds given back to a run's clock: for its own evaluations under a paused clock
+    (its jobs frozen meanwhile), and for waiting behind other runs' evaluations."""
+
+    pause_s: float = 0.0
+    wait_s: float = 0.0
+
+
 @runtime_checkable
 class RunClockView(Protocol):
     """A run's budget clock as the tools read it (they never move it)."""
@@ -55,6 +64,10 @@ class RunClockView(Protocol):
 
     def grading_s(self) -> float:
         """Grading time recorded so far."""
+        ...
+
+    def credits(self, submission_id: str | None = None) -> GradingCredits:
+        """Seconds grading gave back to the clock (of one submission, when given)."""
         ...
 
 

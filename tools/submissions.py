@@ -88,6 +88,8 @@ class SubmissionScore(BaseModel):
     best_score: float | None = None
     error: str | None = None
     note: str = ""
+    waited_s: float | None = Field(None, description=(
+        "seconds its grading waited behind other runs' evaluations, given back to your clock"))
 
 
 def feedback_split(run: Run) -> str:
@@ -114,6 +116,17 @@ def _reserve(rt: RunRuntime, run: Run, sub: Submission) -> None:
             if used >= run.max_submissions:
                 raise ToolError(f"submission limit reached ({run.max_submissions}); "
                                 "the best submission so far counts")
+        # a cap on what one run has in the grading queue, so it cannot hold the grader
+        # (one machine-wide lock) for everyone else's turn; validating ones count, so two
+        # submits at once cannot both pass
+        cap = rt.settings.max_pending_grades
+        pending = len(s.exec(select(Submission.id).where(
+            Submission.run_id == run.id,
+            Submission.status.in_((SubmissionStatus.validating, *PENDING)))).all())  # type: ignore[attr-defined]
+        if pending >= cap:
+            raise ToolError(f"{pending} submission(s) of this run are pending grading (queued "
+                            f"or being graded) and at most {cap} may be: wait for get_score on "
+                            "one, then submit again")
         s.add(sub)
 
 
@@ -241,6 +254,7 @@ def score_result(rt: RunRuntime, submission_id: str | None) -> SubmissionScore:
                                     SubmissionStatus.validating):
         return SubmissionScore(submission_id=sub.id, status=sub.status, error=sub.error,
                            **common)  # type: ignore[arg-type]
+    common["waited_s"] = round(rt.clock.credits(sub.id).wait_s, 3)
     if ev.status != EvaluationStatus.done:
         return SubmissionScore(submission_id=sub.id, status=SubmissionStatus.failed,
                                error=ev.error, **common)  # type: ignore[arg-type]

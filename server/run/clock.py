@@ -4,8 +4,9 @@ The clock lives in the store (the run row's `started_at`, `deadline`, `status` a
 `BudgetEvent` rows), so every process serving a run sees the same clock and a restarted server
 finds it where it was. It starts when the run starts (`a2rl run`) or at the first tool call
 (`a2rl create`); grading time either counts (the default: the agent's jobs keep running) or,
-under `grading_clock = paused`, moves the deadline by as much once the evaluation is recorded;
-at the deadline it is exhausted once.
+under `grading_clock = paused`, the run's jobs are frozen and the deadline moves by the time
+frozen, up to a cap (`a2rl.server.run.pause`); under either, the time a request waited behind
+other runs' evaluations moves it too; at the deadline it is exhausted once.
 
 Why here and not beside the tools: the tools (`budget_status`, job time limits, the sandbox's
 watchdog), the MCP server's deadline check and the orchestrator all read the same clock, and
@@ -33,7 +34,7 @@ from a2rl.store import (
     aware,
     utcnow,
 )
-from a2rl.tools.seam import ClockReading
+from a2rl.tools.seam import ClockReading, GradingCredits
 
 #: A deadline far away, for a sandbox whose run's clock has not started (2100-01-01).
 NO_DEADLINE_TS = 4102444800.0
@@ -104,31 +105,59 @@ class RunClock:
     def read(self, now: datetime | None = None, *, row: Run | None = None) -> ClockReading:
         return read_clock(row or self.run(), now)
 
+    def _grading_details(self) -> list[dict]:
+        with self.store.session() as s:
+            return [d or {} for d in s.exec(select(BudgetEvent.detail).where(
+                BudgetEvent.run_id == self.run_id,
+                BudgetEvent.kind == BudgetEventKind.grading)).all()]
+
     def grading_s(self) -> float:
         """Grading time recorded so far (whether or not it counted against the budget)."""
-        with self.store.session() as s:
-            details = s.exec(select(BudgetEvent.detail).where(
-                BudgetEvent.run_id == self.run_id,
-                BudgetEvent.kind == BudgetEventKind.grading)).all()
-        return sum(float((d or {}).get("seconds", 0)) for d in details)
+        return sum(float(d.get("seconds", 0)) for d in self._grading_details())
 
-    def record_grading(self, seconds: float, submission_id: str | None,
-                       split: str | None) -> datetime | None:
-        """The clock around one evaluation: note its grading time and, under a paused grading
-        clock, resume it by moving the deadline that much later. Returns the new deadline
-        when it moved (an ended run's deadline never moves)."""
+    def credits(self, submission_id: str | None = None) -> GradingCredits:
+        """What grading gave back to the clock so far (of one submission, when given)."""
+        details = [d for d in self._grading_details()
+                   if submission_id is None or d.get("submission_id") == submission_id]
+        return GradingCredits(pause_s=sum(float(d.get("pause_credit_s", 0)) for d in details),
+                              wait_s=sum(float(d.get("wait_credit_s", 0)) for d in details))
+
+    def pause_cap_left(self, cap_s: float) -> float:
+        return max(cap_s - self.credits().pause_s, 0.0)
+
+    def move_deadline(self, seconds: float) -> datetime | None:
+        """Move the deadline `seconds` later (earlier when negative), in one transaction;
+        the new deadline, or None for a run whose clock has not started or that ended."""
         with self.store.session() as s:
-            run = s.get(Run, self.run_id)
-            if run is None:
-                return None
-            s.add(BudgetEvent(run_id=run.id, kind=BudgetEventKind.grading, detail={
-                "seconds": round(seconds, 3), "submission_id": submission_id, "split": split}))
-            if (run.grading_clock != GradingClock.paused or run.deadline is None
-                    or run.ended_at is not None):
+            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
+            if run is None or run.deadline is None or run.ended_at is not None:
                 return None
             run.deadline = aware(run.deadline) + timedelta(seconds=seconds)  # type: ignore[operator]
             s.add(run)
             return run.deadline
+
+    def record_grading(self, seconds: float, submission_id: str | None, split: str | None,
+                       *, pause_credit_s: float | None = None, credited_s: float = 0.0,
+                       wait_s: float = 0.0) -> datetime | None:
+        """Note one evaluation's grading time and what it gives back to the clock; returns
+        the new deadline when it moved (an ended run's deadline never moves).
+
+        `wait_s`: how long the request waited behind other runs' evaluations, credited under
+        either clock (a run never pays for another's grading). `pause_credit_s`: under a
+        paused clock, the time its jobs were frozen for it, of which `credited_s` the freeze
+        already put on the deadline; None (a caller that froze nothing and measured the
+        evaluation itself) credits `seconds` under a paused clock."""
+        with self.store.session() as s:
+            run = s.get(Run, self.run_id)
+            if run is None:
+                return None
+            paused = run.grading_clock == GradingClock.paused
+            pause = (seconds if paused else 0.0) if pause_credit_s is None else pause_credit_s
+            s.add(BudgetEvent(run_id=run.id, kind=BudgetEventKind.grading, detail={
+                "seconds": round(seconds, 3), "submission_id": submission_id, "split": split,
+                "pause_credit_s": round(pause, 3), "wait_credit_s": round(wait_s, 3)}))
+        move = pause - credited_s + wait_s
+        return self.move_deadline(move) if move > 0 else None
 
     def exhaust(self) -> bool:
         """Note that the deadline passed, once; True the first time (the caller then stops

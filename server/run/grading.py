@@ -2,9 +2,11 @@
 
 The queue itself (lease, grader process, `Evaluation` row) is `a2rl.grading.queue`'s. What
 follows a graded request belongs to its run and is done here, whoever graded it: the grading
-time goes on the run's clock (and, under a paused grading clock, moves its deadline, which the
-run's sandbox is told, even when this process does not serve the run), and checkpoint copies
-that can no longer matter are pruned. `grade_next` is the only way this package grades, so
+time goes on the run's clock, with what it gives back: under a paused grading clock the
+time its jobs were frozen for it (`pause`), and under either clock the time it waited behind
+other runs' evaluations (a run never pays for another's grading). A moved deadline is told to
+the run's sandbox, even when this process does not serve the run. Checkpoint copies that can
+no longer matter are pruned. `grade_next` is the only way this package grades, so
 the pump and finalization cannot differ on that follow-up.
 
 The pump drains the queue in whichever process serves runs. Queue rows live in the store and
@@ -20,6 +22,9 @@ import logging
 import threading
 import time
 from datetime import datetime
+
+from sqlalchemy import or_
+from sqlmodel import select
 
 import a2rl.tasks  # noqa: F401  (registers the loader the grader's worker builds tasks with)
 from a2rl.grading import enqueue, lease_owner, outstanding, process_one, release_dead_leases
@@ -38,20 +43,45 @@ from a2rl.store import (
 
 from .clock import RunClock
 from .hooks import DeadlineMoved, build_runtime
+from .pause import PauseRecord, frozen_for_grading
 
 log = logging.getLogger(__name__)
 
 
-def record_grading(store: Store, req: GradeRequest) -> datetime | None:
-    """Put one graded request's grading time on its run's clock; returns the new deadline
-    when a paused grading clock moved it."""
+def waited_behind_others(store: Store, req: GradeRequest, ev: Evaluation) -> float:
+    """Seconds `req` spent queued while other runs' evaluations held the grader: from its
+    queueing to its evaluation's start, the union of those evaluations' spans in it."""
+    queued, began = aware(req.created_at), aware(ev.started_at)
+    if queued is None or began is None or began <= queued:
+        return 0.0
+    with store.session() as s:
+        spans = s.exec(select(Evaluation.started_at, Evaluation.ended_at).where(
+            Evaluation.run_id != req.run_id, Evaluation.started_at < began,  # type: ignore[operator]
+            or_(Evaluation.ended_at.is_(None), Evaluation.ended_at > queued))  # type: ignore[union-attr]
+            .order_by(Evaluation.started_at)).all()
+    total, reach = 0.0, queued
+    for start, end in spans:
+        lo = max(aware(start) or queued, reach)
+        hi = min(aware(end) or began, began)
+        if hi > lo:
+            total += (hi - lo).total_seconds()
+            reach = hi
+    return total
+
+
+def record_grading(store: Store, req: GradeRequest, frozen_s: float) -> datetime | None:
+    """Put one graded request's grading time on its run's clock, with what it gives back
+    (`frozen_s` under a paused clock, already on the deadline; the wait behind other runs);
+    returns the new deadline when it moved."""
     with store.session() as s:
         ev = s.get(Evaluation, req.evaluation_id) if req.evaluation_id else None
     if ev is None:
         return None
     started, ended = aware(ev.started_at), aware(ev.ended_at) or utcnow()
     seconds = (ended - started).total_seconds() if started else 0.0
-    return RunClock(store, req.run_id).record_grading(seconds, req.submission_id, req.split)
+    return RunClock(store, req.run_id).record_grading(
+        seconds, req.submission_id, req.split, pause_credit_s=frozen_s, credited_s=frozen_s,
+        wait_s=waited_behind_others(store, req, ev))
 
 
 def tell_sandbox(settings: Settings, store: Store, run_id: str, deadline: datetime) -> bool:
@@ -72,19 +102,24 @@ def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None 
     follow-up; None when there was nothing to grade. A deadline a paused grading clock moved
     goes to `on_deadline` (the serving process's, which knows its runtimes), by default
     straight to the run's supervisor (`tell_sandbox`)."""
-    req = process_one(store, settings, owner, run_id=run_id)
+    def tell(run: str, deadline: datetime) -> None:
+        if on_deadline is None:
+            tell_sandbox(settings, store, run, deadline)
+        else:
+            on_deadline(run, deadline)
+
+    pause = PauseRecord()
+    req = process_one(store, settings, owner, run_id=run_id,
+                      hold=lambda r: frozen_for_grading(settings, store, r, tell, pause))
     if req is None:
         return None
     with store.session() as s:  # the claimed copy predates its evaluation
         req = s.get(GradeRequest, req.id) or req
     prune_copies(store, req.run_id)
-    moved = record_grading(store, req)
+    moved = record_grading(store, req, pause.frozen_s)
     if moved is not None:
         try:
-            if on_deadline is None:
-                tell_sandbox(settings, store, req.run_id, moved)
-            else:
-                on_deadline(req.run_id, moved)
+            tell(req.run_id, moved)
         except Exception:  # the clock has moved in the store: the next tool call tells it
             log.exception("the moved deadline of run %s did not reach its sandbox", req.run_id)
     return req

@@ -24,6 +24,7 @@ from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
 from a2rl.tools.sandbox import volume
+from a2rl.tools.sandbox.cgroup import RunCgroup
 
 from ..auth import new_token
 from .clock import start_row
@@ -136,7 +137,15 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
         if run.ended_at is not None:
             return run
     rt = build_runtime(settings, store, run)
+    # jobs a grader froze for a paused clock (one grading now, or one that died mid-freeze)
+    # would not die until thawed: the supervisor's shutdown would wait for them in vain
+    cgroup = RunCgroup(run_id)
+    cgroup.freeze_jobs(False)
     stop_all(rt)
+    # a supervisor that ended itself at the deadline is not stopped again (no sandbox is
+    # left to stop), and its empty cgroup stayed behind
+    if cgroup.exists and cgroup.kill_all():
+        cgroup.remove()
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)

@@ -156,12 +156,51 @@ class RunCgroup:
             if freezer is not None:
                 with contextlib.suppress(OSError):
                     (freezer / "freezer.state").write_text("THAWED")
+                # jobs a grader froze and never thawed (it died mid-evaluation) stay frozen
+                # under a thawed parent on v1, and a frozen process never dies of SIGKILL
+                with contextlib.suppress(OSError):
+                    (freezer / JOBS / "freezer.state").write_text("THAWED")
             time.sleep(0.02)
             if not self.pids():
                 return True
             if time.monotonic() > end:
                 log.warning("run %s: processes left in its cgroup: %s", self.run_id, self.pids())
                 return False
+
+    def freeze_jobs(self, frozen: bool) -> bool:
+        """Freeze (or thaw) the jobs' group: its processes stop where they are and take no CPU
+        until thawed; the supervisor, in `sup/`, keeps answering. True when the kernel holds
+        the group in the asked state (v1 `freezer.state`, v2 `cgroup.freeze` and its
+        `frozen` event); False where this run has no freezer (then nothing changed)."""
+        if self.v2:
+            group = self.paths.get("")
+            knob, want = (group / JOBS / "cgroup.freeze" if group else None), "1" if frozen else "0"
+        else:
+            group = self.paths.get("freezer")
+            knob = group / JOBS / "freezer.state" if group else None
+            want = "FROZEN" if frozen else "THAWED"
+        if knob is None or not knob.exists():
+            return False
+        try:
+            knob.write_text(want)
+        except OSError as exc:
+            log.warning("run %s: jobs not %s: %s", self.run_id, want.lower(), exc)
+            return False
+        end = time.monotonic() + 5.0  # v1 goes FREEZING first, v2 reports `frozen 1` later
+        while time.monotonic() < end:
+            if self._jobs_frozen() == frozen:
+                return True
+            time.sleep(0.01)
+        log.warning("run %s: jobs' group did not reach %s", self.run_id, want)
+        return False
+
+    def _jobs_frozen(self) -> bool | None:
+        with contextlib.suppress(OSError):
+            if self.v2:
+                events = (self.paths[""] / JOBS / "cgroup.events").read_text()
+                return "frozen 1" in events.splitlines()
+            return (self.paths["freezer"] / JOBS / "freezer.state").read_text().strip() == "FROZEN"
+        return None
 
     def remove(self) -> None:
         for path in self.paths.values():
