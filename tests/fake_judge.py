@@ -35,6 +35,13 @@ def unfence(text: str) -> str:
     return m.group(2) if m else text
 
 
+def unfence_all(text: str) -> str:
+    """`text` with every fenced output replaced by its content: a prompt as the harness, which
+    fences nothing, would have written it."""
+    return re.sub(r"<model-output-([0-9a-f]{16})>(.*?)</model-output-\1>",
+                  lambda m: m.group(2), text, flags=re.DOTALL)
+
+
 def shown_outputs(body: dict[str, Any]) -> dict[str, str]:
     """{"m": first output, "M": second output} from a judge request body."""
     user = next(m["content"] for m in body["messages"] if m["role"] == "user")

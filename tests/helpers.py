@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sqlmodel import select
@@ -35,3 +37,18 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
+
+
+def workspace_text(workspace: str | Path, rel: str) -> str:
+    """A file of a run's workspace, also once the run is finished: then (as root) its volume is
+    detached and the file is read from the run's `workspace.img` with e2fsprogs' debugfs,
+    without mounting it."""
+    path = Path(workspace) / rel
+    if path.exists():
+        return path.read_text()
+    image = Path(workspace).parent / "workspace.img"
+    if not image.is_file():
+        raise FileNotFoundError(path)
+    out = subprocess.run(["debugfs", "-R", f"cat /{rel}", str(image)], capture_output=True,
+                         text=True, timeout=60, check=True)
+    return out.stdout

@@ -19,6 +19,7 @@ from a2rl.tasks import get_task, secret_seed
 from a2rl.tasks.textquest import game
 
 from .conftest import require_bwrap
+from .helpers import workspace_text
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
@@ -146,8 +147,8 @@ def test_reference_agent_learns_online(tmp_path: Path) -> None:
         assert {"actions", "observations", "rewards", "success", "error"} <= set(episode)
         assert ev.metrics["rollout"]["max_steps"] == 4
     # the online GRPO of the reference agent: its mean reward per iteration rises
-    log = Path(run.workspace) / "logs" / "grpo_env.jsonl"
-    rewards = [json.loads(line)["mean_reward"] for line in log.read_text().splitlines()]
+    log = workspace_text(run.workspace, "logs/grpo_env.jsonl")
+    rewards = [json.loads(line)["mean_reward"] for line in log.splitlines()]
     assert len(rewards) == 50
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
     assert last > first + 0.1, rewards

@@ -38,7 +38,7 @@ from a2rl.tasks.envapi.a2rl_env import Episode
 from a2rl.tasks.webshop import paper as ws_paper
 from a2rl.tasks.webshop.task import WebShopTask, expert_actions
 
-from .fake_judge import FakeJudge
+from .fake_judge import FakeJudge, unfence_all
 from .harness_wheels import require_wheel
 from .rdagent_fixture import build_wheel
 
@@ -274,7 +274,8 @@ def test_deepsearchqa_paper_judges_every_answer(dsqa: Settings, fixture_wheel: P
                for i, a in enumerate(["anything", "", items[2]["answer"]])]
         scored = task.score_episodes(items, eps)
         assert len(fake.requests) == 3  # the empty answer is judged too; nothing re-asked
-        assert "Predicted: \n" in fake.requests[1]["messages"][1]["content"]
+        # the fence is the one difference from the harness's prompt (docs/paper-fidelity.md)
+        assert "Predicted: \n" in unfence_all(fake.requests[1]["messages"][1]["content"])
     # "Correct." -> correct; an empty reply -> the string match ("" is in every gold);
     # "incorrect" -> incorrect although the string match would say yes
     assert [r.correct for r in scored.items] == [True, True, False]
@@ -517,4 +518,6 @@ def test_deepsearchqa_judge_equals_the_harness(dsqa: Settings, real_wheel: Path,
                     rewards=[0.0], done=True)])
                 sent = fake.requests[0]["messages"]
             assert scored.items[0].correct == expected, (text, predicted)
-            assert [(m["content"]) for m in sent] == list(asked[0]), (text, predicted)
+            # the harness's words exactly, the model's answer fenced (docs/paper-fidelity.md)
+            assert [unfence_all(m["content"]) for m in sent] == list(asked[0]), (text, predicted)
+            assert sum("<model-output-" in m["content"] for m in sent) == 1

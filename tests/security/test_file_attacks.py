@@ -133,11 +133,13 @@ async def test_deep_folder_tower_does_not_break_the_run(agent: Agent) -> None:
     assert "d/d/d/d/d/" in {e["path"] for e in listing["entries"]}
     await agent.ok("edit_file", path="code/after.py", new_text="y = 1\n")
     ws = Path(agent.run.workspace)
-    run = finish_run(agent.settings, agent.store, agent.run.id)  # the tower still stands
+    assert (ws / "d" / "d").is_dir()
+    # The closing scan walks the tower; then (as root) the workspace volume is detached, its
+    # files kept in workspace.img, so the tower is no longer looked at through `ws`.
+    run = finish_run(agent.settings, agent.store, agent.run.id)
     assert run.status == RunStatus.finished and run.ended_at is not None
     report = build_report(agent.store, agent.run.id)
     assert report.summary.run_id == agent.run.id and report.metrics.revisions >= 1
-    assert (ws / "d" / "d").is_dir()
     # pytest's own clean-up recurses (shutil.rmtree on 3.11): rm walks iteratively. A frozen
     # volume refuses (read-only) and its files go with it when the session unmounts it.
     subprocess.run(["rm", "-rf", str(ws / "d")], capture_output=True, timeout=120)
