@@ -532,6 +532,8 @@ async def test_a_validation_out_of_memory_or_time_is_a_recorded_refusal(
         assert expect in err and len(err.strip().splitlines()) == 1, err
         (sub,) = _subs(agent)
         assert sub.status == "refused" and expect in (sub.error or "")
-        left = subprocess.run(["pgrep", "-f", "a2rl.grading.validate"], capture_output=True,
-                              text=True).stdout.split()
+        # this run's validator only (its --copy lies under the run's id): another test may be
+        # validating beside this one
+        left = subprocess.run(["pgrep", "-f", f"a2rl.grading.validate.*{agent.run.id}"],
+                              capture_output=True, text=True).stdout.split()
         assert not left, left
