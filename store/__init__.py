@@ -6,6 +6,7 @@ See `docs/store.md` for the schema and the first queries an analyst runs.
 from .db import Store, StoreError, StoreMissing, StoreVersionError, display_url
 from .models import (
     SCHEMA_VERSION,
+    Audit,
     BaselineCache,
     Blob,
     BudgetEvent,
@@ -35,7 +36,8 @@ from .status import (
 )
 
 __all__ = [
-    "SCHEMA_VERSION", "AgentStatus", "BaselineCache", "Blob", "BudgetEvent", "BudgetEventKind",
+    "SCHEMA_VERSION", "AgentStatus", "Audit", "BaselineCache", "Blob", "BudgetEvent",
+    "BudgetEventKind",
     "Evaluation", "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState",
     "GradingClock", "Job", "JobState", "Meta", "Revision", "Run", "RunStatus", "Snapshot",
     "SnapshotFile", "Store", "StoreError", "StoreMissing", "StoreVersionError", "Submission",

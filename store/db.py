@@ -60,9 +60,26 @@ def _v4_to_v5(conn: Connection) -> None:
     conn.exec_driver_sql("UPDATE revision SET content_stored = TRUE WHERE content_stored IS NULL")
 
 
+#: Columns schema v6 adds to existing tables: (table, column, SQL type and default). One line
+#: per column, so that work on different columns merges line by line. New tables (`audit`)
+#: need no entry: `create_all` makes them on every store.
+V6_COLUMNS: list[tuple[str, str, str]] = [
+]
+
+
+def _v5_to_v6(conn: Connection) -> None:
+    """Columns added in v6 (`V6_COLUMNS`), each only where missing: `create_all` may already
+    have made a table whole."""
+    for table, column, kind in V6_COLUMNS:
+        have = {c["name"] for c in inspect(conn).get_columns(table)}
+        if column not in have:
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
 # Each entry upgrades the schema from version n to n + 1.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3,
-                                                        3: _v3_to_v4, 4: _v4_to_v5}
+                                                        3: _v3_to_v4, 4: _v4_to_v5,
+                                                        5: _v5_to_v6}
 
 #: pg_advisory_xact_lock key serializing schema creation and migration across processes.
 SCHEMA_LOCK_KEY = 0x61327266  # "a2rf"

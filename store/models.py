@@ -23,7 +23,7 @@ from .status import (
     SubmissionStatus,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 def utcnow() -> datetime:
@@ -237,6 +237,21 @@ class BaselineCache(SQLModel, table=True):
     evaluation_id: int
 
 
+class Audit(SQLModel, table=True):
+    """A run's cheating audit (`a2rl.audit`): the flags it raised, as the audit version that
+    computed them saw the record. One row per run, replaced when the audit is recomputed.
+    `flags` holds `a2rl.audit.Flag` dumps; `high` counts the high-severity ones so a query can
+    leave flagged runs out without reading the JSON. (schema v6: a new table, made by
+    `create_all` on every store, old ones included.)"""
+
+    run_id: str = Field(primary_key=True, foreign_key="run.id")
+    audit_version: int
+    computed_at: datetime = Field(default_factory=utcnow)
+    high: int = Field(default=0, index=True)
+    flags: list[dict[str, Any]] = _json(list)
+    checks: dict[str, Any] = _json(dict)  # check name -> what it looked at (counts, n, ...)
+
+
 class BudgetEvent(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
@@ -262,5 +277,5 @@ def _defer_foreign_keys() -> None:
 
 _OURS = {m.__tablename__ for m in (Meta, Run, ToolCall, Blob, Revision, Snapshot, SnapshotFile,
                                    Job, Submission, Evaluation, GradeRequest, BaselineCache,
-                                   BudgetEvent)}
+                                   BudgetEvent, Audit)}
 _defer_foreign_keys()

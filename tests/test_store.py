@@ -232,7 +232,7 @@ def test_v3_store_is_migrated(db_url: str) -> None:
         run = s.get(Run, "r-v3")
         assert run is not None and run.profile == "a2rl" and run.protocol == "paper"
         assert run.fleet_id == "f0"
-        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "5"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
     _run(store, "r-paper")
     with store.session() as s:
         s.get(Run, "r-paper").profile = "paper"
@@ -259,7 +259,7 @@ def test_v4_store_is_migrated(db_url: str) -> None:
         (rev,) = s.exec(select(Revision).where(Revision.run_id == "r-v4")).all()
         assert rev.path == "code/a.py" and rev.blob_sha == "abc"
         assert rev.content_stored is True and rev.size is None
-        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "5"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
         s.add(Revision(run_id="r-v4", path="code/b.py", blob_sha="def", size=9,
                        content_stored=False))
     with store.session() as s:
@@ -315,3 +315,29 @@ def test_revision_cap_counts_what_the_run_stored_across_processes(store: Store,
         (ws / "code" / "c.bin").read_bytes()).hexdigest()
     with pytest.raises(KeyError):
         store.get_blob(c.blob_sha)
+
+
+def test_v5_store_gains_the_audit_table(db_url: str) -> None:
+    """A store written before audits (v5, no `audit` table) opens as v6 with the table made,
+    and keeps its runs."""
+    from a2rl.audit import AuditReport, Flag, Severity, flagged_run_ids, load_audit, save_audit
+    from a2rl.store import utcnow
+
+    Store(db_url).close()
+    old = Store(db_url)
+    _run(old, "r-v5")
+    with old.engine.begin() as conn:
+        conn.execute(text("DROP TABLE audit"))
+        conn.execute(text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
+    old.close()
+    store = Store(db_url)
+    with store.session() as s:
+        assert s.get(Run, "r-v5") is not None
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
+    assert load_audit(store, "r-v5") is None
+    save_audit(store, AuditReport(run_id="r-v5", audit_version=1, computed_at=utcnow(), flags=[
+        Flag(kind="contamination", severity=Severity.high, finding="copied 3 test answers")]))
+    got = load_audit(store, "r-v5")
+    assert got is not None and got.flagged and got.flags[0].kind == "contamination"
+    assert flagged_run_ids(store) == {"r-v5"}
+    store.close()
