@@ -26,6 +26,7 @@ from .models import (
 from .status import (
     AgentStatus,
     BudgetEventKind,
+    EndKind,
     EvaluationKind,
     EvaluationStatus,
     GradeState,
@@ -37,7 +38,7 @@ from .status import (
 
 __all__ = [
     "SCHEMA_VERSION", "AgentStatus", "Audit", "BaselineCache", "Blob", "BudgetEvent",
-    "BudgetEventKind",
+    "BudgetEventKind", "EndKind",
     "Evaluation", "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState",
     "GradingClock", "Job", "JobState", "Meta", "Revision", "Run", "RunStatus", "Snapshot",
     "SnapshotFile", "Store", "StoreError", "StoreMissing", "StoreVersionError", "Submission",

@@ -90,6 +90,9 @@ class Run(SQLModel, table=True):
     # schema v4: the evaluation profile (a2rl.tasks.profiles): a2rl (ours) or paper (the
     # reference harness's evaluation); independent of `protocol`
     profile: str = "a2rl"
+    # schema v6: why the run ended, an EndKind, set when it closes (null on rows closed
+    # before v6 and on runs still going: `a2rl.store.outcome.end_kind` derives it)
+    end_kind: str | None = None
 
     @property
     def task_options(self) -> dict[str, Any]:

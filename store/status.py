@@ -64,6 +64,30 @@ class AgentStatus(StrEnum):
     interrupted = "interrupted"  # the orchestrator was interrupted (Ctrl-C, a fleet stopping)
 
 
+class EndKind(StrEnum):
+    """Why a run ended, in the five kinds a comparison tells apart (`run.end_kind`; for a run
+    closed before the column existed, derived from its row: `a2rl.store.outcome.end_kind`).
+    `end_reason` keeps the free text ("agent crashed (exit 1)", "interrupted (SIGTERM)")."""
+
+    agent_finished = "agent_finished"  # the agent stopped by itself (or its operator closed it)
+    budget_exhausted = "budget_exhausted"  # the deadline came first
+    interrupted = "interrupted"  # stopped from outside: Ctrl-C, a signal, a fleet stopping
+    agent_crashed = "agent_crashed"  # the agent's process failed
+    infrastructure = "infrastructure"  # a2rl's side failed: a lost node, an abandoned fleet run
+
+
+#: The end kinds whose runs are results (compared and summarized by default): the agent had
+#: its chance, to its own end or the budget's. An interrupted, crashed or infrastructure-failed
+#: run says nothing about what the agent can do.
+RESULT_KINDS = frozenset({EndKind.agent_finished, EndKind.budget_exhausted})
+
+#: How each kind reads in a sentence ("not counted: 3 interrupted, 1 agent crashed").
+END_KIND_WORDS = {EndKind.agent_finished: "agent finished",
+                  EndKind.budget_exhausted: "budget exhausted",
+                  EndKind.interrupted: "interrupted", EndKind.agent_crashed: "agent crashed",
+                  EndKind.infrastructure: "infrastructure failure"}
+
+
 class JobState(StrEnum):
     running = "running"
     exited = "exited"  # ended by itself; exit_code says how

@@ -27,6 +27,7 @@ from sqlmodel import select
 from a2rl.store import (
     BudgetEvent,
     BudgetEventKind,
+    EndKind,
     GradingClock,
     Run,
     RunStatus,
@@ -34,6 +35,7 @@ from a2rl.store import (
     aware,
     utcnow,
 )
+from a2rl.store.outcome import derive_end_kind
 from a2rl.tools.seam import ClockReading, GradingCredits
 
 #: A deadline far away, for a sandbox whose run's clock has not started (2100-01-01).
@@ -178,9 +180,11 @@ class RunClock:
             run.status = status
             s.add(run)
 
-    def close(self, reason: str, status: RunStatus = RunStatus.finished) -> Run:
+    def close(self, reason: str, status: RunStatus = RunStatus.finished,
+              end_kind: EndKind | None = None) -> Run:
         """Stop the clock for good: the run has ended, for `reason`, `finished` (finalized)
-        or `failed` (it could not finalize: its fleet node was lost). A run that has already
+        or `failed` (it could not finalize: its fleet node was lost). `end_kind` is stored as
+        given, or derived from the closed row (`a2rl.store.outcome`). A run that has already
         ended keeps its end: a node that finalized its run just as the fleet gave up on it
         wins (the row is locked for the check)."""
         with self.store.session() as s:
@@ -190,6 +194,7 @@ class RunClock:
             if run.ended_at is not None:
                 return run
             run.ended_at, run.status, run.end_reason = utcnow(), status, reason
+            run.end_kind = end_kind or derive_end_kind(run)
             s.add(run)
             detail = {"reason": reason} if status == RunStatus.finished else {
                 "reason": reason, "status": str(status)}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings, parse_duration
-from a2rl.store import GradingClock, Run, RunStatus, Store, utcnow
+from a2rl.store import EndKind, GradingClock, Run, RunStatus, Store, utcnow
 from a2rl.store.queries import BASELINE_IDS
 from a2rl.tools.jobs import stop_all
 from a2rl.tools.revisions import RevisionScanner
@@ -128,8 +128,10 @@ def create_run(
     return CreatedRun(run=run, token=token)
 
 
-def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "finished") -> Run:
-    """Stop the run's sandbox and jobs, record what they left, and close the run. Idempotent."""
+def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "finished",
+               end_kind: EndKind | None = None) -> Run:
+    """Stop the run's sandbox and jobs, record what they left, and close the run (its
+    `end_kind` as given, or derived from `reason` and the row). Idempotent."""
     with store.session() as s:
         run = s.get(Run, run_id)
         if run is None:
@@ -149,7 +151,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
-    run = rt.clock.close(reason)
+    run = rt.clock.close(reason, end_kind=end_kind)
     # A finished run holds no kernel resource: its volume's mount and loop device go now (the
     # files stay in workspace.img; show, report, view and export read the store).
     held = volume.detach(rt.dir, Path(run.workspace))
