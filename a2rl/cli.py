@@ -492,11 +492,12 @@ def runs(
         filtered = task or agent or status
         typer.echo("no runs match" if filtered else "no runs yet: try `a2rl demo`")
         return
-    typer.echo(f"{'RUN':14} {'TASK':12} {'AGENT':12} {'STATUS':10} {'CREATED (UTC)':16} "
-               f"{'DURATION':>9} {'CALLS':>6} {'BASELINE':>8} {'FINAL':>6}")
-    for r in rows:
+    typer.echo(f"{'RUN':14} {'TASK':12} {'AGENT':12} {'STATUS':10} {'END':16} "
+               f"{'CREATED (UTC)':16} {'DURATION':>9} {'CALLS':>6} {'BASELINE':>8} {'FINAL':>6}")
+    for r in rows:  # END: the run's EndKind ("agent crashed"); FINAL "-": no final submission
+        end = (r["end_kind"] or "-").replace("_", " ")
         typer.echo(f"{r['id']:14} {r['task_id'][:12]:12} {(r['agent'] or '-')[:12]:12} "
-                   f"{r['status']:10} {_when(r['created_at']):16} "
+                   f"{r['status']:10} {end:16} {_when(r['created_at']):16} "
                    f"{_duration(r['started_at'], r['ended_at']):>9} {r['tool_calls']:>6} "
                    f"{_score(r['baseline_test']):>8} {_score(r['final_score']):>6}")
     total = count_runs(store) if store is not None and limit and len(rows) == limit else 0
@@ -519,14 +520,18 @@ def show(run_id: Annotated[str, typer.Argument(help="a run id")],
     details = run_details(store, run_id)
     from a2rl.analysis import build_report
     from a2rl.analysis.fmt import improvement
+    from a2rl.audit import load_audit
 
     summary = build_report(store, run_id).summary  # the paired improvement interval
+    audit = load_audit(store, run_id)
+    marks = {"audit": None if audit is None else {
+        "flagged": audit.flagged, "high": audit.high, "flags": len(audit.flags)}}
     if as_json:
         _print_json({**doc, **details, "improvement": summary.improvement.model_dump()
                      if summary.improvement else None,
-                     "improvement_note": summary.improvement_note})
+                     "improvement_note": summary.improvement_note, **marks})
         return
-    _print_show(doc, details, improvement(summary))
+    _print_show({**doc, **marks}, details, improvement(summary))
 
 
 def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
@@ -537,6 +542,13 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
 
     typer.echo(f"run {doc['id']}  {doc['status']}"
                + (f" ({doc['end_reason']})" if doc.get("end_reason") else ""))
+    if doc.get("end_kind"):  # how it ended, and whether compare and fleet summaries count it
+        line("end", doc["end_kind"].replace("_", " ")
+             + ("" if doc["result"] else "; not counted as a result by compare"))
+    audit = doc.get("audit")
+    line("audit", "not audited" if audit is None else
+         f"FLAGGED: {audit['high']} high-severity flags (a2rl audit {doc['id']})"
+         if audit["flagged"] else f"no high-severity flag ({audit['flags']} flags)")
     line("task", doc["task_id"])
     agent = " ".join(str(x) for x in (doc["agent"], doc["agent_version"], doc["driver_model"])
                      if x) or "-"
@@ -570,7 +582,8 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     typer.echo("scores")
     line("baseline", f"dev {_score(doc['baseline_dev'])}  test {_score(doc['baseline_test'])}")
     line("final (test)", _score(doc["final_score"])
-         + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else ""))
+         + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else
+            f" ({doc['final_note']})" if doc.get("final_note") else ""))
     line("improvement", improvement)
     jobs, subs = details["job_list"], details["submission_list"]
     if jobs:
@@ -768,6 +781,9 @@ def view(
 
 @app.command()
 def compare(
+    run_ids: Annotated[list[str] | None, typer.Argument(
+        metavar="[RUN]...", help="compare these runs (with the filters: those that match)",
+        show_default=False)] = None,
     task: Annotated[str | None, typer.Option(help="only runs of this task")] = None,
     agent: Annotated[str | None, typer.Option(help="only runs of this agent")] = None,
     fleet: Annotated[str | None, typer.Option(help="only the finished runs of this fleet")
@@ -775,20 +791,34 @@ def compare(
     profile: Annotated[choices(*PROFILES) | None, typer.Option(
         help="only runs evaluated under this profile (a2rl or paper); either way the profiles "
              "are grouped and ranked apart")] = None,
+    include_unfinished: Annotated[bool, typer.Option(
+        help="count every run in the means, not only results (runs ended by the agent or "
+             "the budget)")] = False,
+    exclude_flagged: Annotated[bool, typer.Option(
+        help="leave the runs the audit flagged out of the means")] = False,
     as_json: JsonFlag = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="the per-run rows as CSV")] = False,
 ) -> None:
     """Compare runs: one row per run, means and spread over repeats, a leaderboard per task
-    and evaluation profile."""
+    and evaluation profile. The means count results only (runs ended by the agent or the
+    budget); the others are listed apart, with why."""
     from a2rl.analysis import compare as compare_runs
     from a2rl.analysis import render_csv, render_json, render_text
     from a2rl.analysis.compare import Comparison
 
     settings = _settings()
     store = _read_store(settings)
-    result = compare_runs(store, task=task, agent=agent, fleet=fleet,
-                          profile=profile) if store is not None \
-        else Comparison(rows=[], groups=[], leaderboard={})
+    if store is None and run_ids:
+        _no_run(run_ids[0])
+    try:
+        result = compare_runs(store, task=task, agent=agent, fleet=fleet, profile=profile,
+                              run_ids=run_ids, include_unfinished=include_unfinished,
+                              exclude_flagged=exclude_flagged) if store is not None \
+            else Comparison(rows=[], groups=[], leaderboard={})
+    except KeyError as exc:
+        _fail(str(exc.args[0]))
+    if not result.rows and (run_ids or task or agent or fleet or profile):
+        _fail("no runs match the filters given (see a2rl runs)")
     if as_json:
         sys.stdout.write(render_json(result))
     elif as_csv:

@@ -1,7 +1,14 @@
-"""`compare(store, task, agent, profile)`: one row per run, grouped means with spread across
-repeats of (task, profile, agent, driver), and a leaderboard per task and profile: scores of
-the `a2rl` and `paper` evaluation profiles are not comparable, so they are never averaged or
-ranked together. CSV and JSON renderers."""
+"""`compare(store, task, agent, profile, run_ids)`: one row per run, grouped means with spread
+across repeats of (task, profile, agent, driver), and a leaderboard per task and profile:
+scores of the `a2rl` and `paper` evaluation profiles are not comparable, so they are never
+averaged or ranked together. CSV and JSON renderers.
+
+Only results count in the means and the leaderboard (`a2rl.store.outcome.is_result`: ended by
+the agent or the budget, finalized, with a baseline); the other runs are listed apart and
+counted per group by why ("not counted: 3 interrupted, 1 agent crashed"), since an interrupted
+or crashed run says nothing about what the agent can do. `include_unfinished` counts every
+run; `exclude_flagged` leaves out the runs whose audit has a high flag standing (marked
+either way)."""
 
 from __future__ import annotations
 
@@ -9,12 +16,14 @@ import csv
 import io
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
-from a2rl.store import Run, RunStatus, Store
+from a2rl.audit import flagged_run_ids
+from a2rl.store import Run, Store
+from a2rl.store.outcome import not_result_reason
 
 from .report import build_report
 
@@ -40,6 +49,15 @@ class RunRow(BaseModel):
     budget_used_s: float | None
     #: the evaluation profile (last: the CSV's earlier columns keep their places)
     profile: str = "a2rl"
+    #: why the run ended (an EndKind), whether it is a result, and whether this comparison's
+    #: aggregates count it (with the reason when not); after profile, for the CSV's sake
+    end_kind: str | None = None
+    result: bool = False
+    counted: bool = False
+    not_counted: str | None = None
+    #: the audit has a high-severity flag standing on the run (`a2rl audit RUN`)
+    flagged: bool = False
+    final_note: str | None = None
 
 
 class Group(BaseModel):
@@ -53,6 +71,11 @@ class Group(BaseModel):
     improvement_mean: float | None
     improvement_std: float | None
     routes: dict[str, int]
+    #: runs of the group left out of the aggregates, by why (`runs` counts the others)
+    not_counted: dict[str, int] = Field(default_factory=dict)
+    #: counted runs the audit flagged, and counted runs without a final score (no submission)
+    flagged: int = 0
+    without_final: int = 0
 
 
 class Comparison(BaseModel):
@@ -60,6 +83,9 @@ class Comparison(BaseModel):
     groups: list[Group]
     #: keyed by task, or `task (profile)` for a profile other than a2rl (`board_key`)
     leaderboard: dict[str, list[Group]]
+    #: which runs the aggregates count: results only (the default), or every run
+    include_unfinished: bool = False
+    exclude_flagged: bool = False
 
 
 def run_row(store: Store, run_id: str) -> RunRow:
@@ -81,7 +107,8 @@ def run_row(store: Store, run_id: str) -> RunRow:
                   improvement_note=s.improvement_note,
                   best_route=route_of.get(best) if best else None,
                   submissions=s.submissions_total, valid_submissions=s.submissions_valid,
-                  budget_s=s.budget_s, budget_used_s=s.budget_used_s)
+                  budget_s=s.budget_s, budget_used_s=s.budget_used_s, end_kind=s.end_kind,
+                  result=bool(s.result), final_note=s.final_note)
 
 
 def _mean_std(xs: list[float | None]) -> tuple[float | None, float | None]:
@@ -93,12 +120,16 @@ def _mean_std(xs: list[float | None]) -> tuple[float | None, float | None]:
 
 
 def group_rows(rows: list[RunRow]) -> list[Group]:
+    """Groups of every row's (task, profile, agent, driver); the means over its counted rows,
+    the others tallied by why."""
     by: dict[tuple[str, str, str | None, str | None], list[RunRow]] = defaultdict(list)
     for r in rows:
         by[(r.task, r.profile, r.agent, r.driver)].append(r)
     out = []
-    for (task, profile, agent, driver), rs in sorted(by.items(), key=lambda kv: tuple(
+    for (task, profile, agent, driver), every in sorted(by.items(), key=lambda kv: tuple(
             str(x) for x in kv[0])):
+        rs = [r for r in every if r.counted]
+        left = Counter(r.not_counted or "not counted" for r in every if not r.counted)
         fm, fs = _mean_std([r.final for r in rs])
         im, is_ = _mean_std([r.improvement for r in rs])
         routes: dict[str, int] = defaultdict(int)
@@ -107,7 +138,9 @@ def group_rows(rows: list[RunRow]) -> list[Group]:
         out.append(Group(task=task, profile=profile, agent=agent, driver=driver, runs=len(rs),
                          final_mean=fm,
                          final_std=fs, improvement_mean=im, improvement_std=is_,
-                         routes=dict(routes)))
+                         routes=dict(routes), not_counted=dict(left.most_common()),
+                         flagged=sum(r.flagged for r in rs),
+                         without_final=sum(r.final is None for r in rs)))
     return out
 
 
@@ -117,27 +150,36 @@ def board_key(task: str, profile: str) -> str:
 
 
 def leaderboard(groups: list[Group]) -> dict[str, list[Group]]:
-    """One ranking per task and profile."""
+    """One ranking per task and profile, of the groups with a counted run."""
     out: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
-        out[board_key(g.task, g.profile)].append(g)
+        if g.runs:
+            out[board_key(g.task, g.profile)].append(g)
     return {t: sorted(gs, key=lambda g: -(g.improvement_mean if g.improvement_mean is not None
                                           else float("-inf")))
             for t, gs in sorted(out.items())}
 
 
 def compare(store: Store, task: str | None = None, agent: str | None = None,
-            fleet: str | None = None, profile: str | None = None) -> Comparison:
+            fleet: str | None = None, profile: str | None = None,
+            run_ids: list[str] | None = None, include_unfinished: bool = False,
+            exclude_flagged: bool = False) -> Comparison:
     """Every run matching the filters that started (its clock ran: a run made and never
-    used has nothing to compare), compared.
+    used has nothing to compare), or the runs named by `run_ids` (with the filters, those of
+    them that match), compared; raises KeyError naming the ids the store does not have.
 
-    With `fleet`, only that fleet's finished runs: a run lost with its node is marked failed
-    and replaced when the fleet resumes, so it must not count as a repeat.
+    Every matching run is a row; the aggregates count the results only (see the module's
+    doc): a fleet's run lost with its node is marked failed and replaced when the fleet
+    resumes, so it shows apart as an infrastructure failure, never as a repeat.
     """
     with store.session() as s:
-        q = select(Run).where(col(Run.started_at).is_not(None)).order_by(col(Run.created_at))
+        q = select(Run).order_by(col(Run.created_at))
+        if run_ids:
+            q = q.where(col(Run.id).in_(run_ids))
+        else:
+            q = q.where(col(Run.started_at).is_not(None))
         if fleet:
-            q = q.where(Run.fleet_id == fleet, Run.status == RunStatus.finished)
+            q = q.where(Run.fleet_id == fleet)
         if task:
             q = q.where(Run.task_id == task)
         if agent:
@@ -145,13 +187,36 @@ def compare(store: Store, task: str | None = None, agent: str | None = None,
         if profile:
             q = q.where(Run.profile == profile)
         runs = list(s.exec(q).all())
+        if run_ids:
+            have = set(s.exec(select(Run.id).where(col(Run.id).in_(run_ids))).all())
+            if missing := [r for r in dict.fromkeys(run_ids) if r not in have]:
+                raise KeyError(f"no run {', '.join(map(repr, missing))} in the store "
+                               "(see a2rl runs)")
+    flagged = flagged_run_ids(store, [r.id for r in runs]) if runs else set()
     rows = []
     for run in runs:
         row = run_row(store, run.id)
         row.seed = run.seed
+        row.flagged = run.id in flagged
+        if not (row.result or include_unfinished):
+            row.not_counted = not_result_reason(run)
+        elif row.flagged and exclude_flagged:
+            row.not_counted = "flagged by the audit"
+        row.counted = row.not_counted is None
         rows.append(row)
     groups = group_rows(rows)
-    return Comparison(rows=rows, groups=groups, leaderboard=leaderboard(groups))
+    return Comparison(rows=rows, groups=groups, leaderboard=leaderboard(groups),
+                      include_unfinished=include_unfinished, exclude_flagged=exclude_flagged)
+
+
+def counted_note(c: Comparison) -> str:
+    """The sentence that says what the aggregates count."""
+    which = ("every run (--include-unfinished)" if c.include_unfinished else
+             "results only: runs ended by the agent or the budget, finalized, with a baseline "
+             "(--include-unfinished counts every run)")
+    flagged = "; runs the audit flagged are left out (--exclude-flagged)" \
+        if c.exclude_flagged else ""
+    return f"counted: {which}{flagged}"
 
 
 def render_json(c: Comparison) -> str:
@@ -176,21 +241,43 @@ def render_text(c: Comparison) -> str:
         if r.improvement_low is None or r.improvement_high is None:
             return "–"
         return f"[{r.improvement_low:+.3f},{r.improvement_high:+.3f}]{'~' * bool(r.within_noise)}"
-    out = [f"{'run':14} {'task':10} {'profile':7} {'agent':12} {'driver':16} {'baseline':>8} "
-           f"{'final':>8} {'improve':>8} {'paired 95% CI':17} {'route':14} subs"]
-    for r in c.rows:
-        out.append(f"{r.run_id[:14]:14} {r.task:10} {r.profile:7} {str(r.agent)[:12]:12} "
-                   f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
-                   f"{f(r.improvement, '+'):>8} {ci(r):17} {r.best_route or '–':14} "
-                   f"{r.submissions}")
+    def line(r: RunRow) -> str:
+        run = r.run_id[:13] + ("!" if r.flagged else "")
+        return (f"{run:14} {r.task:10} {r.profile:7} {str(r.agent)[:12]:12} "
+                f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
+                f"{f(r.improvement, '+'):>8} {ci(r):17} {r.best_route or '–':14} "
+                f"{r.submissions}")
+    head = (f"{'run':14} {'task':10} {'profile':7} {'agent':12} {'driver':16} {'baseline':>8} "
+            f"{'final':>8} {'improve':>8} {'paired 95% CI':17} {'route':14} subs")
+    counted = [r for r in c.rows if r.counted]
+    apart = [r for r in c.rows if not r.counted]
+    out = [head] + [line(r) for r in counted]
+    if apart:
+        out += ["", f"not counted ({len(apart)}):"] + [
+            f"{line(r)}  ({r.not_counted})" for r in apart]
+    notes = [counted_note(c)]
     if any(r.within_noise for r in c.rows):
-        out.append("~: the paired 95% interval of the improvement contains 0 (within noise)")
+        notes.append("~: the paired 95% interval of the improvement contains 0 (within noise)")
+    if any(r.flagged for r in c.rows):
+        notes.append("!: the audit flagged the run (a2rl audit RUN)"
+                     + ("" if c.exclude_flagged else "; --exclude-flagged leaves such runs out"))
+    if any(r.counted and r.final is None for r in c.rows):
+        notes.append("final –: no final submission; such a run counts with no improvement")
+    out += ["", *notes]
     for task, groups in c.leaderboard.items():
         out += ["", f"leaderboard {task}: mean improvement ± std over repeats"]
         for i, g in enumerate(groups, 1):
+            extra = "".join(f"; {n} {what}" for n, what in (
+                (g.without_final, "without a final score"), (g.flagged, "flagged")) if n)
             out.append(f"{i:2}. {str(g.agent):12} {g.driver or '–':16} n={g.runs:<3} "
                        f"{f(g.improvement_mean, '+')}"
                        f"{'' if g.improvement_std is None else ' ± ' + f(g.improvement_std)}"
                        "  final "
-                       f"{f(g.final_mean)}  routes {json.dumps(g.routes)}")
+                       f"{f(g.final_mean)}  routes {json.dumps(g.routes)}{extra}")
+    left = [g for g in c.groups if g.not_counted]
+    if left:
+        out += ["", "runs not counted, per group:"]
+        out += [f"    {board_key(g.task, g.profile)} {str(g.agent)} {g.driver or '–'}: "
+                "not counted: " + ", ".join(f"{n} {why}" for why, n in g.not_counted.items())
+                for g in left]
     return "\n".join(out) + "\n"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from a2rl.store.outcome import end_kind_words
+
 from .schema import Evidence, Interval, Narrative, ProcessMetrics, Report, Summary
 
 ROUTE_LABELS = {"sft": "SFT", "grpo": "GRPO", "ppo": "PPO", "dpo": "DPO",
@@ -49,7 +51,7 @@ def improvement(s: Summary) -> str:
     if s.improvement is not None:
         return interval(s.improvement)
     if s.final_test is None or s.baseline_test is None:
-        return "–"
+        return f"– ({s.final_note})" if s.final_note and s.final_note != "not finalized" else "–"
     return f"{s.final_test - s.baseline_test:+.3f} ({s.improvement_note or 'no interval'})"
 
 
@@ -82,6 +84,17 @@ def narrative_note(n: Narrative) -> str:
             "sections that follow.")
 
 
+def status_text(s: Summary) -> str:
+    """"finished: agent crashed (agent crashed (exit 1)); not counted as a result": the status,
+    the end's kind and reason, and whether comparisons count the run."""
+    kind = end_kind_words(s.end_kind) if s.end_kind else None
+    reason = s.end_reason if s.end_reason and s.end_reason != kind else None
+    end = ": ".join(x for x in (kind, reason) if x)
+    counted = "" if s.result is None or s.end_kind is None else (
+        "" if s.result else "; not counted as a result")
+    return f"{s.status} ({end or '–'}){counted}"
+
+
 def summary_rows(r: Report) -> list[tuple[str, str]]:
     """(label, plain text) rows of the summary table; `improvement` is the interval."""
     s = r.summary
@@ -89,11 +102,11 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("task", s.task), ("agent", f"{s.agent or '–'} {s.agent_version or ''}".strip()),
         ("driver model", s.driver_model or "–"), ("base model", s.base_model or "–"),
         ("protocol", s.protocol), ("profile", s.profile),
-        ("status", f"{s.status} ({s.end_reason or '–'})"),
+        ("status", status_text(s)),
         ("budget used", f"{dur(s.budget_used_s)} of {dur(s.budget_s)}"),
         ("baseline (dev / test)", f"{num(s.baseline_dev)} / {num(s.baseline_test)}"),
         (f"best {r.trajectory.split}", f"{num(s.best_dev)} ({s.best_submission_id or '–'})"),
-        ("final test", f"{num(s.final_test)} ({s.final_submission_id or 'baseline'})"),
+        ("final test", f"{num(s.final_test)} ({s.final_submission_id or s.final_note or '–'})"),
         ("improvement", improvement(s)),
         ("improvement interval", improvement_method(s.improvement)),
         ("submissions", f"{s.submissions_total}: {s.submissions_valid} valid, "

@@ -33,6 +33,7 @@ def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
         ["jinja", "html"], default_for_string=True, default=True), trim_blocks=True,
         lstrip_blocks=True)
+    env.filters["endkind"] = fmt.end_kind_words  # "agent crashed", for an EndKind
     env.filters.update(dur=fmt.dur, num=fmt.num, pct=fmt.pct, interval=fmt.interval,
                        evidence=fmt.evidence, pretty=_pretty, short=_short,
                        diff_html=_diff_html, pretty_text=_pretty_text,

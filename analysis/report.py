@@ -9,6 +9,7 @@ import difflib
 from datetime import UTC, datetime
 
 from a2rl.store import EvaluationKind, EvaluationStatus, Store, SubmissionStatus
+from a2rl.store.outcome import end_kind, is_result, shown_final
 
 from .data import RunData, load_run
 from .failures import find_failures
@@ -107,16 +108,19 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
                      and e.split == "test" and e.status == EvaluationStatus.done), None) \
         if run.final_submission_id else None
     improvement, note = None, None
-    if run.final_score is not None and run.baseline_test is not None:
+    # No final submission: no final score and no improvement (PostTrainBench's rule; the
+    # store's final_score holds the baseline's then, `store.outcome.shown_final`).
+    final_test, final_note = shown_final(run, len(d.submissions))
+    if final_note is not None and run.ended_at is not None:
+        note = f"no improvement: {final_note}"
+    if final_test is not None and run.baseline_test is not None:
         base_ev = d.baseline_test_eval
-        # No final submission: the final score is the baseline's, from the same evaluation.
-        paired = final_ev or (base_ev if run.final_submission_id is None else None)
-        if base_ev is None or paired is None:
+        if base_ev is None or final_ev is None:
             note = (f"no interval: the {'baseline' if base_ev is None else 'final'} test "
                     "evaluation is not in the store")
         else:
             improvement, note = paired_improvement(
-                Scored(run.final_score, paired.items, paired.metrics, paired.provenance),
+                Scored(final_test, final_ev.items, final_ev.metrics, final_ev.provenance),
                 Scored(run.baseline_test, base_ev.items, base_ev.metrics, base_ev.provenance))
     end = run.ended_at or (d.calls[-1].started_at if d.calls else None)
     used = d.t(end) if run.started_at and end else None
@@ -125,13 +129,15 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
         driver_model=run.driver_model, base_model=run.base_model, protocol=run.protocol,
         profile=run.profile or "a2rl",
         status=run.status, end_reason=run.end_reason, budget_s=run.budget_s,
+        end_kind=str(kind) if (kind := end_kind(run)) else None, result=is_result(run),
         budget_used_s=min(used, run.budget_s) if used is not None else None,
         started_at=run.started_at.isoformat() if run.started_at else None,
         ended_at=run.ended_at.isoformat() if run.ended_at else None,
         baseline_dev=run.baseline_dev, baseline_test=run.baseline_test,
         best_dev=best.score if best else None,
         best_submission_id=best.submission_id if best else None,
-        final_test=run.final_score, final_submission_id=run.final_submission_id,
+        final_test=final_test, final_submission_id=run.final_submission_id,
+        final_note=final_note,
         improvement=improvement, improvement_note=note,
         submissions_total=len(d.submissions),
         submissions_valid=sum(s.status == SubmissionStatus.graded for s in d.submissions),

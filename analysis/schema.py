@@ -16,8 +16,9 @@ from pydantic import BaseModel, Field
 
 # 1.1: the optional `narrative`; 1.2: paired improvement interval; 1.3: evidence's `call_id`,
 # `summary.profile`, and what a run's store caps left out (`revisions_without_content`,
-# `job_logs_not_stored`)
-SCHEMA_VERSION = "1.3"
+# `job_logs_not_stored`); 1.4: `summary.end_kind`, `summary.result`, `summary.final_note` (and
+# no final score nor improvement for a run without a final submission)
+SCHEMA_VERSION = "1.4"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -65,6 +66,12 @@ class Summary(BaseModel):
                                              "older documents: a2rl)")
     status: str
     end_reason: str | None
+    end_kind: str | None = Field(None, description="why the run ended: agent_finished, "
+                                 "budget_exhausted, interrupted, agent_crashed or "
+                                 "infrastructure; null while it runs (schema 1.4)")
+    result: bool | None = Field(None, description="whether the run counts as a result in "
+                                "comparisons: it ended by the agent or the budget, was "
+                                "finalized and has a baseline (schema 1.4)")
     budget_s: float
     budget_used_s: float | None
     started_at: str | None
@@ -74,8 +81,13 @@ class Summary(BaseModel):
     best_dev: float | None = Field(description="best graded score on the feedback split "
                                                  "(dev under heldout, test under paper)")
     best_submission_id: str | None
-    final_test: float | None
+    final_test: float | None = Field(description="the final submission's test score; null "
+                                     "without a final submission (from schema 1.4; before, "
+                                     "the baseline's)")
     final_submission_id: str | None
+    final_note: str | None = Field(None, description="why `final_test` is null: no "
+                                   "submission, no graded submission, not finalized "
+                                   "(schema 1.4)")
     improvement: Interval | None = Field(description="final test minus baseline test")
     improvement_note: str | None = Field(
         None, description="why `improvement` is null although both scores exist (schema 1.2)")

@@ -36,7 +36,7 @@ _BY_AGENT = {AgentStatus.finished: EndKind.agent_finished,
 def derive_end_kind(run: Run) -> EndKind | None:
     """The kind of `run`'s end from its row, ignoring a stored `end_kind` (what `RunClock.close`
     stores, and what a row closed before v6 reads as); None while the run has not ended."""
-    if run.ended_at is None:
+    if run.ended_at is None and run.status not in (RunStatus.finished, RunStatus.failed):
         return None
     if run.status == RunStatus.failed:  # closed by a fleet that lost the run's node
         return EndKind.infrastructure
@@ -77,7 +77,7 @@ def not_result_reason(run: Run) -> str:
     """Why `run` is not a result, in a few words ("interrupted", "no baseline")."""
     kind = end_kind(run)
     if kind is None:
-        return "not ended"
+        return "still running"
     if kind not in RESULT_KINDS:
         return END_KIND_WORDS[kind]
     if run.status != RunStatus.finished:

@@ -9,6 +9,7 @@ from sqlmodel import col, select
 
 from .db import Store
 from .models import Evaluation, Job, Revision, Run, Submission, ToolCall
+from .outcome import end_kind, is_result, shown_final
 from .status import EvaluationKind, EvaluationStatus
 
 #: Revisions recorded when a run is made (the task's own files): not the agent's changes.
@@ -37,6 +38,12 @@ def _summaries(s: Any, runs: list[Run]) -> list[dict[str, Any]]:
         doc.update({name: by_run.get(run.id, 0) for name, by_run in counts.items()})
         if not doc["tool_calls"]:  # runs made before "initial" existed: the closing scan
             doc["revisions"] = 0   # recorded the task's files; no agent, no revision
+        # how it ended (derived for rows closed before end_kind existed), whether it counts
+        # as a result, and no final score without a final submission (`store.outcome`)
+        kind = end_kind(run)
+        doc["end_kind"] = str(kind) if kind else None
+        doc["result"] = is_result(run)
+        doc["final_score"], doc["final_note"] = shown_final(run, doc["submissions"])
         out.append(doc)
     return out
 

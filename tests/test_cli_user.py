@@ -446,7 +446,14 @@ def test_compare_skips_unstarted_runs_and_shows_no_spread_for_one(
     text = cli(home, "compare").stdout
     assert "r-cccc" not in text, text
     board = [line for line in text.splitlines() if re.match(r"\s*\d+\. ", line)]
-    assert len(board) == 2 and not any("±" in line for line in board), text
+    assert len(board) == 1 and not any("±" in line for line in board), text
+    # the run still going is no result: listed apart, with why, and out of the leaderboard
+    assert re.search(r"^r-bbbb .*\(still running\)$", text, re.M), text
+    assert "gsm8k llm qwen: not counted: 1 still running" in text
+    assert "leaderboard gsm8k" not in text
+    both = json.loads(cli(home, "compare", "--include-unfinished", "--json").stdout)
+    assert all(r["counted"] for r in both["rows"]) and set(both["leaderboard"]) == {
+        "arith", "gsm8k"}
 
 
 def test_compare_keeps_profiles_apart(listed: tuple[Path, Store]) -> None:
@@ -458,14 +465,14 @@ def test_compare_keeps_profiles_apart(listed: tuple[Path, Store]) -> None:
             s.add(Run(id=f"r-pap{i}", task_id="arith", agent="reference", workspace="/w/p",
                       budget_s=1200, status="finished", created_at=T0, started_at=T0,
                       ended_at=T0 + timedelta(minutes=5), profile="paper",
-                      baseline_test=0.2, final_score=final))
+                      baseline_test=0.2, final_score=final, final_submission_id=f"s-p{i}"))
     doc = json.loads(cli(home, "compare", "--json").stdout)
     groups = {(g["task"], g["profile"], g["agent"]): g for g in doc["groups"]}
     assert groups[("arith", "paper", "reference")]["runs"] == 2
     assert groups[("arith", "paper", "reference")]["final_mean"] == pytest.approx(0.8)
     assert groups[("arith", "a2rl", "reference")]["runs"] == 1
     assert groups[("arith", "a2rl", "reference")]["final_mean"] == pytest.approx(0.5)
-    assert set(doc["leaderboard"]) == {"arith", "arith (paper)", "gsm8k"}
+    assert set(doc["leaderboard"]) == {"arith", "arith (paper)"}  # gsm8k's run still runs
     assert {r["run_id"]: r["profile"] for r in doc["rows"]}["r-pap0"] == "paper"
     only = json.loads(cli(home, "compare", "--profile", "paper", "--json").stdout)
     assert {r["run_id"] for r in only["rows"]} == {"r-pap0", "r-pap1"}

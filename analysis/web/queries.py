@@ -28,6 +28,7 @@ from a2rl.store import (
     ToolCall,
     aware,
 )
+from a2rl.store.outcome import end_kind, is_result, shown_final
 from a2rl.store.queries import match_baseline
 
 from ..improvement import Scored, paired_improvement
@@ -45,11 +46,14 @@ class RunRow(BaseModel):
     agent: str | None
     driver_model: str | None
     status: str
+    end_kind: str | None = None  # an EndKind (store.outcome), None while it runs
+    result: bool = False  # counted as a result by compare and fleet summaries
     profile: str | None
     fleet_id: str | None
     baseline: float | None
     best_dev: float | None
     final_test: float | None
+    final_note: str | None = None  # why final_test is None (no submission...)
     improvement: Interval | None
     submissions: int
     tool_calls: int
@@ -95,17 +99,20 @@ def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
     for r in runs:
         imp = None
         base = match_baseline(r, "test", base_by_id, base_list)
-        if r.final_score is not None and base is not None:
+        final_test, final_note = shown_final(r, subs.get(r.id, 0))
+        if final_test is not None and base is not None:
             # the paired interval of the run page (analysis.report.build_summary)
-            final = finals.get(r.final_submission_id) if r.final_submission_id else base
+            final = finals.get(r.final_submission_id) if r.final_submission_id else None
             if final is not None:
                 imp = paired_improvement(
-                    Scored(r.final_score, final.items, final.metrics, final.provenance),
+                    Scored(final_test, final.items, final.metrics, final.provenance),
                     Scored(base.score, base.items, base.metrics, base.provenance))[0]
         out.append(RunRow(
             run_id=r.id, task=r.task_id, agent=r.agent, driver_model=r.driver_model,
             status=r.status, profile=getattr(r, "profile", None), fleet_id=r.fleet_id,
-            baseline=r.baseline_test, best_dev=best.get(r.id), final_test=r.final_score,
+            end_kind=str(kind) if (kind := end_kind(r)) else None, result=is_result(r),
+            final_note=final_note,
+            baseline=r.baseline_test, best_dev=best.get(r.id), final_test=final_test,
             improvement=imp, submissions=subs.get(r.id, 0), tool_calls=calls.get(r.id, 0),
             started_at=aware(r.started_at or r.created_at), duration_s=_duration(r)))
     return out
