@@ -903,13 +903,21 @@ def fleet(
         result = runner.run()
     except RuntimeError as exc:
         _fail(str(exc))
+    from a2rl.analysis.compare import tally, tally_line
+
+    counted = tally(store, result.fleet)  # the fleet's runs as compare counts them
     if as_json:
-        _print_json({**result.model_dump(), "counts": result.counts})
+        _print_json({**result.model_dump(), "counts": result.counts,
+                     "results": counted.model_dump()})
     else:
-        for r in result.runs:
-            typer.echo(f"{r.label:40} {r.state:12} {r.run_id or '-':14} {r.host or ''}")
+        for r in result.runs:  # !: the audit flagged it; its end kind ("agent crashed")
+            end = (counted.end_kinds.get(r.run_id or "") or "").replace("_", " ")
+            mark = "!" if r.run_id in counted.flagged else ""
+            typer.echo(f"{r.label:40} {r.state:12} {(r.run_id or '-') + mark:15} {end:16} "
+                       f"{r.host or ''}")
         typer.echo(f"fleet {result.fleet}: {result.planned} planned, {result.already_done} "
                    f"already finished; this time {result.counts or 'nothing to run'}")
+        typer.echo(f"in the store: {tally_line(counted)}")
         typer.echo(f"compare them: a2rl compare --fleet {result.fleet}")
     if result.stopped or any(r.state == "failed" for r in result.runs):
         raise typer.Exit(1)

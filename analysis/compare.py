@@ -23,7 +23,7 @@ from sqlmodel import col, select
 
 from a2rl.audit import flagged_run_ids
 from a2rl.store import Run, Store
-from a2rl.store.outcome import not_result_reason
+from a2rl.store.outcome import end_kind, is_result, not_result_reason
 
 from .report import build_report
 
@@ -217,6 +217,35 @@ def counted_note(c: Comparison) -> str:
     flagged = "; runs the audit flagged are left out (--exclude-flagged)" \
         if c.exclude_flagged else ""
     return f"counted: {which}{flagged}"
+
+
+class Tally(BaseModel):
+    """A set of runs (a fleet's) counted as `compare` counts them, without their reports: how
+    many are results, the others by why, and the ones the audit flagged."""
+
+    results: int
+    not_counted: dict[str, int]
+    flagged: list[str]
+    end_kinds: dict[str, str | None]  # run id -> its EndKind
+
+
+def tally(store: Store, fleet: str) -> Tally:
+    with store.session() as s:
+        runs = list(s.exec(select(Run).where(Run.fleet_id == fleet)
+                           .order_by(col(Run.created_at))).all())
+    flagged = flagged_run_ids(store, [r.id for r in runs]) if runs else set()
+    left = Counter(not_result_reason(r) for r in runs if not is_result(r))
+    return Tally(results=sum(is_result(r) for r in runs), not_counted=dict(left.most_common()),
+                 flagged=sorted(flagged),
+                 end_kinds={r.id: (str(k) if (k := end_kind(r)) else None) for r in runs})
+
+
+def tally_line(t: Tally) -> str:
+    """"4 results (1 flagged by the audit); not counted: 2 interrupted, 1 agent crashed"."""
+    flagged = f" ({len(t.flagged)} flagged by the audit: a2rl audit RUN)" if t.flagged else ""
+    left = "; not counted: " + ", ".join(f"{n} {why}" for why, n in t.not_counted.items()) \
+        if t.not_counted else ""
+    return f"{t.results} results{flagged}{left}"
 
 
 def render_json(c: Comparison) -> str:

@@ -41,6 +41,7 @@ def test_agent_that_never_stops_is_stopped_at_the_deadline(settings, store: Stor
     with store.session() as s:
         run = s.get(Run, summary.run_id)
     assert run.status == "finished" and run.end_reason == "budget exhausted"
+    assert run.end_kind == "budget_exhausted"  # stored when it closed
     assert store.get_blob(run.agent_transcript_sha).strip() == b"started"
     assert summary.final_score == summary.baseline_score  # no submission: the baseline
 
@@ -54,6 +55,7 @@ def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> Non
         run = s.get(Run, summary.run_id)
     assert run.agent_status == "crashed" and run.agent_exit_code == 3
     assert "crashed" in run.end_reason and run.final_score == run.baseline_test
+    assert run.end_kind == "agent_crashed"  # stored when it closed: not a result
     assert b"something went wrong" in store.get_blob(run.agent_stderr_sha)
     # the user sees why, not only "agent crashed (exit 3)"
     assert any("exit 3" in w and w.endswith("| something went wrong") for w in warned), warned

@@ -234,10 +234,15 @@ def test_untouched_run_reports_no_code_revision(runs: dict[str, Any]) -> None:
 def test_never_submits(runs: dict[str, Any]) -> None:
     rep = runs["reports"]["idle"]
     assert [f.type for f in rep.failures] == ["no_submission"]
-    assert rep.routes == [] and rep.summary.final_test == rep.summary.baseline_test
-    iv = rep.summary.improvement  # the final score is the baseline's: every item agrees
-    assert iv is not None and iv.estimate == 0 and iv.within_noise and iv.high > iv.low
+    s = rep.summary  # no submission: no final score and no improvement (the harness's rule)
+    assert rep.routes == [] and s.final_test is None and s.final_note == "no submission"
+    assert s.improvement is None and s.improvement_note == "no improvement: no submission"
+    assert s.baseline_test is not None and s.end_kind == "agent_finished" and s.result
     assert rep.metrics.valid_submission_rate is None
+    md = render(rep, "md")
+    assert "| final test | – (no submission) |" in md
+    assert "| improvement | – (no submission) |" in md
+    assert "| status | finished (agent finished" in md
 
 
 def test_json_matches_the_committed_schema(runs: dict[str, Any]) -> None:
