@@ -179,9 +179,12 @@ def test_fleet_on_two_nodes_survives_a_lost_node_and_resumes(cluster_env: dict,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     comparison = json.loads(p.stdout)
-    assert len(comparison["rows"]) == 4
+    # the runs lost with node B are listed apart, as a2rl's failure, never as repeats
+    assert len(comparison["rows"]) == 4 + len(lost)
+    assert sum(r["counted"] for r in comparison["rows"]) == 4
     (group,) = comparison["groups"]
     assert group["runs"] == 4 and group["final_mean"] is not None
+    assert group["not_counted"] == {"infrastructure failure": len(lost)}
     assert group["final_std"] is not None  # the spread across repeats
 
 
@@ -229,6 +232,9 @@ def _stop_local_fleet(env: dict[str, str], tmp_path: Path) -> None:
     assert result["stopped"] is True
     states = Counter(r["state"] for r in result["runs"])
     assert states == {"interrupted": 2, "cancelled": 1}, result  # the third never started
+    # the fleet's summary: interrupted runs are no results
+    assert result["results"]["results"] == 0
+    assert result["results"]["not_counted"] == {"interrupted": 2}
     rows = ledger.fleet_runs(Store(f"sqlite:///{store_path}"), "stopme")
     assert len(rows) == 2
     assert all(r.status == "finished" and r.agent_status == "interrupted" for r in rows)
