@@ -73,13 +73,18 @@ def test_create_show_runs_finish(tmp_path: Path) -> None:
     done = _a2rl(tmp_path, "finish", run_id, "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "finished"
-    # No submission: the final score is the baseline's, so the paired interval holds 0.
+    # No submission: no final score and no improvement (the harness's rule), with why; closed
+    # by `a2rl finish` before its deadline, a result (its agent runs outside a2rl)
     shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
-    iv = shown["improvement"]
-    assert iv["estimate"] == 0 and iv["within_noise"] and iv["low"] <= 0 < iv["high"]
-    assert iv["method"] == "newcombe-paired-95" and iv["n_paired"] == 500
+    assert shown["final_score"] is None and shown["final_note"] == "no submission"
+    assert shown["improvement"] is None
+    assert shown["improvement_note"] == "no improvement: no submission"
+    assert shown["end_kind"] == "agent_finished" and shown["result"] is True
     shown_lines = _a2rl(tmp_path, "show", run_id).stdout.splitlines()
-    assert any(line.split()[:3] == ["improvement", "+0.000", "[95%"] for line in shown_lines)
+    assert any(line.split() == ["improvement", "–", "(no", "submission)"]
+               for line in shown_lines), shown_lines
+    assert any(line.split() == ["final", "(test)", "-", "(no", "submission)"]
+               for line in shown_lines), shown_lines
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
