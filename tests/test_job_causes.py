@@ -44,6 +44,7 @@ def backend(request: pytest.FixtureRequest, settings: Settings) -> Settings:
 async def opened(settings: Settings, store: Store,
                  reason: str = "finished") -> AsyncIterator[tuple[Client, Run]]:
     run = create_run(settings, store, task_id="arith", budget="30m", baseline=False).run
+    assert run.backend == settings.backend
     server = build_server(settings, store, run_id=run.id, transport="memory")
     try:
         async with Client(server, mode="legacy") as client:
