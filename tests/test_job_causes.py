@@ -207,3 +207,48 @@ def test_failures_from_stored_causes_not_exit_codes() -> None:
                    ("out_of_memory", "oom"), ("out_of_memory", "raised")}, got
     oom = next(f for f in find_failures(d) if f.job_id == "oom")
     assert "evidence of oom" in oom.message
+
+
+def test_a_container_killed_by_the_oom_killer_says_so() -> None:
+    """docker's `State.OOMKilled`, the evidence for jobs whose container died of memory: a
+    real container whose init outgrows its limit, and one that exits by itself."""
+    from .conftest import require_docker
+
+    image = require_docker()
+    from a2rl.tools.sandbox.docker import container_oom_evidence, docker_client
+
+    client = docker_client()
+    hog = client.containers.run(image, ["python3", "-c", "x = bytearray(1 << 30)"],
+                                mem_limit="64m", memswap_limit="64m", detach=True,
+                                network_mode="none")
+    fine = client.containers.run(image, ["sh", "-c", "kill -KILL $$"], detach=True,
+                                 network_mode="none")
+    try:
+        for c in (hog, fine):
+            c.wait(timeout=60)
+        evidence = container_oom_evidence(hog)
+        assert evidence is not None and "OOMKilled is true" in evidence, evidence
+        assert container_oom_evidence(fine) is None  # a SIGKILL of its own is no OOM
+    finally:
+        for c in (hog, fine):
+            c.remove(force=True)
+
+
+async def test_a_job_whose_supervisor_dies_is_recorded_lost(settings: Settings,
+                                                            store: Store) -> None:
+    """The watcher sees the supervisor go (killed from outside) and records its jobs as lost,
+    without the agent asking."""
+    import json
+    import os
+    import signal
+
+    local = backend_settings(settings, "local")
+    async with opened(local, store) as (c, run):
+        bg = await sh(c, "sleep 100", wait_s=0)
+        meta = json.loads((Path(run.workspace).parent / "control" / "supervisor.json")
+                          .read_text())
+        os.kill(meta["supervisor_pid"], signal.SIGKILL)
+        row = await ended(store, bg["job_id"], timeout=15)
+        assert row.state == "lost" and row.end_cause == "lost", row
+        types = [f.type for f in find_failures(load_run(store, run.id)) if f.job_id == row.id]
+        assert types == ["job_lost"], types

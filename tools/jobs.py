@@ -78,17 +78,19 @@ def _log_bytes_kept(rt: RunRuntime) -> int:
 
 
 def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
-           lost: bool = False, lost_state: JobState = JobState.lost) -> Job:
-    """Record a job's end once; a still-running job is returned unchanged.
+           lost: bool = False, lost_state: JobState = JobState.lost,
+           gone: tuple[str, str] | None = None) -> Job:
+    """Record a job's end once; a still-running job is returned unchanged. `gone`: the cause
+    and evidence of a lost job, where the backend knows why its supervisor went.
 
     One at a time per run: the watcher and a tool call may see the same end together, and the
     log's blob and the rescan must happen once."""
     with rt.settle_lock:
-        return _settle(rt, sj, job_id, tool_call_id, lost, lost_state)
+        return _settle(rt, sj, job_id, tool_call_id, lost, lost_state, gone)
 
 
 def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
-            lost: bool, lost_state: JobState) -> Job:
+            lost: bool, lost_state: JobState, gone: tuple[str, str] | None) -> Job:
     with rt.store.session() as s:
         row = s.get(Job, job_id)
         assert row is not None
@@ -108,7 +110,7 @@ def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: in
             ended = sj.ended_at if sj is not None and sj.ended_at else None
             row.ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
             row.log_blob_sha, row.log_bytes = blob, size
-            row.end_cause, row.end_evidence = _cause(row.state, sj)
+            row.end_cause, row.end_evidence = gone or _cause(row.state, sj)
             s.add(row)
             rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
                         row.end_cause, row.end_evidence)
@@ -226,15 +228,18 @@ def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
         return []
     sandbox = _attach(rt)
     deadline = rt.clock.deadline()
-    gone = JobState.timeout if deadline and deadline <= datetime.now(UTC) else JobState.lost
+    gone_state = (JobState.timeout if deadline and deadline <= datetime.now(UTC)
+                  else JobState.lost)
     if sandbox is None:
-        return [settle(rt, None, row.id, tool_call_id, lost=True, lost_state=gone)
+        return [settle(rt, None, row.id, tool_call_id, lost=True, lost_state=gone_state)
                 for row in running]
     alive = sandbox.alive()
+    why = None if alive else sandbox.gone_cause()
     settled = []
     for row in running:
         if not alive:
-            settled.append(settle(rt, None, row.id, tool_call_id, lost=True, lost_state=gone))
+            settled.append(settle(rt, None, row.id, tool_call_id, lost=True, lost_state=gone_state,
+                                  gone=why))
             continue
         try:
             sj = sandbox.get(row.id)

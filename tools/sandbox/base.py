@@ -215,5 +215,11 @@ class Sandbox(Protocol):
     def set_deadline(self, deadline: float) -> None:
         """Move the time at which every job is stopped."""
 
+    def gone_cause(self) -> tuple[str, str] | None:
+        """Why the supervisor no longer answers, where the backend has the kernel's word for
+        it (a container's `State.OOMKilled`): a `JobEndCause` value and its evidence, for the
+        jobs it took along; None when nothing is known."""
+        ...
+
     def stop(self) -> None:
         """Kill every job and end the supervisor. Idempotent."""

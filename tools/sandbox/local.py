@@ -646,6 +646,9 @@ class LocalSandbox:
     def set_deadline(self, deadline: float) -> None:
         self._call("set_deadline", {"deadline": deadline})
 
+    def gone_cause(self) -> tuple[str, str] | None:
+        return None  # a bubblewrap supervisor leaves no record of its end
+
     def _job(self, data: dict[str, Any]) -> SandboxJob:
         return SandboxJob(**{**data, "state": JobState(data["state"])})
 
