@@ -105,6 +105,9 @@ class JobEvent(BaseModel):
     exit_code: int | None
     start_s: float
     end_s: float | None
+    # 1.4: why it ended (`job.end_cause`), with its evidence; null for older rows or running
+    cause: str | None = None
+    cause_evidence: str | None = None
 
 
 class SubmissionEvent(BaseModel):

@@ -22,6 +22,7 @@ from mcp import Client
 
 from a2rl.analysis.data import load_run
 from a2rl.analysis.failures import find_failures, refusal_rule
+from a2rl.analysis.timeline import build_timeline
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.server.run import build_runtime
 from a2rl.settings import Settings
@@ -88,6 +89,7 @@ async def test_each_cause_from_its_evidence(backend: Settings, store: Store) -> 
         assert bg["status"] == "running"
         r = await c.call_tool("job_kill", {"job_id": bg["job_id"]})
         assert not r.is_error, r
+        assert (r.structured_content or {})["job"]["end_cause"] == "job_kill", r
 
         rows = {k: job(store, v["job_id"]) for k, v in
                 [("ex", ex), ("term", term), ("kill9", kill9), ("hog", hog), ("big", big),
@@ -134,6 +136,9 @@ async def test_a_background_job_is_recorded_when_it_ends(backend: Settings,
         assert abs(recorded - real_end) < 2.0, (recorded, real_end)
         status = await c.call_tool("budget_status", {})
         assert (status.structured_content or {})["jobs_running"] == 0, status
+        timeline = build_timeline(load_run(store, run.id))
+        event = next(e for e in timeline.jobs if e.id == bg["job_id"])
+        assert (event.state, event.cause) == ("exited", "exited") and event.end_s is not None
 
         # the run's deadline: the supervisor stops the job (the time limit), and the watcher
         # records it at once, with the deadline as its cause

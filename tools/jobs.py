@@ -38,6 +38,7 @@ def job_info(row: Job) -> JobInfo:
         started_at=aware(row.started_at).isoformat(),  # type: ignore[union-attr]
         ended_at=aware(row.ended_at).isoformat() if row.ended_at else None,
         log_path=row.log_path, log_bytes=row.log_bytes,
+        end_cause=row.end_cause, end_evidence=row.end_evidence,
     )
 
 
