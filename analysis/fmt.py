@@ -13,7 +13,10 @@ ROUTE_LABELS = {"sft": "SFT", "grpo": "GRPO", "ppo": "PPO", "dpo": "DPO",
 FAILURE_LABELS = {"runtime_error": "runtime error", "out_of_memory": "out of memory",
                   "budget_kill": "killed by the budget", "invalid_checkpoint":
                   "invalid checkpoint", "grader_error": "grader error",
-                  "diverged": "training diverged", "no_submission": "no submission"}
+                  "diverged": "training diverged", "no_submission": "no submission",
+                  "killed_by_signal": "killed by a signal", "resource_limit": "sandbox limit",
+                  "job_killed": "stopped by the agent", "interrupted":
+                  "interrupted by the operator", "job_lost": "job lost"}
 
 
 def num(x: float | None, digits: int = 3) -> str:

@@ -17,14 +17,18 @@ from pydantic import BaseModel, Field
 # 1.1: the optional `narrative`; 1.2: paired improvement interval; 1.3: evidence's `call_id`,
 # `summary.profile`, and what a run's store caps left out (`revisions_without_content`,
 # `job_logs_not_stored`); 1.4: `summary.end_kind`, `summary.result`, `summary.final_note` (and
-# no final score nor improvement for a run without a final submission)
+# no final score nor improvement for a run without a final submission), failure types from a
+# job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`, `job_lost`)
 SCHEMA_VERSION = "1.4"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
                     "distillation", "copy_of_base", "no_training", "unknown"]
 FailureType = Literal["runtime_error", "out_of_memory", "budget_kill", "invalid_checkpoint",
-                      "grader_error", "diverged", "no_submission"]
+                      "grader_error", "diverged", "no_submission",
+                      # 1.4: a job's stored cause (`Job.end_cause`), each its own kind
+                      "killed_by_signal", "resource_limit", "job_killed", "interrupted",
+                      "job_lost"]
 
 
 class Evidence(BaseModel):
@@ -113,6 +117,9 @@ class JobEvent(BaseModel):
     exit_code: int | None
     start_s: float
     end_s: float | None
+    # 1.4: why it ended (`job.end_cause`), with its evidence; null for older rows or running
+    cause: str | None = None
+    cause_evidence: str | None = None
 
 
 class SubmissionEvent(BaseModel):

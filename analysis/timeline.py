@@ -57,7 +57,8 @@ def build_timeline(d: RunData, idle_threshold_s: float = 120.0) -> Timeline:
                                            is_error=bool(c.is_error))
              for c in d.calls]
     jobs = [JobEvent(id=j.id, command=j.command[:200], state=j.state, exit_code=j.exit_code,
-                     start_s=d.t(j.started_at) or 0.0, end_s=d.t(j.ended_at))
+                     start_s=d.t(j.started_at) or 0.0, end_s=d.t(j.ended_at),
+                     cause=j.end_cause, cause_evidence=j.end_evidence)
             for j in d.jobs]
     subs = [SubmissionEvent(id=s.id, path=s.path, status=s.status, at_s=d.t(s.created_at) or 0.0)
             for s in d.submissions]

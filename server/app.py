@@ -198,10 +198,12 @@ def task_text(rt: RunRuntime[RunClock]) -> str:
 
 def exhaust(rt: RunRuntime[RunClock]) -> None:
     """At the deadline: note it on the clock (once) and stop every job."""
+    from a2rl.store import JobEndCause
     from a2rl.tools.jobs import stop_all
 
     rt.clock.exhaust()
-    stop_all(rt)
+    stop_all(rt, cause=JobEndCause.budget, evidence="the budget ran out: the server stopped "
+             "every job at the deadline")
 
 
 def build_server(settings: Settings, store: Store, run_id: str | None = None,

@@ -31,6 +31,7 @@ from .status import (
     EvaluationStatus,
     GradeState,
     GradingClock,
+    JobEndCause,
     JobState,
     RunStatus,
     SubmissionStatus,
@@ -40,7 +41,8 @@ __all__ = [
     "SCHEMA_VERSION", "AgentStatus", "Audit", "BaselineCache", "Blob", "BudgetEvent",
     "BudgetEventKind", "EndKind",
     "Evaluation", "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState",
-    "GradingClock", "Job", "JobState", "Meta", "Revision", "Run", "RunStatus", "Snapshot",
+    "GradingClock", "Job", "JobEndCause", "JobState", "Meta", "Revision", "Run", "RunStatus",
+    "Snapshot",
     "SnapshotFile", "Store", "StoreError", "StoreMissing", "StoreVersionError", "Submission",
     "SubmissionStatus", "ToolCall", "aware", "display_url", "utcnow",
 ]

@@ -65,6 +65,8 @@ def _v4_to_v5(conn: Connection) -> None:
 #: need no entry: `create_all` makes them on every store.
 V6_COLUMNS: list[tuple[str, str, str]] = [
     ("run", "end_kind", "VARCHAR"),
+    ("job", "end_cause", "VARCHAR"),
+    ("job", "end_evidence", "VARCHAR"),
 ]
 
 

@@ -181,6 +181,10 @@ class Job(SQLModel, table=True):
     tool_call_id: int | None = None
     started_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
+    # schema v6: why it ended (a JobEndCause), and the evidence for it, one line (who sent
+    # the kill, the cgroup's OOM count, the limit reached); null for a row of an older version
+    end_cause: str | None = None
+    end_evidence: str | None = None
 
 
 class Submission(SQLModel, table=True):

@@ -96,6 +96,23 @@ class JobState(StrEnum):
     lost = "lost"  # the supervisor that ran it is gone; its fate is unknown
 
 
+class JobEndCause(StrEnum):
+    """Why a job ended (`Job.end_cause`), from evidence (`Job.end_evidence`), never from the
+    exit code alone: a SIGKILL is a kill by the budget, the agent, the operator or the kernel's
+    out-of-memory killer, and only the one who sent it knows which."""
+
+    exited = "exited"  # ended by itself; exit_code says how
+    signal = "signal"  # killed by a signal a2rl did not send (from inside the job)
+    out_of_memory = "out_of_memory"  # the kernel's OOM killer (the cgroup's oom_kill count rose)
+    limit = "limit"  # a limit of the supervisor: processes, disk, log flood, file size
+    job_kill = "job_kill"  # the agent's job_kill
+    deadline = "deadline"  # the run's time limit: the supervisor stopped it at the deadline
+    budget = "budget"  # the run was finalized because its budget ran out
+    interrupted = "interrupted"  # interrupted by the operator (Ctrl-C, SIGTERM, a fleet stop)
+    run_finished = "run_finished"  # the run was finished (by the agent or `a2rl finish`)
+    lost = "lost"  # the supervisor that ran it is gone; nobody saw how it ended
+
+
 class BudgetEventKind(StrEnum):
     clock_start = "clock_start"
     grading = "grading"  # one evaluation's grading time (detail: seconds, submission, split)

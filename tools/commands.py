@@ -16,7 +16,7 @@ from sqlmodel import select
 
 from a2rl.store import Job
 
-from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle
+from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle, watch
 from .output import log_size, read_bounded
 from .results import CommandResult, JobStatusResult
 from .runtime import current, in_thread
@@ -86,6 +86,7 @@ async def run_command(
             assert row is not None
             row.is_background = True
             s.add(row)
+        watch(rt)  # its end is recorded when it happens, polled or not
         return CommandResult(
             status="running", job_id=job_id, output=out.text, output_bytes=out.total_bytes,
             truncated=out.truncated, log_path=log_path,
@@ -96,12 +97,13 @@ async def run_command(
     if sj.reason:  # a limit ended it: the supervisor says which
         hint = sj.reason
     elif sj.state in (JobState.killed, JobState.timeout):
-        hint = f"the command was {sj.state.value}"
-    elif sj.exit_code is not None and (sj.exit_code < 0 or sj.exit_code >= 128):
+        hint = f"the command was {sj.state.value}" + (f": {sj.evidence}" if sj.evidence else "")
+    elif sj.cause == "signal":  # the supervisor's evidence: which signal, and no OOM kill
+        hint = f"the command was killed by a signal: {sj.evidence}"
+    elif sj.exit_code is not None and (sj.exit_code < 0 or sj.exit_code >= 128) \
+            and not sj.cause:  # an older supervisor, which says no more
         signum = -sj.exit_code if sj.exit_code < 0 else sj.exit_code - 128
         hint = f"the command was killed by signal {signum}"
-        if signum == 9:
-            hint += " (SIGKILL: most often the sandbox's memory limit, i.e. out of memory)"
     return CommandResult(
         status="exited", exit_code=sj.exit_code, job_id=job_id, output=out.text,
         output_bytes=out.total_bytes, truncated=out.truncated, log_path=log_path, hint=hint)
@@ -140,6 +142,7 @@ async def job_status(
     row = _get_row(rt.run_id, job_id)
     if row.state == JobState.running:
         sandbox = await in_thread(rt.sandbox)
+        watch(rt)  # a server restarted since the job began watches it from now on
         try:
             sj = await wait_for_job(sandbox, job_id, _bound_wait(wait_s))
             row = await in_thread(
@@ -168,7 +171,8 @@ async def job_kill(
         raise ToolError(f"job {job_id} is not running (state: {row.state})")
     sandbox = await in_thread(rt.sandbox)
     try:
-        sj = await in_thread(sandbox.kill, job_id)
+        sj = await in_thread(sandbox.kill, job_id, "job_kill",
+                             f"job_kill by the agent (tool call #{call.tool_call_id})")
     except SandboxError as exc:
         raise ToolError(str(exc)) from exc
     row = await in_thread(lambda: settle(rt, sj, job_id, call.tool_call_id))

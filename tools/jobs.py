@@ -1,13 +1,18 @@
 """Job bookkeeping shared by the command tools, the server's start-up and finalization.
 
-A job's row is settled once, when we first see it ended: its state and exit code, its log kept
-as a blob (head and tail), and a rescan of the workspace for the code it changed.
+A job's row is settled once, when we first see it ended: its state, exit code and cause (with
+its evidence, from the supervisor), its log kept as a blob (head and tail), and a rescan of the
+workspace for the code it changed. "When we first see it" is when it ends: a watcher thread
+(`watch`) waits on the supervisor for the run's background jobs, so the store, `budget_status`,
+`show` and the live page know a job ended without the agent polling it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from sqlmodel import col, select
 
 from a2rl.layout import LOGS
-from a2rl.store import Blob, Job, aware
+from a2rl.store import Blob, Job, JobEndCause, aware
 
 from .output import log_size, read_head_tail
 from .results import JobInfo
@@ -33,6 +38,7 @@ def job_info(row: Job) -> JobInfo:
         started_at=aware(row.started_at).isoformat(),  # type: ignore[union-attr]
         ended_at=aware(row.ended_at).isoformat() if row.ended_at else None,
         log_path=row.log_path, log_bytes=row.log_bytes,
+        end_cause=row.end_cause, end_evidence=row.end_evidence,
     )
 
 
@@ -73,8 +79,19 @@ def _log_bytes_kept(rt: RunRuntime) -> int:
 
 
 def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
-           lost: bool = False, lost_state: JobState = JobState.lost) -> Job:
-    """Record a job's end once; a still-running job is returned unchanged."""
+           lost: bool = False, lost_state: JobState = JobState.lost,
+           gone: tuple[str, str] | None = None) -> Job:
+    """Record a job's end once; a still-running job is returned unchanged. `gone`: the cause
+    and evidence of a lost job, where the backend knows why its supervisor went.
+
+    One at a time per run: the watcher and a tool call may see the same end together, and the
+    log's blob and the rescan must happen once."""
+    with rt.settle_lock:
+        return _settle(rt, sj, job_id, tool_call_id, lost, lost_state, gone)
+
+
+def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
+            lost: bool, lost_state: JobState, gone: tuple[str, str] | None) -> Job:
     with rt.store.session() as s:
         row = s.get(Job, job_id)
         assert row is not None
@@ -94,9 +111,23 @@ def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int
             ended = sj.ended_at if sj is not None and sj.ended_at else None
             row.ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
             row.log_blob_sha, row.log_bytes = blob, size
+            row.end_cause, row.end_evidence = gone or _cause(row.state, sj)
             s.add(row)
-            rt.log.info("job %s ended: %s (exit %s)", job_id, row.state, row.exit_code)
+            rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
+                        row.end_cause, row.end_evidence)
         return row
+
+
+def _cause(state: str, sj: SandboxJob | None) -> tuple[str | None, str | None]:
+    """The stored cause of an end: the supervisor's; for a job whose supervisor is gone, what
+    the state says (`reconcile` decided it); None where an older supervisor said nothing."""
+    if sj is not None and sj.cause:
+        return sj.cause, sj.evidence or None
+    if state == JobState.timeout:
+        return JobEndCause.deadline, "the supervisor is gone and the run's deadline has passed"
+    if state == JobState.lost or sj is None:
+        return JobEndCause.lost, "the sandbox supervisor is gone: nobody saw how the job ended"
+    return None, None
 
 
 def _running(rt: RunRuntime) -> list[Job]:
@@ -112,15 +143,79 @@ def _attach(rt: RunRuntime) -> Sandbox | None:
         return None
 
 
-def stop_all(rt: RunRuntime, tool_call_id: int | None = None) -> None:
-    """Kill every running job (recorded as killed) and end the run's supervisor."""
+def stop_all(rt: RunRuntime, tool_call_id: int | None = None,
+             cause: JobEndCause = JobEndCause.run_finished, evidence: str = "") -> None:
+    """Kill every running job (recorded as killed, blamed on `cause`) and end the run's
+    supervisor."""
     sandbox = _attach(rt) if _running(rt) or rt.has_sandbox() else None
     if sandbox is not None:
         for row in _running(rt):
             with contextlib.suppress(SandboxError):
-                settle(rt, sandbox.kill(row.id), row.id, tool_call_id)
+                settle(rt, sandbox.kill(row.id, cause, evidence), row.id, tool_call_id)
         sandbox.stop()
     reconcile(rt, tool_call_id)
+
+
+def stop_cause(reason: str) -> tuple[JobEndCause, str]:
+    """The cause of the jobs a run's finalization stops, from its end reason (the
+    orchestrator's words: "interrupted", "budget exhausted", "agent finished", ...)."""
+    said = f"the run was finalized ({reason})"
+    if reason.startswith("interrupted"):
+        return JobEndCause.interrupted, f"interrupted by the operator: {said}"
+    if reason.startswith("budget"):
+        return JobEndCause.budget, f"the budget ran out: {said}"
+    return JobEndCause.run_finished, said
+
+
+#: The longest one watcher's request waits on the supervisor (it returns early at an end).
+WATCH_SLICE_S = 10.0
+#: Pause before trying again when the supervisor cannot be asked.
+WATCH_RETRY_S = 1.0
+
+
+def watch(rt: RunRuntime) -> None:
+    """Make sure a thread of this process settles the run's running jobs when they end."""
+    with rt.watch_lock:
+        if rt.watcher is not None and rt.watcher.is_alive():
+            return
+        rt.watcher = threading.Thread(target=_watch, args=(rt,), daemon=True,
+                                      name=f"a2rl-jobs-{rt.run_id}")
+        rt.watcher.start()
+
+
+def _watch(rt: RunRuntime) -> None:
+    """Wait on the supervisor for any running job to end and settle it; ends once no job runs
+    (a later background job starts it again), or when this process has no sandbox started."""
+    while True:
+        with rt.watch_lock:  # watch() sees either a live watcher or none: no end is missed
+            running = [row.id for row in _running(rt)]
+            sandbox = rt.started_sandbox()
+            if not running or sandbox is None:
+                rt.watcher = None
+                return
+        try:
+            ended = [sj for sj in sandbox.wait_any(running, WATCH_SLICE_S)
+                     if sj.state != JobState.running]
+        except SandboxError as exc:
+            if "unknown op" in str(exc):  # a supervisor of an older version: ask each job
+                ended = []
+                for job_id in running:
+                    with contextlib.suppress(SandboxError):
+                        ended += [sj for sj in [sandbox.get(job_id)]
+                                  if sj.state != JobState.running]
+                time.sleep(WATCH_RETRY_S)
+            else:
+                try:
+                    reconcile(rt)  # a supervisor that is gone: its jobs are settled as such
+                except Exception as exc2:  # the watcher must never die of one bad look
+                    rt.log.warning("job watcher: %s", exc2)
+                time.sleep(WATCH_RETRY_S)
+                continue
+        for sj in ended:
+            try:
+                settle(rt, sj, sj.job_id, None)
+            except Exception as exc:
+                rt.log.warning("job watcher could not record %s: %s", sj.job_id, exc)
 
 
 def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
@@ -133,17 +228,19 @@ def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
     if not running:
         return []
     sandbox = _attach(rt)
+    deadline = rt.clock.deadline()
+    gone_state = (JobState.timeout if deadline and deadline <= datetime.now(UTC)
+                  else JobState.lost)
     if sandbox is None:
-        deadline = rt.clock.deadline()
-        state = (JobState.timeout if deadline and deadline <= datetime.now(UTC)
-                 else JobState.lost)
-        return [settle(rt, None, row.id, tool_call_id, lost=True, lost_state=state)
+        return [settle(rt, None, row.id, tool_call_id, lost=True, lost_state=gone_state)
                 for row in running]
     alive = sandbox.alive()
+    why = None if alive else sandbox.gone_cause()
     settled = []
     for row in running:
         if not alive:
-            settled.append(settle(rt, None, row.id, tool_call_id, lost=True))
+            settled.append(settle(rt, None, row.id, tool_call_id, lost=True, lost_state=gone_state,
+                                  gone=why))
             continue
         try:
             sj = sandbox.get(row.id)

@@ -25,6 +25,10 @@ class JobInfo(BaseModel):
     ended_at: str | None = None
     log_path: str
     log_bytes: int = 0
+    end_cause: str | None = Field(None, description=(
+        "why it ended: exited, signal, out_of_memory, limit, job_kill, deadline, budget, "
+        "interrupted, run_finished or lost; null while it runs"))
+    end_evidence: str | None = None
 
 
 class JobStatusResult(BaseModel):

@@ -122,6 +122,11 @@ class RunRuntime(Generic[ClockT]):
         # Job log bytes this run stored (`jobs.keep_log`), loaded from the store on first use.
         self.log_lock = threading.Lock()
         self.log_bytes_kept: int | None = None
+        # Jobs' ends (`jobs.settle`, one at a time) and the thread that records them as they
+        # happen (`jobs.watch`).
+        self.settle_lock = threading.Lock()
+        self.watch_lock = threading.Lock()
+        self.watcher: threading.Thread | None = None
 
     def run(self) -> Run:
         with self.store.session() as s:
@@ -176,6 +181,10 @@ class RunRuntime(Generic[ClockT]):
                     self.log.warning("commands run WITHOUT isolation (bubblewrap not found)")
                 self._sandbox, self._pushed = sandbox, spec.deadline
             return self._sandbox
+
+    def started_sandbox(self) -> Sandbox | None:
+        """The sandbox this process started or reattached, if any (never starts one)."""
+        return self._sandbox
 
     def deadline_is_stale(self, deadline: float) -> bool:
         """Whether this process's sandbox of the run last heard of another deadline than

@@ -165,6 +165,8 @@ class JobView(BaseModel):
     log_bytes: int
     head: str
     tail: str  # empty when the head is the whole log
+    cause: str | None = None  # why it ended (job.end_cause), with its evidence
+    cause_evidence: str | None = None
     cut: int  # lines between head and tail
 
 
@@ -191,7 +193,8 @@ def jobs(store: Store, run: Run, limit: int, offset: int = 0) -> list[JobView]:
             id=j.id, command=j.command, state=j.state, exit_code=j.exit_code,
             start_s=(aware(j.started_at) - origin).total_seconds(),  # type: ignore[operator]
             end_s=(aware(j.ended_at) - origin).total_seconds() if j.ended_at else None,  # type: ignore[operator]
-            log_bytes=j.log_bytes, head=head, tail=tail, cut=cut))
+            log_bytes=j.log_bytes, head=head, tail=tail, cut=cut, cause=j.end_cause,
+            cause_evidence=j.end_evidence))
     return out
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import EndKind, GradingClock, Run, RunStatus, Store, utcnow
 from a2rl.store.queries import BASELINE_IDS
-from a2rl.tools.jobs import stop_all
+from a2rl.tools.jobs import stop_all, stop_cause
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
 from a2rl.tools.sandbox import volume
@@ -143,7 +143,8 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     # would not die until thawed: the supervisor's shutdown would wait for them in vain
     cgroup = RunCgroup(run_id)
     cgroup.freeze_jobs(False)
-    stop_all(rt)
+    cause, evidence = stop_cause(reason)
+    stop_all(rt, cause=cause, evidence=evidence)
     # a supervisor that ended itself at the deadline is not stopped again (no sandbox is
     # left to stop), and its empty cgroup stayed behind
     if cgroup.exists and cgroup.kill_all():

@@ -41,6 +41,10 @@ class SandboxJob(BaseModel):
     ended_at: float | None = None
     log_path: str  # as the agent sees it, relative to the workspace: logs/<job_id>.log
     reason: str = ""  # why a limit ended it ("killed: memory limit 2g reached"), else empty
+    # why it ended (a `JobEndCause` value, decided by the supervisor) and one line showing it;
+    # empty while it runs, or from a supervisor of an older version
+    cause: str = ""
+    evidence: str = ""
 
 
 # How many threads numeric libraries start (OpenMP, MKL, OpenBLAS). A sandbox's environment is
@@ -198,12 +202,24 @@ class Sandbox(Protocol):
 
     def list(self) -> list[SandboxJob]: ...
 
-    def kill(self, job_id: str) -> SandboxJob:
-        """Kill the job's whole process tree, daemonized descendants included."""
+    def wait_any(self, job_ids: list[str], timeout: float) -> list[SandboxJob]:
+        """Wait up to `timeout` seconds until one of the jobs ends (or the sandbox stops);
+        their states then (unknown ids are left out)."""
+        ...
+
+    def kill(self, job_id: str, cause: str = "job_kill", evidence: str = "") -> SandboxJob:
+        """Kill the job's whole process tree, daemonized descendants included; `cause` (a
+        `JobEndCause` value) and `evidence` say who asked and why, kept as the job's cause."""
         ...
 
     def set_deadline(self, deadline: float) -> None:
         """Move the time at which every job is stopped."""
+
+    def gone_cause(self) -> tuple[str, str] | None:
+        """Why the supervisor no longer answers, where the backend has the kernel's word for
+        it (a container's `State.OOMKilled`): a `JobEndCause` value and its evidence, for the
+        jobs it took along; None when nothing is known."""
+        ...
 
     def stop(self) -> None:
         """Kill every job and end the supervisor. Idempotent."""

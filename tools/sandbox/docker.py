@@ -234,6 +234,11 @@ class DockerSandbox(LocalSandbox):
                     raise SandboxError(f"the sandbox container did not answer:\n{logs}") from None
             time.sleep(0.05)
 
+    def gone_cause(self) -> tuple[str, str] | None:
+        c = self.container()
+        evidence = container_oom_evidence(c) if c is not None else None
+        return ("out_of_memory", evidence) if evidence else None
+
     def _prepare_ownership(self) -> None:
         """Let the jobs' user write the workspace; the socket and log folders stay root's."""
         give_workspace(self.spec)
@@ -248,6 +253,18 @@ class DockerSandbox(LocalSandbox):
                 c.remove(force=True)
         with contextlib.suppress(FileNotFoundError):
             self._socket_path.unlink()
+
+
+def container_oom_evidence(container: Any) -> str | None:
+    """The engine's word that the kernel's OOM killer struck the container (its init, the
+    supervisor, with it), from `State.OOMKilled`; None otherwise."""
+    with contextlib.suppress(Exception):
+        container.reload()
+    state = (getattr(container, "attrs", None) or {}).get("State") or {}
+    if not state.get("OOMKilled"):
+        return None
+    return (f"docker: the container's State.OOMKilled is true (status {state.get('Status')}, "
+            f"exit code {state.get('ExitCode')})")
 
 
 def adopt_containers(live_runs: set[str], store_id: str) -> dict[str, list[str]]:

@@ -633,11 +633,21 @@ class LocalSandbox:
     def list(self) -> list[SandboxJob]:
         return [self._job(job) for job in self._call("list")["jobs"]]
 
-    def kill(self, job_id: str) -> SandboxJob:
-        return self._job(self._call("kill", {"job_id": job_id}, timeout=KILL_TIMEOUT)["job"])
+    def wait_any(self, job_ids: list[str], timeout: float) -> list[SandboxJob]:
+        timeout = max(0.0, timeout)
+        reply = self._call("wait_any", {"job_ids": job_ids, "timeout": timeout},
+                           timeout=timeout + CALL_TIMEOUT)
+        return [self._job(job) for job in reply["jobs"]]
+
+    def kill(self, job_id: str, cause: str = "job_kill", evidence: str = "") -> SandboxJob:
+        fields = {"job_id": job_id, "cause": cause, "evidence": evidence}
+        return self._job(self._call("kill", fields, timeout=KILL_TIMEOUT)["job"])
 
     def set_deadline(self, deadline: float) -> None:
         self._call("set_deadline", {"deadline": deadline})
+
+    def gone_cause(self) -> tuple[str, str] | None:
+        return None  # a bubblewrap supervisor leaves no record of its end
 
     def _job(self, data: dict[str, Any]) -> SandboxJob:
         return SandboxJob(**{**data, "state": JobState(data["state"])})

@@ -12,10 +12,11 @@ Responses are {"ok": true, ...} or {"ok": false, "error": "..."}. Operations:
     spawn {job_id, command, env}           -> {"ok", "job"}
     get {job_id}                           -> {"ok", "job"}
     wait {job_id, timeout}                 -> {"ok", "job"}  (returns early when the job ends)
+    wait_any {job_ids, timeout}            -> {"ok", "jobs"} (early once one of them ends)
     list                                   -> {"ok", "jobs"}
-    kill {job_id}                          -> {"ok", "job"}
+    kill {job_id, cause?, evidence?}       -> {"ok", "job"}
     set_deadline {deadline}                -> {"ok", "deadline"}
-    shutdown                               -> {"ok"} once every job is killed; then it exits
+    shutdown {cause?, evidence?}           -> {"ok"} once every job is killed; then it exits
 
 Out of the jobs' reach. In a sandbox the supervisor is the pid namespace's init (pid 1) and
 installs no signal handler, so the kernel drops every signal a job sends it, SIGKILL and SIGSTOP
@@ -43,6 +44,12 @@ Exit codes: a job that dies of signal N has exit_code -N (the convention of Pyth
 subprocess); bash itself reports 128+N when the command was not its last simple command, and
 that code is kept as is. A job the supervisor killed has state `killed` (or `timeout` at the
 deadline) and exit_code -9. `pid` is bash's pid as seen inside the sandbox's pid namespace.
+
+Why a job ended is its `cause`, with one line of `evidence`, decided here where it is known: a
+kill names who asked for it (the server passes `cause` with `kill`: "job_kill", "budget",
+"interrupted", ...), the deadline is "deadline", a limit is "limit", and an exit by SIGKILL is
+"out_of_memory" only when the memory cgroup's `oom_kill` count rose during the job; any other
+death by a signal is "signal" (sent from inside the job), else "exited".
 """
 
 from __future__ import annotations
@@ -81,6 +88,8 @@ SETTLE_TIMEOUT = 10.0  # the longest a new job waits for an ended job's processe
 FORK_RETRIES = 100  # a shim's fork of bash that meets EAGAIN is retried, 10 ms apart
 JOB_OOM_SCORE_ADJ = 1000  # every job is the OOM killer's first choice (see drop_privileges)
 STARTED = time.time()  # which supervisor answers: a restarted one has another
+CAUSE = re.compile(r"^[a-z_]{1,32}$")  # a cause the server names (store.status.JobEndCause)
+EVIDENCE_CHARS = 300
 
 
 def log(message: str) -> None:
@@ -179,6 +188,8 @@ class Job:
         self.ended_at: float | None = None
         self.stop_reason: str | None = None  # "killed" or "timeout" once the supervisor kills it
         self.reason = ""  # why a limit ended it, for the agent
+        self.cause = ""  # why it ended (see the module's doc), set once
+        self.evidence = ""  # one line that shows the cause
         self.log_fd = log_fd
         self.log_bytes = 0
         self.log_lock = threading.Lock()  # held while a chunk moves from the pipe to the log
@@ -198,7 +209,14 @@ class Job:
             "ended_at": self.ended_at,
             "log_path": self.log_path,
             "reason": self.reason,
+            "cause": self.cause,
+            "evidence": self.evidence,
         }
+
+    def blame(self, cause: str, evidence: str) -> None:
+        """Keep the first cause given: the first kill of a job is the one that ended it."""
+        if not self.cause:
+            self.cause, self.evidence = cause, evidence[:EVIDENCE_CHARS]
 
 
 def set_oom_score_adj(value: int) -> bool:
@@ -395,7 +413,8 @@ class Supervisor:
     # -- processes ---------------------------------------------------------------------------
 
     def oom_kills(self) -> int:
-        """The memory cgroup's OOM kill count (v1 memory.oom_control, v2 memory.events)."""
+        """The memory cgroup's OOM kill count (v1 memory.oom_control, v2 memory.events): the
+        kernel's own word that its out-of-memory killer ended a process there."""
         if self.oom_fd is None:
             return 0
         try:
@@ -497,7 +516,7 @@ class Supervisor:
         if job.state != "running":
             return
         self.note(job, reason)
-        self.kill_jobs({job.job_id}, "killed")
+        self.kill_jobs({job.job_id}, "killed", "limit", reason)
 
     def follow(self, job: Job, reports: Any) -> None:
         """Read the shim's report of bash's exit; EOF without one means the shim was killed."""
@@ -515,6 +534,8 @@ class Supervisor:
             time.sleep(0.005)
         if job.stop_reason is None and code is not None:
             self.explain_exit(job, code)
+        elif job.stop_reason is None:  # the shim died without a report: nobody we know killed it
+            job.blame("signal", "the job's shim ended without reporting bash's exit")
         with self.lock:
             job.ended_at = time.time()
             job.state = job.stop_reason or "exited"
@@ -544,12 +565,30 @@ class Supervisor:
             return int.from_bytes(buf, sys.byteorder) == 0
 
     def explain_exit(self, job: Job, code: int) -> None:
-        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self.oom_kills() > job.oom0:
-            self.note(job, f"killed: memory limit {self.limits.memory} reached (the kernel's "
-                           "out-of-memory killer ended a process of this job)")
-        elif code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) and self.limits.fsize > 0:
-            self.note(job, f"killed: file size limit {human(self.limits.fsize)} reached "
-                           "(no file may be larger)")
+        """The cause of an exit nobody here asked for, from the kernel's counters and the
+        exit code (bash reports a command killed by signal N as 128+N)."""
+        ooms = self.oom_kills()
+        counted = f"the memory cgroup's oom_kill count rose from {job.oom0} to {ooms}"
+        signum = -code if code < 0 else code - 128 if 128 < code <= 128 + 64 else 0
+        if signum == signal.SIGKILL and ooms > job.oom0:
+            reason = (f"killed: memory limit {self.limits.memory} reached (the kernel's "
+                      "out-of-memory killer ended a process of this job)")
+            self.note(job, reason)
+            job.blame("out_of_memory", f"exit code {code} (SIGKILL); {counted}")
+        elif signum == signal.SIGXFSZ and self.limits.fsize > 0:
+            reason = (f"killed: file size limit {human(self.limits.fsize)} reached "
+                      "(no file may be larger)")
+            self.note(job, reason)
+            job.blame("limit", reason)
+        elif signum:
+            name = signal.Signals(signum).name if signum in signal.valid_signals() else "?"
+            job.blame("signal", f"exit code {code}: signal {signum} ({name}), not sent by "
+                                "a2rl" + (f"; {counted}" if ooms > job.oom0 else "; no OOM kill "
+                                          "was counted" if self.oom_fd is not None else ""))
+        else:
+            job.blame("exited", f"exit code {code}" + (
+                f"; {counted} meanwhile (a process of the run was killed)"
+                if ooms > job.oom0 else ""))
 
     def reap_forever(self) -> None:
         while True:
@@ -623,12 +662,15 @@ class Supervisor:
     def members(self, procs: dict[int, Proc], job_ids: set[str] | None) -> set[int]:
         return set().union(*self.tree(procs, job_ids).values())
 
-    def kill_jobs(self, job_ids: set[str] | None, reason: str) -> None:
-        """Stop every process of the given jobs, then SIGKILL them until none is left."""
+    def kill_jobs(self, job_ids: set[str] | None, reason: str, cause: str = "job_kill",
+                  evidence: str = "") -> None:
+        """Stop every process of the given jobs, then SIGKILL them until none is left; a job
+        still running is blamed on `cause` (`evidence`: who asked, and why)."""
         with self.lock:
             for job in self.jobs.values():
                 if (job_ids is None or job.job_id in job_ids) and job.state == "running":
                     job.stop_reason = job.stop_reason or reason
+                    job.blame(cause, evidence or f"killed by the supervisor ({cause})")
         me = os.getpid()
         # SIGSTOP first: a stopped process forks no more, so a fork bomb cannot outrun the
         # sweep; then SIGKILL the whole, stopped set at once.
@@ -777,13 +819,23 @@ class Supervisor:
                 job = self.job(request["job_id"])
                 self.lock.wait_for(lambda: job.state != "running", timeout)
                 return {"ok": True, "job": job.as_dict()}
+        if op == "wait_any":
+            # The server's watcher: one request that returns when any of these jobs ends, so
+            # that a job's end is recorded when it happens, not when the agent polls.
+            timeout = max(0.0, float(request.get("timeout", 0)))
+            wanted = [str(j) for j in request.get("job_ids") or []]
+            with self.lock:
+                jobs = [self.jobs[j] for j in wanted if j in self.jobs]
+                self.lock.wait_for(lambda: any(j.state != "running" for j in jobs)
+                                   or self.stopping.is_set(), timeout)
+                return {"ok": True, "jobs": [j.as_dict() for j in jobs]}
         if op == "list":
             with self.lock:
                 return {"ok": True, "jobs": [j.as_dict() for j in self.jobs.values()]}
         if op == "kill":
             with self.lock:
                 job_id = self.job(request["job_id"]).job_id
-            self.kill_jobs({job_id}, "killed")
+            self.kill_jobs({job_id}, "killed", *self.cause_of(request, "job_kill"))
             with self.lock:
                 return {"ok": True, "job": self.jobs[job_id].as_dict()}
         if op == "set_deadline":
@@ -792,21 +844,35 @@ class Supervisor:
                 self.lock.notify_all()
             return {"ok": True, "deadline": self.deadline}
         if op == "shutdown":
-            self.stop("killed")
+            self.stop("killed", *self.cause_of(request, "run_finished"))
             return {"ok": True}
         return {"ok": False, "error": f"unknown op {op!r}"}
 
-    def stop(self, reason: str) -> None:
+    @staticmethod
+    def cause_of(request: dict[str, Any], default: str) -> tuple[str, str]:
+        """The cause and evidence a request names (the server's words), else `default`."""
+        cause = str(request.get("cause") or default)
+        if not CAUSE.match(cause):
+            raise ValueError(f"bad cause {cause!r}")
+        evidence = " ".join(str(request.get("evidence") or "").split())
+        return cause, evidence or f"stopped at the server's request ({cause})"
+
+    def stop(self, reason: str, cause: str = "run_finished",
+             evidence: str = "the sandbox was stopped") -> None:
         if self.stopping.is_set():
             return
         self.stopping.set()
         log(f"stopping ({reason})")
-        self.kill_jobs(None, reason)
+        self.kill_jobs(None, reason, cause, evidence)
+        with self.lock:
+            self.lock.notify_all()  # wake wait_any even where no job ran: nothing more will
 
     def watchdog(self, server: socketserver.BaseServer) -> None:
         while not self.stopping.is_set():
             if time.time() >= self.deadline:
-                self.stop("timeout")
+                at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.deadline))
+                self.stop("timeout", "deadline", f"the run's deadline ({at}) passed: the "
+                          "supervisor stopped every job")
                 break
             with self.lock:  # set_deadline notifies, so a moved deadline is seen at once
                 self.lock.wait(min(1.0, max(0.0, self.deadline - time.time())))
