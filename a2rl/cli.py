@@ -20,6 +20,7 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 import a2rl
+from a2rl import interrupt
 from a2rl.listen import VIEW_PORT
 from a2rl.settings import Settings, SettingsError, load_settings
 
@@ -60,6 +61,17 @@ class _A2rlGroup(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Ctrl-C, SIGTERM or SIGHUP (`a2rl.interrupt`) ending a command: one line and the
+        exit a shell reports for that signal (130, 143, 129), never a traceback. Caught here,
+        before typer turns every interrupt into a silent 130."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            signum = interrupt.cause()
+            _say_error(f"interrupted ({interrupt.name(signum)})")
+            raise typer.Exit(interrupt.exit_code(signum)) from None
 
 
 def _flag_type(self: TyperOption, ctx: Any) -> str | None:
@@ -646,13 +658,15 @@ def run_cmd(
             summaries.append(Orchestrator(settings, store, say, warn=_say_error).run(opts))
         except (KeyError, ValueError, RuntimeError) as exc:
             _fail(_message(exc))
+        if summaries[-1].interrupted_by:
+            break  # the repeats left are not started
     if as_json:
         docs = [s.model_dump() for s in summaries]
         _print_json(docs[0] if repeats == 1 else docs)
-        _exit_on_grading_failure(*summaries)
-        return
-    for summary in summaries:
-        _print_summary(summary)
+    else:
+        for summary in summaries:
+            _print_summary(summary)
+    _exit_if_interrupted(summaries[-1])
     _exit_on_grading_failure(*summaries)
 
 
@@ -1068,7 +1082,20 @@ def demo(
         _print_json(summary.model_dump(include=set(DEMO_FIELDS)))
     else:
         _print_summary(summary)
+    _exit_if_interrupted(summary)
     _exit_on_grading_failure(summary)
+
+
+def _exit_if_interrupted(summary: Any) -> None:
+    """A run stopped by Ctrl-C or a signal is no result: one line, and the exit a shell
+    reports for that signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+    if summary.interrupted_by:
+        import signal
+
+        signum = signal.Signals[summary.interrupted_by]
+        _say_error(f"run {summary.run_id} was interrupted ({summary.interrupted_by}) and "
+                   f"finalized; see it with: a2rl show {summary.run_id}")
+        raise typer.Exit(interrupt.exit_code(signum))
 
 
 def _print_summary(summary: Any) -> None:
@@ -1103,6 +1130,7 @@ def main() -> None:
     # Library progress bars would drown the demo's own progress lines.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    interrupt.install()  # SIGTERM and SIGHUP end a command as Ctrl-C does: cleanly
     app()
 
 
