@@ -238,7 +238,7 @@ def _store(settings: Settings):  # type: ignore[no-untyped-def]
     from a2rl.store import Store
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
-    return Store(settings.database_url)
+    return _finalize_overdue(settings, Store(settings.database_url))
 
 
 def _read_store(settings: Settings):  # type: ignore[no-untyped-def]
@@ -247,9 +247,22 @@ def _read_store(settings: Settings):  # type: ignore[no-untyped-def]
     from a2rl.store import Store, StoreMissing
 
     try:
-        return Store(settings.database_url, create=False)
+        return _finalize_overdue(settings, Store(settings.database_url, create=False))
     except StoreMissing:
         return None
+
+
+def _finalize_overdue(settings: Settings, store: Any) -> Any:
+    """Any command that opens the store first finalizes this machine's runs that are past
+    their deadline with no live process holding them (`a2rl.server.run.owner`); said on
+    stderr, so `--json` output stays one document."""
+    from a2rl.store.owners import overdue_runs
+
+    if overdue_runs(settings.runs_dir, store):  # the server's code only when one is due
+        from a2rl.server.run.owner import finalize_overdue
+
+        finalize_overdue(settings, store, say=lambda m: None if _quiet else _say_error(m))
+    return store
 
 
 def _no_run(run_id: str) -> NoReturn:
@@ -773,8 +786,11 @@ def view(
     from a2rl.analysis.web import StoreOpenError, serve
     from a2rl.listen import ListenError
 
+    settings = _settings()
+    if (store := _read_store(settings)) is not None:  # overdue runs finalized first
+        store.close()
     try:
-        serve(_settings().database_url, host=host, port=port, fleet=fleet, token=token,
+        serve(settings.database_url, host=host, port=port, fleet=fleet, token=token,
               say=lambda m: typer.echo(m, err=True))
     except (StoreOpenError, ListenError) as exc:
         _fail(str(exc))

@@ -64,6 +64,7 @@ def _v4_to_v5(conn: Connection) -> None:
 #: per column, so that work on different columns merges line by line. New tables (`audit`)
 #: need no entry: `create_all` makes them on every store.
 V6_COLUMNS: list[tuple[str, str, str]] = [
+    ("run", "owner", "VARCHAR"),
 ]
 
 

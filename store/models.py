@@ -90,6 +90,9 @@ class Run(SQLModel, table=True):
     # schema v4: the evaluation profile (a2rl.tasks.profiles): a2rl (ours) or paper (the
     # reference harness's evaluation); independent of `protocol`
     profile: str = "a2rl"
+    # schema v6: the process responsible for finalizing the run, `host:pid:start`
+    # (a2rl.server.run.owner): a run past its deadline whose owner is gone is finalized
+    owner: str | None = None
 
     @property
     def task_options(self) -> dict[str, Any]:
