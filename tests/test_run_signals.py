@@ -170,3 +170,4 @@ def test_serve_ends_on_a_signal_with_one_line(signum: signal.Signals, transport:
     with Store(f"sqlite:///{env['A2RL_HOME']}/a2rl.db").session() as s:
         run = s.get(Run, run_id)
     assert run is not None and run.ended_at is None  # a server's end is not the run's
+
