@@ -20,6 +20,7 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 import a2rl
+from a2rl import interrupt
 from a2rl.listen import VIEW_PORT
 from a2rl.settings import Settings, SettingsError, load_settings
 
@@ -60,6 +61,17 @@ class _A2rlGroup(TyperGroup):
         if not standalone_mode:
             return code
         sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Ctrl-C, SIGTERM or SIGHUP (`a2rl.interrupt`) ending a command: one line and the
+        exit a shell reports for that signal (130, 143, 129), never a traceback. Caught here,
+        before typer turns every interrupt into a silent 130."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            signum = interrupt.cause()
+            _say_error(f"interrupted ({interrupt.name(signum)})")
+            raise typer.Exit(interrupt.exit_code(signum)) from None
 
 
 def _flag_type(self: TyperOption, ctx: Any) -> str | None:
@@ -226,7 +238,7 @@ def _store(settings: Settings):  # type: ignore[no-untyped-def]
     from a2rl.store import Store
 
     settings.home_dir.mkdir(parents=True, exist_ok=True)
-    return Store(settings.database_url)
+    return _finalize_overdue(settings, Store(settings.database_url))
 
 
 def _read_store(settings: Settings):  # type: ignore[no-untyped-def]
@@ -235,9 +247,22 @@ def _read_store(settings: Settings):  # type: ignore[no-untyped-def]
     from a2rl.store import Store, StoreMissing
 
     try:
-        return Store(settings.database_url, create=False)
+        return _finalize_overdue(settings, Store(settings.database_url, create=False))
     except StoreMissing:
         return None
+
+
+def _finalize_overdue(settings: Settings, store: Any) -> Any:
+    """Any command that opens the store first finalizes this machine's runs that are past
+    their deadline with no live process holding them (`a2rl.server.run.owner`); said on
+    stderr, so `--json` output stays one document."""
+    from a2rl.store.owners import overdue_runs
+
+    if overdue_runs(settings.runs_dir, store):  # the server's code only when one is due
+        from a2rl.server.run.owner import finalize_overdue
+
+        finalize_overdue(settings, store, say=lambda m: None if _quiet else _say_error(m))
+    return store
 
 
 def _no_run(run_id: str) -> NoReturn:
@@ -659,13 +684,15 @@ def run_cmd(
             summaries.append(Orchestrator(settings, store, say, warn=_say_error).run(opts))
         except (KeyError, ValueError, RuntimeError) as exc:
             _fail(_message(exc))
+        if summaries[-1].interrupted_by:
+            break  # the repeats left are not started
     if as_json:
         docs = [s.model_dump() for s in summaries]
         _print_json(docs[0] if repeats == 1 else docs)
-        _exit_on_grading_failure(*summaries)
-        return
-    for summary in summaries:
-        _print_summary(summary)
+    else:
+        for summary in summaries:
+            _print_summary(summary)
+    _exit_if_interrupted(summaries[-1])
     _exit_on_grading_failure(*summaries)
 
 
@@ -772,8 +799,11 @@ def view(
     from a2rl.analysis.web import StoreOpenError, serve
     from a2rl.listen import ListenError
 
+    settings = _settings()
+    if (store := _read_store(settings)) is not None:  # overdue runs finalized first
+        store.close()
     try:
-        serve(_settings().database_url, host=host, port=port, fleet=fleet, token=token,
+        serve(settings.database_url, host=host, port=port, fleet=fleet, token=token,
               say=lambda m: typer.echo(m, err=True))
     except (StoreOpenError, ListenError) as exc:
         _fail(str(exc))
@@ -1106,7 +1136,20 @@ def demo(
         _print_json(summary.model_dump(include=set(DEMO_FIELDS)))
     else:
         _print_summary(summary)
+    _exit_if_interrupted(summary)
     _exit_on_grading_failure(summary)
+
+
+def _exit_if_interrupted(summary: Any) -> None:
+    """A run stopped by Ctrl-C or a signal is no result: one line, and the exit a shell
+    reports for that signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
+    if summary.interrupted_by:
+        import signal
+
+        signum = signal.Signals[summary.interrupted_by]
+        _say_error(f"run {summary.run_id} was interrupted ({summary.interrupted_by}) and "
+                   f"finalized; see it with: a2rl show {summary.run_id}")
+        raise typer.Exit(interrupt.exit_code(signum))
 
 
 def _print_summary(summary: Any) -> None:
@@ -1141,6 +1184,7 @@ def main() -> None:
     # Library progress bars would drown the demo's own progress lines.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    interrupt.install()  # SIGTERM and SIGHUP end a command as Ctrl-C does: cleanly
     app()
 
 

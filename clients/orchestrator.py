@@ -3,7 +3,8 @@
 It makes the run (workspace, sandbox settings, baseline), serves MCP to the agent, launches
 the agent headless, enforces the budget (at the deadline the agent's whole process tree is
 stopped, SIGTERM then SIGKILL, and so are its jobs), stores the agent's transcript, finalizes
-and summarizes. Ctrl-C finalizes cleanly too. Process agents (CLIs) reach our server over
+and summarizes. Ctrl-C, SIGTERM and SIGHUP finalize cleanly too (`a2rl.interrupt`), the
+signal named in the run's end reason. Process agents (CLIs) reach our server over
 streamable HTTP on loopback with the run's token, from their own sandbox; in-process agents
 (reference, llm) talk to a real `a2rl serve` over stdio.
 """
@@ -28,6 +29,7 @@ from mcp import Client, StdioServerParameters
 from pydantic import BaseModel
 from sqlmodel import select
 
+from a2rl import interrupt
 from a2rl.server.run import RunClock
 from a2rl.settings import Settings
 from a2rl.store import AgentStatus, Run, Store, Submission, SubmissionStatus
@@ -59,6 +61,8 @@ class RunSummary(BaseModel):
     #: grading failure must not pass for a run that merely scored nothing)
     submissions_failed: int = 0
     grading_errors: list[str] = []
+    #: the signal that interrupted the command (SIGINT, SIGTERM, SIGHUP), or None
+    interrupted_by: str | None = None
 
 
 class RunOptions(BaseModel):
@@ -199,22 +203,33 @@ class Orchestrator:
                            endpoint=McpEndpoint(url="", token=created.token), model=opts.model,
                            budget_s=run.budget_s, options=dict(opts.agent_options))
         status, code = AgentStatus.interrupted, None
+        signum: int | None = None
         try:
             if connector.kind == "inprocess":
                 status, code = anyio.run(self._run_inprocess, connector, ctx, run)
             else:
                 status, code = self._run_process(connector, ctx, run)
-        except KeyboardInterrupt:
-            self.say("interrupted: finalizing")
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP made one (a2rl.interrupt)
+            status, code, signum = AgentStatus.interrupted, None, interrupt.cause()
+            self.warn(f"interrupted by {interrupt.name(signum)}: finalizing the run")
         finally:
-            self._update(run.id, agent_status=status, agent_exit_code=code)
-            reason = {AgentStatus.finished: "agent finished",
-                      AgentStatus.budget: "budget exhausted",
-                      AgentStatus.crashed: f"agent crashed (exit {code})",
-                      AgentStatus.interrupted: "interrupted"}.get(status, status)
-            self.say(f"finalizing ({reason}): the best submission is scored on the test split")
-            finish_run(self.settings, self.store, run.id, reason=reason)
-        return self.summary(run.id, started)
+            # no second signal may cut the finalization short: it is noted, not raised
+            with interrupt.holding(self.warn):
+                if status == AgentStatus.interrupted and signum is None:
+                    signum = interrupt.received()
+                self._update(run.id, agent_status=status, agent_exit_code=code)
+                reason = {AgentStatus.finished: "agent finished",
+                          AgentStatus.budget: "budget exhausted",
+                          AgentStatus.crashed: f"agent crashed (exit {code})",
+                          AgentStatus.interrupted: interrupt.reason(signum)}.get(status, status)
+                self.say(f"finalizing ({reason}): the best submission is scored on the test "
+                         "split")
+                finish_run(self.settings, self.store, run.id, reason=reason)
+        summary = self.summary(run.id, started)
+        late = interrupt.received()  # a signal during the finalization: the command stops too
+        if signum or late:
+            summary.interrupted_by = interrupt.name(signum or late)  # type: ignore[arg-type]
+        return summary
 
     def _remaining(self, run: Run) -> float:
         """Seconds the agent has left, from the run's clock (started with the run)."""
@@ -272,12 +287,13 @@ class Orchestrator:
                     status = (AgentStatus.interrupted, None)
                     raise
                 finally:
-                    _kill_tree(proc, marker)
-                    stderr = (logs / "stderr.log").read_bytes()
-                    self._update(run.id,
-                                 agent_transcript_sha=self.store.put_blob(
-                                     (logs / "transcript.jsonl").read_bytes()),
-                                 agent_stderr_sha=self.store.put_blob(stderr))
+                    with interrupt.holding(self.warn):  # the agent is stopped whatever comes
+                        _kill_tree(proc, marker)
+                        stderr = (logs / "stderr.log").read_bytes()
+                        self._update(run.id,
+                                     agent_transcript_sha=self.store.put_blob(
+                                         (logs / "transcript.jsonl").read_bytes()),
+                                     agent_stderr_sha=self.store.put_blob(stderr))
         if status[0] == AgentStatus.crashed:
             tail = stderr_tail(stderr)
             self.warn(f"agent crashed (exit {status[1]})" + (

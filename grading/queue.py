@@ -11,6 +11,7 @@ row, so the agent gets an answer either way.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -49,6 +50,16 @@ from .worker import WorkerSpec
 
 MAX_ATTEMPTS = 3
 STDERR_TAIL_CHARS = 2000
+#: evaluation processes this process is waiting for: each runs in a session of its own, so a
+#: server ended by a signal (`a2rl.interrupt`) would leave it grading for nobody; ended at exit
+_workers: set[subprocess.Popen[bytes]] = set()
+
+
+@atexit.register
+def _end_workers() -> None:
+    for proc in list(_workers):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 #: How long a claim holds beyond the evaluation's own timeout.
 LEASE_MARGIN_S = 120.0
 
@@ -219,6 +230,7 @@ def run_worker(spec: WorkerSpec | dict, timeout_s: float,
         with err_path.open("wb") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
                                     start_new_session=True)
+            _workers.add(proc)
             timed_out = False
             try:
                 proc.wait(timeout=timeout_s)
@@ -227,6 +239,13 @@ def run_worker(spec: WorkerSpec | dict, timeout_s: float,
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            except BaseException:  # interrupted (Ctrl-C, a signal): graded for nobody now
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise
+            finally:
+                _workers.discard(proc)
         elapsed = time.monotonic() - started
         stderr = err_path.read_text(errors="replace")
         if not timed_out and proc.returncode == 0 and out.is_file():

@@ -35,6 +35,7 @@ from .recording import aend_call, astart_call, summarize
 from .run.clock import RunClock, read_clock
 from .run.grading import GradingPump, tell_sandbox
 from .run.hooks import build_runtime
+from .run.owner import DeadlineWatch, take_if_free
 from .services import ServiceHost, start_run_services
 
 ALWAYS_ALLOWED = {"budget_status", "get_score"}
@@ -51,6 +52,9 @@ class RunRegistry:
         self._services: dict[str, list[ServiceHost]] = {}
         # its thread starts on the first wake()
         self.pump = GradingPump(settings, store, on_deadline=self._deadline_moved)
+        #: set by `a2rl serve` (`transports`): the runs it owns end at their deadline. Not in
+        #: `a2rl run`'s own HTTP server, whose orchestrator ends its run itself.
+        self.deadlines: DeadlineWatch | None = None
 
     def _deadline_moved(self, run_id: str, deadline: datetime) -> None:
         """A paused grading clock gave the run more time: tell its sandbox's watchdog, through
@@ -82,6 +86,10 @@ class RunRegistry:
             rt = build_runtime(self.settings, self.store, run, grading=self.pump)
             self._runtimes[run_id] = rt
             self._start_services(rt, run)
+            # served here: ours to finalize at its deadline when its maker is gone
+            take_if_free(self.store, run_id)
+            if self.deadlines is not None:
+                self.deadlines.add(run_id)
         return self._runtimes[run_id]
 
 

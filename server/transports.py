@@ -22,6 +22,7 @@ from .app import A2RLServer, build_server
 from .auth import RunTokenVerifier, TokenRun, ended_message
 from .jsonrpc_guard import HEAD_SLACK, INVALID_REQUEST, Oversize, Refusal, inspect
 from .recording import record_refusal
+from .run.owner import DeadlineWatch
 
 # Messages above this size are inspected in a worker thread, off the event loop.
 _INLINE_BYTES = 256 * 1024
@@ -144,6 +145,8 @@ async def run_stdio_guarded(server: A2RLServer, stdin: BinaryIO, stdout: BinaryI
 def serve_stdio(settings: Settings, store: Store, run_id: str) -> None:
     adopt_on_start(store)
     server = build_server(settings, store, run_id=run_id, transport="stdio")
+    server.registry.deadlines = DeadlineWatch(settings, store)
+    server.registry.get(run_id)  # taken (when free) and watched from the start
     server.registry.pump.wake()  # drain what an earlier server left queued
     stdin, stdout = _claim_stdio()
     anyio.run(run_stdio_guarded, server, stdin, stdout)
@@ -254,9 +257,13 @@ def _replay(body: bytes, receive: Any) -> Any:
     return replayed
 
 
-def http_app(settings: Settings, store: Store):  # type: ignore[no-untyped-def]
-    """The Starlette app (for tests and embedding); run `app.router.lifespan` as usual."""
+def http_app(settings: Settings, store: Store,  # type: ignore[no-untyped-def]
+             watch_deadlines: bool = False):
+    """The Starlette app (for tests and embedding); run `app.router.lifespan` as usual.
+    `watch_deadlines` (`a2rl serve --http`): the runs it owns are finalized at their deadline."""
     server = build_server(settings, store, run_id=None, transport="http")
+    if watch_deadlines:
+        server.registry.deadlines = DeadlineWatch(settings, store)
     server.registry.pump.wake()
 
     @server.custom_route("/health", methods=["GET"])
@@ -275,6 +282,7 @@ def serve_http(settings: Settings, store: Store) -> None:
     import uvicorn
 
     adopt_on_start(store)
-    config = uvicorn.Config(http_app(settings, store), host=settings.http_host,
+    config = uvicorn.Config(http_app(settings, store, watch_deadlines=True),
+                            host=settings.http_host,
                             port=settings.http_port, log_level="warning")
     anyio.run(uvicorn.Server(config).serve)

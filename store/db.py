@@ -67,6 +67,7 @@ V6_COLUMNS: list[tuple[str, str, str]] = [
     ("run", "end_kind", "VARCHAR"),
     ("job", "end_cause", "VARCHAR"),
     ("job", "end_evidence", "VARCHAR"),
+    ("run", "owner", "VARCHAR"),
 ]
 
 

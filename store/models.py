@@ -93,6 +93,9 @@ class Run(SQLModel, table=True):
     # schema v6: why the run ended, an EndKind, set when it closes (null on rows closed
     # before v6 and on runs still going: `a2rl.store.outcome.end_kind` derives it)
     end_kind: str | None = None
+    # schema v6: the process responsible for finalizing the run, `host:pid:start`
+    # (a2rl.server.run.owner): a run past its deadline whose owner is gone is finalized
+    owner: str | None = None
 
     @property
     def task_options(self) -> dict[str, Any]:

@@ -153,6 +153,13 @@ def stop_all(rt: RunRuntime, tool_call_id: int | None = None,
             with contextlib.suppress(SandboxError):
                 settle(rt, sandbox.kill(row.id, cause, evidence), row.id, tool_call_id)
         sandbox.stop()
+    elif rt.has_sandbox():
+        # its supervisor ended itself at the deadline and cannot start again: what it left
+        # (an exited container, an empty cgroup) goes now, or the run would hold it for ever
+        from .runtime import make_sandbox
+
+        with contextlib.suppress(SandboxError, ToolError, OSError):
+            make_sandbox(rt.backend, rt.sandbox_spec()).release()
     reconcile(rt, tool_call_id)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import EndKind, GradingClock, Run, RunStatus, Store, utcnow
+from a2rl.store.owners import process_owner
 from a2rl.store.queries import BASELINE_IDS
 from a2rl.tools.jobs import stop_all, stop_cause
 from a2rl.tools.revisions import RevisionScanner
@@ -105,6 +106,7 @@ def create_run(
             workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
             max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
             base_model=task.base_model_name(settings), **(fleet or {}),
+            owner=process_owner(),  # the maker finalizes it; a server takes it when it is gone
             baseline_dev=scores["dev"].score if scores else None,
             baseline_test=scores["test"].score if scores else None,
             config={BASELINE_IDS: {split: ev.id for split, ev in scores.items()},

@@ -223,3 +223,7 @@ class Sandbox(Protocol):
 
     def stop(self) -> None:
         """Kill every job and end the supervisor. Idempotent."""
+
+    def release(self) -> None:
+        """Remove what a supervisor that ended by itself (at the deadline) left: its
+        cgroup, its container. Needs no live supervisor; idempotent."""

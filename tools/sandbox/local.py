@@ -576,6 +576,9 @@ class LocalSandbox:
                     log.warning("supervisor shutdown failed (%s); killing it", exc)
         self._force_stop()
 
+    def release(self) -> None:
+        self._force_stop()
+
     def _force_stop(self) -> None:
         """Make sure no process of this run is left: the supervisor (the pid namespace's init:
         killing it ends every process in the namespace, a kernel guarantee), the launcher, the
