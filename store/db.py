@@ -64,6 +64,7 @@ def _v4_to_v5(conn: Connection) -> None:
 #: per column, so that work on different columns merges line by line. New tables (`audit`)
 #: need no entry: `create_all` makes them on every store.
 V6_COLUMNS: list[tuple[str, str, str]] = [
+    ("toolcall", "seq", "INTEGER"),
 ]
 
 
@@ -74,6 +75,17 @@ def _v5_to_v6(conn: Connection) -> None:
         have = {c["name"] for c in inspect(conn).get_columns(table)}
         if column not in have:
             conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    number_tool_calls(conn)
+
+
+def number_tool_calls(conn: Connection) -> None:
+    """Each older tool call's number within its run (`ToolCall.seq`), in the order of its id
+    (the order calls were recorded in); a correlated count, which SQLite and PostgreSQL both
+    run."""
+    conn.exec_driver_sql(
+        "UPDATE toolcall SET seq = (SELECT COUNT(*) FROM toolcall AS earlier "
+        "WHERE earlier.run_id = toolcall.run_id AND earlier.id <= toolcall.id) "
+        "WHERE seq IS NULL")
 
 
 # Each entry upgrades the schema from version n to n + 1.
