@@ -12,11 +12,10 @@ submission of the run that is queued, being graded or graded) is answered with t
 submission's id and status: it is not validated or graded again, and its reserved row is
 dropped, so it does not count against `--max-submissions`; at the limit too (the folder is
 then copied only to be compared, and anything else gets the limit's refusal). The hashes
-compared are the
-copy's, never the workspace's: the agent may change the folder between calls. An earlier
-submission that was refused is never matched (refused ones have no hashes, and are free to
-retry), nor one whose grading failed (the failure may have been the machine's: submitting
-the same files again grades them again, and counts).
+compared are the copy's, never the workspace's: the agent may change the folder between
+calls. An earlier submission that was refused is never matched (refused ones have no hashes,
+and are free to retry), nor one whose grading failed (the failure may have been the
+machine's: submitting the same files again grades them again, and counts).
 """
 
 from __future__ import annotations
