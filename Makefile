@@ -22,6 +22,7 @@ lint: setup
 
 bench: setup
 	.venv/bin/python bench/tool_latency.py
+	.venv/bin/python bench/tool_bytes.py
 	.venv/bin/python bench/grading.py
 	.venv/bin/python bench/view_scale.py
 	.venv/bin/python bench/humaneval_grading.py

@@ -165,8 +165,11 @@ def link_calls(d: RunData, evidence: list[Evidence]) -> None:
     (the run_command that started the job, the submit_checkpoint), for the viewer's link."""
     by_job = {j.id: j.tool_call_id for j in d.jobs}
     by_sub = {x.id: x.tool_call_id for x in d.submissions}
+    seq = {c.id: c.seq for c in d.calls}
     for e in evidence:
         if e.job_id:
             e.call_id = by_job.get(e.job_id)
         elif e.submission_id:
             e.call_id = by_sub.get(e.submission_id)
+        if e.call_id is not None:
+            e.call_seq = seq.get(e.call_id) or e.call_id

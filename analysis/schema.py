@@ -42,6 +42,8 @@ class Evidence(BaseModel):
     submission_id: str | None = None
     call_id: int | None = Field(None, description="the tool call it rests on: the run_command "
                                 "that started the job, or the submit_checkpoint (schema 1.3)")
+    call_seq: int | None = Field(None, description="that call's number within the run, the "
+                                 "one shown as #n (call_id counts the whole store's calls)")
 
 
 class Interval(BaseModel):

@@ -105,7 +105,7 @@ def build_synthetic(store: Store, calls: int = 10_000, jobs: int = 500, subs: in
     for i in range(calls):
         tool = TOOLS[i % len(TOOLS)]
         err = i % 97 == 0
-        rows.append(ToolCall(id=None, run_id=run_id, tool=tool,
+        rows.append(ToolCall(id=None, run_id=run_id, tool=tool, seq=i + 1,
                              arguments={"command": f"python train.py --step {i}"}
                              if tool == "run_command" else {"path": f"code/f{i % 13}.py"},
                              result_summary=f"ok {i}" * 3, is_error=err,

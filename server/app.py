@@ -9,6 +9,8 @@ function and records the call whatever its outcome. Each run's tools get their r
 
 from __future__ import annotations
 
+import inspect
+import json
 import time
 from datetime import datetime
 from typing import Any
@@ -18,6 +20,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
 from a2rl import __version__
@@ -28,7 +31,7 @@ from a2rl.tools import TOOLS
 from a2rl.tools.runtime import CallContext, RunRuntime, bind, in_thread, unbind
 from a2rl.tools.workspace_fs import WorkspaceError
 
-from .argument_checks import check_arguments, validation_message
+from .argument_checks import check_arguments, unknown_arguments, validation_message
 from .auth import RunTokenVerifier
 from .instructions import instructions_for
 from .recording import aend_call, astart_call, summarize
@@ -110,8 +113,11 @@ class A2RLServer(MCPServer[Any]):
                 raise ValueError(f"run {run_id!r} does not exist")
         super().__init__(name="a2rl", version=__version__,
                          instructions=instructions_for(run), **kwargs)
+        #: each tool's argument names, in the order of its signature (unknown ones are refused)
+        self._arguments: dict[str, list[str]] = {}
         for fn, hints in TOOLS:
             self.add_tool(fn, annotations=hints)
+            self._arguments[fn.__name__] = list(inspect.signature(fn).parameters)
         self._register_resources()
 
     def _register_resources(self) -> None:
@@ -145,6 +151,8 @@ class A2RLServer(MCPServer[Any]):
         summary, error = "", None
         try:
             refused = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
+            if refused is None and name in self._arguments:  # an unknown tool: the SDK says so
+                refused = unknown_arguments(arguments, self._arguments[name])
             if refused is not None:  # worded as the SDK words a tool's own errors
                 raise ToolError(f"Error executing tool {name}: {refused}")
             await self._check_budget(rt, name)
@@ -154,6 +162,7 @@ class A2RLServer(MCPServer[Any]):
                 if isinstance(exc.__cause__, ValidationError):
                     raise ToolError(validation_message(name, exc.__cause__)) from None
                 raise
+            result = compact(result)
             summary, error = summarize(result)
             return result
         except ToolError as exc:
@@ -186,6 +195,20 @@ class A2RLServer(MCPServer[Any]):
             raise ToolError(f"budget exhausted: the deadline ({clock.deadline.isoformat()}) "
                             "has passed, running jobs were stopped; only budget_status answers "
                             "now")
+
+
+def compact(result: Any) -> Any:
+    """`result` with its text block the structured content serialized without indentation or
+    padding. The SDK writes it pretty-printed (indent=2): the driver model reads that text on
+    every call, as well as the structured content, and the spaces cost it tokens. The MCP
+    spec asks that structured content also come as serialized JSON in a text block, which this
+    still is (`bench/tool_bytes.py` measures the bytes saved)."""
+    if (not isinstance(result, CallToolResult) or result.structured_content is None
+            or result.is_error):
+        return result
+    text = json.dumps(result.structured_content, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+    return result.model_copy(update={"content": [TextContent(type="text", text=text)]})
 
 
 def task_text(rt: RunRuntime[RunClock]) -> str:

@@ -7,7 +7,10 @@ call is recorded, so a refused call is in the store like any other. What they st
 - a lone surrogate (in-memory clients reach here without the JSON-RPC guard);
 - a path the kernel would refuse anyway (over PATH_MAX, or a component over NAME_MAX),
   refused before any tool walks it: a megabyte path used to hold the event loop for seconds;
-- a call whose arguments together exceed `max_tool_args_bytes`.
+- a call whose arguments together exceed `max_tool_args_bytes`;
+- an argument the tool does not take (`unknown_arguments`): the SDK drops them silently, so
+  a misspelt `wait` or `timeout` would run the call with the defaults instead of telling the
+  agent.
 
 Also here: the one-line-per-field form of argument validation errors, without the
 validation library's links.
@@ -15,6 +18,7 @@ validation library's links.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,6 +27,8 @@ PATH_MAX = 4096  # bytes, as Linux counts them (limits.h), the terminating NUL a
 NAME_MAX = 255
 PATH_ARGUMENTS = {"path"}
 MAX_FIELD_LINES = 10
+#: The unknown names a refusal lists (a call may send thousands).
+MAX_UNKNOWN_NAMED = 5
 
 
 def check_arguments(arguments: dict[str, Any], max_bytes: int) -> str | None:
@@ -63,6 +69,20 @@ def check_arguments(arguments: dict[str, Any], max_bytes: int) -> str | None:
         return (f"the arguments are {total:,} bytes; a call may carry at most {max_bytes:,} "
                 "(write large files with a command, e.g. from a script)")
     return None
+
+
+def unknown_arguments(arguments: dict[str, Any], known: Sequence[str]) -> str | None:
+    """None when every argument is one the tool takes; else the reason, one line, naming
+    the ones it takes (in the order of its signature)."""
+    extra = [str(k) for k in arguments if k not in known]
+    if not extra:
+        return None
+    named = ", ".join(f"`{k[:100]}`" for k in extra[:MAX_UNKNOWN_NAMED])
+    if len(extra) > MAX_UNKNOWN_NAMED:
+        named += f" and {len(extra) - MAX_UNKNOWN_NAMED:,} more"
+    takes = ", ".join(f"`{k}`" for k in known) if known else "no arguments"
+    word = "argument" if len(extra) == 1 else "arguments"
+    return f"unknown {word} {named}; this tool takes {takes}"
 
 
 def _keys_size(mapping: dict[Any, Any]) -> int | None:

@@ -20,8 +20,10 @@ import time
 from typing import Any
 
 import anyio
+from sqlalchemy import func
+from sqlmodel import select
 
-from a2rl.store import Store, ToolCall
+from a2rl.store import Run, Store, ToolCall
 
 from .jsonrpc_guard import MESSAGE_KEY, Refusal, scrub
 
@@ -40,7 +42,12 @@ def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
         # own would be those of the piece that was read).
         stored[TRUNCATED_KEY] = {MESSAGE_KEY: cut}
     with store.session() as s:
-        row = ToolCall(run_id=run_id, tool=tool, arguments=stored, transport=transport)
+        # the run's row locked, so that concurrent calls of one run (over HTTP) number apart
+        # (SQLite's BEGIN IMMEDIATE serializes writers anyway)
+        s.exec(select(Run.id).where(Run.id == run_id).with_for_update()).first()
+        last = s.exec(select(func.max(ToolCall.seq)).where(ToolCall.run_id == run_id)).one()
+        row = ToolCall(run_id=run_id, tool=tool, arguments=stored, transport=transport,
+                       seq=(last or 0) + 1)
         s.add(row)
         s.flush()
         assert row.id is not None

@@ -68,16 +68,39 @@ V6_COLUMNS: list[tuple[str, str, str]] = [
     ("job", "end_cause", "VARCHAR"),
     ("job", "end_evidence", "VARCHAR"),
     ("run", "owner", "VARCHAR"),
+    ("toolcall", "seq", "INTEGER"),
 ]
 
 
 def _v5_to_v6(conn: Connection) -> None:
     """Columns added in v6 (`V6_COLUMNS`), each only where missing: `create_all` may already
     have made a table whole."""
+    add_missing_v6_columns(conn)
+
+
+def add_missing_v6_columns(conn: Connection) -> None:
+    """Add each `V6_COLUMNS` column its table lacks. Also run on stores already at v6: the
+    first v6 release made the audit table with no new columns yet, and its stores say v6."""
+    have: dict[str, set[str]] = {}
+    added = set()
     for table, column, kind in V6_COLUMNS:
-        have = {c["name"] for c in inspect(conn).get_columns(table)}
-        if column not in have:
+        if table not in have:
+            have[table] = {c["name"] for c in inspect(conn).get_columns(table)}
+        if column not in have[table]:
             conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+            added.add((table, column))
+    if ("toolcall", "seq") in added:
+        number_tool_calls(conn)
+
+
+def number_tool_calls(conn: Connection) -> None:
+    """Each older tool call's number within its run (`ToolCall.seq`), in the order of its id
+    (the order calls were recorded in); a correlated count, which SQLite and PostgreSQL both
+    run."""
+    conn.exec_driver_sql(
+        "UPDATE toolcall SET seq = (SELECT COUNT(*) FROM toolcall AS earlier "
+        "WHERE earlier.run_id = toolcall.run_id AND earlier.id <= toolcall.id) "
+        "WHERE seq IS NULL")
 
 
 # Each entry upgrades the schema from version n to n + 1.
@@ -256,6 +279,8 @@ class Store:
                     f"the store at {self.engine.url!r} has schema v{version}, newer than this "
                     f"a2rl understands (v{models.SCHEMA_VERSION}); upgrade a2rl or point "
                     "A2RL_DB_URL at another database")
+            if version == models.SCHEMA_VERSION == 6:
+                add_missing_v6_columns(conn)
             while version < models.SCHEMA_VERSION:
                 if version not in MIGRATIONS:
                     raise StoreVersionError(f"no migration from store schema v{version}")

@@ -123,6 +123,9 @@ class ToolCall(SQLModel, table=True):
     started_at: datetime = Field(default_factory=utcnow)
     duration_ms: float = 0.0
     transport: str | None = None
+    # schema v6: the call's number within its run (1, 2, ...), the one shown to people (`id`
+    # counts every run's calls in the store); filled at insert, older rows by the migration
+    seq: int | None = None
 
 
 class Blob(SQLModel, table=True):

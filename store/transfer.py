@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlmodel import SQLModel, col, select
 
-from .db import Store, blob_row
+from .db import Store, blob_row, number_tool_calls
 from .models import (
     Blob,
     BudgetEvent,
@@ -183,6 +183,7 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
         run = Run.model_validate(rows["run"][0])
         s.add(run)
         calls = _insert_all(s, ToolCall, rows.get("toolcall", []))
+        number_tool_calls(s.connection())  # a dump from before schema v6 has no numbers
         call_ref = {"tool_call_id": calls}
         snaps = _insert_all(s, Snapshot, rows.get("snapshot", []), call_ref)
         _insert_all(s, Revision, rows.get("revision", []), call_ref)

@@ -269,6 +269,53 @@ def test_v4_store_is_migrated(db_url: str) -> None:
     store.close()
 
 
+def test_v5_tool_calls_are_numbered_per_run(db_url: str) -> None:
+    """A store from before calls had a number within their run (v5): each older call gets its
+    number by the order of its id, run by run, and new calls go on from there."""
+    from a2rl.server.recording import start_call
+
+    url = db_url
+    Store(url).close()
+    old = Store(url)
+    _run(old, "r-a")
+    _run(old, "r-b")
+    with old.engine.begin() as conn:
+        conn.execute(text("ALTER TABLE toolcall DROP COLUMN seq"))
+        for run_id in ("r-a", "r-b", "r-a", "r-a", "r-b"):
+            conn.execute(text("INSERT INTO toolcall (run_id, tool, arguments, result_summary, "
+                              "is_error, started_at, duration_ms) VALUES "
+                              f"('{run_id}', 'budget_status', '{{}}', '', false, "
+                              "'2026-01-01', 0)"))
+        conn.execute(text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
+    old.close()
+    store = Store(url)
+    start_call(store, "r-b", "budget_status", {}, "memory")
+    with store.session() as s:
+        rows = s.exec(select(ToolCall.run_id, ToolCall.seq).order_by(ToolCall.id)).all()
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
+    assert [tuple(r) for r in rows] == [("r-a", 1), ("r-b", 1), ("r-a", 2), ("r-a", 3),
+                                        ("r-b", 2), ("r-b", 3)]
+    store.close()
+
+
+def test_concurrent_calls_of_one_run_number_apart(store: Store) -> None:
+    from a2rl.server.recording import start_call
+
+    _run(store, "r-c")
+    _run(store, "r-d")
+    start_call(store, "r-d", "budget_status", {}, "memory")
+    threads = [threading.Thread(target=start_call,
+                                args=(store, "r-c", "budget_status", {}, "http"))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with store.session() as s:
+        seqs = s.exec(select(ToolCall.seq).where(ToolCall.run_id == "r-c")).all()
+    assert sorted(seqs) == list(range(1, 9))
+
+
 def test_identity_names_the_database_not_the_spelling(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """What containers are labelled with: one database, one name, however its URL is written;
@@ -340,4 +387,28 @@ def test_v5_store_gains_the_audit_table(db_url: str) -> None:
     got = load_audit(store, "r-v5")
     assert got is not None and got.flagged and got.flags[0].kind == "contamination"
     assert flagged_run_ids(store) == {"r-v5"}
+    store.close()
+
+
+def test_early_v6_store_gains_the_columns_added_since(db_url: str) -> None:
+    """The first v6 release made the audit table and no column: its stores say v6 yet lack
+    the columns v6 grew since (`V6_COLUMNS`). Opening one adds them and numbers its calls."""
+    from a2rl.store.db import V6_COLUMNS
+
+    Store(db_url).close()
+    old = Store(db_url)
+    _run(old, "r-e6")
+    with old.engine.begin() as conn:
+        for table, column, _ in V6_COLUMNS:
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        conn.execute(text("INSERT INTO toolcall (run_id, tool, arguments, result_summary, "
+                          "is_error, started_at, duration_ms) VALUES ('r-e6', 'budget_status', "
+                          "'{}', '', false, '2026-01-01', 0)"))
+    old.close()
+    store = Store(db_url)
+    with store.session() as s:
+        run = s.get(Run, "r-e6")
+        assert run is not None and run.end_kind is None and run.owner is None
+        assert s.exec(select(ToolCall.seq).where(ToolCall.run_id == "r-e6")).all() == [1]
+        assert s.get(Meta, "schema_version").value == "6"
     store.close()

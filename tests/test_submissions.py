@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import AsyncIterator
@@ -116,6 +117,55 @@ async def test_graded_from_the_copy_and_heldout_hides_test(settings, store: Stor
     assert done.final_score == tests[0].score
     kept = [x for x in subs.values() if Path(x.checkpoint_dir).exists()]
     assert [x.id for x in kept] == [done.final_submission_id]
+
+
+async def test_identical_resubmission_gets_the_earlier(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    """Same files (by the copy's hashes) as an earlier submission: its id and status, not
+    graded again, not counted; changed files, even under the same path, are a new one."""
+    run = make_run(settings, store, max_submissions=2, baseline=False)
+    ws = Path(run.workspace)
+    base = ws / "base_model"
+    save_perturbed(base, ws / "output" / "a", 0.3)
+    async with await connect(settings, store, run) as c:
+        r1 = await c.call_tool("submit_checkpoint", {"path": "output/a"})
+        assert not r1.is_error and r1.structured_content["resubmission"] is False
+        first = r1.structured_content["submission_id"]
+        s1 = await c.call_tool("get_score", {"submission_id": first, "wait_s": 60})
+        assert s1.structured_content["status"] == "graded", s1.structured_content
+        r2 = await c.call_tool("submit_checkpoint", {"path": "output/a", "note": "again"})
+        assert not r2.is_error, text_of(r2)
+        again = r2.structured_content
+        assert again["submission_id"] == first and again["resubmission"] is True
+        assert again["status"] == "graded" and first in again["warning"]
+        summary = json.loads(last_call(store, run.id).result_summary)
+        assert summary["submission_id"] == first and summary["resubmission"] is True
+        # the same path with other files: the copy's hashes differ, a new submission
+        shutil.rmtree(ws / "output" / "a")
+        save_perturbed(base, ws / "output" / "a", 0.6)
+        r3 = await c.call_tool("submit_checkpoint", {"path": "output/a"})
+        third = r3.structured_content["submission_id"]
+        assert third != first and r3.structured_content["resubmission"] is False
+        used = (await c.call_tool("budget_status", {})).structured_content["submissions_used"]
+        assert used == 2
+        # the same files under another path, at the limit: still answered with the earlier
+        shutil.copytree(ws / "output" / "a", ws / "output" / "c")
+        r4 = await c.call_tool("submit_checkpoint", {"path": "output/c"})
+        assert not r4.is_error, text_of(r4)
+        assert r4.structured_content["submission_id"] == third
+        assert r4.structured_content["resubmission"] is True
+        # other files at the limit: the limit's refusal
+        save_perturbed(base, ws / "output" / "d", 0.9)
+        r5 = await c.call_tool("submit_checkpoint", {"path": "output/d"})
+        assert r5.is_error and "submission limit reached" in text_of(r5)
+        await c.call_tool("get_score", {"submission_id": third, "wait_s": 60})
+    with store.session() as s:
+        subs = s.exec(select(Submission).where(Submission.run_id == run.id)).all()
+        evs = s.exec(select(Evaluation).where(Evaluation.run_id == run.id)).all()
+    assert sorted(x.id for x in subs) == sorted([first, third])
+    assert sorted(e.submission_id for e in evs) == sorted([first, third])  # none graded twice
+    copies = {p.name for p in (settings.home_dir / "checkpoints" / run.id).iterdir()}
+    assert copies <= {first, third}  # the resubmissions' copies are gone
+    finish_run(settings, store, run.id)
 
 
 async def test_no_valid_submission_finalizes_at_baseline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]

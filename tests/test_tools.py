@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import AsyncIterator
@@ -64,6 +65,44 @@ async def test_run_command_and_recording(client: Client, store: Store, run: Run)
     row = last_call(store, run.id)
     assert row.tool == "run_command" and row.arguments["command"].startswith("echo hello")
     assert not row.is_error and row.duration_ms > 0 and "hello" in row.result_summary
+
+
+async def test_unknown_arguments_are_refused_and_recorded(client: Client, store: Store,
+                                                        run: Run) -> None:
+    """A misspelt argument used to be dropped silently (the call ran with the defaults)."""
+    r = await call(client, "run_command", command="touch made-it", wait=5)
+    assert r.is_error
+    assert text_of(r) == ("Error executing tool run_command: unknown argument `wait`; this "
+                          "tool takes `command`, `wait_s`")
+    assert not (Path(run.workspace) / "made-it").exists()
+    r = await call(client, "budget_status", verbose=True, x=1)
+    assert text_of(r) == ("Error executing tool budget_status: unknown arguments `verbose`, "
+                          "`x`; this tool takes no arguments")
+    rows = calls(store, run.id)
+    assert [(c.tool, c.is_error) for c in rows] == [("run_command", True), ("budget_status", True)]
+    assert rows[0].arguments == {"command": "touch made-it", "wait": 5}
+    assert rows[0].error == text_of(await call(client, "run_command", command="x", wait=5))
+
+
+async def test_a_bad_value_is_refused_and_stored_as_sent(client: Client, store: Store,
+                                                         run: Run) -> None:
+    r = await call(client, "run_command", command="echo hi", wait_s="abc")
+    assert r.is_error and "`wait_s`: must be a valid number" in text_of(r)
+    row = last_call(store, run.id)
+    assert row.is_error and row.arguments == {"command": "echo hi", "wait_s": "abc"}
+    assert row.error == text_of(r)
+
+
+async def test_results_are_compact_json_of_the_structured_content(client: Client) -> None:
+    r = await call(client, "run_command", command="echo 'héllo  world'", wait_s=10)
+    assert len(r.content) == 1
+    text = r.content[0].text
+    assert json.loads(text) == r.structured_content
+    assert text == json.dumps(r.structured_content, separators=(",", ":"), ensure_ascii=False)
+    assert "héllo  world" in text and '": ' not in text and "\n  " not in text
+    r = await call(client, "budget_status")
+    assert json.loads(r.content[0].text) == r.structured_content
+    assert "\n" not in r.content[0].text
 
 
 async def test_thread_counts_reach_the_jobs(client: Client,

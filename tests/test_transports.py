@@ -51,7 +51,17 @@ async def test_stdio_serves_and_records(settings, store, run, mode) -> None:  # 
         assert "TASK.md" in (c.instructions or "")
         r = await c.call_tool("run_command", {"command": "echo via-stdio"})
         assert "via-stdio" in r.structured_content["output"]
-    assert [c.tool for c in calls(store, run.id)] == ["run_command"]
+        # over the wire too: the text block is the compact JSON of the structured content
+        assert r.content[0].text.startswith('{"status":"exited","exit_code":0,')
+        bad = await c.call_tool("run_command", {"command": "echo no", "wait_s": "abc"})
+        unknown = await c.call_tool("job_status", {"job": "j-1"})
+    assert bad.is_error and "`wait_s`: must be a valid number" in bad.content[0].text
+    assert unknown.is_error and "unknown argument `job`; this tool takes `job_id`, " \
+        "`wait_s`, `offset`" in unknown.content[0].text
+    rows = calls(store, run.id)
+    assert [c.tool for c in rows] == ["run_command", "run_command", "job_status"]
+    assert rows[1].arguments == {"command": "echo no", "wait_s": "abc"} and rows[1].is_error
+    assert rows[2].arguments == {"job": "j-1"} and rows[2].is_error
 
 
 async def test_heavy_output_keeps_stdio_stream_valid(settings, store, run) -> None:  # type: ignore[no-untyped-def]

@@ -353,3 +353,34 @@ def test_the_fleet_view_shows_one_fleets_runs(tmp_path: Path) -> None:
     assert "No runs in this store yet for fleet nosuch" in none and listed(none) == []
     page = TestClient(create_app(url)).get("/run/f1").text
     assert '<a href="/?fleet=sweep">fleet sweep</a>' in page
+
+
+def test_calls_are_numbered_within_their_run(tmp_path: Path) -> None:
+    """A run's first call is #1 on every page that numbers calls, though another run's calls
+    came first in the store (ids are the store's; links still use them)."""
+    from a2rl.server.recording import end_call, start_call
+    from a2rl.store import Revision, Run
+
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    with store.session() as s:
+        for rid in ("r-first", "r-second"):
+            s.add(Run(id=rid, task_id="fixture", workspace=str(tmp_path / rid), budget_s=60))
+    for _ in range(44):
+        end_call(store, start_call(store, "r-first", "budget_status", {}, "memory"),
+                 time.perf_counter(), "{}", None)
+    first = start_call(store, "r-second", "run_command", {"command": "echo hi"}, "memory")
+    end_call(store, first, time.perf_counter(), '{"status":"exited"}', None)
+    with store.session() as s:
+        s.add(Revision(run_id="r-second", path="code/a.py", blob_sha=store.put_blob(b"x\n"),
+                       source="tool", tool_call_id=first, size=2))
+    store.close()
+    assert first == 45
+    c = TestClient(create_app(url))
+    call_page = c.get(f"/run/r-second/call/{first}").text
+    assert "Tool call #1: <code>run_command</code>" in call_page
+    run_page = c.get("/run/r-second").text
+    assert '<span class="muted"> · #1</span>' in run_page and "#45<" not in run_page
+    assert f'data-call="/run/r-second/call/{first}">call #1</a>' in run_page
+    revs = re.findall(r'id="rev-(\d+)"', run_page)
+    assert ">call #1</a>" in c.get(f"/run/r-second/revision/{revs[0]}").text

@@ -6,6 +6,16 @@ a grader-owned area outside the sandbox (see `checkpoint_copy`: no symlink, hard
 special file, size caps), and only that copy is validated, hashed and graded; refusals are
 immediate and recorded. The call returns with a submission id while grading goes on through
 the run's `GradingHook` (the serving process's grading pump).
+
+An identical resubmission (the copy's files, by their sha256, are those of an earlier
+submission of the run that is queued, being graded or graded) is answered with that earlier
+submission's id and status: it is not validated or graded again, and its reserved row is
+dropped, so it does not count against `--max-submissions`; at the limit too (the folder is
+then copied only to be compared, and anything else gets the limit's refusal). The hashes
+compared are the copy's, never the workspace's: the agent may change the folder between
+calls. An earlier submission that was refused is never matched (refused ones have no hashes,
+and are free to retry), nor one whose grading failed (the failure may have been the
+machine's: submitting the same files again grades them again, and counts).
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import secrets
 import shutil
 import threading
 import time
+from pathlib import Path
 from types import ModuleType
 from typing import Annotated
 
@@ -70,6 +81,9 @@ class SubmitResult(BaseModel):
     l2_distance: float | None = Field(None, description="relative L2 distance from the base")
     warning: str = ""
     hint: str
+    resubmission: bool = Field(False, description=(
+        "true when the files are byte for byte those of submission_id, submitted earlier: "
+        "not graded again and not counted against the submission limit"))
 
 
 class SubmissionScore(BaseModel):
@@ -105,6 +119,10 @@ def _new_submission_id() -> str:
     return "s-" + secrets.token_hex(4)
 
 
+class LimitReached(ToolError):
+    """The run has used its submissions (an identical resubmission is still answered)."""
+
+
 def _reserve(rt: RunRuntime, run: Run, sub: Submission) -> None:
     """Insert `sub` if the run has a submission left: count and insert in one transaction,
     with the run's row locked (SQLite's BEGIN IMMEDIATE serializes writers anyway)."""
@@ -114,7 +132,7 @@ def _reserve(rt: RunRuntime, run: Run, sub: Submission) -> None:
             used = len(s.exec(select(Submission.id).where(
                 Submission.run_id == run.id, Submission.status != SubmissionStatus.refused)).all())
             if used >= run.max_submissions:
-                raise ToolError(f"submission limit reached ({run.max_submissions}); "
+                raise LimitReached(f"submission limit reached ({run.max_submissions}); "
                                 "the best submission so far counts")
         # a cap on what one run has in the grading queue, so it cannot hold the grader
         # (one machine-wide lock) for everyone else's turn; validating ones count, so two
@@ -142,6 +160,30 @@ def _refuse(rt: RunRuntime, sub: Submission, error: str, dest: object) -> ToolEr
     return ToolError(f"submission refused: {error}")
 
 
+#: The earlier submissions an identical resubmission is answered with (see the module doc).
+MATCHED = (SubmissionStatus.queued, SubmissionStatus.grading, SubmissionStatus.graded)
+
+
+def _identical(rt: RunRuntime, sub: Submission, hashes: dict[str, str]) -> Submission | None:
+    """The run's earliest other submission with exactly these file hashes, if it is one an
+    identical resubmission is answered with."""
+    with rt.store.session() as s:
+        rows = s.exec(select(Submission).where(
+            Submission.run_id == sub.run_id, Submission.id != sub.id,
+            Submission.status.in_(MATCHED))  # type: ignore[attr-defined]
+            .order_by(Submission.created_at)).all()  # type: ignore[arg-type]
+    return next((row for row in rows if row.file_hashes and row.file_hashes == hashes), None)
+
+
+def _drop(rt: RunRuntime, sub: Submission, dest: object) -> None:
+    """An identical resubmission's reserved row and copy: gone, so that it is not counted."""
+    with rt.store.session() as s:
+        row = s.get(Submission, sub.id)
+        if row is not None:
+            s.delete(row)
+    shutil.rmtree(str(dest), ignore_errors=True)
+
+
 def _base_bytes(rt: RunRuntime) -> int:
     try:
         return sum(e.st.st_size for e in rt.workspace.fs().walk((BASE_MODEL,), max_depth=4))
@@ -149,27 +191,29 @@ def _base_bytes(rt: RunRuntime) -> int:
         return 0
 
 
-def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
-    grading = _grading()
-    run = rt.run()
-    split = feedback_split(run)
-    sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
-                     tool_call_id=tool_call_id, status=SubmissionStatus.validating)
-    _reserve(rt, run, sub)
+class _Refused(Exception):
+    """Why a submission is refused, worded for the agent."""
+
+
+def _checkpoint_parts(rt: RunRuntime, path: str) -> tuple[tuple[str, ...], str]:
     try:
         parts = rt.workspace.parts(path)
     except WorkspaceError as exc:
-        raise _refuse(rt, sub, str(exc), None) from None
+        raise _Refused(str(exc)) from None
     shown = show(parts)
     if parts[:1] != (OUTPUT,) or len(parts) < 2:
-        raise _refuse(rt, sub, f"{shown} is not under output/: checkpoints must be directories "
-                      "under output/, for example output/sft", None)
-    dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
+        raise _Refused(f"{shown} is not under output/: checkpoints must be directories "
+                       "under output/, for example output/sft")
+    return parts, shown
+
+
+def _copy(rt: RunRuntime, parts: tuple[str, ...], shown: str, dest: Path) -> dict[str, str]:
+    """The checkpoint copied to `dest` (grader-owned); its files' sha256 by relative path."""
     base = _base_bytes(rt)
     caps = CopyCaps(max_file_bytes=max(3 * base, 2**30),
                     max_total_bytes=max(3 * base, 2**30) + 2**28)
     try:
-        hashes = copy_checkpoint(rt.workspace.root, dest, parts=parts, caps=caps, shown=shown)
+        return copy_checkpoint(rt.workspace.root, dest, parts=parts, caps=caps, shown=shown)
     except CopyRefused as exc:
         error = str(exc)
         if "does not exist" in error:
@@ -178,7 +222,60 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
         elif "not a directory" in error:
             error = (f"{shown} is a file; pass the checkpoint directory that holds config.json "
                      "and the weights")
-        raise _refuse(rt, sub, error, dest) from None
+        raise _Refused(error) from None
+
+
+def _answered_with(rt: RunRuntime, earlier: Submission, shown: str, split: str) -> SubmitResult:
+    rt.log.info("submission of %s is identical to %s: answered with it", shown, earlier.id)
+    return SubmitResult(
+        submission_id=earlier.id, status=earlier.status, split=split,
+        l2_distance=earlier.l2_distance, resubmission=True,
+        warning=f"{shown} holds the same files as submission {earlier.id}: not graded again "
+                "and not counted against the submission limit",
+        hint=f"get_score(submission_id='{earlier.id}', wait_s=60)")
+
+
+def _at_limit(rt: RunRuntime, sub: Submission, split: str, limit: LimitReached) -> SubmitResult:
+    """At the submission limit, an identical resubmission is still answered with the earlier
+    submission (it would not count); anything else gets the limit's refusal. The folder is
+    copied to be compared, as every submission is (no row is made: a refusal at the limit
+    never made one)."""
+    dest = rt.settings.home_dir / "checkpoints" / sub.run_id / f".compare-{sub.id}"
+    try:
+        parts, shown = _checkpoint_parts(rt, sub.path)
+        earlier = _identical(rt, sub, _copy(rt, parts, shown, dest))
+    except _Refused:
+        earlier = None
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
+    if earlier is None:
+        raise limit
+    return _answered_with(rt, earlier, shown, split)
+
+
+def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
+    grading = _grading()
+    run = rt.run()
+    split = feedback_split(run)
+    sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
+                     tool_call_id=tool_call_id, status=SubmissionStatus.validating)
+    try:
+        _reserve(rt, run, sub)
+    except LimitReached as limit:
+        return _at_limit(rt, sub, split, limit)
+    try:
+        parts, shown = _checkpoint_parts(rt, path)
+    except _Refused as exc:
+        raise _refuse(rt, sub, str(exc), None) from None
+    dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
+    try:
+        hashes = _copy(rt, parts, shown, dest)
+    except _Refused as exc:
+        raise _refuse(rt, sub, str(exc), dest) from None
+    earlier = _identical(rt, sub, hashes)
+    if earlier is not None:
+        _drop(rt, sub, dest)
+        return _answered_with(rt, earlier, shown, split)
     limits = grading.ValidationLimits(
         memory_bytes=int(rt.settings.checkpoint_check_memory_gib * 2**30),
         timeout_s=rt.settings.checkpoint_check_timeout_s)

@@ -216,7 +216,8 @@ class Viewer:
         c = queries.call(self.store, run_id, call_id) if call_id <= MAX_ROW_ID else None
         if c is None:
             return self.not_found("no such tool call")
-        return self.page("call.html.jinja", title=f"call {c.id}", run_id=run_id, m=from_call(c),
+        return self.page("call.html.jinja", title=f"call {c.seq or c.id}", run_id=run_id,
+                         m=from_call(c),
                          started=c.started_at)
 
     async def revision(self, request: Request) -> Response:
@@ -232,7 +233,8 @@ class Viewer:
             return self.page("diff.html.jinja", diff=found[1])
         rev, diff = found
         return self.page("revision.html.jinja", title=f"revision {rev.id}", run_id=run_id,
-                         rev=rev, diff=diff)
+                         rev=rev, diff=diff, call_seq=queries.call_seq(self.store,
+                                                                       rev.tool_call_id))
 
     async def activity(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]

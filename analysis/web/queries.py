@@ -224,6 +224,7 @@ class RevisionView(BaseModel):
     path: str
     source: str
     tool_call_id: int | None
+    tool_call_seq: int | None = None  # that call's number within the run, as shown
     job_id: str | None
     at_s: float
     change: str  # added|changed|deleted
@@ -233,19 +234,31 @@ def revisions(store: Store, run: Run, limit: int, offset: int = 0) -> list[Revis
     origin = aware(run.started_at or run.created_at)
     assert origin is not None
     with store.session() as s:
-        rows = list(s.exec(select(Revision).where(Revision.run_id == run.id)
+        rows = list(s.exec(select(Revision, ToolCall.seq)
+                           .join(ToolCall, col(ToolCall.id) == Revision.tool_call_id,
+                                 isouter=True)
+                           .where(Revision.run_id == run.id)
                            .order_by(col(Revision.id)).offset(offset).limit(limit)).all())
     return [RevisionView(id=r.id or 0, path=r.path, source=r.source, tool_call_id=r.tool_call_id,
-                         job_id=r.job_id,
+                         tool_call_seq=seq or r.tool_call_id, job_id=r.job_id,
                          at_s=(aware(r.created_at) - origin).total_seconds(),  # type: ignore[operator]
                          change="deleted" if r.blob_sha is None else
-                         "added" if r.prev_blob_sha is None else "changed") for r in rows]
+                         "added" if r.prev_blob_sha is None else "changed") for r, seq in rows]
 
 
 def count_revisions(store: Store, run_id: str) -> int:
     with store.session() as s:
         return s.exec(select(func.count()).select_from(Revision)
                       .where(Revision.run_id == run_id)).one()
+
+
+def call_seq(store: Store, call_id: int | None) -> int | None:
+    """The number within its run of the call with store id `call_id`, as shown."""
+    if call_id is None:
+        return None
+    with store.session() as s:
+        c = s.get(ToolCall, call_id)
+    return (c.seq if c is not None else None) or call_id
 
 
 def revision_diff(store: Store, run_id: str, rev_id: int) -> tuple[Revision, str] | None:

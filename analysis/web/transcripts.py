@@ -35,7 +35,8 @@ class Message(BaseModel):
     arguments: Any = None
     result: str | None = None
     is_error: bool = False
-    call_id: int | None = None  # the store's ToolCall.id, once attached
+    call_id: int | None = None  # the store's ToolCall.id, once attached (links use it)
+    seq: int | None = None  # the call's number within its run (ToolCall.seq), shown as #n
     duration_ms: float | None = None
 
 
@@ -289,7 +290,8 @@ def attach_calls(messages: list[Message], calls: list[Any], lookahead: int = 50)
             if j is not None:
                 out += [from_call(c) for c in calls[i:j]]
                 c = calls[j]
-                m = m.model_copy(update={"call_id": c.id, "arguments": c.arguments,
+                m = m.model_copy(update={"call_id": c.id, "seq": call_number(c),
+                                         "arguments": c.arguments,
                                          "result": c.error if c.is_error and c.error
                                          else c.result_summary or m.result,
                                          "is_error": c.is_error or m.is_error,
@@ -300,8 +302,15 @@ def attach_calls(messages: list[Message], calls: list[Any], lookahead: int = 50)
     return out
 
 
+def call_number(c: Any) -> int | None:
+    """The number a call is shown with: its number within its run (a row from a store
+    the migration has not numbered, none should be, falls back to its store id)."""
+    return getattr(c, "seq", None) or getattr(c, "id", None)
+
+
 def from_call(c: Any) -> Message:
     """A stored ToolCall row as a conversation entry (agents without a transcript)."""
-    return Message(role="tool", tool=c.tool, call_id=c.id, arguments=c.arguments,
+    return Message(role="tool", tool=c.tool, call_id=c.id, seq=call_number(c),
+                   arguments=c.arguments,
                    result=(c.error if c.is_error and c.error else c.result_summary),
                    is_error=c.is_error, duration_ms=c.duration_ms)

@@ -565,9 +565,10 @@ async def test_odd_shaped_arguments_get_an_answer_and_a_record(agent: Agent) -> 
     assert row.is_error and row.arguments["path"] == "(not stored: nested deeper than 64 levels)"
 
     many = {f"k{i}": i for i in range(20_000)}
-    await agent.ok("list_files", path=".", **many)  # unknown arguments are ignored...
+    text = await agent.refused("list_files", path=".", **many)  # unknown arguments: refused
+    assert len(text) < 500 and "unknown arguments `k0`" in text and "19,995 more" in text
     row = last_call(agent.store, agent.run.id)
-    assert len(row.arguments) == 65  # ...and not stored
+    assert row.is_error and len(row.arguments) == 65  # ...and not all stored
     assert row.arguments["_truncated"] == {"(more arguments)": {"count": 20_001 - 64}}
 
     text = await agent.refused("read_file", path="TASK.md", **{"k" * 1_000_000: "\x00"})
