@@ -1053,7 +1053,7 @@ def demo(
     as_json: JsonFlag = False,
 ) -> None:
     """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
-    from a2rl.demo import DEMO_FIELDS, run_demo
+    from a2rl.demo import DEMO_FIELDS, demo_failure, run_demo
 
     settings = _settings(backend=backend)
     options = _sandbox_options(gpus, "none", keep_container)
@@ -1069,6 +1069,8 @@ def demo(
     else:
         _print_summary(summary)
     _exit_on_grading_failure(summary)
+    if why := demo_failure(summary):
+        _fail(f"run {summary.run_id}: no improvement: {why}", code=1)
 
 
 def _print_summary(summary: Any) -> None:
