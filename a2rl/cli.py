@@ -358,6 +358,7 @@ def create(
 ) -> None:
     """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
     from a2rl.server import create_run
+    from a2rl.tasks.hub import BaseModelUnavailable
     from a2rl.tools.sandbox.base import SandboxError
 
     settings = _settings(backend=backend)
@@ -373,8 +374,8 @@ def create(
                              max_submissions=max_submissions, unsafe_local=unsafe_local or None,
                              protocol=protocol, grading_clock=grading_clock, profile=profile,
                              task_options=task_options, **options)
-    except (KeyError, ValueError, SandboxError) as exc:
-        _fail(_message(exc))
+    except (KeyError, ValueError, SandboxError, BaseModelUnavailable) as exc:
+        _fail(_message(exc))  # no hub for the base model: one line, as `a2rl run` says it
     run = created.run
     say(f"run {run.id}: baseline dev {_score(run.baseline_dev)}, "
         f"test {_score(run.baseline_test)}")
