@@ -383,6 +383,7 @@ def create(
 ) -> None:
     """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
     from a2rl.server import create_run
+    from a2rl.tasks.hub import BaseModelUnavailable
     from a2rl.tools.sandbox.base import SandboxError
 
     settings = _settings(backend=backend)
@@ -398,8 +399,8 @@ def create(
                              max_submissions=max_submissions, unsafe_local=unsafe_local or None,
                              protocol=protocol, grading_clock=grading_clock, profile=profile,
                              task_options=task_options, **options)
-    except (KeyError, ValueError, SandboxError) as exc:
-        _fail(_message(exc))
+    except (KeyError, ValueError, SandboxError, BaseModelUnavailable) as exc:
+        _fail(_message(exc))  # no hub for the base model: one line, as `a2rl run` says it
     run = created.run
     say(f"run {run.id}: baseline dev {_score(run.baseline_dev)}, "
         f"test {_score(run.baseline_test)}")
@@ -1121,7 +1122,7 @@ def demo(
     as_json: JsonFlag = False,
 ) -> None:
     """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
-    from a2rl.demo import DEMO_FIELDS, run_demo
+    from a2rl.demo import DEMO_FIELDS, demo_failure, run_demo
 
     settings = _settings(backend=backend)
     options = _sandbox_options(gpus, "none", keep_container)
@@ -1138,6 +1139,8 @@ def demo(
         _print_summary(summary)
     _exit_if_interrupted(summary)
     _exit_on_grading_failure(summary)
+    if why := demo_failure(summary):
+        _fail(f"run {summary.run_id}: no improvement: {why}", code=1)
 
 
 def _exit_if_interrupted(summary: Any) -> None:

@@ -18,6 +18,23 @@ DEMO_FIELDS = ["run_id", "task", "baseline_score", "best_score", "final_score", 
                "tool_calls", "revisions", "seconds"]
 
 
+def demo_failure(summary: RunSummary) -> str | None:
+    """Why a finished demo did not show an improvement, in one sentence; None when it did.
+    The demo exists to show one, so a run without it is a failure (the CLI exits 1)."""
+    if summary.agent_status == "interrupted":
+        return "the demo was interrupted before the agent finished"
+    if summary.submissions == 0:
+        why = {"budget": "the budget ran out first", "crashed": "the agent crashed"}.get(
+            summary.agent_status or "", f"the agent ended {summary.agent_status}")
+        return f"the demo made no submission ({why})"
+    if summary.final_score is None or summary.baseline_score is None:
+        return "the demo's final score is missing"
+    if summary.final_score <= summary.baseline_score:
+        return (f"the final score {summary.final_score:.3f} is not above the baseline "
+                f"{summary.baseline_score:.3f}")
+    return None
+
+
 def run_demo(settings: Settings, store: Store, task: str = "arith", backend: str | None = None,
              say: Callable[[str], None] = lambda _m: None, **sandbox: Any) -> RunSummary:
     opts = RunOptions(task=task, agent="reference", backend=backend, sandbox=sandbox)

@@ -99,6 +99,32 @@ class Endpoint(BaseModel):
         return (os.environ if environ is None else environ).get(self.api_key_env, "")
 
 
+def unreachable(base_url: str, timeout_s: float = 5.0,
+                environ: Mapping[str, str] | None = None) -> str | None:
+    """Why nothing answers at `base_url` (no TCP connection to its host and port), in one line;
+    None when something listens there, or when a proxy variable routes its scheme elsewhere
+    (the proxy, not us, reaches it). A check before a run is made: a dead endpoint must not
+    cost a run, its baseline and an agent that can only crash."""
+    import socket
+
+    env = os.environ if environ is None else environ
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{base_url!r} is not an http(s) URL"
+    if any(env.get(k) for k in (f"{parts.scheme}_proxy", f"{parts.scheme.upper()}_PROXY",
+                                "all_proxy", "ALL_PROXY")):
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:  # a port out of range or not a number
+        return f"{base_url!r}: {exc}"
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return f"nothing answers at {parts.hostname}:{port} ({exc.strerror or exc})"
+
+
 def judge_endpoint(settings: Settings) -> tuple[Endpoint, RetryPolicy]:
     """The model-graded scorers' endpoint and policy: the `judge_*` settings."""
     return (Endpoint(base_url=settings.judge_base_url, model=settings.judge_model,

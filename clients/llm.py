@@ -238,6 +238,13 @@ class LlmConnector:
                        "http://127.0.0.1:8000/v1)")
         return out
 
+    def unreachable(self, options: dict[str, str]) -> str | None:
+        """Checked before the run is made: the endpoint must answer (a2rl.llm.unreachable)."""
+        from a2rl.llm import unreachable
+
+        base = options.get("llm_base_url", "").strip()
+        return unreachable(base) if base else None
+
     def version(self) -> str | None:
         return a2rl.__version__
 

@@ -154,8 +154,8 @@ def missing_config(connector: Any, opts: RunOptions) -> list[str]:
 
 def check_options(opts: RunOptions, connector: Any = None) -> None:
     """Refuse what would fail only after the run was made and its baseline scored: an unknown
-    agent or task, an agent not installed or missing its key, a bad budget. Raises KeyError,
-    ValueError or RuntimeError with a one-line message."""
+    agent or task, an agent not installed or missing its key, a dead endpoint, a bad budget.
+    Raises KeyError, ValueError or RuntimeError with a one-line message."""
     from a2rl.settings import parse_duration
     from a2rl.tasks import get_task
 
@@ -164,6 +164,9 @@ def check_options(opts: RunOptions, connector: Any = None) -> None:
         raise RuntimeError(f"agent {opts.agent!r} is not installed (see a2rl agents)")
     if missing := missing_config(connector, opts):
         raise RuntimeError(f"agent {opts.agent!r} needs {'; '.join(missing)}")
+    # an endpoint the agent needs and nothing answers at (connectors declare `unreachable`)
+    if (check := getattr(connector, "unreachable", None)) and (why := check(opts.agent_options)):
+        raise RuntimeError(f"agent {opts.agent!r} can't reach its endpoint: {why}")
     get_task(opts.task)
     if opts.budget is not None:
         parse_duration(opts.budget)

@@ -6,6 +6,11 @@ polling, submit, read the score, then try one improvement (GRPO with an exact-ma
 on top of the SFT model; on an interactive task whose workspace has `env/`, online GRPO
 with rollouts through the environment API instead), submit again and stop. Nothing in it
 depends on a seed or on one data file, so it improves any `arith` run.
+
+Each training stage is sized to the budget: the agent reads what is left (budget_status), keeps
+a reserve for grading the submission, and gives the script the rest as `--time-limit`; the
+script measures its steps per second and trains fewer steps when the planned ones would not fit
+(reference_scripts/timefit.py). GRPO runs only when enough time is left after the SFT score.
 """
 
 from __future__ import annotations
@@ -19,6 +24,18 @@ from mcp import Client
 Say = Callable[[str], None]
 #: SFT settings for the demonstrations of an interactive task (longer prompts, fewer rows).
 SFT_ENV_ARGS = "--max-length 128 --holdout 0 --steps 100 --batch 32"
+#: of the time left when a stage starts, what is kept for submitting and grading its checkpoint
+#: (a share, since a loaded machine grades slowly too, and at least a floor)
+RESERVE_SHARE = 0.2
+RESERVE_MIN_S = 40.0
+#: the least training time worth giving GRPO; with less the agent stops at the SFT submission
+GRPO_MIN_S = 90.0
+
+
+def stage_limit(remaining_s: float) -> float:
+    """Seconds a training stage (its script from start to saved checkpoint) may take when
+    `remaining_s` are left, so that its submission is graded before the deadline."""
+    return max(0.0, remaining_s - max(RESERVE_MIN_S, RESERVE_SHARE * remaining_s))
 
 
 class AgentError(RuntimeError):
@@ -42,6 +59,13 @@ class ReferenceAgent:
             text = " ".join(getattr(p, "text", "") for p in result.content)
             raise AgentError(f"{name} failed: {text}")
         return result.structured_content or {}
+
+    async def time_limit(self) -> float:
+        """This stage's `--time-limit`, from the budget left now."""
+        left = (await self.tool("budget_status"))["remaining_s"]
+        limit = stage_limit(left)
+        self.say(f"{left:.0f} s of budget left: this stage gets {limit:.0f} s")
+        return limit
 
     async def train(self, command: str) -> bool:
         started = await self.tool("run_command", command=command, wait_s=5)
@@ -84,15 +108,22 @@ class ReferenceAgent:
             "'import json, sys; print(sorted(json.load(sys.stdin)))'"))
         self.say(f"training data fields: {fields['output'].strip()}")
 
+        await self.tool("edit_file", path="code/timefit.py", new_text=script("timefit.py"))
         await self.tool("edit_file", path="code/sft.py", new_text=script("sft.py"))
         self.say("wrote code/sft.py; training SFT in the background")
         extra = SFT_ENV_ARGS if interactive else ""
+        limit = await self.time_limit()
         ok = await self.train("python code/sft.py --base base_model --data data/train.jsonl "
-                              f"--out output/sft {extra} {self.sft_args}")
+                              f"--out output/sft --time-limit {limit:.0f} {extra} "
+                              f"{self.sft_args}")
         if not ok:
             raise AgentError("SFT training failed")
         first_score = await self.submit("output/sft", "SFT on the training split")
         if self.sft_only:
+            return {"sft": first_score, "grpo": None}
+        limit = await self.time_limit()
+        if limit < GRPO_MIN_S:
+            self.say("too little time left for GRPO: stopping with the SFT submission")
             return {"sft": first_score, "grpo": None}
 
         if interactive:
@@ -104,7 +135,7 @@ class ReferenceAgent:
             await self.tool("edit_file", path="code/grpo.py", new_text=script("grpo.py"))
             self.say("wrote code/grpo.py; GRPO with an exact-match reward on top of SFT")
             ok = await self.train("python code/grpo.py --init output/sft --data data/train.jsonl "
-                                  f"--out output/grpo {self.grpo_args}")
+                                  f"--out output/grpo --time-limit {limit:.0f} {self.grpo_args}")
         second_score = await self.submit("output/grpo", "GRPO on top of SFT") if ok else None
         budget = await self.tool("budget_status")
         self.say(f"done after {budget['used_s']:.0f} s of budget")

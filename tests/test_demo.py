@@ -85,3 +85,27 @@ def test_heldout_kept_test_hidden_until_the_end(demo: dict[str, Any]) -> None:
     assert test_evals[0].started_at >= last_call.started_at
     assert all('"split": "dev"' in c.result_summary for c in scores if not c.is_error)
     assert not any('"items"' in c.result_summary for c in scores)
+
+
+def _summary(**kw: Any) -> Any:
+    from a2rl.clients.orchestrator import RunSummary
+
+    base = {"run_id": "r-x", "task": "arith", "agent": "reference", "agent_status": "finished",
+            "baseline_score": 0.0, "best_score": 0.95, "final_score": 0.94, "submissions": 2,
+            "tool_calls": 20, "revisions": 3, "seconds": 300.0}
+    return RunSummary(**(base | kw))
+
+
+@pytest.mark.parametrize(("fields", "why"), [
+    ({}, None),
+    ({"agent_status": "budget", "submissions": 0, "final_score": 0.0}, "no submission (the budget"),
+    ({"agent_status": "crashed", "submissions": 0}, "no submission (the agent crashed"),
+    ({"final_score": 0.0}, "not above the baseline 0.000"),
+    ({"final_score": None}, "final score is missing"),
+    ({"agent_status": "interrupted"}, "interrupted"),
+])
+def test_a_demo_without_an_improvement_says_why(fields: dict[str, Any], why: str | None) -> None:
+    from a2rl.demo import demo_failure
+
+    found = demo_failure(_summary(**fields))
+    assert (found is None) if why is None else (why in (found or "")), found

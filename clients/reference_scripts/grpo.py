@@ -7,6 +7,9 @@ with `save_pretrained` under output/<name>/. Imports nothing from a2rl.
 
 Usage (from the workspace root):
     python code/grpo.py --init output/sft --data data/train.jsonl --out output/grpo
+
+`--time-limit S`: saved within S seconds of its start, with fewer steps when the measured rate
+says the planned ones would not fit (code/timefit.py, beside it).
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--generations", type=int, default=8, help="samples per prompt")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds from start to the saved checkpoint (default: no limit)")
     args = parser.parse_args()
+    began = time.monotonic()
 
     import torch
     from datasets import Dataset
@@ -75,9 +81,17 @@ def main() -> None:
     )
     trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=config,
                           train_dataset=dataset, processing_class=tokenizer)
+    if args.time_limit is not None:
+        from timefit import SAVE_SHARE, TimeLimit, set_threads
+
+        print(f"{set_threads()} torch threads for the machine's load")
+
+        # a refinement: fewer steps stop it earlier, its (linear) schedule is left as it is
+        seconds = args.time_limit * (1 - SAVE_SHARE) - (time.monotonic() - began)
+        trainer.add_callback(TimeLimit(max(1.0, seconds)))
     start = time.time()
     trainer.train()
-    print(f"trained {args.steps} GRPO steps in {time.time() - start:.1f}s")
+    print(f"trained {trainer.state.global_step} GRPO steps in {time.time() - start:.1f}s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trainer.model.save_pretrained(out)

@@ -6,6 +6,10 @@ This is the kind of script an agent writes inside its workspace. It only reads w
 
 Usage (from the workspace root):
     python code/sft.py --base base_model --data data/train.jsonl --out output/sft
+
+With `--time-limit S` it finishes (saved) within S seconds of its start: it measures its steps
+per second on the first steps and trains fewer when the planned ones would not fit
+(code/timefit.py, which must sit beside it).
 """
 
 from __future__ import annotations
@@ -34,7 +38,10 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=64, help="tokens per example")
     parser.add_argument("--holdout", type=int, default=200,
                         help="train rows held out for a quick accuracy check (0: none)")
+    parser.add_argument("--time-limit", type=float, default=None,
+                        help="seconds from start to the saved checkpoint (default: no limit)")
     args = parser.parse_args()
+    began = time.monotonic()
 
     import torch
     from datasets import Dataset
@@ -74,9 +81,19 @@ def main() -> None:
     )
     trainer = SFTTrainer(model=model, args=config, train_dataset=dataset,
                          processing_class=tokenizer)
+    limit = None
+    if args.time_limit is not None:
+        from timefit import SAVE_SHARE, TimeLimit, cosine, set_threads
+
+        print(f"{set_threads()} torch threads for the machine's load")
+
+        # what is left of the limit after loading, less a share kept for saving
+        seconds = args.time_limit * (1 - SAVE_SHARE) - (time.monotonic() - began)
+        limit = TimeLimit(max(1.0, seconds), schedule=cosine)
+        trainer.add_callback(limit)
     start = time.time()
     trainer.train()
-    print(f"trained {args.steps} steps in {time.time() - start:.1f}s")
+    print(f"trained {trainer.state.global_step} steps in {time.time() - start:.1f}s")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -84,7 +101,9 @@ def main() -> None:
     tokenizer.save_pretrained(out)
     print(f"saved to {out}")
 
-    if held:
+    if held and limit is not None and (limit.total is not None or limit.stopped_at_limit):
+        print("held-out check skipped: the time limit cut training, the time is the grader's")
+    elif held:
         print(f"held-out train accuracy: {accuracy(trainer.model, tokenizer, held):.3f}")
 
 
