@@ -172,3 +172,24 @@ def test_cli_prints_flags_and_exits_by_severity(tmp_path: Path) -> None:
     assert _a2rl(tmp_path, "r-clean").returncode == 1
     assert _a2rl(tmp_path, "--all", "--recompute").returncode == 1  # r-cheat still flagged
     assert load_audit(store, "r-clean").high == 0  # type: ignore[union-attr]
+
+
+def test_export_import_carries_the_audit_with_its_evidence_renumbered(tmp_path: Path,
+                                                                     settings: Settings) -> None:
+    from a2rl.store.transfer import dump_run, load_run
+
+    source = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    target = Store(f"sqlite:///{tmp_path / 'b.db'}")
+    with target.session() as s:  # the target's ids are taken: the import renumbers
+        s.add(Run(id="r-other", task_id="arith", workspace="", budget_s=60))
+    with target.session() as s:
+        s.add_all([ToolCall(run_id="r-other", tool="x") for _ in range(3)])
+    _record(source, ["echo $OPENAI_API_KEY"])
+    report = audit_run(source, "r-audit", settings)
+    old_id = next(f for f in report.flags if f.severity == Severity.high).evidence.tool_calls
+    load_run(target, dump_run(source, "r-audit"))
+    imported = load_audit(target, "r-audit")
+    assert imported is not None and imported.high == report.high
+    new_ids = next(f for f in imported.flags if f.severity == Severity.high).evidence.tool_calls
+    assert new_ids != old_id and new_ids == [c.id for c in load_record(target,
+                                                                         "r-audit").tool_calls]
