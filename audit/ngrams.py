@@ -163,9 +163,14 @@ class Matcher:
             hit = np.flatnonzero(self.wanted[pos] == g)
             if not len(hit):
                 continue
-            owners = np.searchsorted(mark_at, offsets[hit], side="right") - 1
-            for h, o in zip(g[hit].tolist(), owners.tolist(), strict=True):
-                self.found.setdefault(self.marks[max(o, 0)][1], set()).add(h)
+            owners = np.maximum(np.searchsorted(mark_at, offsets[hit], side="right") - 1, 0)
+            matched = g[hit]
+            # owners ascend (offsets do): one distinct set per text, not one Python step per hit
+            cuts = np.flatnonzero(np.diff(owners)) + 1
+            for seg_owner, seg in zip(owners[np.r_[0, cuts]].tolist(),
+                                      np.split(matched, cuts), strict=True):
+                self.found.setdefault(self.marks[seg_owner][1], set()).update(
+                    np.unique(seg).tolist())
         if final:
             self.buf.clear()
             self.marks = []
