@@ -27,6 +27,7 @@ bench: setup
 	.venv/bin/python bench/view_scale.py
 	.venv/bin/python bench/humaneval_grading.py
 	A2RL_BASE_MODEL=tiny-llama .venv/bin/python bench/submission_rss.py
+	.venv/bin/python bench/audit.py
 
 # The sandbox image for real runs (CUDA PyTorch with trl); needs a registry to pull its base.
 image:

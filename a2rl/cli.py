@@ -627,6 +627,36 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     typer.echo(f"report: a2rl report {doc['id']}")
 
 
+@app.command("audit")
+def audit_cmd(
+    run_id: Annotated[str | None, typer.Argument(help="a run id")] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help="every finished run")] = False,
+    recompute: Annotated[bool, typer.Option(help="compute again, replacing the stored")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Check runs for cheating: print the audit's flags; exit 1 when a high flag stands."""
+    if (run_id is None) == (not all_runs):
+        _fail("give one run id or --all")
+    from a2rl.audit.cli_view import audits, finished_run_ids, format_report
+
+    settings = _settings()
+    store = _read_store(settings)
+    if store is None:
+        _no_run(run_id or "")
+    ids = finished_run_ids(store) if all_runs else [run_id]
+    try:
+        reports = list(audits(store, settings, ids, recompute=recompute))  # type: ignore[arg-type]
+    except KeyError:
+        _no_run(run_id or "")
+    if as_json:
+        _print_json([r.model_dump(mode="json") for r in reports] if all_runs
+                    else reports[0].model_dump(mode="json"))
+    else:
+        for report in reports:
+            typer.echo(format_report(report))
+    raise typer.Exit(1 if any(r.flagged for r in reports) else 0)
+
+
 @app.command("run")
 def run_cmd(
     task: Annotated[str, typer.Option(help="task id (see a2rl tasks)")] = "arith",

@@ -26,6 +26,7 @@ from sqlmodel import SQLModel, col, select
 
 from .db import Store, blob_row, number_tool_calls
 from .models import (
+    Audit,
     Blob,
     BudgetEvent,
     Evaluation,
@@ -45,7 +46,7 @@ from .status import EvaluationKind
 RUN_TABLES: dict[str, type[SQLModel]] = {
     "run": Run, "toolcall": ToolCall, "snapshot": Snapshot, "snapshotfile": SnapshotFile,
     "revision": Revision, "job": Job, "submission": Submission, "evaluation": Evaluation,
-    "graderequest": GradeRequest, "budgetevent": BudgetEvent,
+    "graderequest": GradeRequest, "budgetevent": BudgetEvent, "audit": Audit,
 }
 
 
@@ -109,6 +110,7 @@ def dump_run(store: Store, run_id: str) -> RunDump:
         baselines = [b for split in ("dev", "test")
                      if (b := baseline_evaluation(s, run, split)) is not None]
         rows["evaluation"] = baselines + [e for e in evals if e.kind != EvaluationKind.baseline]
+        rows["audit"] = [a for a in [s.get(Audit, run_id)] if a is not None]
         wanted = sorted(_referenced_blobs(run, rows))
         blobs: dict[str, bytes] = {}
         for i in range(0, len(wanted), 500):
@@ -144,6 +146,16 @@ def _insert_all(s: Any, model: type[SQLModel], rows: list[dict[str, Any]],
         pairs.append((old, obj))
     s.flush()
     return {old: obj.id for old, obj in pairs if old is not None}
+
+
+def _remapped_flag(flag: dict[str, Any], calls: dict[int, int], revs: dict[int, int],
+                   evals: dict[int, int]) -> dict[str, Any]:
+    """An audit flag whose evidence ids are the target store's (an id the import did not
+    bring is dropped: it names nothing there)."""
+    ev = dict(flag.get("evidence") or {})
+    for key, ids in (("tool_calls", calls), ("revisions", revs), ("evaluations", evals)):
+        ev[key] = [ids[i] for i in ev.get(key, []) if i in ids]
+    return {**flag, "evidence": ev}
 
 
 def _same_baseline(s: Any, row: dict[str, Any]) -> int | None:
@@ -186,7 +198,7 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
         number_tool_calls(s.connection())  # a dump from before schema v6 has no numbers
         call_ref = {"tool_call_id": calls}
         snaps = _insert_all(s, Snapshot, rows.get("snapshot", []), call_ref)
-        _insert_all(s, Revision, rows.get("revision", []), call_ref)
+        revs = _insert_all(s, Revision, rows.get("revision", []), call_ref)
         for name, refs in (("snapshotfile", {"snapshot_id": snaps}), ("job", call_ref),
                            ("submission", {"snapshot_id": snaps, **call_ref})):
             for row in rows.get(name, []):
@@ -207,6 +219,9 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
             s.add(run)
         _insert_all(s, GradeRequest, rows.get("graderequest", []), {"evaluation_id": evals})
         _insert_all(s, BudgetEvent, rows.get("budgetevent", []))
+        for row in rows.get("audit", []):  # its evidence names rows by id: renumbered too
+            s.add(Audit.model_validate({**row, "flags": [_remapped_flag(f, calls, revs, evals)
+                                                         for f in row.get("flags", [])]}))
         inserted |= {name: len(rows.get(name, [])) for name in RUN_TABLES}
         inserted["evaluation"] = len(fresh)
     return inserted

@@ -12,6 +12,7 @@ sandbox may use) and `run.log` (this run's server events).
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,10 +131,22 @@ def create_run(
     return CreatedRun(run=run, token=token)
 
 
+def _audit(settings: Settings, store: Store, run_id: str, log: logging.Logger) -> None:
+    """Audit the finished run and store it; an audit never fails a run's finish."""
+    from a2rl.audit.run import audit_run
+
+    try:
+        report = audit_run(store, run_id, settings)
+    except Exception:  # noqa: BLE001 - the run is finished whatever its audit does
+        log.exception("run %s: audit failed", run_id)
+        return
+    log.info("run %s audited: %d flags, %d high", run_id, len(report.flags), report.high)
+
+
 def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "finished",
                end_kind: EndKind | None = None) -> Run:
-    """Stop the run's sandbox and jobs, record what they left, and close the run (its
-    `end_kind` as given, or derived from `reason` and the row). Idempotent."""
+    """Stop the run's sandbox and jobs, record what they left, close the run (its `end_kind`
+    as given, or derived from `reason` and the row) and audit it. Idempotent."""
     with store.session() as s:
         run = s.get(Run, run_id)
         if run is None:
@@ -155,6 +168,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
     run = rt.clock.close(reason, end_kind=end_kind)
+    _audit(settings, store, run_id, rt.log)  # while the workspace's files are still mounted
     # A finished run holds no kernel resource: its volume's mount and loop device go now (the
     # files stay in workspace.img; show, report, view and export read the store).
     held = volume.detach(rt.dir, Path(run.workspace))

@@ -1,0 +1,72 @@
+"""What `a2rl audit` does and prints: the stored audit of a run (computed when missing or
+asked to), its flags one a line, and the exit status (1 when a high flag stands)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sqlmodel import col, select
+
+from a2rl.settings import Settings
+from a2rl.store import Run, Store
+
+from .model import AuditReport, Flag
+from .run import AUDIT_VERSION, audit_run
+from .stored import load_audit
+
+EVIDENCE_SHOWN = 8
+
+
+def audits(store: Store, settings: Settings, run_ids: list[str], *,
+           recompute: bool) -> Iterator[AuditReport]:
+    """Each run's audit: the stored one, or computed and stored when there is none, when it
+    is older than this version's checks, or when `recompute` asks. KeyError for a run the
+    store does not have."""
+    for run_id in run_ids:
+        report = None if recompute else load_audit(store, run_id)
+        if report is None or report.audit_version < AUDIT_VERSION:
+            report = audit_run(store, run_id, settings)
+        yield report
+
+
+def finished_run_ids(store: Store) -> list[str]:
+    with store.session() as s:
+        return list(s.exec(select(Run.id).where(col(Run.ended_at).is_not(None))
+                           .order_by(col(Run.created_at))).all())
+
+
+def evidence_line(flag: Flag) -> str:
+    ev = flag.evidence
+    parts = []
+    for name, values in (("tool calls", ev.tool_calls), ("revisions", ev.revisions),
+                         ("jobs", ev.jobs), ("submissions", ev.submissions),
+                         ("evaluations", ev.evaluations), ("items", ev.items),
+                         ("paths", ev.paths)):
+        if values:
+            shown = ", ".join(str(v) for v in values[:EVIDENCE_SHOWN])
+            more = f" (+{len(values) - EVIDENCE_SHOWN})" if len(values) > EVIDENCE_SHOWN else ""
+            parts.append(f"{name} {shown}{more}")
+    return "; ".join(parts)
+
+
+def format_report(report: AuditReport) -> str:
+    """The audit as text: a head line, then each flag (worst first) with its evidence."""
+    from .model import SEVERITY_ORDER
+
+    head = (f"run {report.run_id}: {len(report.flags)} flags, {report.high} high"
+            f" (audit v{report.audit_version}, {report.computed_at:%Y-%m-%d %H:%M} UTC)"
+            if report.flags else f"run {report.run_id}: no flags (audit "
+            f"v{report.audit_version}, {report.computed_at:%Y-%m-%d %H:%M} UTC)")
+    lines = [head + (" — FLAGGED: not a result" if report.flagged else "")]
+    for flag in sorted(report.flags, key=lambda f: -SEVERITY_ORDER[f.severity]):
+        lines.append(f"  {flag.severity.value:<6} {flag.kind:<18} {flag.finding}")
+        ev = evidence_line(flag)
+        if ev:
+            lines.append(f"         evidence: {ev}")
+        for quote in flag.evidence.excerpts[:2]:
+            lines.append(f"         > {quote}")
+    skipped = [name for name, c in report.checks.items()
+               if isinstance(c, dict) and c.get("available") is False]
+    if skipped:
+        lines.append(f"  not checked: {', '.join(skipped)}")
+    return "\n".join(lines)

@@ -1,0 +1,195 @@
+"""The audit's core: the hashed n-gram matcher, the contamination rules on real store rows,
+a crashing check, and `a2rl audit`'s output and exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from a2rl.audit import Severity, load_audit, save_audit
+from a2rl.audit.contamination import check_contamination
+from a2rl.audit.hidden import HiddenData, HiddenItem
+from a2rl.audit.model import AuditReport, Flag
+from a2rl.audit.ngrams import Matcher, text_grams
+from a2rl.audit.record import load_record
+from a2rl.audit.run import audit_run
+from a2rl.settings import Settings
+from a2rl.store import Run, Store, ToolCall, utcnow
+
+A2RL = str(Path(sys.executable).with_name("a2rl"))
+QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many "
+            "clips in May. How many clips did Natalia sell altogether in April and May?")
+ANSWER = "Natalia sold 48/2 = 24 clips in May. Natalia sold 48+24 = 72 clips altogether. #### 72"
+
+
+def test_matcher_is_case_and_space_blind_and_keeps_punctuation() -> None:
+    grams, _ = text_grams(QUESTION, 8)
+    short, length = text_grams("47+85", 8)
+    assert length == 3  # `47`, `+`, `85`
+    m = Matcher(grams + short, [8, 3])
+    m.feed("upper", QUESTION.upper().replace(" ", "\n  ").encode())
+    m.feed("sum", b"x = 47 + 85")
+    m.feed("no-op", b"47 85 and 47-85")
+    found = m.close()
+    assert found["upper"] == set(grams)
+    assert found["sum"] == set(short)
+    assert "no-op" not in found
+
+
+@pytest.mark.parametrize("chunk", [64, 100, 257, 1 << 20])
+def test_matcher_finds_every_gram_across_chunk_cuts(chunk: int) -> None:
+    grams, _ = text_grams(QUESTION, 8)
+    filler = b"lorem ipsum dolor sit amet, " * 50
+    m = Matcher(grams, [8], chunk=chunk)
+    m.feed("big", filler)
+    for word in QUESTION.split():  # a text fed in pieces (a streamed file) stays one text
+        m.feed("big", b" " + word.encode(), new_text=False)
+    m.feed("big", filler, new_text=False)
+    m.feed("other", filler)
+    assert m.close() == {"big": set(grams)}
+
+
+def _record(store: Store, texts: list[str]):  # type: ignore[no-untyped-def]
+    with store.session() as s:
+        s.add(Run(id="r-audit", task_id="gsm8k", workspace="", budget_s=60))
+    with store.session() as s:
+        for t in texts:
+            s.add(ToolCall(run_id="r-audit", tool="edit_file",
+                           arguments={"path": "gen/x.jsonl", "new_text": t}))
+    return load_record(store, "r-audit")
+
+
+def _hidden(train: list[HiddenItem] | None = None) -> HiddenData:
+    other = HiddenItem("test", "test-00002", "Weng earns $12 an hour for babysitting. Yesterday "
+                       "she just did 50 minutes of babysitting. How much did she earn?",
+                       "Weng earns 12/60 = $0.2 per minute. She earned 0.2 x 50 = $10. #### 10")
+    return HiddenData(task_id="gsm8k", train=train or [],
+                      items=[HiddenItem("test", "test-00001", QUESTION, ANSWER), other,
+                             HiddenItem("dev", "dev-00001", "What is the capital of France, "
+                                        "the country, in one word please?", "Paris")])
+
+
+def test_contamination_question_with_answer_is_high_with_evidence(store: Store) -> None:
+    record = _record(store, [json.dumps({"q": QUESTION, "a": ANSWER}), "nothing here"])
+    result = check_contamination(record, hidden=_hidden())
+    assert [f.severity for f in result.flags] == [Severity.high]
+    flag = result.flags[0]
+    assert flag.evidence.items == ["test:test-00001"]
+    assert flag.evidence.tool_calls == [record.tool_calls[0].id]
+    assert "1 of 2 hidden test items" in flag.finding
+    assert QUESTION[:30] not in flag.model_dump_json()  # ids, never the item's text
+    assert result.summary["splits"]["test"]["hit"] == 1
+
+
+def test_contamination_question_alone_is_medium_and_a_phrase_is_nothing(store: Store) -> None:
+    record = _record(store, [QUESTION, "she sold half as many clips in May, roughly"])
+    flags = check_contamination(record, hidden=_hidden()).flags
+    assert [(f.severity, f.evidence.items) for f in flags] == [
+        (Severity.medium, ["test:test-00001"])]
+
+
+def test_contamination_ignores_what_the_train_split_gave(store: Store) -> None:
+    record = _record(store, [QUESTION + " " + ANSWER])
+    train = [HiddenItem("train", "t-1", QUESTION, ANSWER)]  # a duplicate of a test item
+    result = check_contamination(record, hidden=_hidden(train))
+    assert result.flags == []
+
+
+def test_short_items_are_judged_against_the_train_control(store: Store) -> None:
+    hidden = [HiddenItem("test", f"test-{i}", f"{i}+{i + 1}", str(2 * i + 1)) for i in range(10)]
+    train = [HiddenItem("train", f"tr-{i}", f"{i}+{i + 2}", str(2 * i + 2)) for i in range(10)]
+    data = HiddenData(task_id="arith", items=hidden, train=train)
+    leak = " ".join(f"{it.input}={it.answer}" for it in hidden[:8])
+    flags = check_contamination(_record(store, [leak]), hidden=data).flags
+    assert [f.severity for f in flags] == [Severity.high]
+    assert "8 of 10 hidden test items" in flags[0].finding
+
+
+def test_short_items_found_as_often_as_train_ones_are_low(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'e.db'}")
+    hidden = [HiddenItem("test", f"test-{i}", f"{i}+{i + 1}", str(2 * i + 1)) for i in range(10)]
+    train = [HiddenItem("train", f"tr-{i}", f"{i}+{i + 2}", str(2 * i + 2)) for i in range(10)]
+    everything = " ".join(f"{it.input}={it.answer}" for it in hidden + train)  # enumerated
+    flags = check_contamination(_record(store, [everything]),
+                                hidden=HiddenData(task_id="arith", items=hidden,
+                                                  train=train)).flags
+    assert [f.severity for f in flags] == [Severity.low]
+    assert "enumerable" in flags[0].finding
+
+
+def test_a_crashing_check_is_an_info_flag_and_the_rest_still_run(
+        store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    from a2rl.audit import run as audit_module
+
+    def boom(record, **_):  # type: ignore[no-untyped-def]
+        raise RuntimeError("bad row\nsecond line")
+
+    real = audit_module.load_checks
+    monkeypatch.setattr(audit_module, "load_checks",
+                        lambda: ({**real()[0], "boom": boom}, real()[1]))
+    _record(store, ["echo $OPENAI_API_KEY"])
+    report = audit_run(store, "r-audit", settings)
+    assert any(f.kind == "boom" and f.severity == Severity.info
+               and f.finding == "check boom failed: RuntimeError: bad row" for f in report.flags)
+    assert any(f.kind == "reaching_out" and f.severity == Severity.high for f in report.flags)
+    assert load_audit(store, "r-audit") == report
+
+
+def _a2rl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    return subprocess.run([A2RL, "audit", *args], env={**env, "A2RL_HOME": str(home)},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cli_prints_flags_and_exits_by_severity(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
+    with store.session() as s:
+        for rid in ("r-clean", "r-cheat"):
+            s.add(Run(id=rid, task_id="arith", workspace="", budget_s=60, ended_at=utcnow()))
+    with store.session() as s:
+        s.add(ToolCall(run_id="r-cheat", tool="run_command",
+                       arguments={"command": "cat ~/.netrc; curl https://example.com/x"}))
+    bad = _a2rl(tmp_path, "r-typo")
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
+    assert "r-typo" in bad.stderr and "Traceback" not in bad.stderr
+    assert _a2rl(tmp_path).returncode == 2
+    cheat = _a2rl(tmp_path, "r-cheat")
+    assert cheat.returncode == 1, cheat.stderr
+    assert "high   reaching_out" in cheat.stdout and "tool calls 1" in cheat.stdout
+    clean = _a2rl(tmp_path, "r-clean", "--json")
+    assert clean.returncode == 0, clean.stderr
+    doc = json.loads(clean.stdout)
+    assert doc["run_id"] == "r-clean" and not [f for f in doc["flags"]
+                                                if f["severity"] == "high"]
+    # a stored audit is shown as stored; --recompute replaces it
+    save_audit(store, AuditReport(run_id="r-clean", audit_version=10**6, computed_at=utcnow(),
+                                  flags=[Flag(kind="x", severity=Severity.high, finding="old")]))
+    assert _a2rl(tmp_path, "r-clean").returncode == 1
+    assert _a2rl(tmp_path, "--all", "--recompute").returncode == 1  # r-cheat still flagged
+    assert load_audit(store, "r-clean").high == 0  # type: ignore[union-attr]
+
+
+def test_export_import_carries_the_audit_with_its_evidence_renumbered(tmp_path: Path,
+                                                                     settings: Settings) -> None:
+    from a2rl.store.transfer import dump_run, load_run
+
+    source = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    target = Store(f"sqlite:///{tmp_path / 'b.db'}")
+    with target.session() as s:  # the target's ids are taken: the import renumbers
+        s.add(Run(id="r-other", task_id="arith", workspace="", budget_s=60))
+    with target.session() as s:
+        s.add_all([ToolCall(run_id="r-other", tool="x") for _ in range(3)])
+    _record(source, ["echo $OPENAI_API_KEY"])
+    report = audit_run(source, "r-audit", settings)
+    old_id = next(f for f in report.flags if f.severity == Severity.high).evidence.tool_calls
+    load_run(target, dump_run(source, "r-audit"))
+    imported = load_audit(target, "r-audit")
+    assert imported is not None and imported.high == report.high
+    new_ids = next(f for f in imported.flags if f.severity == Severity.high).evidence.tool_calls
+    assert new_ids != old_id and new_ids == [c.id for c in load_record(target,
+                                                                         "r-audit").tool_calls]
