@@ -134,7 +134,11 @@ def group_distances(checkpoint: Path, reference: Path) -> dict[str, dict[str, fl
     Raises ValueError when the two do not hold the same tensors."""
     from safetensors import safe_open
 
-    ref = _open_lazy(reference)
+    try:
+        ref = _open_lazy(reference)
+        weight_files(checkpoint, checkpoint.name)
+    except ShapeRefused as exc:
+        raise ValueError(str(exc)) from None
     sums: dict[str, list[float]] = {}
     seen = set()
     for name, w in _tensors(checkpoint):
