@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from sqlmodel import col, select
 from a2rl.grading.checkpoint_shape import ShapeRefused, weight_files
 from a2rl.grading.checks import NEAR_COPY_L2
 from a2rl.grading.hashing import tree_hashes
-from a2rl.store import Run, Store, Submission, SubmissionStatus
+from a2rl.store import Run, Store, Submission, SubmissionStatus, aware
 
 from .model import Evidence, Flag, Severity
 from .record import CheckResult, RunRecord
@@ -77,6 +78,7 @@ class Fingerprint:
     base_model: str | None
     #: task, base model, agent and seed of its run: equal keys can train to equal bytes
     made_alike_key: tuple[Any, ...]
+    created_at: datetime | None = None
 
 
 def _made_alike_key(run: Run) -> tuple[Any, ...]:
@@ -101,7 +103,8 @@ def load_identity_inputs(store: Store, record: RunRecord,
         others = [Fingerprint(run_id=run.id, submission_id=sub.id,
                               file_hashes=dict(sub.file_hashes or {}),
                               l2_distance=sub.l2_distance, checkpoint_dir=sub.checkpoint_dir,
-                              base_model=run.base_model, made_alike_key=_made_alike_key(run))
+                              base_model=run.base_model, made_alike_key=_made_alike_key(run),
+                              created_at=aware(sub.created_at))
                   for sub, run in rows if sub.file_hashes]
     return {"others": others, "base_dir": base_dir}
 
@@ -223,14 +226,22 @@ def check_identity(record: RunRecord, *, others: list[Fingerprint] | None = None
             continue
         for fp in by_hashes.get(key, []):
             alike = fp.made_alike_key == mine_key
+            # the later of two equal submissions is the copy; the earlier is its source
+            source = _earlier(sub, fp)
             copied.add(sub.id)
+            if source:
+                sev, tail = Severity.info, (": that run submitted these weights later, so "
+                                            "this run is the source, not the copy")
+            elif alike:
+                sev, tail = Severity.medium, (" (a run made alike: same task, base, agent "
+                                              "and seed, so deterministic training can "
+                                              "explain it)")
+            else:
+                sev, tail = Severity.high, ": weights from outside this run"
             flags.append(Flag(
-                kind=KIND, severity=Severity.medium if alike else Severity.high,
+                kind=KIND, severity=sev,
                 finding=(f"submission {sub.id}'s weights are byte for byte those of run "
-                         f"{fp.run_id}'s submission {fp.submission_id}"
-                         + (" (a run made alike: same task, base, agent and seed, so "
-                            "deterministic training can explain it)" if alike else
-                            ": weights from outside this run")),
+                         f"{fp.run_id}'s submission {fp.submission_id}{tail}"),
                 evidence=Evidence(submissions=[sub.id, fp.submission_id],
                                   tool_calls=_ids(sub.tool_call_id),
                                   excerpts=[f"run {fp.run_id}"])))
@@ -281,15 +292,23 @@ def _near_copies(final: Submission, final_dir: Path, run: Run, others: list[Fing
         except (ValueError, OSError):
             continue
         if dist < NEAR_COPY_L2:
+            source = _earlier(final, fp)
             flags.append(Flag(
-                kind=KIND, severity=Severity.medium,
+                kind=KIND, severity=Severity.info if source else Severity.medium,
                 finding=f"the final checkpoint is within relative L2 {dist:.2g} of run "
-                        f"{fp.run_id}'s submission {fp.submission_id} (a near copy of "
-                        "another run's weights)",
+                        f"{fp.run_id}'s submission {fp.submission_id} "
+                        + ("(submitted later: this run is the source)" if source else
+                           "(a near copy of another run's weights)"),
                 evidence=Evidence(submissions=[final.id, fp.submission_id],
                                   tool_calls=_ids(final.tool_call_id),
                                   excerpts=[f"run {fp.run_id}"])))
     return flags
+
+
+def _earlier(sub: Submission, other: Fingerprint) -> bool:
+    """Whether `sub` came before `other`: of two equal checkpoints the later is the copy."""
+    mine = aware(sub.created_at)
+    return mine is not None and other.created_at is not None and mine < other.created_at
 
 
 def _ids(tool_call_id: int | None) -> list[int]:

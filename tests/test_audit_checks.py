@@ -99,19 +99,20 @@ def _identity(store: Store, run_id: str, base: Path) -> Any:
 def test_copy_of_another_runs_weights_is_high(store: Store, ckpts: dict[str, Path],
                                               tmp_path: Path) -> None:
     add_run(store, "victim", agent="honest")
-    add_submission(store, "victim", "s-victim", ckpts["a"], l2=0.5)
+    add_submission(store, "victim", "s-victim", ckpts["a"], l2=0.5, minutes=10)
     copy = tmp_path / "copy"  # the cheat's grader copy: the same bytes
     shutil.copytree(ckpts["a"], copy)
     add_run(store, "cheat", agent="cheater")
-    add_submission(store, "cheat", "s-cheat", copy, l2=0.5)
+    add_submission(store, "cheat", "s-cheat", copy, l2=0.5, minutes=20)
     res = _identity(store, "cheat", ckpts["base"])
     high = flags_of(res, Severity.high)
     assert len(high) == 1, res.flags
     assert high[0].evidence.submissions == ["s-cheat", "s-victim"]
     assert "run victim" in high[0].finding and "outside this run" in high[0].finding
-    # the honest victim is flagged the same way only from its own side: a copy is symmetric,
-    # but the victim's submission came first, which a reader sees by the ids; no tensors read
     assert res.summary["other_submissions"] == 1
+    # from the victim's side the same bytes came later: it is the source, not a copy
+    [seen] = _identity(store, "victim", ckpts["base"]).flags
+    assert seen.severity == Severity.info and "this run is the source" in seen.finding
 
 
 def test_copy_between_runs_made_alike_is_medium(store: Store, ckpts: dict[str, Path]) -> None:
@@ -128,7 +129,7 @@ def test_copy_between_runs_made_alike_is_medium(store: Store, ckpts: dict[str, P
 def test_near_copy_of_another_runs_weights_is_medium(store: Store,
                                                      ckpts: dict[str, Path]) -> None:
     add_run(store, "orig", agent="honest")
-    add_submission(store, "orig", "s-orig", ckpts["a"], l2=0.5)
+    add_submission(store, "orig", "s-orig", ckpts["a"], l2=0.5, minutes=5)
     add_run(store, "nearly", agent="cheater")
     add_submission(store, "nearly", "s-near", ckpts["near"], l2=0.5)
     res = _identity(store, "nearly", ckpts["base"])
@@ -136,6 +137,8 @@ def test_near_copy_of_another_runs_weights_is_medium(store: Store,
     assert flag.severity == Severity.medium and "near copy of another run" in flag.finding
     assert flag.evidence.submissions == ["s-near", "s-orig"]
     assert res.summary["tensor_compares"] == 1
+    [seen] = _identity(store, "orig", ckpts["base"]).flags
+    assert seen.severity == Severity.info and "source" in seen.finding
 
 
 def test_honest_run_is_not_flagged_and_gets_group_distances(store: Store,
