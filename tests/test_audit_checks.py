@@ -367,3 +367,50 @@ def test_few_submissions_or_gap_inside_the_interval(store: Store) -> None:
     res = check_overfit(load_record(store, "paper"))
     assert not [f for f in res.flags if f.severity != Severity.info]
     assert res.summary["protocol"] == "paper"
+
+
+# --- through the real tools ---------------------------------------------------------------
+
+@pytest.mark.timeout(600)
+@pytest.mark.anyio
+async def test_real_runs_copy_of_another_runs_weights(settings: Settings, store: Store,
+                                                      tmp_path: Path) -> None:
+    """Two runs through the real MCP tools: an honest one trains (a stand-in) and submits;
+    the cheat's checkpoint holds the same bytes (weights brought in from outside its run).
+    The grader's own hashes, distances and copies are what the checks read."""
+    from a2rl.server import finish_run
+
+    from .test_submissions import connect, make_run, submit_and_wait
+
+    honest = make_run(settings, store, agent="reference", seed=1)
+    ws = Path(honest.workspace)
+    trained = save_perturbed(ws / "base_model", tmp_path / "trained", 0.3)
+    shutil.copytree(trained, ws / "output" / "a")
+    async with await connect(settings, store, honest) as c:
+        await submit_and_wait(c, "output/a")
+    finish_run(settings, store, honest.id)
+    cheat = make_run(settings, store, agent="cheater", seed=1)
+    shutil.copytree(trained, Path(cheat.workspace) / "output" / "stolen")
+    async with await connect(settings, store, cheat) as c:
+        await submit_and_wait(c, "output/stolen")
+    finish_run(settings, store, cheat.id)
+    base = get_task("arith").base_model_dir(settings)
+
+    res = _identity(store, cheat.id, base)
+    [high] = flags_of(res, Severity.high)
+    record = load_record(store, cheat.id)
+    mine = record.run.final_submission_id
+    assert high.evidence.submissions[0] == mine and f"run {honest.id}" in high.finding
+    assert high.evidence.tool_calls == [record.submissions[0].tool_call_id]
+    # the honest run: the source (info), tensors compared with the base per group, and no
+    # high flag from any of the three checks
+    honest_rec = load_record(store, honest.id)
+    res = check_identity(honest_rec, **load_identity_inputs(store, honest_rec, base_dir=base))
+    assert [f.severity for f in res.flags] == [Severity.info]
+    assert res.summary["groups_vs_base"]["all"]["l2_relative"] == pytest.approx(
+        honest_rec.submissions[0].l2_distance, rel=1e-3)
+    for result in (check_gaming(honest_rec, **load_gaming_inputs(store, honest_rec)),
+                   check_overfit(honest_rec)):
+        assert not flags_of(result, Severity.high), result.flags
+    gaming = check_gaming(honest_rec, **load_gaming_inputs(store, honest_rec))
+    assert gaming.summary["items"] > 0  # it read the real graded items (dev and test)
