@@ -38,6 +38,7 @@ from a2rl.grading.checkpoint_shape import ShapeRefused, weight_files
 from a2rl.grading.checks import NEAR_COPY_L2
 from a2rl.grading.hashing import tree_hashes
 from a2rl.store import Run, Store, Submission, SubmissionStatus, aware
+from a2rl.store.queries import baseline_evaluation
 
 from .model import Evidence, Flag, Severity
 from .record import CheckResult, RunRecord
@@ -94,9 +95,16 @@ def weight_hashes(file_hashes: dict[str, str]) -> dict[str, str]:
 def load_identity_inputs(store: Store, record: RunRecord,
                          base_dir: Path | None = None) -> dict[str, Any]:
     """The keyword inputs of `check_identity` that live off the record: every other run's
-    hashed submissions (refused ones were never copied, so have no hashes) and the base model
-    folder when the caller has it."""
+    hashed submissions (refused ones were never copied, so have no hashes), the base model
+    folder when the caller has it, and the base's file hashes as the grader recorded them when
+    it scored the baseline (so the base's bytes are not read again on every audit)."""
+    base_hashes: dict[str, str] | None = None
     with store.session() as s:
+        for split in ("test", "dev"):
+            ev = baseline_evaluation(s, record.run, split)
+            if ev is not None and (hashes := (ev.provenance or {}).get("checkpoint_hashes")):
+                base_hashes = dict(hashes)
+                break
         rows = s.exec(select(Submission, Run).join(Run, col(Run.id) == Submission.run_id)
                       .where(Submission.run_id != record.run.id)
                       .order_by(col(Submission.created_at))).all()
@@ -106,7 +114,7 @@ def load_identity_inputs(store: Store, record: RunRecord,
                               base_model=run.base_model, made_alike_key=_made_alike_key(run),
                               created_at=aware(sub.created_at))
                   for sub, run in rows if sub.file_hashes]
-    return {"others": others, "base_dir": base_dir}
+    return {"others": others, "base_dir": base_dir, "base_hashes": base_hashes}
 
 
 def _tensors(folder: Path) -> Iterator[tuple[str, Any]]:
@@ -181,9 +189,11 @@ def _usable(folder: str | None) -> Path | None:
 
 
 def check_identity(record: RunRecord, *, others: list[Fingerprint] | None = None,
-                   base_dir: Path | None = None,
+                   base_dir: Path | None = None, base_hashes: dict[str, str] | None = None,
                    max_tensor_compares: int = MAX_TENSOR_COMPARES) -> CheckResult:
-    """Flags on what the run submitted (see the module docstring for the severities)."""
+    """Flags on what the run submitted (see the module docstring for the severities).
+    `base_hashes` (relpath -> sha256 of the base's files) is hashed from `base_dir` when not
+    given."""
     others = others or []
     run = record.run
     flags: list[Flag] = []
@@ -194,7 +204,10 @@ def check_identity(record: RunRecord, *, others: list[Fingerprint] | None = None
               if s.status not in (SubmissionStatus.refused, SubmissionStatus.validating)
               or s.id == run.final_submission_id]
     final = next((s for s in record.submissions if s.id == run.final_submission_id), None)
-    base_hashes = weight_hashes(tree_hashes(base_dir)) if base_dir is not None else {}
+    if base_hashes is None and base_dir is not None:
+        base_hashes = tree_hashes(Path(base_dir))
+    base_hashes = weight_hashes(base_hashes or {})
+    summary["base_weight_files"] = len(base_hashes)  # 0: compared by stored distance only
 
     # against the base: the stored distance, the hashes when the base folder is given
     for sub in graded:

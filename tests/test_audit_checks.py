@@ -17,7 +17,12 @@ import pytest
 
 from a2rl.audit import Severity
 from a2rl.audit.gaming import check_gaming, constant_share, hooks_in, load_gaming_inputs
-from a2rl.audit.identity import check_identity, group_distances, load_identity_inputs
+from a2rl.audit.identity import (
+    check_identity,
+    group_distances,
+    load_identity_inputs,
+    weight_hashes,
+)
 from a2rl.audit.overfit import check_overfit
 from a2rl.audit.record import load_record
 from a2rl.grading.hashing import tree_hashes
@@ -405,6 +410,9 @@ async def test_real_runs_copy_of_another_runs_weights(settings: Settings, store:
     # the honest run: the source (info), tensors compared with the base per group, and no
     # high flag from any of the three checks
     honest_rec = load_record(store, honest.id)
+    # the base's hashes come from the baseline's provenance, not from reading the base again
+    recorded = load_identity_inputs(store, honest_rec)["base_hashes"]
+    assert recorded and weight_hashes(recorded) == weight_hashes(tree_hashes(base))
     res = check_identity(honest_rec, **load_identity_inputs(store, honest_rec, base_dir=base))
     assert [f.severity for f in res.flags] == [Severity.info]
     assert res.summary["groups_vs_base"]["all"]["l2_relative"] == pytest.approx(
