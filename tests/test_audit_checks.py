@@ -294,6 +294,16 @@ def test_constant_outputs_are_flagged_unless_the_base_did_the_same(store: Store)
                                               for i, o in enumerate(outs)])
     [flag] = _gaming(store, "tiny").flags
     assert flag.severity == Severity.info and "already" in flag.finding
+    # nearly the same: one number changes in a long stock sentence
+    stock = ("I think the answer to this question is {} and I am very sure about it because "
+             "it is what I always say to every question that I am asked by anyone at all")
+    add_run(store, "near", task="arith")
+    add_submission(store, "near", "s-near", None)
+    add_eval(store, "near", "s-near", "test", [item(i, stock.format(i), False)
+                                               for i in range(12)])
+    [flag] = _gaming(store, "near").flags
+    assert flag.severity == Severity.medium and "100% of 12" in flag.finding
+    assert "nearly the same" in flag.finding and len(flag.evidence.items) == 10
 
 
 def test_length_anomaly_and_padding_on_judged_tasks(store: Store) -> None:
