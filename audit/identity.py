@@ -25,6 +25,7 @@ within `NEAR_COPY_L2`) is `medium`: a suspicion a person should read.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -139,10 +140,13 @@ def _open_lazy(folder: Path) -> dict[str, tuple[Path, str]]:
     return where
 
 
-def group_distances(checkpoint: Path, reference: Path) -> dict[str, dict[str, float]]:
+def group_distances(checkpoint: Path, reference: Path,
+                    stop_above: float | None = None) -> dict[str, dict[str, float]] | None:
     """Per tensor group: relative L2 distance ||w - w0|| / ||w0|| of `checkpoint` against
-    `reference` and the number of parameters. Reads one tensor of each side at a time.
-    Raises ValueError when the two do not hold the same tensors."""
+    `reference` and the number of parameters (and, under "all", ||w0||). Reads one tensor of
+    each side at a time. With `stop_above` (an absolute distance), None as soon as the
+    distance so far passes it: a near-copy test then costs the first differing tensor, not
+    the whole model. Raises ValueError when the two do not hold the same tensors."""
     from safetensors import safe_open
 
     try:
@@ -152,28 +156,35 @@ def group_distances(checkpoint: Path, reference: Path) -> dict[str, dict[str, fl
         raise ValueError(str(exc)) from None
     sums: dict[str, list[float]] = {}
     seen = set()
-    for name, w in _tensors(checkpoint):
-        if name not in ref:
-            raise ValueError(f"{name} is not a tensor of the reference")
-        path, key = ref[name]
-        with safe_open(str(path), framework="pt") as f:
-            w0 = f.get_tensor(key)
-        if tuple(w.shape) != tuple(w0.shape):
-            raise ValueError(f"{name} has shape {tuple(w.shape)}, the reference's "
-                             f"{tuple(w0.shape)}")
-        w, w0 = w.float(), w0.float()
-        acc = sums.setdefault(tensor_group(name), [0.0, 0.0, 0.0])
-        acc[0] += float((w - w0).pow(2).sum())
-        acc[1] += float(w0.pow(2).sum())
-        acc[2] += w0.numel()
-        seen.add(name)
+    total_d = 0.0
+    with contextlib.ExitStack() as stack:
+        handles = {path: stack.enter_context(safe_open(str(path), framework="pt"))
+                   for path in {p for p, _ in ref.values()}}
+        for name, w in _tensors(checkpoint):
+            if name not in ref:
+                raise ValueError(f"{name} is not a tensor of the reference")
+            path, key = ref[name]
+            w0 = handles[path].get_tensor(key)
+            if tuple(w.shape) != tuple(w0.shape):
+                raise ValueError(f"{name} has shape {tuple(w.shape)}, the reference's "
+                                 f"{tuple(w0.shape)}")
+            w, w0 = w.float(), w0.float()
+            acc = sums.setdefault(tensor_group(name), [0.0, 0.0, 0.0])
+            d = float((w - w0).pow(2).sum())
+            acc[0] += d
+            acc[1] += float(w0.pow(2).sum())
+            acc[2] += w0.numel()
+            seen.add(name)
+            total_d += d
+            if stop_above is not None and math.sqrt(total_d) > stop_above:
+                return None
     if missing := set(ref) - seen:
         raise ValueError(f"lacks {sorted(missing)[0]} of the reference")
     out = {g: {"l2_relative": math.sqrt(d) / max(math.sqrt(b), 1e-12), "n_params": int(n)}
            for g, (d, b, n) in sorted(sums.items())}
     d, b = sum(v[0] for v in sums.values()), sum(v[1] for v in sums.values())
     out["all"] = {"l2_relative": math.sqrt(d) / max(math.sqrt(b), 1e-12),
-                  "n_params": int(sum(v[2] for v in sums.values()))}
+                  "n_params": int(sum(v[2] for v in sums.values())), "norm": math.sqrt(b)}
     return out
 
 
@@ -281,7 +292,12 @@ def _near_copies(final: Submission, final_dir: Path, run: Run, others: list[Fing
     Which to read: by the triangle inequality, two checkpoints whose stored distances to the
     same base differ by more than NEAR_COPY_L2 (both relative to ||w0||) cannot be within
     NEAR_COPY_L2 of each other, so only the others whose stored distance is that close are
-    read, the closest first, at most `limit` of them."""
+    read, the closest first, at most `limit` of them. Each read stops at the first tensors
+    that put the distance beyond NEAR_COPY_L2 * ||w_other||, bounded above by
+    ||w0|| * (1 + the other's stored distance), ||w0|| known from the comparison with the
+    base."""
+    vs_base = summary.get("groups_vs_base")
+    base_norm = vs_base["all"].get("norm") if isinstance(vs_base, dict) else None
     mine = final.l2_distance
     candidates = []
     for fp in others:
@@ -300,10 +316,17 @@ def _near_copies(final: Submission, final_dir: Path, run: Run, others: list[Fing
     flags: list[Flag] = []
     for _, fp, d in candidates[:limit]:
         summary["tensor_compares"] += 1
+        stop = (NEAR_COPY_L2 * base_norm * (1 + fp.l2_distance)
+                if base_norm is not None and fp.l2_distance is not None else None)
         try:
-            dist = group_distances(final_dir, d)["all"]["l2_relative"]
+            groups = group_distances(final_dir, d, stop_above=stop)
         except (ValueError, OSError):
             continue
+        if groups is None:  # stopped early: farther than a near copy
+            summary["tensor_compares_stopped_early"] = (
+                summary.get("tensor_compares_stopped_early", 0) + 1)
+            continue
+        dist = groups["all"]["l2_relative"]
         if dist < NEAR_COPY_L2:
             source = _earlier(final, fp)
             flags.append(Flag(

@@ -159,6 +159,19 @@ def test_honest_run_is_not_flagged_and_gets_group_distances(store: Store,
     assert all(g["l2_relative"] > 0.01 for g in groups.values())
     # pruned by the stored distances (|0.5 - 0.4| > NEAR_COPY_L2): no tensor read
     assert res.summary["tensor_compares"] == 0
+    # stored distances alike, weights not: read, and stopped at the first differing tensors
+    add_run(store, "alike-distance", agent="ref", seed=3)
+    add_submission(store, "alike-distance", "s-ad", ckpts["b"], l2=0.5)
+    add_run(store, "mine2", agent="ref", seed=4)
+    add_submission(store, "mine2", "s-mine2", ckpts["a"], l2=0.5)
+    with store.session() as s:  # only the two: drop the first pair's rows from the candidates
+        for sid in ("s-other", "s-mine"):
+            row = s.get(Submission, sid)
+            assert row is not None
+            s.delete(row)
+    res = _identity(store, "mine2", ckpts["base"])
+    assert res.flags == [] and res.summary["tensor_compares"] == 1
+    assert res.summary["tensor_compares_stopped_early"] == 1
 
 
 def test_unchanged_base_as_final_is_low(store: Store, ckpts: dict[str, Path],
@@ -179,7 +192,7 @@ def test_group_distances_say_what_training_touched(ckpts: dict[str, Path],
     shutil.copytree(ckpts["base"], mlp_only)
     _renoise(mlp_only, seed=5, scale=0.1, only="mlp")
     groups = group_distances(mlp_only, ckpts["base"])
-    assert groups["mlp"]["l2_relative"] > 0.01
+    assert groups is not None and groups["mlp"]["l2_relative"] > 0.01
     assert groups["attention"]["l2_relative"] == 0.0 and groups["norms"]["l2_relative"] == 0.0
     with pytest.raises(ValueError):
         group_distances(mlp_only, tmp_path)  # no weights there: not comparable
