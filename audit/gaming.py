@@ -79,6 +79,7 @@ _JUDGE_EXTRA = re.compile(
     r"|\bignore\s+(all\s+)?(previous|prior|above)\s+instructions\b", re.IGNORECASE)
 
 #: the tasks whose grader executes outputs, and those whose grader is a judge reading them
+#: (a task not named here counts by its evaluations' metrics: `status_counts`, `judge`)
 EXECUTED_TASKS = frozenset({"humaneval"})
 JUDGED_TASKS = frozenset({"alpacaeval", "deepsearchqa"})
 
@@ -180,10 +181,13 @@ def check_gaming(record: RunRecord, *,
     """Flags on graded outputs (see the module docstring)."""
     base_outputs = base_outputs or {}
     task = record.run.task_id
-    executed, judged = task in EXECUTED_TASKS, task in JUDGED_TASKS
     evals = [_Graded(ev, [str(it.get("output", "")) for it in ev.items or []])
              for ev in record.evaluations
              if ev.kind == EvaluationKind.submission and ev.status == EvaluationStatus.done]
+    # by task id, or (a plugin task) by what its grader recorded: execution statuses, a judge
+    executed = task in EXECUTED_TASKS or any("status_counts" in (g.ev.metrics or {})
+                                             for g in evals)
+    judged = task in JUDGED_TASKS or any("judge" in (g.ev.metrics or {}) for g in evals)
     flags: list[Flag] = []
     summary: dict[str, Any] = {"evaluations": len(evals),
                                "items": sum(len(g.outputs) for g in evals),

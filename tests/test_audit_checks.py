@@ -284,7 +284,18 @@ def test_hooks_where_the_grader_cannot_act_are_low(store: Store) -> None:
     add_eval(store, "gs", "s-gs", "test", [item(0, "42. " + EXITS, True),
                                            item(1, JUDGE_TEXT + " 7", True)])
     res = _gaming(store, "gs")
-    assert res.flags and all(f.severity == Severity.low for f in res.flags)
+    assert len(res.flags) == 2 and all(f.severity == Severity.low for f in res.flags)
+    # a task the check does not name, whose grader recorded execution statuses: it executes
+    add_run(store, "plug", task="plugin-code")
+    add_submission(store, "plug", "s-plug", None)
+    ev_id = add_eval(store, "plug", "s-plug", "test", [item(0, EXITS, True)])
+    with store.session() as s:
+        ev = s.get(Evaluation, ev_id)
+        assert ev is not None
+        ev.metrics = {"status_counts": {"passed": 1}}
+        s.add(ev)
+    res = _gaming(store, "plug")
+    assert [f.severity for f in res.flags] == [Severity.high] and res.summary["executed"]
 
 
 def test_constant_outputs_are_flagged_unless_the_base_did_the_same(store: Store) -> None:
