@@ -48,6 +48,9 @@
       });
       document.getElementById("shown").textContent = shown + " runs";
     });
+    // The audit filter is the server's (`?audit=`): choosing one reloads the list.
+    var audit = document.getElementById("audit-filter");
+    audit.addEventListener("change", function () { document.getElementById("audit-form").submit(); });
   }
 
   document.addEventListener("click", function (ev) {
@@ -62,8 +65,8 @@
       });
       return;
     }
-    // A link to a call or job on a page not loaded here opens its own page.
-    var a = t.closest ? t.closest("a[data-call], a[data-job]") : null;
+    // A link to a call, job or revision on a page not loaded here opens its own page.
+    var a = t.closest ? t.closest("a[data-call], a[data-job], a[data-page]") : null;
     if (a) {
       var id = a.getAttribute("href").slice(1);
       var el = document.getElementById(id);
@@ -72,7 +75,7 @@
         return;
       }
       ev.preventDefault();
-      window.location.href = a.dataset.call || a.dataset.job;
+      window.location.href = a.dataset.call || a.dataset.job || a.dataset.page;
     }
   });
 

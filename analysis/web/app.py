@@ -31,6 +31,7 @@ from a2rl.listen import VIEW_PORT, listen
 from a2rl.store import Run
 
 from .. import plots
+from ..audit_view import AUDIT_FILTERS, audit_section, audit_states
 from ..render_html import TEMPLATES, environment, report_context, training_curves
 from ..report import build_report
 from ..schema import Report
@@ -136,8 +137,16 @@ class Viewer:
     async def runs(self, request: Request) -> Response:
         fleet = request.query_params.get("fleet") or self.fleet
         rows = queries.list_runs(self.store, fleet)
+        audits = audit_states(self.store, [r.run_id for r in rows])
+        # `?audit=flagged` (or the short `?flagged=1`): the select on the page; an unknown
+        # value shows every run rather than failing
+        choice = request.query_params.get("audit") or (
+            "flagged" if request.query_params.get("flagged") == "1" else "")
+        choice = choice if choice in AUDIT_FILTERS else ""
+        shown = [r for r in rows if audits[r.run_id].shown_by(choice)]
         return self.page("runs.html.jinja", title=f"fleet {fleet}" if fleet else "Runs",
-                         rows=rows, fleet=fleet,
+                         rows=shown, total=len(rows), fleet=fleet, audits=audits,
+                         audit_filter=choice, audit_filters=AUDIT_FILTERS,
                          has_profile=any(r.profile is not None for r in rows))
 
     async def run(self, request: Request) -> Response:
@@ -156,6 +165,7 @@ class Viewer:
             revisions=queries.revisions(self.store, run, REV_PAGE),
             rev_total=queries.count_revisions(self.store, run.id), rev_page=REV_PAGE,
             submissions=queries.submissions(self.store, run),
+            audit=audit_section(self.store, run.id),
             live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id))
 
     async def report_fragment(self, request: Request) -> Response:
