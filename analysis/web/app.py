@@ -166,7 +166,8 @@ class Viewer:
             rev_total=queries.count_revisions(self.store, run.id), rev_page=REV_PAGE,
             submissions=queries.submissions(self.store, run),
             audit=audit_section(self.store, run.id),
-            live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id))
+            live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id),
+            clock=queries.live_clock(run))
 
     async def report_fragment(self, request: Request) -> Response:
         """The report's sections as two HTML fragments (above and below the conversation)."""
@@ -265,9 +266,11 @@ class Viewer:
             jobs_html = self.env.get_template("jobs.html.jinja").render(
                 run=run, offset=0, job_page=JOB_PAGE, job_total=0,
                 jobs=queries.jobs(self.store, run, JOB_PAGE, jobs_from))
+        clock = queries.live_clock(run).model_dump(mode="json") if run is not None else None
         # `ended`: the page stops following a run in any state past the live ones (finished,
         # or failed when its node was lost).
         return JSONResponse({"activity": a.model_dump(), "ended": a.status not in LIVE_STATES,
+                             "clock": clock,
                              "calls_html": html,
                              "last_call_id": max([after] + [c.id or 0 for c in new]),
                              "jobs_html": jobs_html, "scores": scores})
@@ -298,10 +301,11 @@ class Viewer:
             best = rep.summary.final_submission_id or rep.summary.best_submission_id
             route = next((x.route for x in rep.routes if x.submission_id == best), None)
             cols.append({"run": run, "r": rep, "route": route, "routes": [
-                x.route for x in rep.routes],
-                "plot": plots.score_plot(rep.trajectory, rep.timeline.end_s, run.final_score)})
+                x.route for x in rep.routes]})
+        plot = plots.compare_plot([(run.id, rep.trajectory, rep.timeline.end_s, run.final_score)
+                                   for run, rep in zip(runs, reps, strict=True)])
         return self.page("compare.html.jinja", title="Compare", cols=cols, agree=agree,
-                         pairs=pairs)
+                         pairs=pairs, plot=plot)
 
     async def static_js(self, request: Request) -> Response:
         return Response((TEMPLATES / "viewer.js").read_text(), media_type="text/javascript")
