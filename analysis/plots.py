@@ -274,7 +274,7 @@ def timeline_plot(t: Timeline, job_links: bool = True) -> str:
     def x(s: float) -> float:
         return left + (right - left) * (s / end)
 
-    def bar(start: float, stop: float, least: float) -> tuple[float, float]:
+    def clip(start: float, stop: float, least: float) -> tuple[float, float]:
         """A span's bar, clipped to the axis: grading that ends after the run's end (its final
         test evaluation) would otherwise draw past the frame."""
         a = min(max(x(start), left), right)
@@ -296,7 +296,7 @@ def timeline_plot(t: Timeline, job_links: bool = True) -> str:
             f'fill="{"#c33" if err else "#555"}"/>' for col, err in sorted(cols.items())]
     y1 = top + lane_h
     for j in t.jobs:
-        a, width = bar(j.start_s, j.end_s if j.end_s is not None else end, 2)
+        a, width = clip(j.start_s, j.end_s if j.end_s is not None else end, 2)
         color = STATE_COLORS.get(j.state, "#48c") if j.exit_code in (0, None) else "#c33"
         bar = (f'<rect class="job" x="{a:.1f}" y="{y1 + 7}" width="{width:.1f}" '
                f'height="{lane_h - 14}" fill="{color}" opacity="0.8"><title>{escape(j.id)} '
@@ -305,7 +305,7 @@ def timeline_plot(t: Timeline, job_links: bool = True) -> str:
     y2 = top + 2 * lane_h
     out += [f'<rect class="grading" x="{a:.1f}" y="{y2 + 7}" width="{w:.1f}" '
             f'height="{lane_h - 14}" fill="#a7c"/>'
-            for a, w in (bar(g.start_s, g.end_s, 1.5) for g in t.grading)]
+            for a, w in (clip(g.start_s, g.end_s, 1.5) for g in t.grading)]
     y3 = top + 3 * lane_h
     for s in t.submissions:
         sx = min(max(x(s.at_s), left + 6), right - 6)  # the diamond stays inside the frame
@@ -316,7 +316,7 @@ def timeline_plot(t: Timeline, job_links: bool = True) -> str:
     y4 = top + 4 * lane_h
     out += [f'<rect class="idle" x="{a:.1f}" y="{y4 + 7}" width="{w:.1f}" '
             f'height="{lane_h - 14}" fill="#ddd" stroke="#bbb"/>'
-            for a, w in (bar(g.start_s, g.end_s, 1.5) for g in t.idle_gaps)]
+            for a, w in (clip(g.start_s, g.end_s, 1.5) for g in t.idle_gaps)]
     ya = top + len(LANES) * lane_h
     out.append(f'<line x1="{left}" y1="{ya}" x2="{right}" y2="{ya}" stroke="#999"/>')
     for tick in time_ticks(end):
