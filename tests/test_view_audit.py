@@ -281,11 +281,11 @@ def test_the_live_page_shows_elapsed_remaining_and_the_deadline(tmp_path: Path) 
     c = TestClient(create_app(url))
     page = c.get("/run/live").text
     clock = page[page.index('<div id="live-clock"'):page.index('<span id="live-counts"')]
-    elapsed = re.search(r'id="live-elapsed">(\d+)m(\d+)s<', clock)
+    elapsed = re.search(r'class="clock" id="live-elapsed">(\d+)m(\d+)s<', clock)
     assert elapsed and 125 <= int(elapsed[1]) * 60 + int(elapsed[2]) <= 135, clock
-    remaining = re.search(r'id="live-remaining">(\d+)m(\d+)s<', clock)
+    remaining = re.search(r'class="clock" id="live-remaining">(\d+)m(\d+)s<', clock)
     assert remaining and 465 <= int(remaining[1]) * 60 + int(remaining[2]) <= 475, clock
-    assert f'id="live-deadline">{deadline:%Y-%m-%d %H:%M:%S} UTC<' in clock
+    assert f'class="clock" id="live-deadline">{deadline:%Y-%m-%d %H:%M:%S} UTC<' in clock
     doc = c.get("/run/live/activity").json()["clock"]
     assert doc["elapsed_s"] + doc["remaining_s"] == pytest.approx(600, abs=0.5)
     assert datetime.fromisoformat(doc["deadline"].replace("Z", "+00:00")) == deadline
