@@ -167,11 +167,15 @@ def compare_plot(runs: list[tuple[str, Trajectory, float, float | None]]) -> str
                      f'x2="{W - PAD_R}" y2="{y(tr.baseline):.1f}" stroke="{color}" '
                      'stroke-dasharray="3 5" opacity="0.6"/>')
         pts = sorted(tr.points, key=lambda p: p.at_s)
+
+        def px(at: float) -> float:  # on the axis (a submission before the clock started)
+            return x(min(max(at, 0.0), end))
+
         if len(pts) > 1:
-            g.append('<polyline points="' + " ".join(f"{x(p.at_s):.1f},{y(p.score):.1f}"
+            g.append('<polyline points="' + " ".join(f"{px(p.at_s):.1f},{y(p.score):.1f}"
                                                      for p in pts)
                      + f'" fill="none" stroke="{color}" stroke-width="1.5"/>')
-        g += [f'<circle class="point" cx="{x(p.at_s):.1f}" cy="{y(p.score):.1f}" r="4" '
+        g += [f'<circle class="point" cx="{px(p.at_s):.1f}" cy="{y(p.score):.1f}" r="4" '
               f'fill="{color if p.improved_best else "#fff"}" stroke="{color}" '
               f'stroke-width="2"><title>{name} {escape(p.submission_id)} {p.score:.3f} at '
               f'{dur(p.at_s)}</title></circle>' for p in pts]
