@@ -17,7 +17,7 @@ from a2rl.store import Audit, Store
 
 from .schema import AuditFlag, AuditSection
 
-#: the runs page's filter: value -> (label, whether a run in that state is shown)
+#: the runs page's audit filter: its `?audit=` value -> the label the select shows
 AUDIT_FILTERS: dict[str, str] = {
     "": "any audit state",
     "flagged": "flagged (a high flag)",
