@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from a2rl.store.outcome import end_kind_words
 
-from .schema import Evidence, Interval, Narrative, ProcessMetrics, Report, Summary
+from .schema import (
+    AuditSection,
+    Evidence,
+    Interval,
+    Narrative,
+    ProcessMetrics,
+    Report,
+    Summary,
+)
 
 ROUTE_LABELS = {"sft": "SFT", "grpo": "GRPO", "ppo": "PPO", "dpo": "DPO",
                 "rloo_reinforce": "RLOO/REINFORCE", "reward_model": "reward-model training",
@@ -76,6 +84,22 @@ def evidence(e: Evidence) -> str:
     label = {"command": "$ ", "code": "", "log": "", "submission": "", "evaluation": "",
              "run": ""}[e.kind]
     return f"{where}: {label}{e.text}" if where else f"{label}{e.text}"
+
+
+def audit_headline(a: AuditSection | None) -> str:
+    """One line on the run's audit, the same in every format."""
+    if a is None or a.status == "not_audited":
+        return "Not audited: no audit is stored for this run (a2rl audit RUN computes one)."
+    n_checks = len(a.checks)
+    checks = f" ({n_checks} check{'s' if n_checks != 1 else ''})" if n_checks else ""
+    if a.status == "clean":
+        return f"Clean: audit v{a.audit_version}{checks} raised no flag."
+    n = sum(a.by_severity.values())
+    counts = ", ".join(f"{v} {k}" for k, v in a.by_severity.items())
+    verdict = ("a high flag stands: this run's score is not counted as a result"
+               if a.status == "flagged" else "none of high severity")
+    return f"{n} flag{'s' if n != 1 else ''} ({counts}) from audit v{a.audit_version}" \
+           f"{checks}: {verdict}."
 
 
 def narrative_note(n: Narrative) -> str:

@@ -140,12 +140,69 @@ def score_plot(tr: Trajectory, end_s: float, final_test: float | None,
     return "\n".join(svg + ["</svg>"])
 
 
-def curve_values(log: str) -> dict[str, list[float]]:
-    """The values of each training metric a log prints, in order."""
-    out: dict[str, list[float]] = {}
+#: one colour per run on the compare page's plot (a colour-blind-safe palette, Okabe-Ito)
+RUN_COLORS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000",
+              "#f0e442")
+
+
+def compare_plot(runs: list[tuple[str, Trajectory, float, float | None]]) -> str:
+    """Every run's graded scores on one axes: (run id, trajectory, its timeline's end, its
+    final test score) each, time counted from each run's own clock start. Each run has its
+    colour, its points joined in time order, its baseline dashed and its final test score
+    marked at the right edge; a legend names the colours."""
+    vals = [v for _, tr, _, final in runs
+            for v in [*(p.score for p in tr.points), tr.baseline, final] if v is not None]
+    lo, hi = _range(vals, clamp01=all(0 <= v <= 1 for v in vals))
+    end = max([e for _, _, e, _ in runs] + [p.at_s for _, tr, _, _ in runs for p in tr.points]
+              + [1.0])
+    splits = sorted({tr.split for _, tr, _, _ in runs})
+    out, x, y = _frame(f"{splits[0]} score" if len(splits) == 1 else "score", end, lo, hi)
+    svg = [f'<svg id="compare-plot" class="plot" viewBox="0 0 {W} {H}" role="img" '
+           'aria-label="score trajectories of the compared runs">', *out]
+    for i, (rid, tr, _, final) in enumerate(runs):
+        color, name = RUN_COLORS[i % len(RUN_COLORS)], escape(rid)
+        g = [f'<g class="run" data-run="{name}">']
+        if tr.baseline is not None:
+            g.append(f'<line class="baseline" x1="{PAD_L}" y1="{y(tr.baseline):.1f}" '
+                     f'x2="{W - PAD_R}" y2="{y(tr.baseline):.1f}" stroke="{color}" '
+                     'stroke-dasharray="3 5" opacity="0.6"/>')
+        pts = sorted(tr.points, key=lambda p: p.at_s)
+
+        def px(at: float) -> float:  # on the axis (a submission before the clock started)
+            return x(min(max(at, 0.0), end))
+
+        if len(pts) > 1:
+            g.append('<polyline points="' + " ".join(f"{px(p.at_s):.1f},{y(p.score):.1f}"
+                                                     for p in pts)
+                     + f'" fill="none" stroke="{color}" stroke-width="1.5"/>')
+        g += [f'<circle class="point" cx="{px(p.at_s):.1f}" cy="{y(p.score):.1f}" r="4" '
+              f'fill="{color if p.improved_best else "#fff"}" stroke="{color}" '
+              f'stroke-width="2"><title>{name} {escape(p.submission_id)} {p.score:.3f} at '
+              f'{dur(p.at_s)}</title></circle>' for p in pts]
+        if final is not None:
+            fy = y(final)
+            g.append(f'<path class="final" d="M{W - PAD_R},{fy:.1f} l-9,-5 l0,10 z" '
+                     f'fill="{color}"><title>{name} final test {final:.3f}</title></path>')
+        ly = PAD_T + 4 + 14 * i
+        g += [f'<rect x="{PAD_L + 8}" y="{ly}" width="10" height="10" fill="{color}"/>',
+              f'<text class="legend" x="{PAD_L + 22}" y="{ly + 9}">{name}</text>', "</g>"]
+        svg += g
+    return "\n".join(svg + ["</svg>"])
+
+
+#: the step a log line is at: TRL's `'step': 10`, `global_step=10`, `step 10`, `Step 10/500`
+_STEP = re.compile(r"(?<![A-Za-z_/])['\"]?(?:global_)?step['\"]?\s*[:=]?\s*['\"]?(\d+)",
+                   re.IGNORECASE)
+
+
+def curve_points(log: str) -> dict[str, list[tuple[int | None, float]]]:
+    """The (step, value) points of each training metric a log prints, in order; the step is
+    the one the same line names, None when it names none."""
+    out: dict[str, list[tuple[int | None, float]]] = {}
     for line in log.splitlines():
         if len(line) > 4000:
             continue
+        found = None
         for key, pat in _PAT.items():
             m = pat.search(line)
             if m:
@@ -154,8 +211,16 @@ def curve_values(log: str) -> dict[str, list[float]]:
                 except ValueError:
                     continue
                 if math.isfinite(v):
-                    out.setdefault(key, []).append(v)
+                    if found is None:
+                        st = _STEP.search(line)
+                        found = (int(st.group(1)),) if st else (None,)
+                    out.setdefault(key, []).append((found[0], v))
     return out
+
+
+def curve_values(log: str) -> dict[str, list[float]]:
+    """The values of each training metric a log prints, in order."""
+    return {k: [v for _, v in pts] for k, pts in curve_points(log).items()}
 
 
 def curves(logs: list[tuple[str, str]], max_jobs: int = 12) -> list[tuple[str, str, str]]:
@@ -163,21 +228,38 @@ def curves(logs: list[tuple[str, str]], max_jobs: int = 12) -> list[tuple[str, s
     last `max_jobs` such jobs (a run of 500 jobs would otherwise draw 500 plots)."""
     found = []
     for job_id, log in logs:
-        for key, vals in curve_values(log).items():
-            if len(vals) >= 3:
-                found.append((job_id, key, vals))
-    return [(j, k, curve_plot(k, v)) for j, k, v in found[-max_jobs:]]
+        for key, pts in curve_points(log).items():
+            if len(pts) >= 3:
+                found.append((job_id, key, pts))
+    return [(j, k, curve_plot(k, [v for _, v in p], _steps(p))) for j, k, p in found[-max_jobs:]]
 
 
-def curve_plot(metric: str, vals: list[float]) -> str:
+def _steps(pts: list[tuple[int | None, float]]) -> list[int] | None:
+    """The points' steps when every point has one and they never go back (one training run);
+    else None, and the curve is drawn against the logged point's index."""
+    steps = [s for s, _ in pts]
+    if any(s is None for s in steps):
+        return None
+    ok = [s for s in steps if s is not None]
+    return ok if all(a <= b for a, b in zip(ok, ok[1:], strict=False)) else None
+
+
+def curve_plot(metric: str, vals: list[float], steps: list[int] | None = None) -> str:
+    """`vals` against their training steps (the x axis is the step) or, without steps,
+    against the logged point's index."""
+    xs = [float(s) for s in steps] if steps else [float(i) for i in range(len(vals))]
     lo, hi = _range(vals, clamp01=False)
-    out, x, y = _frame(metric, float(len(vals) - 1) or 1.0, lo, hi, x_label_fmt="step")
-    pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vals))
+    out, x, y = _frame(metric, max(xs) or 1.0, lo, hi, x_label_fmt="step")
+    pts = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(xs, vals, strict=True))
+    where = f"step {steps[-1]}" if steps else f"logged point {len(vals)}"
+    axis = "step" if steps else "logged point"
     return "\n".join([f'<svg class="plot curve" viewBox="0 0 {W} {H}" role="img" '
-                      f'aria-label="{escape(metric)} curve">', *out,
+                      f'aria-label="{escape(metric)} curve" data-x="{axis}">', *out,
                       f'<polyline points="{pts}" fill="none" stroke="#48c" stroke-width="1.5"/>',
+                      f'<text class="xlabel" x="{W - PAD_R}" y="{H - 2}" text-anchor="end">'
+                      f'{axis}</text>',
                       f'<text x="{W - PAD_R - 4}" y="{PAD_T + 10}" text-anchor="end">last '
-                      f'{vals[-1]:.4g} (logged point {len(vals)})</text>', "</svg>"])
+                      f'{vals[-1]:.4g} ({where})</text>', "</svg>"])
 
 
 LANES = ("tool calls", "jobs", "grading", "submissions", "idle")
@@ -196,6 +278,13 @@ def timeline_plot(t: Timeline, job_links: bool = True) -> str:
     def x(s: float) -> float:
         return left + (right - left) * (s / end)
 
+    def clip(start: float, stop: float, least: float) -> tuple[float, float]:
+        """A span's bar, clipped to the axis: grading that ends after the run's end (its final
+        test evaluation) would otherwise draw past the frame."""
+        a = min(max(x(start), left), right)
+        b = min(max(x(stop), left), right)
+        return min(a, right - least), max(b - a, least)
+
     out = [f'<svg id="timeline-plot" class="plot" viewBox="0 0 {W} {h}" role="img" '
            'aria-label="timeline">']
     for i, name in enumerate(LANES):
@@ -205,22 +294,22 @@ def timeline_plot(t: Timeline, job_links: bool = True) -> str:
                 'stroke="#f0f0f0"/>']
     cols: dict[int, bool] = {}  # one mark per pixel column: a run can have 10,000 calls
     for c in t.tool_calls:
-        col = int(x(c.start_s))
+        col = min(max(int(x(c.start_s)), left), int(right) - 2)  # on the axis, as the bars
         cols[col] = cols.get(col, False) or c.is_error
     out += [f'<rect class="call" x="{col}" y="{top + 5}" width="1.5" height="{lane_h - 10}" '
             f'fill="{"#c33" if err else "#555"}"/>' for col, err in sorted(cols.items())]
     y1 = top + lane_h
     for j in t.jobs:
-        a, b = x(j.start_s), x(j.end_s if j.end_s is not None else end)
+        a, width = clip(j.start_s, j.end_s if j.end_s is not None else end, 2)
         color = STATE_COLORS.get(j.state, "#48c") if j.exit_code in (0, None) else "#c33"
-        bar = (f'<rect class="job" x="{a:.1f}" y="{y1 + 7}" width="{max(b - a, 2):.1f}" '
+        bar = (f'<rect class="job" x="{a:.1f}" y="{y1 + 7}" width="{width:.1f}" '
                f'height="{lane_h - 14}" fill="{color}" opacity="0.8"><title>{escape(j.id)} '
                f'{escape(j.command[:80])} ({j.state}, exit {j.exit_code})</title></rect>')
         out.append(f'<a href="#job-{escape(j.id)}">{bar}</a>' if job_links else bar)
     y2 = top + 2 * lane_h
-    out += [f'<rect class="grading" x="{x(g.start_s):.1f}" y="{y2 + 7}" '
-            f'width="{max(x(g.end_s) - x(g.start_s), 1.5):.1f}" height="{lane_h - 14}" '
-            'fill="#a7c"/>' for g in t.grading]
+    out += [f'<rect class="grading" x="{a:.1f}" y="{y2 + 7}" width="{w:.1f}" '
+            f'height="{lane_h - 14}" fill="#a7c"/>'
+            for a, w in (clip(g.start_s, g.end_s, 1.5) for g in t.grading)]
     y3 = top + 3 * lane_h
     for s in t.submissions:
         sx = min(max(x(s.at_s), left + 6), right - 6)  # the diamond stays inside the frame
@@ -229,9 +318,9 @@ def timeline_plot(t: Timeline, job_links: bool = True) -> str:
                    f'fill="{STATE_COLORS.get(s.status, "#888")}"><title>{escape(s.id)} '
                    f'{escape(s.path)} {s.status}</title></path></a>')
     y4 = top + 4 * lane_h
-    out += [f'<rect class="idle" x="{x(g.start_s):.1f}" y="{y4 + 7}" '
-            f'width="{max(x(g.end_s) - x(g.start_s), 1.5):.1f}" height="{lane_h - 14}" '
-            'fill="#ddd" stroke="#bbb"/>' for g in t.idle_gaps]
+    out += [f'<rect class="idle" x="{a:.1f}" y="{y4 + 7}" width="{w:.1f}" '
+            f'height="{lane_h - 14}" fill="#ddd" stroke="#bbb"/>'
+            for a, w in (clip(g.start_s, g.end_s, 1.5) for g in t.idle_gaps)]
     ya = top + len(LANES) * lane_h
     out.append(f'<line x1="{left}" y1="{ya}" x2="{right}" y2="{ya}" stroke="#999"/>')
     for tick in time_ticks(end):

@@ -19,6 +19,7 @@ from markupsafe import Markup, escape
 from a2rl.store import Store
 
 from . import fmt, plots
+from .audit_view import section_of
 from .data import job_logs
 from .schema import Report, Summary
 
@@ -38,6 +39,7 @@ def environment() -> Environment:
                        evidence=fmt.evidence, pretty=_pretty, short=_short,
                        diff_html=_diff_html, pretty_text=_pretty_text,
                        extract=lambda key, mapping: mapping.get(key, key),
+                       audit_headline=fmt.audit_headline,
                        when=lambda d: d.strftime("%Y-%m-%d %H:%M") if d else "–")
     env.globals.update(ROUTE_LABELS=fmt.ROUTE_LABELS, FAILURE_LABELS=fmt.FAILURE_LABELS)
     return env
@@ -98,6 +100,7 @@ def report_context(r: Report, curves: Curves, standalone: bool) -> dict[str, Any
     """What report_top and report_bottom render from. `standalone` (the HTML report): no job
     or call is listed on the page, so the plots and the evidence do not link to them."""
     return dict(r=r, s=r.summary, summary_rows=fmt.summary_rows(r),
+                audit=r.audit or section_of(None), run_id=r.summary.run_id,
                 metric_rows=fmt.metric_rows(r.metrics), curves=curves, standalone=standalone,
                 improvement_class=improvement_class(r.summary),
                 score_svg=plots.score_plot(r.trajectory, r.timeline.end_s, r.summary.final_test),

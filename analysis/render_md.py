@@ -9,6 +9,7 @@ from __future__ import annotations
 from .fmt import (
     FAILURE_LABELS,
     ROUTE_LABELS,
+    audit_headline,
     dur,
     evidence,
     metric_rows,
@@ -17,9 +18,9 @@ from .fmt import (
     summary_rows,
 )
 from .md_escape import cell, code, fence, prose, text
-from .schema import Report
+from .schema import AuditEvidence, AuditSection, Report
 
-SECTIONS = ["Summary", "Score trajectory", "Training routes", "Failures", "Timeline",
+SECTIONS = ["Summary", "Audit", "Score trajectory", "Training routes", "Failures", "Timeline",
             "Process metrics", "Code history"]
 
 
@@ -31,6 +32,31 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def _plain(rows: list[tuple[str, str]]) -> list[list[str]]:
     return [[text(label), text(value)] for label, value in rows]
+
+
+def audit_evidence(e: AuditEvidence) -> str:
+    """An audit flag's evidence as one Markdown cell: ids as text, the agent's paths and
+    quotes as code spans (they are the agent's text)."""
+    parts = []
+    for label, ids in (("calls", [f"#{i}" for i in e.tool_calls]),
+                       ("revisions", [str(i) for i in e.revisions]),
+                       ("jobs", e.jobs), ("submissions", e.submissions),
+                       ("evaluations", [str(i) for i in e.evaluations]), ("items", e.items)):
+        if ids:
+            parts.append(f"{label} {text(', '.join(ids))}")
+    if e.paths:
+        parts.append("paths " + ", ".join(code(p) for p in e.paths))
+    parts += [f"quote {code(x)}" for x in e.excerpts]
+    return "; ".join(parts) or "–"
+
+
+def audit_markdown(a: AuditSection | None) -> list[str]:
+    out = ["## Audit", "", text(audit_headline(a)), ""]
+    if a is not None and a.flags:
+        out += _table(["severity", "check", "finding", "evidence"], [
+            [text(f.severity), text(f.kind), text(f.finding), audit_evidence(f.evidence)]
+            for f in a.flags]) + [""]
+    return out
 
 
 def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
@@ -49,7 +75,8 @@ def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
         prov = ", ".join(f"{k}={v}" for k, v in s.final_provenance.items()
                          if not isinstance(v, dict | list))
         out += ["", f"Final evaluation provenance: {text(prov)}"]
-    out += ["", "## Score trajectory", "",
+    out += ["", *audit_markdown(r.audit)]
+    out += ["## Score trajectory", "",
             f"Baseline on {text(r.trajectory.split)}: {num(r.trajectory.baseline)}", ""]
     out += _table(["time", "submission", "score", "95% CI", "new best"], [
         [dur(p.at_s), text(p.submission_id), num(p.score),

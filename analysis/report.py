@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from a2rl.store import EvaluationKind, EvaluationStatus, Store, SubmissionStatus
 from a2rl.store.outcome import end_kind, is_result, shown_final
 
+from .audit_view import audit_section
 from .data import RunData, load_run
 from .failures import find_failures
 from .improvement import Scored, paired_improvement
@@ -157,7 +158,8 @@ def build_report(store: Store, run_id: str, idle_threshold_s: float = 120.0) -> 
                   summary=build_summary(d, trajectory), timeline=timeline,
                   trajectory=trajectory, code_history=build_code_history(d),
                   routes=routes, failures=failures,
-                  metrics=build_metrics(d, timeline, trajectory))
+                  metrics=build_metrics(d, timeline, trajectory),
+                  audit=audit_section(store, run_id))
 
 
 def link_calls(d: RunData, evidence: list[Evidence]) -> None:

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 # `summary.profile`, and what a run's store caps left out (`revisions_without_content`,
 # `job_logs_not_stored`); 1.4: `summary.end_kind`, `summary.result`, `summary.final_note` (and
 # no final score nor improvement for a run without a final submission), failure types from a
-# job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`, `job_lost`)
+# job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`,
+# `job_lost`), and the optional `audit`
 SCHEMA_VERSION = "1.4"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
@@ -240,6 +241,50 @@ class Narrative(BaseModel):
     reason: str | None = Field(None, description="why there is no text (one line)")
 
 
+AuditSeverity = Literal["info", "low", "medium", "high"]
+
+
+class AuditEvidence(BaseModel):
+    """Where in the record an audit finding is: ids the viewer links to (schema 1.4).
+
+    The report's own copy of `a2rl.audit.Evidence`: the report is a versioned document, so its
+    shape changes only with `SCHEMA_VERSION`, whatever the audit's model grows."""
+
+    tool_calls: list[int] = Field(default_factory=list)
+    revisions: list[int] = Field(default_factory=list)
+    jobs: list[str] = Field(default_factory=list)
+    submissions: list[str] = Field(default_factory=list)
+    evaluations: list[int] = Field(default_factory=list)
+    items: list[str] = Field(default_factory=list, description='hidden item ids, "split:id"')
+    paths: list[str] = Field(default_factory=list, description="workspace paths")
+    excerpts: list[str] = Field(default_factory=list,
+                                description="short quotes of the agent's own text")
+
+
+class AuditFlag(BaseModel):
+    kind: str = Field(description="the check that raised it (contamination, "
+                                  "hidden_data_reach, model_identity, ...)")
+    severity: AuditSeverity
+    finding: str
+    evidence: AuditEvidence = Field(default_factory=AuditEvidence)
+
+
+class AuditSection(BaseModel):
+    """The run's stored cheating audit (`a2rl audit`), as the report shows it (schema 1.4)."""
+
+    status: Literal["not_audited", "clean", "flags", "flagged"] = Field(
+        description="not_audited: no audit stored; clean: audited, no flag; flags: flags, "
+                    "none of high severity; flagged: a high flag stands (not a result)")
+    audit_version: int | None = None
+    computed_at: str | None = None
+    by_severity: dict[str, int] = Field(default_factory=dict,
+                                        description="severity -> number of flags")
+    flags: list[AuditFlag] = Field(default_factory=list,
+                                   description="worst first, then in the audit's order")
+    checks: dict[str, object] = Field(default_factory=dict,
+                                      description="check -> what it looked at")
+
+
 class Report(BaseModel):
     schema_version: str = SCHEMA_VERSION
     generated_at: str
@@ -252,6 +297,8 @@ class Report(BaseModel):
     metrics: ProcessMetrics
     narrative: Narrative | None = Field(
         None, description="optional LLM-written prose, marked as generated (schema 1.1)")
+    audit: AuditSection | None = Field(
+        None, description="the run's cheating audit; null in documents before schema 1.4")
 
 
 def json_schema() -> dict[str, object]:

@@ -282,6 +282,11 @@ def test_compare_two_runs(runs: dict[str, Any], site: str, browser: Any,
     text = page.locator("#compare-table").inner_text()
     assert runs["llm"] in text and runs["plain"] in text
     assert "time to first improvement" in text
+    # Both runs' trajectories on one axes, each in its own colour.
+    assert page.locator("svg").count() == 1
+    drawn = page.locator("#compare-plot g.run")
+    assert sorted(drawn.nth(i).get_attribute("data-run") for i in range(drawn.count())) == \
+        sorted([runs["llm"], runs["plain"]])
     _shot(page, tmp_path, "compare")
     assert not errors, errors
 
@@ -292,6 +297,16 @@ def test_live_page_shows_calls_jobs_and_scores_made_after_it_opened(
     page.goto(f"{site}/run/{runs['plain']}")
     page.locator("#report-top[data-loaded]").wait_for()
     assert page.locator("#live").is_visible()
+    # The clock: elapsed counts up between polls, the deadline is the run row's.
+    with runs["store"].session() as s:
+        row = s.get(Run, runs["plain"])
+        assert row is not None and row.deadline is not None
+        deadline = row.deadline
+    assert page.locator("#live-deadline").inner_text() == f"{deadline:%Y-%m-%d %H:%M:%S} UTC"
+    before = page.locator("#live-elapsed").inner_text()
+    page.wait_for_timeout(2_500)
+    assert page.locator("#live-elapsed").inner_text() != before
+    assert re.fullmatch(r"\d+m\d\ds", page.locator("#live-remaining").inner_text())
     assert page.locator("code.tool-name", has_text="budget_status").count() == 0
     assert not page.locator("#live-scores").inner_text().strip()
     failures: list[BaseException] = []
@@ -374,4 +389,117 @@ def test_live_page_stops_following_a_run_that_failed(browser: Any, tmp_path: Pat
         assert len(polls) == seen, polls
         assert page.locator("#live a", has_text="reload for the final report").count() == 1
     store.close()
+    assert not errors, errors
+
+
+def test_audit_flags_link_to_their_evidence(runs: dict[str, Any], site: str, browser: Any,
+                                             tmp_path: Path) -> None:
+    """A stored audit of the llm run, its evidence the run's own rows: each link on the run
+    page opens the call, the revision's diff, the job, the submission and the evaluation;
+    the runs page marks the run and its audit filter keeps it alone."""
+    from datetime import UTC, datetime
+
+    from a2rl.audit import AuditReport, Evidence, Flag, Severity, save_audit
+    from a2rl.store import Audit, Evaluation, Job, Revision, ToolCall
+
+    store, rid = runs["store"], runs["llm"]
+    with store.session() as s:
+        call = s.exec(select(ToolCall).where(ToolCall.run_id == rid,
+                                             ToolCall.tool == "read_file")).one()
+        rev = s.exec(select(Revision).where(Revision.run_id == rid,
+                                            Revision.path == "code/train.py")
+                     .order_by(Revision.id.desc())).first()  # type: ignore[union-attr]
+        job = s.exec(select(Job).where(Job.run_id == rid)).first()
+        sub = s.exec(select(Submission).where(Submission.run_id == rid,
+                                              Submission.status == "graded")).one()
+        ev = s.exec(select(Evaluation).where(Evaluation.submission_id == sub.id)).first()
+    assert rev is not None and job is not None and ev is not None
+    save_audit(store, AuditReport(run_id=rid, audit_version=1, computed_at=datetime.now(UTC),
+                                  flags=[Flag(kind="reaching_out", severity=Severity.high,
+                                              finding="tried to read <the store>",
+                                              evidence=Evidence(
+                                                  tool_calls=[call.id], revisions=[rev.id],
+                                                  jobs=[job.id], submissions=[sub.id],
+                                                  evaluations=[ev.id],
+                                                  paths=["no/such/file.txt"]))]))
+    page, errors = browser
+    try:
+        page.goto(f"{site}/run/{rid}")
+        box = page.locator("#audit")
+        assert "1 flag (1 high)" in box.inner_text() and "tried to read <the store>" in \
+            box.inner_text()
+        box.locator("a.ev-call").click()
+        assert page.locator(f"details#call-{call.id}").get_attribute("open") is not None
+        box.locator("a.ev-rev").click()
+        opened = page.locator(f"details#rev-{rev.id}")
+        assert opened.get_attribute("open") is not None
+        opened.locator("pre.diff").wait_for()  # the diff loads as on opening it by hand
+        for link, target in (("a.ev-job", f"job-{job.id}"), ("a.ev-sub", f"sub-{sub.id}"),
+                             ("a.ev-eval", f"eval-{ev.id}")):
+            box.locator(link).click()
+            assert page.evaluate("location.hash") == f"#{target}"
+            assert page.locator(f"#{target}").is_visible(), target
+        assert ev.split in page.locator(f"#eval-{ev.id}").inner_text()
+        _shot(page, tmp_path, "audit")
+        page.goto(site + "/")
+        cell = page.locator("#runs-table tr", has_text=rid).locator("td.audit-cell")
+        assert cell.inner_text() == "1 flag (1 high)"
+        assert page.locator("#runs-table tr", has_text=runs["plain"]).locator(
+            "td.audit-cell").inner_text() == "not audited"
+        page.select_option("#audit-filter", "flagged")
+        page.wait_for_url("**/?audit=flagged")
+        assert page.locator("#runs-table tbody tr").count() == 1
+        assert rid in page.locator("#runs-table tbody").inner_text()
+        assert not errors, errors
+    finally:
+        with store.session() as s:  # the other tests see the run unaudited
+            row = s.get(Audit, rid)
+            if row is not None:
+                s.delete(row)
+
+
+def test_the_runs_table_fits_a_1400px_window(browser: Any, tmp_path: Path) -> None:
+    """Long run ids, fleet tags, model names and every column (profile and audit included):
+    no horizontal scrolling at 1400 px."""
+    from datetime import UTC, datetime
+
+    from a2rl.audit import AuditReport, Flag, Severity, save_audit
+
+    from .test_view_parts import _bench
+
+    url = f"sqlite:///{tmp_path / 'a2rl.db'}"
+    store = Store(url)
+    for i in range(3):
+        rid = f"20260101-12000{i}-a1b2c3d4e5"
+        _bench().build_synthetic(store, calls=5, jobs=1, subs=2,  # type: ignore[attr-defined]
+                                 run_id=rid, fleet_id="sweep-claude-code-deepsearchqa-2026")
+        with store.session() as s:
+            row = s.get(Run, rid)
+            assert row is not None
+            row.task_id, row.agent, row.profile = "deepsearchqa", "claude-code", "paper"
+            row.driver_model = "anthropic/claude-sonnet-4-5-20250929-extended-thinking"
+            s.add(row)
+        save_audit(store, AuditReport(run_id=rid, audit_version=1,
+                                      computed_at=datetime.now(UTC), flags=[
+                                          Flag(kind="contamination", severity=Severity.high,
+                                               finding="x")] * (10 * i)))
+    store.close()
+    page, errors = browser
+    page.set_viewport_size({"width": 1400, "height": 900})
+    try:
+        with served(url) as base:
+            page.goto(base + "/")
+            assert page.locator("#runs-table tbody tr").count() == 3
+            assert "20 flags (20 high)" in page.locator("#runs-table").inner_text()
+            sizes = page.evaluate("""() => {
+                const t = document.getElementById('runs-table').getBoundingClientRect();
+                return {scroll: document.documentElement.scrollWidth,
+                        client: document.documentElement.clientWidth,
+                        right: t.right, inner: window.innerWidth};
+            }""")
+            assert sizes["scroll"] <= sizes["client"], sizes
+            assert sizes["right"] <= sizes["inner"], sizes
+            _shot(page, tmp_path, "runs-1400")
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})
     assert not errors, errors

@@ -48,6 +48,9 @@
       });
       document.getElementById("shown").textContent = shown + " runs";
     });
+    // The audit filter is the server's (`?audit=`): choosing one reloads the list.
+    var audit = document.getElementById("audit-filter");
+    audit.addEventListener("change", function () { document.getElementById("audit-form").submit(); });
   }
 
   document.addEventListener("click", function (ev) {
@@ -62,8 +65,8 @@
       });
       return;
     }
-    // A link to a call or job on a page not loaded here opens its own page.
-    var a = t.closest ? t.closest("a[data-call], a[data-job]") : null;
+    // A link to a call, job or revision on a page not loaded here opens its own page.
+    var a = t.closest ? t.closest("a[data-call], a[data-job], a[data-page]") : null;
     if (a) {
       var id = a.getAttribute("href").slice(1);
       var el = document.getElementById(id);
@@ -72,7 +75,7 @@
         return;
       }
       ev.preventDefault();
-      window.location.href = a.dataset.call || a.dataset.job;
+      window.location.href = a.dataset.call || a.dataset.job || a.dataset.page;
     }
   });
 
@@ -111,6 +114,40 @@
     });
   }
 
+  // The live page's clock: the server's elapsed and remaining time (on load and at each
+  // poll), counted on between polls by this page's own monotonic clock.
+  function dur(s) {
+    if (s < 10) { return s.toFixed(1) + "s"; }
+    if (s < 60) { return Math.round(s) + "s"; }
+    var pad = function (n) { return (n < 10 ? "0" : "") + n; };
+    if (s < 3600) { return Math.floor(s / 60) + "m" + pad(Math.floor(s % 60)) + "s"; }
+    return Math.floor(s / 3600) + "h" + pad(Math.floor(s % 3600 / 60)) + "m";
+  }
+  var clockBox = document.getElementById("live-clock");
+  var clock = null;
+  function setClock(elapsed, remaining, deadline) {
+    clock = {elapsed: elapsed, remaining: remaining, at: performance.now(), ticking: true};
+    if (deadline !== undefined) {
+      document.getElementById("live-deadline").textContent = deadline === null ?
+        "none yet (the clock starts at the first tool call)" :
+        deadline.replace("T", " ").replace(/\.\d+/, "").replace(/(\+00:00|Z)$/, " UTC");
+    }
+  }
+  function tick() {
+    if (!clock) { return; }
+    var gone = clock.ticking ? (performance.now() - clock.at) / 1000 : 0;
+    if (clock.elapsed !== null) {
+      document.getElementById("live-elapsed").textContent = dur(clock.elapsed + gone);
+    }
+    document.getElementById("live-remaining").textContent =
+      dur(Math.max(clock.remaining - (clock.elapsed === null ? 0 : gone), 0));
+  }
+  if (clockBox) {
+    setClock(clockBox.dataset.elapsed === "" ? null : parseFloat(clockBox.dataset.elapsed),
+             parseFloat(clockBox.dataset.remaining));
+    window.setInterval(tick, 1000);
+  }
+
   // Live: poll the run's activity until the run has ended.
   var live = document.getElementById("live");
   if (live) {
@@ -135,6 +172,11 @@
             }).join("");
           });
           document.getElementById("live-scores").textContent = scores.join(" · ");
+          if (doc.clock && clockBox) {
+            setClock(doc.clock.elapsed_s, doc.clock.remaining_s, doc.clock.deadline);
+            clock.ticking = !doc.ended;  // an ended run's clock stands still
+            tick();
+          }
           if (doc.ended) {  // finished, or failed: nothing more will come
             live.querySelector(".dot").style.animation = "none";
             live.querySelector("b").textContent = a.status === "finished" ? "Finished" :

@@ -31,6 +31,7 @@ from a2rl.listen import VIEW_PORT, listen
 from a2rl.store import Run
 
 from .. import plots
+from ..audit_view import AUDIT_FILTERS, audit_section, audit_states
 from ..render_html import TEMPLATES, environment, report_context, training_curves
 from ..report import build_report
 from ..schema import Report
@@ -136,8 +137,16 @@ class Viewer:
     async def runs(self, request: Request) -> Response:
         fleet = request.query_params.get("fleet") or self.fleet
         rows = queries.list_runs(self.store, fleet)
+        audits = audit_states(self.store, [r.run_id for r in rows])
+        # `?audit=flagged` (or the short `?flagged=1`): the select on the page; an unknown
+        # value shows every run rather than failing
+        choice = request.query_params.get("audit") or (
+            "flagged" if request.query_params.get("flagged") == "1" else "")
+        choice = choice if choice in AUDIT_FILTERS else ""
+        shown = [r for r in rows if audits[r.run_id].shown_by(choice)]
         return self.page("runs.html.jinja", title=f"fleet {fleet}" if fleet else "Runs",
-                         rows=rows, fleet=fleet,
+                         rows=shown, total=len(rows), fleet=fleet, audits=audits,
+                         audit_filter=choice, audit_filters=AUDIT_FILTERS,
                          has_profile=any(r.profile is not None for r in rows))
 
     async def run(self, request: Request) -> Response:
@@ -156,7 +165,9 @@ class Viewer:
             revisions=queries.revisions(self.store, run, REV_PAGE),
             rev_total=queries.count_revisions(self.store, run.id), rev_page=REV_PAGE,
             submissions=queries.submissions(self.store, run),
-            live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id))
+            audit=audit_section(self.store, run.id),
+            live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id),
+            clock=queries.live_clock(run))
 
     async def report_fragment(self, request: Request) -> Response:
         """The report's sections as two HTML fragments (above and below the conversation)."""
@@ -257,9 +268,11 @@ class Viewer:
             jobs_html = self.env.get_template("jobs.html.jinja").render(
                 run=run, offset=0, job_page=JOB_PAGE, job_total=0,
                 jobs=queries.jobs(self.store, run, JOB_PAGE, jobs_from))
+        clock = queries.live_clock(run).model_dump(mode="json") if run is not None else None
         # `ended`: the page stops following a run in any state past the live ones (finished,
         # or failed when its node was lost).
         return JSONResponse({"activity": a.model_dump(), "ended": a.status not in LIVE_STATES,
+                             "clock": clock,
                              "calls_html": html,
                              "last_call_id": max([after] + [c.id or 0 for c in new]),
                              "jobs_html": jobs_html, "scores": scores})
@@ -290,10 +303,11 @@ class Viewer:
             best = rep.summary.final_submission_id or rep.summary.best_submission_id
             route = next((x.route for x in rep.routes if x.submission_id == best), None)
             cols.append({"run": run, "r": rep, "route": route, "routes": [
-                x.route for x in rep.routes],
-                "plot": plots.score_plot(rep.trajectory, rep.timeline.end_s, run.final_score)})
+                x.route for x in rep.routes]})
+        plot = plots.compare_plot([(run.id, rep.trajectory, rep.timeline.end_s, run.final_score)
+                                   for run, rep in zip(runs, reps, strict=True)])
         return self.page("compare.html.jinja", title="Compare", cols=cols, agree=agree,
-                         pairs=pairs)
+                         pairs=pairs, plot=plot)
 
     async def static_js(self, request: Request) -> Response:
         return Response((TEMPLATES / "viewer.js").read_text(), media_type="text/javascript")

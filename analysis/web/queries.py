@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import zlib
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -422,3 +422,26 @@ def activity(store: Store, run_id: str) -> Activity | None:
     return Activity(status=run.status, tool_calls=n_calls, last_call_id=last or 0, jobs=n_jobs,
                     jobs_running=running, submissions=n_subs, graded=graded,
                     budget_events=events, final_test=run.final_score)
+
+
+class LiveClock(BaseModel):
+    """The live page's clock: the run row's budget clock as `budget_status` reads it
+    (`a2rl.server.run.clock.read_clock`: the row's `started_at` and `deadline` are the truth;
+    the deadline moves when grading pauses the clock, so the page polls it). Kept apart from
+    `Activity`, whose JSON keys the report cache and must not change every second."""
+
+    started_at: datetime | None
+    deadline: datetime | None
+    budget_s: float
+    elapsed_s: float | None  # None: the clock has not started
+    remaining_s: float
+
+
+def live_clock(run: Run, now: datetime | None = None) -> LiveClock:
+    now = now or datetime.now(UTC)
+    started, deadline = aware(run.started_at), aware(run.deadline)
+    end = aware(run.ended_at) or now
+    return LiveClock(
+        started_at=started, deadline=deadline, budget_s=run.budget_s,
+        elapsed_s=max((end - started).total_seconds(), 0.0) if started else None,
+        remaining_s=max((deadline - end).total_seconds(), 0.0) if deadline else run.budget_s)

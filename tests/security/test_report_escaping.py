@@ -69,6 +69,7 @@ def hostile(a2rl_home: Path, tmp_path_factory: pytest.TempPathFactory
     finally:
         finish_run(settings, store, run.id)
     _snapshot_the_hostile_file(store, run.id)
+    _audit_quoting_the_agent(store, run.id)
     report = build_report(store, run.id)
     yield settings, store, run.id, report
     store.close()
@@ -94,6 +95,22 @@ def _snapshot_the_hostile_file(store: Store, run_id: str) -> None:
         sub = s.exec(select(Submission).where(Submission.run_id == run_id)).one()
         sub.snapshot_id = snap.id
         s.add(sub)
+
+
+def _audit_quoting_the_agent(store: Store, run_id: str) -> None:
+    """An audit whose flag quotes the agent, as a check's finding and evidence do (the
+    command's text, the file's path, the checkpoint's path)."""
+    from datetime import UTC, datetime
+
+    from a2rl.audit import AuditReport, Evidence, Flag, Severity, save_audit
+
+    save_audit(store, AuditReport(
+        run_id=run_id, audit_version=1, computed_at=datetime.now(UTC),
+        flags=[Flag(kind="grader_gaming", severity=Severity.high,
+                    finding=f"an output addressed to the judge: {HOSTILE}",
+                    evidence=Evidence(paths=[f"code/{NAME}.py", f"output/{NAME}"],
+                                      excerpts=[CONTENT, COMMAND], jobs=[NAME],
+                                      items=[f"test:{SCRIPT}"]))]))
 
 
 class _Elements(HTMLParser):
@@ -153,6 +170,7 @@ def test_the_record_holds_the_hostile_text(hostile: tuple[Settings, Store, str, 
     assert any(NAME in c.path and "```" in c.diff for cv in report.code_history
                for c in cv.changes)
     assert any(SCRIPT in e.text for f in report.failures for e in f.evidence)
+    assert report.audit is not None and HOSTILE in report.audit.flags[0].finding
     markdown = render(report, "md")
     assert "onerror" in markdown and "javascript:" in markdown
 
@@ -175,6 +193,7 @@ def test_markdown_rendered_by_commonmark_has_no_live_element(
     # whole name (a backtick in it no longer closes the span).
     shown = _text(html)
     assert SCRIPT in shown and IMG in shown and LINK in shown
+    assert f"an output addressed to the judge: {HOSTILE}" in shown  # the audit's finding
     codes = _code_texts(html)
     assert f"output/{NAME}" in codes and f"code/{NAME}.py" in codes
     assert any(COMMAND[:80] == c for c in codes)
@@ -189,6 +208,7 @@ def test_html_report_shows_the_text_and_runs_none(
     for raw in (SCRIPT, IMG, COMMENT, NAME):
         assert raw not in html
     assert SCRIPT in _text(html) and IMG in _text(html)
+    assert f"an output addressed to the judge: {HOSTILE}" in _text(html)
 
 
 def test_viewer_pages_show_the_text_and_run_none(
