@@ -1,5 +1,10 @@
 """The audit's checks, by name: every `check_<name>(record, **inputs) -> CheckResult`.
 
+Every check receives the audit's common inputs by keyword (`hidden`, `settings`) and ignores
+those it does not read; a check that needs more than the record (other runs' submissions, the
+base model's outputs) names a loader in `INPUTS`, called as `loader(store, record)` just before
+the check, so what it costs is paid only by the check that reads it.
+
 A check whose module is missing (it ships on its own branch, or a plugin's was removed) is
 listed as not available in the report's `checks` rather than failing the audit: "no flag"
 and "not checked" must stay apart.
@@ -8,8 +13,12 @@ and "not checked" must stay apart.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any
 
-from .record import Check
+from a2rl.store import Store
+
+from .record import Check, RunRecord
 
 #: name -> "module:function" (in this package)
 CHECKS: dict[str, str] = {
@@ -20,6 +29,16 @@ CHECKS: dict[str, str] = {
     "grader_gaming": "gaming:check_gaming",
     "dev_overfitting": "overfit:check_overfit",
 }
+#: name -> "module:function" returning the check's extra keyword inputs
+INPUTS: dict[str, str] = {
+    "model_identity": "identity:load_identity_inputs",
+    "grader_gaming": "gaming:load_gaming_inputs",
+}
+
+
+def _load(target: str) -> Any:
+    module, _, func = target.partition(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), func)
 
 
 def load_checks() -> tuple[dict[str, Check], dict[str, str]]:
@@ -27,9 +46,14 @@ def load_checks() -> tuple[dict[str, Check], dict[str, str]]:
     found: dict[str, Check] = {}
     missing: dict[str, str] = {}
     for name, target in CHECKS.items():
-        module, _, func = target.partition(":")
         try:
-            found[name] = getattr(importlib.import_module(f"{__package__}.{module}"), func)
+            found[name] = _load(target)
         except (ImportError, AttributeError) as exc:
             missing[name] = f"not available: {exc}"
     return found, missing
+
+
+def input_loader(name: str) -> Callable[[Store, RunRecord], dict[str, Any]] | None:
+    """The loader of check `name`'s extra inputs, None when it reads only the common ones."""
+    target = INPUTS.get(name)
+    return _load(target) if target else None

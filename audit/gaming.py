@@ -177,7 +177,7 @@ def load_gaming_inputs(store: Store, record: RunRecord) -> dict[str, Any]:
 
 
 def check_gaming(record: RunRecord, *,
-                 base_outputs: dict[str, list[str]] | None = None) -> CheckResult:
+                 base_outputs: dict[str, list[str]] | None = None, **_: object) -> CheckResult:
     """Flags on graded outputs (see the module docstring)."""
     base_outputs = base_outputs or {}
     task = record.run.task_id

@@ -201,7 +201,7 @@ def _usable(folder: str | None) -> Path | None:
 
 def check_identity(record: RunRecord, *, others: list[Fingerprint] | None = None,
                    base_dir: Path | None = None, base_hashes: dict[str, str] | None = None,
-                   max_tensor_compares: int = MAX_TENSOR_COMPARES) -> CheckResult:
+                   max_tensor_compares: int = MAX_TENSOR_COMPARES, **_: object) -> CheckResult:
     """Flags on what the run submitted (see the module docstring for the severities).
     `base_hashes` (relpath -> sha256 of the base's files) is hashed from `base_dir` when not
     given."""

@@ -38,7 +38,7 @@ FAST_PER_HOUR = 20.0
 
 
 def check_overfit(record: RunRecord, *, many: int = MANY_SUBMISSIONS,
-                  fast_per_hour: float = FAST_PER_HOUR) -> CheckResult:
+                  fast_per_hour: float = FAST_PER_HOUR, **_: object) -> CheckResult:
     """Flags on the dev climb against the final test score (see the module docstring)."""
     run = record.run
     done = [e for e in record.evaluations

@@ -14,7 +14,7 @@ from typing import Any
 from a2rl.settings import Settings
 from a2rl.store import Store, utcnow
 
-from .checks import load_checks
+from .checks import input_loader, load_checks
 from .hidden import load_hidden
 from .model import AuditReport, Evidence, Flag, Severity
 from .record import load_record
@@ -43,7 +43,9 @@ def compute_audit(store: Store, run_id: str, settings: Settings) -> AuditReport:
     for name, check in checks.items():
         started = time.monotonic()
         try:
-            result = check(record, **inputs)
+            loader = input_loader(name)
+            extra = loader(store, record) if loader else {}
+            result = check(record, **inputs, **extra)
         except Exception as exc:  # noqa: BLE001 - one check's crash is a finding, not a failure
             log.warning("audit of %s: check %s failed", run_id, name, exc_info=True)
             message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

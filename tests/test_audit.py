@@ -140,6 +140,20 @@ def test_a_crashing_check_is_an_info_flag_and_the_rest_still_run(
     assert load_audit(store, "r-audit") == report
 
 
+def test_every_check_runs_on_a_stored_run_with_its_inputs(store: Store, settings: Settings) -> None:
+    """Every registered check is called with the common inputs and its own loader's, and none of
+    them crashes on a plain run: a failed check is an info flag that hides a missing look."""
+    from a2rl.audit.checks import CHECKS
+
+    _record(store, ["ls"])
+    report = audit_run(store, "r-audit", settings)
+    assert set(CHECKS) <= set(report.checks)
+    broken = {n: report.checks[n] for n in CHECKS
+              if not report.checks[n].get("available") or "failed" in report.checks[n]}
+    assert broken == {}
+    assert not [f.finding for f in report.flags if "failed" in f.finding]
+
+
 def _a2rl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     return subprocess.run([A2RL, "audit", *args], env={**env, "A2RL_HOME": str(home)},
