@@ -170,7 +170,9 @@ async def test_served_run_releases_everything_at_its_deadline(
         run_dir = Path(run.workspace).parent
         # while the server still runs: everything of the run but the server itself is gone
         assert wait_for(lambda: len(_processes_of(run_id)) <= 1, 15), _processes_of(run_id)
-        assert _mounts_under(run_dir) == []
+        # the end is recorded first, then the run is audited on its mounted files, then the
+        # volume goes: give the audit its seconds
+        assert wait_for(lambda: _mounts_under(run_dir) == [], 60), _mounts_under(run_dir)
         assert volume.loops_of(run_dir / volume.IMAGE_NAME) == []
         assert not RunCgroup(run_id).exists
         if backend == "docker":
