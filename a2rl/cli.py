@@ -124,6 +124,8 @@ ProtocolOpt = Annotated[choices(*PROTOCOLS), typer.Option(
     help="heldout: dev scores during the run, test at the end; paper: test every time")]
 GradingClockOpt = Annotated[choices(*GRADING_CLOCKS), typer.Option(
     help="counted: grading time uses the budget; paused: the deadline moves by it")]
+UnsafeLocalOpt = Annotated[bool, typer.Option(
+    help="allow the local backend without bubblewrap for any task")]
 ProfileOpt = Annotated[choices(*PROFILES), typer.Option(
     help="evaluation profile: a2rl (ours) or paper (the reference harness's; "
     "docs/paper-fidelity.md)")]
@@ -373,8 +375,7 @@ def create(
     protocol: ProtocolOpt = "heldout",
     profile: ProfileOpt = "a2rl",
     grading_clock: GradingClockOpt = "counted",
-    unsafe_local: Annotated[bool, typer.Option(
-        help="allow the local backend without bubblewrap for any task")] = False,
+    unsafe_local: UnsafeLocalOpt = False,
     gpus: GpusOpt = None,
     network: NetworkOpt = "none",
     keep_container: KeepOpt = False,
@@ -669,6 +670,8 @@ def run_cmd(
     keep_container: KeepOpt = False,
     protocol: ProtocolOpt = "heldout",
     profile: ProfileOpt = "a2rl",
+    grading_clock: GradingClockOpt = "counted",
+    unsafe_local: UnsafeLocalOpt = False,
     max_submissions: MaxSubmissionsOpt = None,
     seed: Annotated[int | None, typer.Option(help="seed of the first run")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="runs one after another, seeds S, S+1..")
@@ -707,6 +710,7 @@ def run_cmd(
     for i in range(repeats):
         opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
                           protocol=protocol, profile=profile, max_submissions=max_submissions,
+                          grading_clock=grading_clock, unsafe_local=unsafe_local or None,
                           seed=None if seed is None else seed + i, agent_options=agent_options,
                           sandbox=sandbox, task_options=task_options,
                           fleet_id=fleet, fleet_node=fleet_node,
