@@ -433,10 +433,19 @@ def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
     except KeyError:
         _no_run(run_id)
         return
+    from a2rl.store.outcome import end_kind_words
+    from a2rl.store.queries import run_summary
+
+    # as `a2rl show` gives it: a run without a submission has no final score (the stored
+    # final_score holds the baseline's)
+    doc = run_summary(store, run.id) or {}
     if as_json:
-        _print_json(run.model_dump(mode="json", exclude={"token_hash"}))
-    else:
-        typer.echo(f"run {run.id} finished ({run.end_reason})")
+        _print_json(doc)
+        return
+    final = (f"final test {_score(doc['final_score'])}" if doc.get("final_score") is not None
+             else f"no final score ({doc.get('final_note') or 'none recorded'})")
+    typer.echo(f"run {run.id} finished ({run.end_reason}; {end_kind_words(doc.get('end_kind'))})"
+               f": {final}, baseline test {_score(run.baseline_test)}")
 
 
 @app.command()
@@ -462,7 +471,14 @@ def serve(
             _fail(f"refusing to listen on {settings.http_host}: runs' tools execute commands; "
                   "pass --allow-remote to listen beyond loopback")
         _check_port(settings.http_host, settings.http_port)
-        serve_http(settings, _store(settings))
+        store = _store(settings)
+        if not _quiet:  # where to connect: the address is free (checked above)
+            host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+            url = f"http://{host}:{settings.http_port}/mcp"
+            typer.echo(f"serving every run's MCP tools at {url}; connect with the header "
+                       "'Authorization: Bearer TOKEN' (the token a2rl create printed); "
+                       "Ctrl-C stops", err=True)
+        serve_http(settings, store)
     else:
         assert run is not None
         store = _read_store(settings)

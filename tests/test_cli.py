@@ -61,7 +61,13 @@ def test_create_show_runs_finish(tmp_path: Path) -> None:
     created = json.loads(p.stdout)
     quiet = _a2rl(tmp_path, "--quiet", "create", "--task", "arith", "--json")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
-    _a2rl(tmp_path, "finish", json.loads(quiet.stdout)["run_id"])
+    other = json.loads(quiet.stdout)["run_id"]
+    baseline = json.loads(_a2rl(tmp_path, "show", other, "--json").stdout)["baseline_test"]
+    said = _a2rl(tmp_path, "finish", other)
+    # the end reason, its kind and the final score (none: no submission) on the one line
+    assert said.returncode == 0 and said.stdout.strip() == (
+        f"run {other} finished (finished by a2rl finish; agent finished): no final score "
+        f"(no submission), baseline test {baseline:.3f}"), said.stdout
     assert created["token"].startswith("a2rl_") and created["budget_s"] == 600
     run_id = created["run_id"]
     shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
@@ -72,7 +78,9 @@ def test_create_show_runs_finish(tmp_path: Path) -> None:
     assert [r["id"] for r in runs] == [run_id]
     done = _a2rl(tmp_path, "finish", run_id, "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["status"] == "finished"
+    finished = json.loads(done.stdout)  # the keys of `show --json`: no stored baseline as final
+    assert finished["status"] == "finished" and finished["final_score"] is None
+    assert finished["final_note"] == "no submission" and "token_hash" not in finished
     # No submission: no final score and no improvement (the harness's rule), with why; closed
     # by `a2rl finish` before its deadline, a result (its agent runs outside a2rl)
     shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
