@@ -299,7 +299,21 @@ def _progress() -> Any:
 
 
 def _print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(_with_ids(doc), indent=2, default=str) + "\n")
+
+
+def _with_ids(doc: Any) -> Any:
+    """Every `--json` document names a run `run_id` and a task `task_id`. Older keys stay one
+    release as aliases beside them (`task` here; a run's `id` in `store.queries`, a task's
+    `id` in `tasks --json`), since scripts read them; the aliases go in the next release."""
+    if isinstance(doc, list):
+        return [_with_ids(x) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {k: _with_ids(v) for k, v in doc.items()}
+    if isinstance(out.get("task"), str) and "task_id" not in out:
+        out = {"task_id": out["task"], **out}
+    return out
 
 
 def _utc(iso: str) -> datetime:
@@ -901,7 +915,7 @@ def compare(
     if not result.rows and (run_ids or task or agent or fleet or profile):
         _fail("no runs match the filters given (see a2rl runs)")
     if as_json:
-        sys.stdout.write(render_json(result))
+        _print_json(json.loads(render_json(result)))
     elif as_csv:
         sys.stdout.write(render_csv(result))
     elif not result.rows:
@@ -1099,7 +1113,7 @@ def tasks(
     from a2rl.tasks import list_tasks, task_load_errors
 
     if task_id is not None:
-        _print_task_options(task_id, as_json)
+        _print_task_options(task_id, as_json, profile)
         return
 
     try:
@@ -1111,35 +1125,45 @@ def tasks(
     if profile is not None:
         docs = [t.profile_settings(_settings()) for t in found]
         if as_json:
-            _print_json(docs)
+            _print_json([{**d, "task": d["task_id"]} for d in docs])  # "task": the old alias
             return
         for doc in docs:
-            typer.echo(f"{doc.pop('task')} ({doc.pop('profile')} profile)")
-            for key, value in doc.items():
-                if key == "splits":
-                    value = "; ".join(
-                        f"{name} {s['n_items']} ({'visible' if s['visible'] else 'hidden'}, "
-                        f"{s['source']})" for name, s in value.items())
-                typer.echo(f"  {key:16} {value}")
+            typer.echo(f"{doc.pop('task_id')} ({doc.pop('profile')} profile)")
+            _print_profile_settings(doc)
         return
-    rows = [{"id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
-             "default_budget": t.spec.default_budget} for t in found]
+    rows = [{"task_id": t.spec.id, "id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
+             "default_budget": t.spec.default_budget,
+             "splits": {name: info.n_items for name, info in t.spec.splits.items()}}
+            for t in found]
     if as_json:
         _print_json(rows)
         return
     for r in rows:
-        typer.echo(f"{r['id']:12} level {r['level']}  {r['title']}")
+        splits = ", ".join(f"{name} {n}" for name, n in r["splits"].items())
+        typer.echo(f"{r['task_id']:12} level {r['level']}  {r['title']}  [{splits}]")
 
 
-def _print_task_options(task_id: str, as_json: bool) -> None:
+def _print_profile_settings(doc: dict[str, Any]) -> None:
+    """A task's evaluation settings under a profile (`Task.profile_settings`), a line each."""
+    for key, value in doc.items():
+        if key == "splits":
+            value = "; ".join(
+                f"{name} {s['n_items']} ({'visible' if s['visible'] else 'hidden'}, "
+                f"{s['source']})" for name, s in value.items())
+        typer.echo(f"  {key:16} {value}")
+
+
+def _print_task_options(task_id: str, as_json: bool, profile: str | None = None) -> None:
     """`a2rl tasks <id>`: the task's options (name, type, default, description) and the
-    values now in force from config.toml and the deprecated settings."""
+    values now in force from config.toml and the deprecated settings; with --profile, first
+    the evaluation settings in force under that profile."""
     from a2rl.tasks import OptionsError, get_task
 
     try:
-        task = get_task(task_id)
+        task = get_task(task_id, profile or "a2rl")
     except KeyError as exc:
         _fail(_message(exc))
+    evaluation = task.profile_settings(_settings()) if profile is not None else None
     rows = task.options_model.describe()
     try:
         current = task.options_record(_settings())
@@ -1148,9 +1172,15 @@ def _print_task_options(task_id: str, as_json: bool) -> None:
     for row in rows:
         row["value"] = current.get(row["name"])
     if as_json:
-        _print_json({"id": task.spec.id, "title": task.spec.title, "options": rows})
+        _print_json({"task_id": task.spec.id, "id": task.spec.id, "title": task.spec.title,
+                     "options": rows}
+                    | ({"evaluation": evaluation} if evaluation is not None else {}))
         return
     typer.echo(f"{task.spec.id}: {task.spec.title} (level {task.spec.level})")
+    if evaluation is not None:
+        typer.echo(f"evaluation ({evaluation.pop('profile')} profile):")
+        evaluation.pop("task_id")
+        _print_profile_settings(evaluation)
     typer.echo("options (-T key=value, or [tasks." + task.spec.id + "] in config.toml):")
     for row in rows:
         default = row["default"] if row["default"] != "" else '""'

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from a2rl.settings import load_settings, parse_duration
 
@@ -127,3 +128,58 @@ def test_report_and_compare_commands(tmp_path: Path) -> None:
     assert p.returncode == 2 and "--format" in p.stderr
     p = _a2rl(tmp_path, "compare", "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["rows"] == []
+
+
+def _key_problems(doc: Any, where: str) -> list[str]:
+    """Where a document names a run other than by `run_id` or a task other than by `task_id`
+    (an old key is allowed beside the new one, equal to it: the alias kept one release)."""
+    if isinstance(doc, list):
+        return [p for x in doc for p in _key_problems(x, where)]
+    if not isinstance(doc, dict):
+        return []
+    found = [p for v in doc.values() for p in _key_problems(v, where)]
+    if isinstance(doc.get("task"), str) and doc.get("task_id") != doc["task"]:
+        found.append(f"{where}: 'task' {doc['task']!r} without an equal 'task_id'")
+    if str(doc.get("id", "")).startswith("r-") and doc.get("run_id") != doc["id"]:
+        found.append(f"{where}: run 'id' {doc['id']!r} without an equal 'run_id'")
+    return found
+
+
+def _named(doc: Any, key: str) -> set[str]:
+    """The values of `key` anywhere in the document."""
+    if isinstance(doc, list):
+        return {v for x in doc for v in _named(x, key)}
+    if not isinstance(doc, dict):
+        return set()
+    here = {str(doc[key])} if key in doc else set()
+    return here | {v for x in doc.values() for v in _named(x, key)}
+
+
+def test_every_json_output_names_runs_and_tasks_alike(tmp_path: Path) -> None:
+    """One convention over every command's `--json`: a run is `run_id`, a task `task_id`."""
+    home, other = tmp_path / "home", tmp_path / "other"
+    created = _a2rl(home, "create", "--budget", "5m", "--json")
+    assert created.returncode == 0, created.stderr
+    run_id = json.loads(created.stdout)["run_id"]
+    docs: dict[str, Any] = {"create": json.loads(created.stdout)}
+    archive = tmp_path / "r.tar.gz"
+    commands = {"finish": ["finish", run_id], "runs": ["runs"], "show": ["show", run_id],
+                "tasks": ["tasks"], "tasks --profile": ["tasks", "--profile", "paper"],
+                "tasks arith": ["tasks", "arith", "--profile", "a2rl"],
+                "compare": ["compare", run_id], "audit": ["audit", run_id],
+                "export": ["export", run_id, "--out", str(archive)], "gc": ["gc"],
+                "agents": ["agents"], "config show": ["config", "show"]}
+    for name, args in commands.items():
+        p = _a2rl(home, *args, "--json")
+        assert p.returncode in (0, 1) and p.stdout, f"{name}: {p.stderr}"
+        docs[name] = json.loads(p.stdout)
+    p = _a2rl(other, "import", str(archive), "--json")
+    assert p.returncode == 0, p.stderr
+    docs["import"] = json.loads(p.stdout)
+    problems = [p for name, doc in docs.items() for p in _key_problems(doc, name)]
+    assert not problems, problems
+    for name in ("create", "finish", "runs", "show", "compare", "audit", "export", "import"):
+        assert run_id in _named(docs[name], "run_id"), name
+    for name in ("create", "finish", "runs", "show", "compare", "tasks", "tasks --profile",
+                 "tasks arith"):
+        assert "arith" in _named(docs[name], "task_id"), name
