@@ -792,7 +792,9 @@ def gc(
     if as_json:
         _print_json(result)
         return
-    typer.echo(f"removed {len(result['removed'])} items, {result['bytes_freed']} bytes freed, "
+    freed = result["bytes_freed"]  # the blocks given back to the disk (server.gc)
+    typer.echo(f"removed {len(result['removed'])} items, {freed / 1e6:.1f} MB freed "
+               f"({freed} bytes), "
                f"{len(result['volumes_detached'])} workspace volumes detached")
 
 

@@ -113,10 +113,23 @@ def test_gc_keeps_live_runs_and_final_copies(tmp_path: Path) -> None:
     (ck / "r-gone" / "s-1" / "model.safetensors").write_bytes(b"x" * 100)
     live = json.loads(_a2rl(tmp_path, "create", "--budget", "5m", "--json").stdout)["run_id"]
     (ck / live / "s-2").mkdir(parents=True)
+    done = json.loads(_a2rl(tmp_path, "create", "--budget", "5m", "--json").stdout)
+    _a2rl(tmp_path, "finish", done["run_id"])
+    control = Path(done["workspace"]).parent / "control"
+    control.mkdir(exist_ok=True)
+    with open(control / "sparse.img", "wb") as f:  # 1 GB long, 3 MB written
+        f.truncate(1 << 30)
+        f.write(os.urandom(3 << 20))
+    (control / "alias").hardlink_to(control / "sparse.img")  # one file, counted once
+    expected = sum(os.lstat(p).st_blocks * 512 for p in [
+        ck / "r-gone", ck / "r-gone" / "s-1", ck / "r-gone" / "s-1" / "model.safetensors", control,
+        *(x for x in control.rglob("*") if x.name != "alias")])
     p = _a2rl(tmp_path, "gc", "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["bytes_freed"] == 100 and not (ck / "r-gone").exists()
+    # what the disk got back, by blocks: not 100 bytes, not the 1 GB the sparse file claims
+    assert doc["bytes_freed"] == expected and (3 << 20) < expected < (8 << 20), doc
+    assert not (ck / "r-gone").exists() and not control.exists()
     assert (ck / live / "s-2").exists()
     _a2rl(tmp_path, "finish", live)
 
