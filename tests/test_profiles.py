@@ -142,7 +142,8 @@ def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert one.returncode == 0, one.stderr
     doc = json.loads(one.stdout)
-    assert doc["task_id"] == "gsm8k" and doc["evaluation"] == gsm8k and doc["options"]
+    assert doc["task_id"] == "gsm8k" and doc["options"]
+    assert {**doc["evaluation"], "task": "gsm8k"} == gsm8k  # the list's, less its old alias
     ours = json.loads(subprocess.run([A2RL, "tasks", "gsm8k", "--profile", "a2rl", "--json"],
                                      env=env, capture_output=True, text=True,
                                      timeout=120).stdout)["evaluation"]
