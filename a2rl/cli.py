@@ -124,6 +124,8 @@ ProtocolOpt = Annotated[choices(*PROTOCOLS), typer.Option(
     help="heldout: dev scores during the run, test at the end; paper: test every time")]
 GradingClockOpt = Annotated[choices(*GRADING_CLOCKS), typer.Option(
     help="counted: grading time uses the budget; paused: the deadline moves by it")]
+UnsafeLocalOpt = Annotated[bool, typer.Option(
+    help="allow the local backend without bubblewrap for any task")]
 ProfileOpt = Annotated[choices(*PROFILES), typer.Option(
     help="evaluation profile: a2rl (ours) or paper (the reference harness's; "
     "docs/paper-fidelity.md)")]
@@ -297,7 +299,21 @@ def _progress() -> Any:
 
 
 def _print_json(doc: Any) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(_with_ids(doc), indent=2, default=str) + "\n")
+
+
+def _with_ids(doc: Any) -> Any:
+    """Every `--json` document names a run `run_id` and a task `task_id`. Older keys stay one
+    release as aliases beside them (`task` here; a run's `id` in `store.queries`, a task's
+    `id` in `tasks --json`), since scripts read them; the aliases go in the next release."""
+    if isinstance(doc, list):
+        return [_with_ids(x) for x in doc]
+    if not isinstance(doc, dict):
+        return doc
+    out = {k: _with_ids(v) for k, v in doc.items()}
+    if isinstance(out.get("task"), str) and "task_id" not in out:
+        out = {"task_id": out["task"], **out}
+    return out
 
 
 def _utc(iso: str) -> datetime:
@@ -373,8 +389,7 @@ def create(
     protocol: ProtocolOpt = "heldout",
     profile: ProfileOpt = "a2rl",
     grading_clock: GradingClockOpt = "counted",
-    unsafe_local: Annotated[bool, typer.Option(
-        help="allow the local backend without bubblewrap for any task")] = False,
+    unsafe_local: UnsafeLocalOpt = False,
     gpus: GpusOpt = None,
     network: NetworkOpt = "none",
     keep_container: KeepOpt = False,
@@ -432,10 +447,19 @@ def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
     except KeyError:
         _no_run(run_id)
         return
+    from a2rl.store.outcome import end_kind_words
+    from a2rl.store.queries import run_summary
+
+    # as `a2rl show` gives it: a run without a submission has no final score (the stored
+    # final_score holds the baseline's)
+    doc = run_summary(store, run.id) or {}
     if as_json:
-        _print_json(run.model_dump(mode="json", exclude={"token_hash"}))
-    else:
-        typer.echo(f"run {run.id} finished ({run.end_reason})")
+        _print_json(doc)
+        return
+    final = (f"final test {_score(doc['final_score'])}" if doc.get("final_score") is not None
+             else f"no final score ({doc.get('final_note') or 'none recorded'})")
+    typer.echo(f"run {run.id} finished ({run.end_reason}; {end_kind_words(doc.get('end_kind'))})"
+               f": {final}, baseline test {_score(run.baseline_test)}")
 
 
 @app.command()
@@ -461,7 +485,14 @@ def serve(
             _fail(f"refusing to listen on {settings.http_host}: runs' tools execute commands; "
                   "pass --allow-remote to listen beyond loopback")
         _check_port(settings.http_host, settings.http_port)
-        serve_http(settings, _store(settings))
+        store = _store(settings)
+        if not _quiet:  # where to connect: the address is free (checked above)
+            host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
+            url = f"http://{host}:{settings.http_port}/mcp"
+            typer.echo(f"serving every run's MCP tools at {url}; connect with the header "
+                       "'Authorization: Bearer TOKEN' (the token a2rl create printed); "
+                       "Ctrl-C stops", err=True)
+        serve_http(settings, store)
     else:
         assert run is not None
         store = _read_store(settings)
@@ -669,6 +700,8 @@ def run_cmd(
     keep_container: KeepOpt = False,
     protocol: ProtocolOpt = "heldout",
     profile: ProfileOpt = "a2rl",
+    grading_clock: GradingClockOpt = "counted",
+    unsafe_local: UnsafeLocalOpt = False,
     max_submissions: MaxSubmissionsOpt = None,
     seed: Annotated[int | None, typer.Option(help="seed of the first run")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="runs one after another, seeds S, S+1..")
@@ -707,6 +740,7 @@ def run_cmd(
     for i in range(repeats):
         opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
                           protocol=protocol, profile=profile, max_submissions=max_submissions,
+                          grading_clock=grading_clock, unsafe_local=unsafe_local or None,
                           seed=None if seed is None else seed + i, agent_options=agent_options,
                           sandbox=sandbox, task_options=task_options,
                           fleet_id=fleet, fleet_node=fleet_node,
@@ -758,7 +792,9 @@ def gc(
     if as_json:
         _print_json(result)
         return
-    typer.echo(f"removed {len(result['removed'])} items, {result['bytes_freed']} bytes freed, "
+    freed = result["bytes_freed"]  # the blocks given back to the disk (server.gc)
+    typer.echo(f"removed {len(result['removed'])} items, {freed / 1e6:.1f} MB freed "
+               f"({freed} bytes), "
                f"{len(result['volumes_detached'])} workspace volumes detached")
 
 
@@ -881,7 +917,7 @@ def compare(
     if not result.rows and (run_ids or task or agent or fleet or profile):
         _fail("no runs match the filters given (see a2rl runs)")
     if as_json:
-        sys.stdout.write(render_json(result))
+        _print_json(json.loads(render_json(result)))
     elif as_csv:
         sys.stdout.write(render_csv(result))
     elif not result.rows:
@@ -1079,7 +1115,7 @@ def tasks(
     from a2rl.tasks import list_tasks, task_load_errors
 
     if task_id is not None:
-        _print_task_options(task_id, as_json)
+        _print_task_options(task_id, as_json, profile)
         return
 
     try:
@@ -1091,35 +1127,45 @@ def tasks(
     if profile is not None:
         docs = [t.profile_settings(_settings()) for t in found]
         if as_json:
-            _print_json(docs)
+            _print_json([{**d, "task": d["task_id"]} for d in docs])  # "task": the old alias
             return
         for doc in docs:
-            typer.echo(f"{doc.pop('task')} ({doc.pop('profile')} profile)")
-            for key, value in doc.items():
-                if key == "splits":
-                    value = "; ".join(
-                        f"{name} {s['n_items']} ({'visible' if s['visible'] else 'hidden'}, "
-                        f"{s['source']})" for name, s in value.items())
-                typer.echo(f"  {key:16} {value}")
+            typer.echo(f"{doc.pop('task_id')} ({doc.pop('profile')} profile)")
+            _print_profile_settings(doc)
         return
-    rows = [{"id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
-             "default_budget": t.spec.default_budget} for t in found]
+    rows = [{"task_id": t.spec.id, "id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
+             "default_budget": t.spec.default_budget,
+             "splits": {name: info.n_items for name, info in t.spec.splits.items()}}
+            for t in found]
     if as_json:
         _print_json(rows)
         return
     for r in rows:
-        typer.echo(f"{r['id']:12} level {r['level']}  {r['title']}")
+        splits = ", ".join(f"{name} {n}" for name, n in r["splits"].items())
+        typer.echo(f"{r['task_id']:12} level {r['level']}  {r['title']}  [{splits}]")
 
 
-def _print_task_options(task_id: str, as_json: bool) -> None:
+def _print_profile_settings(doc: dict[str, Any]) -> None:
+    """A task's evaluation settings under a profile (`Task.profile_settings`), a line each."""
+    for key, value in doc.items():
+        if key == "splits":
+            value = "; ".join(
+                f"{name} {s['n_items']} ({'visible' if s['visible'] else 'hidden'}, "
+                f"{s['source']})" for name, s in value.items())
+        typer.echo(f"  {key:16} {value}")
+
+
+def _print_task_options(task_id: str, as_json: bool, profile: str | None = None) -> None:
     """`a2rl tasks <id>`: the task's options (name, type, default, description) and the
-    values now in force from config.toml and the deprecated settings."""
+    values now in force from config.toml and the deprecated settings; with --profile, first
+    the evaluation settings in force under that profile."""
     from a2rl.tasks import OptionsError, get_task
 
     try:
-        task = get_task(task_id)
+        task = get_task(task_id, profile or "a2rl")
     except KeyError as exc:
         _fail(_message(exc))
+    evaluation = task.profile_settings(_settings()) if profile is not None else None
     rows = task.options_model.describe()
     try:
         current = task.options_record(_settings())
@@ -1128,9 +1174,15 @@ def _print_task_options(task_id: str, as_json: bool) -> None:
     for row in rows:
         row["value"] = current.get(row["name"])
     if as_json:
-        _print_json({"id": task.spec.id, "title": task.spec.title, "options": rows})
+        _print_json({"task_id": task.spec.id, "id": task.spec.id, "title": task.spec.title,
+                     "options": rows}
+                    | ({"evaluation": evaluation} if evaluation is not None else {}))
         return
     typer.echo(f"{task.spec.id}: {task.spec.title} (level {task.spec.level})")
+    if evaluation is not None:
+        typer.echo(f"evaluation ({evaluation.pop('profile')} profile):")
+        evaluation.pop("task_id")
+        _print_profile_settings(evaluation)
     typer.echo("options (-T key=value, or [tasks." + task.spec.id + "] in config.toml):")
     for row in rows:
         default = row["default"] if row["default"] != "" else '""'

@@ -73,6 +73,8 @@ class RunOptions(BaseModel):
     backend: str | None = None
     protocol: str = "heldout"
     profile: str = "a2rl"  # the evaluation profile (a2rl.tasks.profiles)
+    grading_clock: str = "counted"  # a2rl.store.GradingClock
+    unsafe_local: bool | None = None  # None: the unsafe_local setting
     max_submissions: int | None = None
     seed: int | None = None
     sandbox: dict[str, Any] = {}
@@ -192,6 +194,7 @@ class Orchestrator:
                              backend=opts.backend, start_clock=True, protocol=opts.protocol,
                              profile=opts.profile, task_options=opts.task_options,
                              max_submissions=opts.max_submissions, seed=opts.seed,
+                             grading_clock=opts.grading_clock, unsafe_local=opts.unsafe_local,
                              agent=opts.agent, fleet={"fleet_id": opts.fleet_id,
                                                       "fleet_repeat": opts.fleet_repeat,
                                                       "fleet_node": opts.fleet_node},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from sqlmodel import select
@@ -21,15 +22,38 @@ from a2rl.store import Run, Store
 from a2rl.tools.sandbox import volume
 
 
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+class _Freed:
+    """Bytes that removing trees gives back to the disk: the blocks each file holds (a
+    sparse image counts what it has written, not its length), each file once, and only when
+    every hard link to it is among the removed."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int], list[int]] = {}  # inode -> [links seen, nlink, bytes]
+
+    def add(self, tree: Path) -> None:
+        """Count `tree` (measured before it is removed)."""
+        for root, dirs, files in os.walk(tree):
+            for path in ([root] if root == str(tree) else []) + [
+                    os.path.join(root, name) for name in (*dirs, *files)]:
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                # a folder has no other links that keep it: its own nlink counts its children
+                nlink = 1 if stat.S_ISDIR(st.st_mode) else st.st_nlink
+                seen = self._seen.setdefault((st.st_dev, st.st_ino), [0, nlink, st.st_blocks * 512])
+                seen[0] += 1
+
+    @property
+    def bytes(self) -> int:
+        return sum(size for links, nlink, size in self._seen.values() if links >= nlink)
 
 
 def collect_garbage(settings: Settings, store: Store, include_final: bool = False) -> dict:
     with store.session() as s:
         runs = {r.id: r for r in s.exec(select(Run)).all()}
     removed: list[str] = []
-    freed = 0
+    freed = _Freed()
     checkpoints = settings.home_dir / "checkpoints"
     for run_dir in sorted(checkpoints.glob("*")) if checkpoints.exists() else []:
         run = runs.get(run_dir.name)
@@ -38,19 +62,21 @@ def collect_garbage(settings: Settings, store: Store, include_final: bool = Fals
         for sub_dir in sorted(run_dir.glob("*")):
             if run is not None and sub_dir.name == run.final_submission_id and not include_final:
                 continue
-            freed += _size(sub_dir)
+            freed.add(sub_dir)
             shutil.rmtree(sub_dir, ignore_errors=True)
             removed.append(str(sub_dir))
         if not any(run_dir.iterdir()):
+            freed.add(run_dir)
             run_dir.rmdir()
     detached: list[str] = []
     for run in runs.values():
         control = Path(run.workspace).parent / "control"
         if run.ended_at is not None and control.exists():
+            freed.add(control)
             shutil.rmtree(control, ignore_errors=True)
             removed.append(str(control))
         if run.ended_at is not None and os.path.ismount(run.workspace):
             volume.detach(Path(run.workspace).parent, Path(run.workspace), wait_s=0)
             detached.append(run.workspace)
     detached += volume.detach_orphans()
-    return {"removed": removed, "bytes_freed": freed, "volumes_detached": detached}
+    return {"removed": removed, "bytes_freed": freed.bytes, "volumes_detached": detached}

@@ -34,7 +34,8 @@ def _summaries(s: Any, runs: list[Run]) -> list[dict[str, Any]]:
     }
     out = []
     for run in runs:
-        doc = run.model_dump(mode="json", exclude={"token_hash"})
+        # run_id: the key every `--json` output names a run by; `id` kept one release (a2rl.cli)
+        doc = {"run_id": run.id, **run.model_dump(mode="json", exclude={"token_hash"})}
         doc.update({name: by_run.get(run.id, 0) for name, by_run in counts.items()})
         if not doc["tool_calls"]:  # runs made before "initial" existed: the closing scan
             doc["revisions"] = 0   # recorded the task's files; no agent, no revision

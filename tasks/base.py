@@ -87,7 +87,7 @@ class Task(ABC):
         spec = self.spec
         base_model = (self.base_model_name(settings) if settings is not None
                       else self.base_model_override or spec.default_base_model)
-        return {"task": spec.id, "profile": self.profile,
+        return {"task_id": spec.id, "profile": self.profile,
                 "splits": {name: {"n_items": info.n_items, "visible": info.visible,
                                   "source": info.source} for name, info in spec.splits.items()},
                 "max_new_tokens": spec.grader.max_new_tokens, "stop": list(spec.grader.stop),

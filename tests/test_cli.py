@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from a2rl.settings import load_settings, parse_duration
 
@@ -61,7 +62,13 @@ def test_create_show_runs_finish(tmp_path: Path) -> None:
     created = json.loads(p.stdout)
     quiet = _a2rl(tmp_path, "--quiet", "create", "--task", "arith", "--json")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
-    _a2rl(tmp_path, "finish", json.loads(quiet.stdout)["run_id"])
+    other = json.loads(quiet.stdout)["run_id"]
+    baseline = json.loads(_a2rl(tmp_path, "show", other, "--json").stdout)["baseline_test"]
+    said = _a2rl(tmp_path, "finish", other)
+    # the end reason, its kind and the final score (none: no submission) on the one line
+    assert said.returncode == 0 and said.stdout.strip() == (
+        f"run {other} finished (finished by a2rl finish; agent finished): no final score "
+        f"(no submission), baseline test {baseline:.3f}"), said.stdout
     assert created["token"].startswith("a2rl_") and created["budget_s"] == 600
     run_id = created["run_id"]
     shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
@@ -72,7 +79,9 @@ def test_create_show_runs_finish(tmp_path: Path) -> None:
     assert [r["id"] for r in runs] == [run_id]
     done = _a2rl(tmp_path, "finish", run_id, "--json")
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["status"] == "finished"
+    finished = json.loads(done.stdout)  # the keys of `show --json`: no stored baseline as final
+    assert finished["status"] == "finished" and finished["final_score"] is None
+    assert finished["final_note"] == "no submission" and "token_hash" not in finished
     # No submission: no final score and no improvement (the harness's rule), with why; closed
     # by `a2rl finish` before its deadline, a result (its agent runs outside a2rl)
     shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)
@@ -104,10 +113,23 @@ def test_gc_keeps_live_runs_and_final_copies(tmp_path: Path) -> None:
     (ck / "r-gone" / "s-1" / "model.safetensors").write_bytes(b"x" * 100)
     live = json.loads(_a2rl(tmp_path, "create", "--budget", "5m", "--json").stdout)["run_id"]
     (ck / live / "s-2").mkdir(parents=True)
+    done = json.loads(_a2rl(tmp_path, "create", "--budget", "5m", "--json").stdout)
+    _a2rl(tmp_path, "finish", done["run_id"])
+    control = Path(done["workspace"]).parent / "control"
+    control.mkdir(exist_ok=True)
+    with open(control / "sparse.img", "wb") as f:  # 1 GB long, 3 MB written
+        f.truncate(1 << 30)
+        f.write(os.urandom(3 << 20))
+    (control / "alias").hardlink_to(control / "sparse.img")  # one file, counted once
+    expected = sum(os.lstat(p).st_blocks * 512 for p in [
+        ck / "r-gone", ck / "r-gone" / "s-1", ck / "r-gone" / "s-1" / "model.safetensors", control,
+        *(x for x in control.rglob("*") if x.name != "alias")])
     p = _a2rl(tmp_path, "gc", "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["bytes_freed"] == 100 and not (ck / "r-gone").exists()
+    # what the disk got back, by blocks: not 100 bytes, not the 1 GB the sparse file claims
+    assert doc["bytes_freed"] == expected and (3 << 20) < expected < (8 << 20), doc
+    assert not (ck / "r-gone").exists() and not control.exists()
     assert (ck / live / "s-2").exists()
     _a2rl(tmp_path, "finish", live)
 
@@ -119,3 +141,58 @@ def test_report_and_compare_commands(tmp_path: Path) -> None:
     assert p.returncode == 2 and "--format" in p.stderr
     p = _a2rl(tmp_path, "compare", "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["rows"] == []
+
+
+def _key_problems(doc: Any, where: str) -> list[str]:
+    """Where a document names a run other than by `run_id` or a task other than by `task_id`
+    (an old key is allowed beside the new one, equal to it: the alias kept one release)."""
+    if isinstance(doc, list):
+        return [p for x in doc for p in _key_problems(x, where)]
+    if not isinstance(doc, dict):
+        return []
+    found = [p for v in doc.values() for p in _key_problems(v, where)]
+    if isinstance(doc.get("task"), str) and doc.get("task_id") != doc["task"]:
+        found.append(f"{where}: 'task' {doc['task']!r} without an equal 'task_id'")
+    if str(doc.get("id", "")).startswith("r-") and doc.get("run_id") != doc["id"]:
+        found.append(f"{where}: run 'id' {doc['id']!r} without an equal 'run_id'")
+    return found
+
+
+def _named(doc: Any, key: str) -> set[str]:
+    """The values of `key` anywhere in the document."""
+    if isinstance(doc, list):
+        return {v for x in doc for v in _named(x, key)}
+    if not isinstance(doc, dict):
+        return set()
+    here = {str(doc[key])} if key in doc else set()
+    return here | {v for x in doc.values() for v in _named(x, key)}
+
+
+def test_every_json_output_names_runs_and_tasks_alike(tmp_path: Path) -> None:
+    """One convention over every command's `--json`: a run is `run_id`, a task `task_id`."""
+    home, other = tmp_path / "home", tmp_path / "other"
+    created = _a2rl(home, "create", "--budget", "5m", "--json")
+    assert created.returncode == 0, created.stderr
+    run_id = json.loads(created.stdout)["run_id"]
+    docs: dict[str, Any] = {"create": json.loads(created.stdout)}
+    archive = tmp_path / "r.tar.gz"
+    commands = {"finish": ["finish", run_id], "runs": ["runs"], "show": ["show", run_id],
+                "tasks": ["tasks"], "tasks --profile": ["tasks", "--profile", "paper"],
+                "tasks arith": ["tasks", "arith", "--profile", "a2rl"],
+                "compare": ["compare", run_id], "audit": ["audit", run_id],
+                "export": ["export", run_id, "--out", str(archive)], "gc": ["gc"],
+                "agents": ["agents"], "config show": ["config", "show"]}
+    for name, args in commands.items():
+        p = _a2rl(home, *args, "--json")
+        assert p.returncode in (0, 1) and p.stdout, f"{name}: {p.stderr}"
+        docs[name] = json.loads(p.stdout)
+    p = _a2rl(other, "import", str(archive), "--json")
+    assert p.returncode == 0, p.stderr
+    docs["import"] = json.loads(p.stdout)
+    problems = [p for name, doc in docs.items() for p in _key_problems(doc, name)]
+    assert not problems, problems
+    for name in ("create", "finish", "runs", "show", "compare", "audit", "export", "import"):
+        assert run_id in _named(docs[name], "run_id"), name
+    for name in ("create", "finish", "runs", "show", "compare", "tasks", "tasks --profile",
+                 "tasks arith"):
+        assert "arith" in _named(docs[name], "task_id"), name

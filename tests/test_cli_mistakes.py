@@ -62,6 +62,7 @@ def _cases(files: Path) -> list[Case]:
         case("--profile", "tasks", "arith", "--profile", "nope"),
         case("--port", "serve", "--http", "--port", "70000"),
         case("--seed", "run", "--seed", "abc"),
+        case("--grading-clock", "run", "--grading-clock", "never"),
         case("nope", "create", "-T", "nope=1"),
         case("--agent-option", "run", "--agent-option", "=3"),
         case("--nope", "runs", "--nope"),

@@ -61,6 +61,22 @@ def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> Non
     assert any("exit 3" in w and w.endswith("| something went wrong") for w in warned), warned
 
 
+def test_run_options_reach_the_run(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
+    """`a2rl run --grading-clock paused --unsafe-local` as `a2rl create` takes them."""
+    require_bwrap()
+    summary = Orchestrator(settings, store).run(RunOptions(
+        task="arith", agent="test-crashes", budget="5m", grading_clock="paused",
+        unsafe_local=True))
+    with store.session() as s:
+        run = s.get(Run, summary.run_id)
+    assert run.grading_clock == "paused" and run.config["unsafe_local"] is True
+    default = Orchestrator(settings, store).run(RunOptions(task="arith", agent="test-crashes",
+                                                           budget="5m"))
+    with store.session() as s:
+        run = s.get(Run, default.run_id)
+    assert run.grading_clock == "counted" and run.config["unsafe_local"] is False
+
+
 def test_agent_process_is_sandboxed(settings, store: Store, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     home_file = Path.home() / f".a2rl-snoop-{os.getpid()}"

@@ -128,7 +128,7 @@ def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
     out = subprocess.run([A2RL, "tasks", "--profile", "paper", "--json"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    docs = {d["task"]: d for d in json.loads(out.stdout)}
+    docs = {d["task_id"]: d for d in json.loads(out.stdout)}
     assert set(docs) == PAPER_TASKS | {"arith", "textquest"}
     assert docs["arith"]["paper_profile"].startswith("the a2rl evaluation, unchanged")
     assert docs["arith"]["default_budget"] == get_task("arith").spec.default_budget
@@ -137,6 +137,26 @@ def test_cli_tasks_shows_the_settings_in_force(tmp_path: Path) -> None:
     assert gsm8k["profile"] == "paper" and gsm8k["max_new_tokens"] == 512
     assert gsm8k["splits"]["train"]["n_items"] == 7473 and gsm8k["default_budget"] == "12h"
     assert docs["humaneval"]["splits"]["test"]["n_items"] == 82
+    # one task with --profile: its options and the settings in force under that profile
+    one = subprocess.run([A2RL, "tasks", "gsm8k", "--profile", "paper", "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert one.returncode == 0, one.stderr
+    doc = json.loads(one.stdout)
+    assert doc["task_id"] == "gsm8k" and doc["options"]
+    assert {**doc["evaluation"], "task": "gsm8k"} == gsm8k  # the list's, less its old alias
+    ours = json.loads(subprocess.run([A2RL, "tasks", "gsm8k", "--profile", "a2rl", "--json"],
+                                     env=env, capture_output=True, text=True,
+                                     timeout=120).stdout)["evaluation"]
+    assert ours["profile"] == "a2rl" and ours["default_budget"] != "12h"
+    text = subprocess.run([A2RL, "tasks", "gsm8k", "--profile", "paper"], env=env,
+                          capture_output=True, text=True, timeout=120).stdout.splitlines()
+    assert "evaluation (paper profile):" in text and "  default_budget   12h" in text, text
+    # the list: each task's splits, names and sizes
+    listed = subprocess.run([A2RL, "tasks"], env=env, capture_output=True, text=True,
+                            timeout=120).stdout.splitlines()
+    line = next(x for x in listed if x.startswith("humaneval "))
+    sizes = get_task("humaneval").spec.splits
+    assert line.endswith("[" + ", ".join(f"{k} {v.n_items}" for k, v in sizes.items()) + "]")
     bad = subprocess.run([A2RL, "tasks", "--profile", "papr"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "'papr' is not one of 'a2rl', 'paper'" in bad.stderr

@@ -61,6 +61,9 @@ async def test_finished_run_holds_nothing_and_stays_readable(
     run_dir, workspace = Path(run.workspace).parent, Path(run.workspace)
     image = run_dir / volume.IMAGE_NAME
     assert os.path.ismount(workspace) and volume.loops_of(image)
+    # sparse, and never longer than the disk it lies on (`ls -la` showed 221 GB on 64 GiB)
+    assert image.stat().st_size <= volume.disk_bytes(run_dir)
+    assert image.stat().st_blocks * 512 < image.stat().st_size
     server = build_server(settings, store, run_id=run.id, transport="memory")
     try:
         async with Client(server, mode="legacy") as client:
@@ -86,6 +89,14 @@ async def test_finished_run_holds_nothing_and_stays_readable(
         assert run.id in p.stdout, p.stdout[:2000]
     assert image.is_file()
     assert mounts_under(run_dir) == []  # reading it mounted nothing again
+
+
+def test_image_size_is_the_limit_with_room_and_at_most_the_disk() -> None:
+    gib = 1 << 30
+    full = volume.image_size(200 * gib, gib)
+    assert full > 201 * gib  # the limit, the inputs and ext4's own room
+    assert volume.image_size(200 * gib, gib, 64 * gib) == 64 * gib
+    assert volume.image_size(200 * gib, gib, 400 * gib) == full
 
 
 def test_home_removed_with_rm_rf_leaks_no_loop_device(settings: Settings, store: Store) -> None:

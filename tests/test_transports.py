@@ -101,6 +101,8 @@ async def test_http_needs_the_runs_token(settings, store) -> None:  # type: igno
                 except httpx2.TransportError:
                     assert proc.poll() is None, "the HTTP server exited"
                     await anyio.sleep(0.1)
+            said = proc.stderr.readline().decode()  # type: ignore[union-attr]
+            assert f"at {url}; connect with the header 'Authorization: Bearer TOKEN'" in said
             resp = await h.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
             assert resp.status_code == 401
             assert "Bearer" in resp.headers.get("www-authenticate", "")

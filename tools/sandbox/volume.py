@@ -52,11 +52,21 @@ def unavailable_reason() -> str | None:
     return None
 
 
-def image_size(limit_bytes: int, inputs_bytes: int) -> int:
+def image_size(limit_bytes: int, inputs_bytes: int, disk_bytes: int | None = None) -> int:
     """Bytes of the image for a workspace limit and the inputs copied in (read-only folders
-    the watch does not count), with room for the filesystem itself."""
+    the watch does not count), with room for the filesystem itself; at most `disk_bytes`, the
+    size of the filesystem holding the image. No run can write more than that disk holds,
+    so the cap moves no wall, and `ls -la` shows no image longer than its disk (a 200g limit
+    on a 64 GiB disk made a 221 GB file)."""
     payload = limit_bytes + inputs_bytes
-    return payload + OVERHEAD_BYTES + int(payload * OVERHEAD_FRACTION)
+    size = payload + OVERHEAD_BYTES + int(payload * OVERHEAD_FRACTION)
+    return size if disk_bytes is None else min(size, disk_bytes)
+
+
+def disk_bytes(folder: Path) -> int:
+    """The size of the filesystem holding `folder` (all of it, not what is free now)."""
+    st = os.statvfs(folder)
+    return st.f_blocks * st.f_frsize
 
 
 def tree_bytes(path: Path) -> int:
@@ -87,7 +97,7 @@ def workspace_volume(mode: str, limit: str, base_model: Path, run_dir: Path,
         return False
     detach_orphans()  # this machine's crashed runs whose homes were removed since
     inputs = tree_bytes(base_model) + INPUTS_ALLOWANCE
-    make(run_dir / IMAGE_NAME, workspace, image_size(limit_bytes, inputs))
+    make(run_dir / IMAGE_NAME, workspace, image_size(limit_bytes, inputs, disk_bytes(run_dir)))
     return True
 
 
