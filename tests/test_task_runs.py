@@ -57,7 +57,23 @@ def _check(summary: dict, store: Store, submissions: int = 2) -> None:
 @pytest.mark.timeout(900)
 def test_gsm8k_run(tmp_path: Path) -> None:
     summary, store = _run(tmp_path, "gsm8k", A2RL_GSM8K_DIR=str(FIXTURES / "gsm8k"))
-    _check(summary, store)
+    _check(summary, store, submissions=_new_submissions(store, summary["run_id"]))
+
+
+def _new_submissions(store: Store, run_id: str) -> int:
+    """SFT, then GRPO: two submits. One GRPO step on two prompts often scores every
+    generation alike (no advantage, no update), so its checkpoint can hold SFT's very bytes;
+    the server then answers with SFT's submission and does not count it again."""
+    from sqlmodel import select
+
+    from a2rl.store import ToolCall
+
+    with store.session() as s:
+        calls = s.exec(select(ToolCall).where(ToolCall.run_id == run_id,
+                                              ToolCall.tool == "submit_checkpoint")).all()
+    assert len(calls) == 2 and not any(c.is_error for c in calls), calls
+    second = json.loads(calls[-1].result_summary)
+    return 1 if second["resubmission"] else 2
 
 
 # one SFT submission: GRPO's path is the same as GSM8K's run above
