@@ -173,7 +173,10 @@ async def test_served_run_releases_everything_at_its_deadline(
         # the end is recorded first, then the run is audited on its mounted files, then the
         # volume goes: give the audit its seconds
         assert wait_for(lambda: _mounts_under(run_dir) == [], 60), _mounts_under(run_dir)
-        assert volume.loops_of(run_dir / volume.IMAGE_NAME) == []
+        # and the loop device goes once the kernel drops the unmounted filesystem (a lazy
+        # unmount lets it go when the last job's process has let go of it)
+        image = run_dir / volume.IMAGE_NAME
+        assert wait_for(lambda: volume.loops_of(image) == [], 30), volume.loops_of(image)
         assert not RunCgroup(run_id).exists
         if backend == "docker":
             assert _containers_of(run_id) == []
