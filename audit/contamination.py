@@ -26,12 +26,15 @@ short items found no more often than the control are `low`.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .hidden import HiddenData, HiddenItem
 from .model import Evidence, Flag, Severity
-from .ngrams import Matcher, text_grams
+from .ngrams import Matcher, texts_grams
 from .record import CheckResult, RunRecord
 from .texts import Source, agent_texts
 
@@ -40,6 +43,9 @@ COVERAGE = 0.5
 #: short items: a split's hit rate must reach this and exceed the control's by MARGIN
 SHORT_RATE, SHORT_MARGIN = 0.5, 0.3
 MAX_ITEMS_SHOWN = 20
+#: a workspace file this large is matched in a worker thread, WORKERS at once
+LARGE_FILE = 16 << 20
+WORKERS = max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 @dataclass
@@ -50,13 +56,23 @@ class _Grams:
     long_answer: bool = False
 
 
-def _item_grams(item: HiddenItem, train_grams: set[int]) -> _Grams:
-    q, q_len = text_grams(item.input, N)
-    a, a_len = text_grams(item.answer, N)
+def _item_grams(q_grams: tuple[list[int], int], a_grams: tuple[list[int], int],
+                train_grams: set[int]) -> _Grams:
+    (q, q_len), (a, a_len) = q_grams, a_grams
     q_short, a_short = q_len < N, a_len < N
     return _Grams(question={g for g in q if q_short or g not in train_grams},
                   answer={g for g in a if a_short or g not in train_grams},
                   short=q_short, long_answer=bool(a) and not a_short)
+
+
+def _match_alone(matcher: Matcher, label: str, chunks: Iterator[bytes]) -> Matcher:
+    """One large text through its own fork of the matcher (in a worker thread)."""
+    first = True
+    for chunk in chunks:
+        matcher.feed(label, chunk, new_text=first)
+        first = False
+    matcher.close()
+    return matcher
 
 
 def _share(part: set[int], found: set[int]) -> float:
@@ -68,33 +84,58 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
     if hidden is None or not hidden.items:
         why = hidden.error if hidden is not None and hidden.error else "no hidden items"
         return CheckResult(summary={"checked": False, "reason": why})
+    # every item's text hashed in one pass (thousands of items: one numpy pass, not thousands)
+    every = [*hidden.items, *hidden.train]
+    hashed = texts_grams([t for it in every for t in (it.input, it.answer)], N)
+    item_hashes = {it: (hashed[2 * i], hashed[2 * i + 1]) for i, it in enumerate(every)}
     train_grams: set[int] = set()
     for item in hidden.train:
-        for text in (item.input, item.answer):
-            g, length = text_grams(text, N)
+        for g, length in item_hashes[item]:
             if length == N:
                 train_grams.update(g)
-    items = {it.ref: (it, _item_grams(it, train_grams)) for it in hidden.items}
+    items = {it.ref: (it, _item_grams(*item_hashes[it], train_grams)) for it in hidden.items}
     has_short = any(g.short for _, g in items.values())
-    control = {it.ref: (it, _item_grams(it, set())) for it in hidden.train} if has_short else {}
+    control = ({it.ref: (it, _item_grams(*item_hashes[it], set())) for it in hidden.train}
+               if has_short else {})
     wanted: set[int] = set()
-    lengths = {N}
+    lengths = {N} | {length for _, length in hashed}
     for _, g in [*items.values(), *control.values()]:
         wanted |= g.question | g.answer
-    for text in [t for it in [*hidden.items, *hidden.train] for t in (it.input, it.answer)]:
-        lengths.add(text_grams(text, N)[1])
     lengths.discard(0)
     matcher = Matcher(wanted, lengths)
     sources: dict[str, Source] = {}
+    same_as: dict[str, str] = {}  # label -> the label of the identical blob read before it
+    first_of_blob: dict[str, str] = {}
     n_texts = 0
-    for source, chunks in agent_texts(record):
-        sources[source.label] = source
-        n_texts += 1
-        first = True
-        for chunk in chunks:
-            matcher.feed(source.label, chunk, new_text=first)
-            first = False
-    found_by = matcher.close()
+    # Large workspace files (generated training data: up to gigabytes) are matched by worker
+    # threads, each with a fork of the matcher; numpy lets go of the GIL in its array passes,
+    # so on 2 cores two files go at once while this thread reads the record's own texts.
+    with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="a2rl-audit") as pool:
+        forked: list[Future[Matcher]] = []
+        for source, chunks in agent_texts(record):
+            sources[source.label] = source
+            n_texts += 1
+            if source.blob:
+                if source.blob in first_of_blob:  # identical content: matched once, not twice
+                    same_as[source.label] = first_of_blob[source.blob]
+                    continue
+                first_of_blob[source.blob] = source.label
+            if source.kind == "file" and source.size >= LARGE_FILE:
+                forked.append(pool.submit(_match_alone, matcher.fork(), source.label, chunks))
+                continue
+            first = True
+            for chunk in chunks:
+                matcher.feed(source.label, chunk, new_text=first)
+                first = False
+        found = matcher.close()
+        bytes_read = matcher.bytes_read
+        for future in forked:
+            done = future.result()
+            found.update(done.found)  # labels are distinct: one source, one fork
+            bytes_read += done.bytes_read
+    # in the record's order (evidence lists it so), whatever order the chunks found them in
+    found_by = {label: found[same_as.get(label, label)] for label in sources
+                if same_as.get(label, label) in found}
     everywhere: set[int] = set().union(*found_by.values()) if found_by else set()
 
     def hits(pool: dict[str, tuple[HiddenItem, _Grams]]) -> dict[str, tuple[str, HiddenItem]]:
@@ -146,7 +187,7 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
                 f"{control_rate:.0%} alike" + (": the task's space may be enumerable"
                                                if enumerated else "")))
     summary = {"checked": True, "n": N, "coverage": COVERAGE, "texts": n_texts,
-               "bytes": matcher.bytes_read, "hidden_grams": len(wanted),
+               "bytes": bytes_read, "hidden_grams": len(wanted),
                "control_rate": round(control_rate, 4), "splits": per_split}
     return CheckResult(flags=flags, summary=summary)
 

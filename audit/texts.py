@@ -39,6 +39,11 @@ class Source:
     kind: str  # tool_call | revision | job | file
     ref: str  # the id (tool call, revision, job) or the workspace path
     path: str = ""
+    #: the stored blob's sha when the text is one (a job's log): equal shas, equal texts, so
+    #: a reader can match one and give its result to the others
+    blob: str = ""
+    #: a workspace file's size when it was listed (0 for the others)
+    size: int = 0
 
     @property
     def label(self) -> str:
@@ -114,9 +119,9 @@ def agent_texts(record: RunRecord, *, tool_calls: bool = True,
             continue
         yield Source("revision", str(rev.id), rev.path), iter((data,))
     for job in record.jobs:
-        log = _job_log(record, job)
+        log, sha = _job_log(record, job)
         if log is not None:
-            yield Source("job", job.id), log
+            yield Source("job", job.id, blob=sha), log
     root = workspace_root(record) if workspace else None
     if root is not None:
         initial = {r.path for r in record.revisions if r.source == INITIAL_SOURCE}
@@ -134,17 +139,18 @@ def agent_texts(record: RunRecord, *, tool_calls: bool = True,
                 continue  # the stored revision of that content was read
             if rel in initial and not stored_sizes:
                 continue  # the task's file, unchanged since creation
-            yield Source("file", rel, rel), _read_chunks(path)
+            yield Source("file", rel, rel, size=size), _read_chunks(path)
 
 
-def _job_log(record: RunRecord, job: object) -> Iterator[bytes] | None:
+def _job_log(record: RunRecord, job: object) -> tuple[Iterator[bytes] | None, str]:
+    """The job's output and the sha of the blob it came from ("" when read from its file)."""
     sha = getattr(job, "log_blob_sha", None)
     if sha:
         try:
-            return iter((record.blob(sha),))
+            return iter((record.blob(sha),)), sha
         except KeyError:
             pass
     log_path = getattr(job, "log_path", "")
     if log_path and Path(log_path).is_file():
-        return _read_chunks(Path(log_path))
-    return None
+        return _read_chunks(Path(log_path)), ""
+    return None, ""
