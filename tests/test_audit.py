@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from a2rl.audit import Severity, load_audit, save_audit
 from a2rl.audit.contamination import check_contamination
 from a2rl.audit.hidden import HiddenData, HiddenItem
 from a2rl.audit.model import AuditReport, Flag
-from a2rl.audit.ngrams import Matcher, text_grams
+from a2rl.audit.ngrams import Matcher, text_grams, texts_grams
 from a2rl.audit.record import load_record
 from a2rl.audit.run import audit_run
 from a2rl.settings import Settings
@@ -54,6 +55,85 @@ def test_matcher_finds_every_gram_across_chunk_cuts(chunk: int) -> None:
     assert m.close() == {"big": set(grams)}
 
 
+_MASK = (1 << 64) - 1
+_B = 0x9E3779B97F4A7C15 | 1
+
+
+def _py_mix(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & _MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def _py_grams(text: bytes, n: int) -> list[int]:
+    """The module's hashes written out in plain Python, one token and one gram at a time: a
+    token is a run of letters, digits and non-ASCII bytes or one ASCII punctuation mark (or
+    NUL); its hash the polynomial of its lowercased bytes + 1; a gram's the polynomial of its
+    tokens' hashes, tagged with n and mixed."""
+    toks: list[bytes] = []
+    word = bytearray()
+    for b in text:
+        if b >= 0x80 or chr(b).isalnum():
+            word.append(b)
+            continue
+        if word:
+            toks.append(bytes(word))
+            word.clear()
+        if 33 <= b <= 126 or b == 0:
+            toks.append(bytes([b]))
+    if word:
+        toks.append(bytes(word))
+
+    def poly(values: list[int]) -> int:
+        return sum(v * pow(_B, j, 1 << 64) for j, v in enumerate(values)) & _MASK
+
+    th = [poly([c + 1 for c in t.lower()]) for t in toks]
+    return [_py_mix(poly(th[i:i + n]) ^ (n * 0x5851F42D)) for i in range(len(th) - n + 1)]
+
+
+_WORDS = ["Natalia", "sold", "48", "clips", "+", "=", "#", "é", "日本", "x", "(", ")", "\n",
+          "AbC", "2", "of", "...", "a" * 90]
+
+
+def _random_text(rng: random.Random, words: int) -> bytes:
+    seps = [" ", "", "\n", "\t  ", ","]
+    return "".join(rng.choice(_WORDS) + rng.choice(seps) for _ in range(words)).encode()
+
+
+def test_hashes_equal_a_plain_python_reference() -> None:
+    rng = random.Random(3)
+    texts = [_random_text(rng, rng.randint(0, 30)).decode() for _ in range(60)]
+    for text, (got, length) in zip(texts, texts_grams(texts, 8), strict=True):
+        n_tokens = len(_py_grams(text.encode(), 1))
+        want = _py_grams(text.encode(), min(8, n_tokens)) if n_tokens else []
+        assert length == min(8, n_tokens) and got == list(dict.fromkeys(want)), text
+        assert text_grams(text, 8) == (got, length)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_streamed_matcher_equals_matching_each_text_whole(seed: int) -> None:
+    """Random texts fed in random pieces, with random chunk sizes: the matcher (chunks, carried
+    tails, its bitmap, its masks) finds exactly what each whole text's grams hold."""
+    rng = random.Random(seed)
+    texts = {f"t{i}": _random_text(rng, rng.randint(0, 400)) for i in range(12)}
+    lengths = [1, 3, 8]
+    every = {n: {lbl: set(_py_grams(t, n)) for lbl, t in texts.items()} for n in lengths}
+    pool = sorted({g for n in lengths for grams in every[n].values() for g in grams})
+    wanted = set(rng.sample(pool, len(pool) // 3)) | {rng.getrandbits(64) for _ in range(50)}
+    m = Matcher(wanted, lengths, chunk=rng.choice([16, 64, 333, 4096]))
+    for lbl, t in texts.items():
+        at, first = 0, True
+        while first or at < len(t):
+            step = rng.randint(1, 200)
+            m.feed(lbl, t[at:at + step], new_text=first)
+            at, first = at + step, False
+    found = m.close()
+    expect = {lbl: set().union(*(every[n][lbl] for n in lengths)) & wanted for lbl in texts}
+    assert found == {lbl: got for lbl, got in expect.items() if got}
+
+
 def _record(store: Store, texts: list[str]):  # type: ignore[no-untyped-def]
     with store.session() as s:
         s.add(Run(id="r-audit", task_id="gsm8k", workspace="", budget_s=60))
@@ -84,6 +164,32 @@ def test_contamination_question_with_answer_is_high_with_evidence(store: Store) 
     assert "1 of 2 hidden test items" in flag.finding
     assert QUESTION[:30] not in flag.model_dump_json()  # ids, never the item's text
     assert result.summary["splits"]["test"]["hit"] == 1
+
+
+@pytest.mark.parametrize("large", [1 << 40, 1])  # every file on this thread; every file forked
+def test_workspace_files_are_matched_whether_or_not_in_worker_threads(
+        store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, large: int) -> None:
+    """Generated data left in the workspace is read by the audit: large files each by a fork of
+    the matcher in a worker thread, with the same findings and evidence as on one thread."""
+    from a2rl.audit import contamination
+
+    monkeypatch.setattr(contamination, "LARGE_FILE", large)
+    ws = tmp_path / "workspace"
+    (ws / "gen").mkdir(parents=True)
+    filler = b"lorem ipsum dolor sit amet, " * 2000
+    (ws / "gen" / "a.jsonl").write_bytes(filler + json.dumps({"q": QUESTION, "a": ANSWER})
+                                         .encode() + filler)
+    (ws / "gen" / "b.jsonl").write_bytes(filler * 3)
+    (ws / "gen" / "c.txt").write_bytes(b"Paris. What is the capital of France, the country, "
+                                       b"in one word please? Paris")
+    with store.session() as s:
+        s.add(Run(id="r-audit", task_id="gsm8k", workspace=str(ws), budget_s=60))
+    result = check_contamination(load_record(store, "r-audit"), hidden=_hidden())
+    assert [(f.severity, f.evidence.items, f.evidence.paths) for f in result.flags] == [
+        (Severity.high, ["dev:dev-00001"], ["gen/c.txt"]),
+        (Severity.high, ["test:test-00001"], ["gen/a.jsonl"])]
+    assert result.summary["bytes"] == sum(p.stat().st_size for p in (ws / "gen").iterdir())
+    assert result.summary["texts"] == 3
 
 
 def test_contamination_question_alone_is_medium_and_a_phrase_is_nothing(store: Store) -> None:
