@@ -38,7 +38,9 @@ class TaskSpec(BaseModel):
     """The static description of a task."""
 
     id: str
-    level: int = Field(ge=1, le=3, description="1: single-turn, 2: tool use, 3: interactive")
+    level: int = Field(ge=1, le=3, description=(
+        "1: verifiable answers (GSM8K, HumanEval), 2: judge-graded open-ended generation "
+        "(AlpacaEval), 3: interactive, agentic environments (ALFWorld, WebShop, DeepSearchQA)"))
     title: str
     description: str = Field(description="markdown: TASK.md as the agent reads it")
     version: str = Field(description="bump when data, scoring or prompts change")
