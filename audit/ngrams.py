@@ -16,8 +16,8 @@ dozen array passes and no Python loop. What makes that fast in practice (bench/a
 - a gram's published hash is `mix(poly ^ tag(n))`, a bijection of the polynomial, so the
   stream is never mixed: the wanted hashes are unmixed once, per length, and the stream's
   polynomials are compared with those;
-- membership is a bitmap of the wanted polynomials' top bits (a few MB, cached) read for every
-  gram, and an exact binary search only for the few grams the bitmap lets through;
+- membership is one read of a table addressed by a polynomial's top bits (a few MB) and one
+  compare; only the few slots two wanted polynomials share are searched exactly;
 - a text's matches are kept as indices into the wanted array (a boolean mask once they are
   many), not as one Python int per hit.
 
@@ -237,18 +237,25 @@ class Matcher:
         self._hits: dict[str, set[int] | np.ndarray] = {}  # label -> indices into wanted
         self._mask_at = max(64, len(self.wanted) // 16)  # a set this big becomes a mask
         base = _unmix(self.wanted)
-        #: per length: the polynomials sorted, and each one's index in `wanted`
-        self._sets: list[tuple[int, np.ndarray, np.ndarray]] = []
-        for n in self.lengths:
-            polys = base ^ _tag(n)
-            order = np.argsort(polys)
-            self._sets.append((n, polys[order], order))
-        entries = max(len(self.wanted) * len(self.lengths), 1)
-        bits = min(max(int(entries * 32).bit_length(), 12), 25)  # ~3% let through to search
+        # One table over every length's polynomials, addressed by a polynomial's top bits: a
+        # slot holds 1 + the key's index in `_keys` (key i*W + j is wanted[j]'s polynomial at
+        # the i-th length), 0 when empty, -1 when two keys share it; the keys of shared slots
+        # are searched exactly in `_spill`. A gram costs one read of the table and one compare
+        # (a binary search per gram took several times as long: bench/audit.py).
+        w = len(self.wanted)
+        self._keys = np.concatenate([base ^ _tag(n) for n in self.lengths] or
+                                    [np.zeros(0, np.uint64)])
+        bits = min(max(int(max(len(self._keys), 1) * 8).bit_length(), 12), 24)
         self._shift = np.uint64(64 - bits)
-        self._bitmap = np.zeros(1 << bits, np.bool_)
-        for _, polys, _ in self._sets:
-            self._bitmap[(polys >> self._shift).astype(np.intp)] = True
+        slots = (self._keys >> self._shift).astype(np.intp)
+        self._table = np.zeros(1 << bits, np.int32)
+        self._table[slots] = np.arange(1, len(self._keys) + 1, dtype=np.int32)
+        used, count = np.unique(slots, return_counts=True)
+        self._table[used[count > 1]] = -1
+        spilled = np.flatnonzero(self._table[slots] < 0)
+        order = np.argsort(self._keys[spilled])
+        self._spill_keys, self._spill_index = self._keys[spilled][order], spilled[order]
+        self._w = w
 
     def fork(self) -> Matcher:
         """A matcher for the same wanted grams, sharing this one's tables (they are only read)
@@ -327,6 +334,28 @@ class Matcher:
         self.marks = [(0, current[0][1])] + later if current else later
         self._carried = len(self.buf)
 
+    def _exact(self, g: np.ndarray, slot: np.ndarray, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """The grams of `g` (polynomials at the i-th length) that are wanted: their positions
+        and their indices into `wanted`, in position order."""
+        lo, hi = i * self._w, (i + 1) * self._w
+        cand = np.flatnonzero(slot > 0)
+        key = slot[cand] - 1
+        ok = self._keys[key] == g[cand]
+        ok &= (key >= lo) & (key < hi)  # a key of another length is no match
+        hit, idx = cand[ok], key[ok] - lo
+        shared = np.flatnonzero(slot < 0)
+        if len(shared) and len(self._spill_keys):
+            values = g[shared]
+            pos = np.minimum(np.searchsorted(self._spill_keys, values), len(self._spill_keys) - 1)
+            key = self._spill_index[pos]
+            ok = (self._spill_keys[pos] == values) & (key >= lo) & (key < hi)
+            if ok.any():
+                hit = np.concatenate([hit, shared[ok]])
+                idx = np.concatenate([idx, key[ok] - lo])
+                order = np.argsort(hit, kind="stable")
+                hit, idx = hit[order], idx[order]
+        return hit, idx
+
     def _scan(self, th: np.ndarray, offsets: np.ndarray) -> None:
         """Match every gram of the chunk's whole tokens `th` against the wanted ones."""
         if not len(th):
@@ -334,20 +363,14 @@ class Matcher:
         sc = self._sc
         prefix, inv = _gram_prefix(th, sc)
         mark_at = np.fromiter((m[0] for m in self.marks), np.int64, len(self.marks))
-        for n, polys, order in self._sets:
+        for i, n in enumerate(self.lengths):
             m = len(th) - n + 1
             if m <= 0:
                 continue
             g = th if n == 1 else _polys(prefix, inv, n, m, sc.get("polys", m, np.uint64))
             top = np.right_shift(g, self._shift, out=sc.get("top", m, np.uint64))
-            maybe = np.flatnonzero(np.take(self._bitmap, top.view(np.int64),
-                                           out=sc.get("maybe", m, np.bool_)))
-            if not len(maybe):
-                continue
-            values = g[maybe]
-            pos = np.minimum(np.searchsorted(polys, values), len(polys) - 1)
-            exact = polys[pos] == values
-            hit, idx = maybe[exact], order[pos[exact]]
+            slot = np.take(self._table, top.view(np.int64), out=sc.get("slot", m, np.int32))
+            hit, idx = self._exact(g, slot, i)
             if not len(hit):
                 continue
             owners = np.maximum(np.searchsorted(mark_at, offsets[hit], side="right") - 1, 0)
