@@ -11,8 +11,8 @@ _README = ("microsoft/RD-Agent rdagent/scenarios/rl/autorl_bench/README.md at 47
 _METRIC = ("accuracy on GSM8K's 1,319 test problems, OpenCompass gsm8k_gen_1d7fe4 (the "
            "harness's eval config), in percent")
 _EXAMPLE = ("an example of the results log's format rather than a reported measurement: the "
-            "same rows named Qwen/Qwen2.5-0.5B from 761c07d9 (2026-02-11) until 3f249255 "
-            "(2026-03-17) renamed the model and kept the numbers")
+            "same rows named Qwen/Qwen2.5-0.5B from 761c07d9 (2026-02-11) until 82afa6b0 "
+            "(2026-03-17, merged as 3f249255) renamed the model and kept the numbers")
 _BEST = ("the best test score of {n} submissions in 3,600 s (the harness keeps a run's "
          "highest): set beside a --protocol paper run's final; ")
 
