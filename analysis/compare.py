@@ -25,7 +25,9 @@ from a2rl.audit import flagged_run_ids
 from a2rl.store import Run, Store
 from a2rl.store.outcome import end_kind, is_result, not_result_reason
 
+from .published import published_line
 from .report import build_report
+from .schema import PublishedBeside
 
 
 class RunRow(BaseModel):
@@ -58,6 +60,9 @@ class RunRow(BaseModel):
     #: the audit has a high-severity flag standing on the run (`a2rl audit RUN`)
     flagged: bool = False
     final_note: str | None = None
+    #: the paper's and its harness's figures beside the run's (a paper-profile run with the
+    #: figures' base model only; `analysis.published`); not a CSV column
+    published: list[PublishedBeside] = Field(default_factory=list)
 
 
 class Group(BaseModel):
@@ -108,7 +113,7 @@ def run_row(store: Store, run_id: str) -> RunRow:
                   best_route=route_of.get(best) if best else None,
                   submissions=s.submissions_total, valid_submissions=s.submissions_valid,
                   budget_s=s.budget_s, budget_used_s=s.budget_used_s, end_kind=s.end_kind,
-                  result=bool(s.result), final_note=s.final_note)
+                  result=bool(s.result), final_note=s.final_note, published=s.published)
 
 
 def _mean_std(xs: list[float | None]) -> tuple[float | None, float | None]:
@@ -253,14 +258,32 @@ def render_json(c: Comparison) -> str:
 
 
 def render_csv(c: Comparison) -> str:
-    """The per-run rows as CSV (the grouped view is in the JSON and the text table)."""
+    """The per-run rows as CSV (the grouped view and the published figures are in the JSON
+    and the text)."""
     buf = io.StringIO()
-    fields = list(RunRow.model_fields)
+    fields = [f for f in RunRow.model_fields if f != "published"]
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     for r in c.rows:
-        w.writerow(r.model_dump())
+        w.writerow(r.model_dump(exclude={"published"}))
     return buf.getvalue()
+
+
+def published_text(rows: list[RunRow]) -> list[str]:
+    """The published figures beside each paper-profile run that has some, then each figure's
+    source and caveats once."""
+    with_figures = [r for r in rows if r.published]
+    if not with_figures:
+        return []
+    out = ["", "published figures beside paper-profile runs of the same base model "
+               "(docs/paper-fidelity.md):"]
+    sources: dict[str, str] = {}
+    for r in with_figures:
+        for p in r.published:
+            out.append(f"    {r.run_id[:13]:14} {published_line(p)}")
+            sources.setdefault(p.label, f"{p.source} ({p.checked})"
+                                        + (f"; {p.note}" if p.note else ""))
+    return out + [f"    {label}: {text}" for label, text in sources.items()]
 
 
 def render_text(c: Comparison) -> str:
@@ -293,6 +316,7 @@ def render_text(c: Comparison) -> str:
     if any(r.counted and r.final is None for r in c.rows):
         notes.append("final –: no final submission; such a run counts with no improvement")
     out += ["", *notes]
+    out += published_text(c.rows)
     for task, groups in c.leaderboard.items():
         out += ["", f"leaderboard {task}: mean improvement ± std over repeats"]
         for i, g in enumerate(groups, 1):

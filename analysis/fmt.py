@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from a2rl.store.outcome import end_kind_words
 
+from .published import published_line
 from .schema import (
     AuditSection,
     Evidence,
     Interval,
     Narrative,
     ProcessMetrics,
+    PublishedBeside,
     Report,
     Summary,
 )
@@ -138,7 +140,13 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("improvement interval", improvement_method(s.improvement)),
         ("submissions", f"{s.submissions_total}: {s.submissions_valid} valid, "
                         f"{s.submissions_refused} refused, {s.submissions_failed} failed"),
-    ]
+    ] + [(f"published {p.kind}", published_text(p)) for p in s.published]
+
+
+def published_text(p: PublishedBeside) -> str:
+    """A published figure beside the run's, with its source and caveats, as one cell."""
+    note = f"; {p.note}" if p.note else ""
+    return f"{published_line(p)}. {p.source} ({p.checked}){note}"
 
 
 def metric_rows(m: ProcessMetrics) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from .audit_view import audit_section
 from .data import RunData, load_run
 from .failures import find_failures
 from .improvement import Scored, paired_improvement
+from .published import summary_published
 from .routes import classify
 from .schema import (
     CodeVersion,
@@ -125,7 +126,7 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
                 Scored(run.baseline_test, base_ev.items, base_ev.metrics, base_ev.provenance))
     end = run.ended_at or (d.calls[-1].started_at if d.calls else None)
     used = d.t(end) if run.started_at and end else None
-    return Summary(
+    summary = Summary(
         run_id=run.id, task=run.task_id, agent=run.agent, agent_version=run.agent_version,
         driver_model=run.driver_model, base_model=run.base_model, protocol=run.protocol,
         profile=run.profile or "a2rl",
@@ -145,6 +146,8 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
         submissions_refused=sum(s.status == SubmissionStatus.refused for s in d.submissions),
         submissions_failed=sum(s.status == SubmissionStatus.failed for s in d.submissions),
         final_provenance=dict(final_ev.provenance) if final_ev else {})
+    summary.published = summary_published(summary)
+    return summary
 
 
 def build_report(store: Store, run_id: str, idle_threshold_s: float = 120.0) -> Report:

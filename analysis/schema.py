@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 # `job_logs_not_stored`); 1.4: `summary.end_kind`, `summary.result`, `summary.final_note` (and
 # no final score nor improvement for a run without a final submission), failure types from a
 # job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`,
-# `job_lost`), and the optional `audit`
-SCHEMA_VERSION = "1.4"
+# `job_lost`), and the optional `audit`; 1.5: `summary.published`
+SCHEMA_VERSION = "1.5"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -58,6 +58,25 @@ class Interval(BaseModel):
                                     "items; 1.0-1.1: two independent proportions)")
     n_paired: int | None = Field(None, description="items matched by id in both evaluations "
                                                    "(schema 1.2)")
+
+
+class PublishedBeside(BaseModel):
+    """A figure the paper or its harness publishes, beside the run's measured one (schema
+    1.5; `a2rl.tasks.published`, docs/paper-fidelity.md)."""
+
+    kind: Literal["baseline", "final", "improvement"]
+    published: float = Field(description="the published figure on our scale (a fraction)")
+    as_published: str = Field(description="as the source prints it (percent)")
+    measured: float | None = Field(description="the run's own: baseline test, final test or "
+                                   "the improvement; null when the run has none")
+    difference_points: float | None = Field(description="(measured - published) x 100")
+    base_model: str
+    metric: str
+    label: str = Field(description="the source in a few words")
+    source: str = Field(description="paper version and place, or the harness's file and "
+                                    "commit")
+    checked: str = Field(description="how the figure was verified, or that it was not")
+    note: str = ""
 
 
 class Summary(BaseModel):
@@ -103,6 +122,10 @@ class Summary(BaseModel):
     submissions_refused: int
     submissions_failed: int
     final_provenance: dict[str, object] = Field(default_factory=dict)
+    published: list[PublishedBeside] = Field(
+        default_factory=list, description="the paper's and its harness's figures for this "
+        "task and base model beside the run's: only for a run of the paper profile, finals "
+        "and improvements only under the paper protocol (schema 1.5)")
 
 
 class ToolCallEvent(BaseModel):

@@ -6,7 +6,9 @@ serialized and compared without importing torch or generating any data.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from a2rl.layout import READONLY_INPUTS
 
@@ -32,6 +34,32 @@ class GraderSettings(BaseModel):
         if max_new_tokens <= 0 or max_new_tokens >= self.max_new_tokens:
             return self
         return self.model_copy(update={"max_new_tokens": max_new_tokens})
+
+
+class PublishedFigure(BaseModel):
+    """A number the paper or its reference harness publishes for this task, with its source:
+    set beside a run's measured one when the run matches it (`a2rl.tasks.published`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["baseline", "final", "improvement"] = Field(
+        description="baseline: the base model's test score; final: a run's final (best) test "
+                    "score; improvement: final minus baseline")
+    value: float = Field(description="on our scale: a fraction of the test split (the "
+                                     "sources print percent); an improvement, a difference")
+    as_published: str = Field(description='the figure as the source prints it ("21.61")')
+    base_model: str = Field(description="the base model, as a run records it (a hub id)")
+    profile: Literal["paper"] = Field(
+        "paper", description="only a run of this profile is comparable: the harness's "
+                             "evaluation, not ours")
+    metric: str = Field(description="what the number measures, and on which items")
+    label: str = Field(description="the source in a few words, as compare and reports print "
+                                   "it")
+    source: str = Field(description="the source in full: paper version and place, or the "
+                                    "harness's file and commit")
+    checked: str = Field(description="how the figure and its setting were verified, or that "
+                                     "they were not")
+    note: str = Field("", description="what limits the comparison")
 
 
 class TaskSpec(BaseModel):
@@ -60,3 +88,6 @@ class TaskSpec(BaseModel):
         default_factory=dict,
         description="named facts of the evaluation shown by `a2rl tasks --profile` (prompt "
                     "format, answer extraction, success threshold, judge...)")
+    published: tuple[PublishedFigure, ...] = Field(
+        (), description="the paper's and the harness's figures for this profile of the task "
+                        "(a `paper` spec's; docs/paper-fidelity.md, \"Published numbers\")")

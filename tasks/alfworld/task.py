@@ -35,6 +35,7 @@ from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game, react
 from .data import JSON_DIR, N_DEV, N_TEST, data_dir, game_dir, list_games, target_dir
 from .options import AlfWorldOptions
+from .published import PUBLISHED
 from .workspace import write_train_games
 
 #: ALFWorld's usual step limit per episode (the original evaluation's max_nb_steps_per_episode).
@@ -186,6 +187,7 @@ class AlfWorldTask(InteractiveTask):
         splits=_splits(),
         grader=PAPER_GRADER,
         readonly_paths=READONLY_PATHS,
+        published=PUBLISHED,
     )
     paper_rollout = PAPER_ROLLOUT
 

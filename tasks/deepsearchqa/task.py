@@ -33,6 +33,7 @@ from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game, paper
 from .data import FILE, N_DEV, N_TEST, N_TRAIN, REPO, load_rows, split_rows
 from .options import DeepSearchQAOptions
+from .published import PUBLISHED
 from .search import (
     DEFAULT_K,
     HiddenAnswerFilter,
@@ -187,6 +188,7 @@ class DeepSearchQATask(InteractiveTask):
                 task.judge = task.judge.with_rules("paper")
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
+                "published": PUBLISHED,
                 "prompt_version": "paper-2",
                 "description": _description(paper_profile=True),
                 "splits": {

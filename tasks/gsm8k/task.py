@@ -31,6 +31,7 @@ from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
 from .options import GSM8KOptions
+from .published import PUBLISHED
 from .scoring import (
     FALLBACK,
     extract_answer,
@@ -153,6 +154,7 @@ class GSM8KTask(Task):
         if task.profile == "paper":
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
+                "published": PUBLISHED,
                 "prompt_version": "paper-1",
                 "description": _paper_description(),
                 "splits": {
