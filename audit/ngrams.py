@@ -253,8 +253,9 @@ class Matcher:
         used, count = np.unique(slots, return_counts=True)
         self._table[used[count > 1]] = -1
         spilled = np.flatnonzero(self._table[slots] < 0)
-        order = np.argsort(self._keys[spilled])
-        self._spill_keys, self._spill_index = self._keys[spilled][order], spilled[order]
+        spill_keys = self._keys[spilled]
+        order = np.argsort(spill_keys)
+        self._spill_keys, self._spill_index = spill_keys[order], spilled[order]
         self._w = w
 
     def fork(self) -> Matcher:
