@@ -72,6 +72,9 @@ class Settings(BaseModel):
                                      "(longer ones: cut, with their sha256 and size)")
     max_tool_args_bytes: int = Field(8_000_000, ge=1, description="largest tool call (all its "
                                      "arguments, UTF-8 bytes); larger calls are refused")
+    audit_read_bytes: int = Field(
+        2 << 30, ge=0, description="workspace file bytes the end-of-run audit reads at most, "
+        "holes not counted; past it a file is flagged as not fully read (0: no limit)")
     default_budget: str = Field("2h", description="budget when neither flag nor task gives one")
     docker_image: str = Field("", description="sandbox image; default: the task's, else the "
                               "offline test image when only that one is built")

@@ -32,11 +32,13 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from a2rl.settings import Settings
+
 from .hidden import HiddenData, HiddenItem
 from .model import Evidence, Flag, Severity
 from .ngrams import Matcher, texts_grams
 from .record import CheckResult, RunRecord
-from .texts import Source, agent_texts
+from .texts import ReadBudget, Source, agent_texts
 
 N = 8
 COVERAGE = 0.5
@@ -80,7 +82,7 @@ def _share(part: set[int], found: set[int]) -> float:
 
 
 def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
-                        **_: object) -> CheckResult:
+                        settings: Settings | None = None, **_: object) -> CheckResult:
     if hidden is None or not hidden.items:
         why = hidden.error if hidden is not None and hidden.error else "no hidden items"
         return CheckResult(summary={"checked": False, "reason": why})
@@ -112,7 +114,9 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
     # so on 2 cores two files go at once while this thread reads the record's own texts.
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="a2rl-audit") as pool:
         forked: list[Future[Matcher]] = []
-        for source, chunks in agent_texts(record):
+        limit = settings.audit_read_bytes if settings is not None else 0
+        budget = ReadBudget(left=limit or None)
+        for source, chunks in agent_texts(record, budget=budget):
             sources[source.label] = source
             n_texts += 1
             if source.blob:
@@ -186,8 +190,11 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
                 f"(short items) appear with their answers; visible train items "
                 f"{control_rate:.0%} alike" + (": the task's space may be enumerable"
                                                if enumerated else "")))
+    if budget.unread:
+        flags.append(_unread_flag(budget, limit))
     summary = {"checked": True, "n": N, "coverage": COVERAGE, "texts": n_texts,
-               "bytes": bytes_read, "hidden_grams": len(wanted),
+               "bytes": bytes_read, "unread_bytes": budget.unread_bytes,
+               "hidden_grams": len(wanted),
                "control_rate": round(control_rate, 4), "splits": per_split}
     return CheckResult(flags=flags, summary=summary)
 
@@ -209,3 +216,13 @@ def _flag(severity: Severity, split: str, refs: list[str], total: int,
             ev.paths.append(src.path)
     finding = f"{len(refs)} of {total} hidden {split} items {what}"
     return Flag(kind="contamination", severity=severity, finding=finding, evidence=ev)
+
+
+def _unread_flag(budget: ReadBudget, limit: int) -> Flag:
+    """The workspace's files the read budget left unread: unchecked, which is not clean."""
+    worst = sorted(budget.unread, key=lambda p: (-budget.unread[p], p))
+    return Flag(kind="contamination", severity=Severity.medium,
+                finding=f"not fully read: {budget.unread_bytes} bytes of {len(worst)} "
+                        f"workspace file{'s' if len(worst) != 1 else ''} past the audit's "
+                        f"{limit}-byte budget (audit_read_bytes) are unchecked",
+                evidence=Evidence(paths=worst[:MAX_ITEMS_SHOWN]))

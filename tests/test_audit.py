@@ -22,6 +22,8 @@ from a2rl.audit.run import audit_run
 from a2rl.settings import Settings
 from a2rl.store import Run, Store, ToolCall, utcnow
 
+from .conftest import require
+
 A2RL = str(Path(sys.executable).with_name("a2rl"))
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many "
             "clips in May. How many clips did Natalia sell altogether in April and May?")
@@ -190,6 +192,99 @@ def test_workspace_files_are_matched_whether_or_not_in_worker_threads(
         (Severity.high, ["test:test-00001"], ["gen/a.jsonl"])]
     assert result.summary["bytes"] == sum(p.stat().st_size for p in (ws / "gen").iterdir())
     assert result.summary["texts"] == 3
+
+
+def _ws_run(store: Store, ws: Path) -> None:
+    with store.session() as s:
+        s.add(Run(id="r-ws", task_id="gsm8k", workspace=str(ws), budget_s=60))
+
+
+def test_a_huge_sparse_file_costs_its_data_and_holes_join_no_grams(store: Store,
+                                                                   tmp_path: Path) -> None:
+    """An agent's 100 GB sparse file (`truncate -s 100G`) with a hidden item written past a
+    50 GB hole: the audit reads its few data blocks, not its size, and still finds the item;
+    a question cut by a hole (its halves on either side) is not joined into a match, exactly
+    as the hole's zeros would not be."""
+    import time
+
+    from a2rl.audit.texts import _read_chunks
+
+    ws = tmp_path / "workspace"
+    (ws / "gen").mkdir(parents=True)
+    big = ws / "gen" / "sparse.jsonl"
+    with big.open("wb") as f:
+        f.write(b"head of the file ")
+        f.seek(50 << 30)
+        f.write(json.dumps({"q": QUESTION, "a": ANSWER}).encode())
+        f.truncate(100 << 30)
+    cut = ws / "gen" / "cut.txt"
+    other_q = "What is the capital of France, the country, in one word please? Paris"
+    with cut.open("wb") as f:
+        f.write(other_q[:30].encode())
+        f.seek(1 << 20)
+        f.write(other_q[30:].encode())
+    require(big.stat().st_blocks * 512 < 1 << 20,
+            "the temporary folder's filesystem stores no holes")  # tmpfs and ext4 both do
+    _ws_run(store, ws)
+    started = time.monotonic()
+    result = check_contamination(load_record(store, "r-ws"), hidden=_hidden(),
+                                 settings=Settings())
+    assert time.monotonic() - started < 20
+    assert [(f.severity, f.evidence.items, f.evidence.paths) for f in result.flags] == [
+        (Severity.high, ["test:test-00001"], ["gen/sparse.jsonl"])]
+    assert result.summary["bytes"] < 1 << 20 and result.summary["unread_bytes"] == 0
+    # the reader: the two data blocks in order (zero-padded to their blocks), one boundary
+    # where the megabyte hole was
+    data = b"".join(_read_chunks(cut))
+    assert data.startswith(other_q[:30].encode()) and data.endswith(other_q[30:].encode())
+    assert b" \x00 " in data and len(data) <= 64 << 10
+    # dropping the hole without a boundary would have joined the halves into a match
+    assert [f.evidence.items for f in check_contamination(
+        _record(store, [other_q]), hidden=_hidden()).flags] == [["dev:dev-00001"]]
+
+
+def test_the_read_budget_leaves_a_medium_flag_naming_what_it_did_not_read(
+        store: Store, tmp_path: Path) -> None:
+    """Past `audit_read_bytes` the audit stops reading (the volume stays mounted until its
+    audit ends: a disk filled with data must not hold it for an hour). What it did not read is
+    named, per file, in a medium flag: unchecked is not clean. Files are read smallest
+    first, so a huge filler file (here `0big.txt`, first by name) cannot use the budget up
+    before the files beside it are read."""
+    from a2rl.audit.texts import MIN_FILE_COST
+
+    ws = tmp_path / "workspace"
+    (ws / "gen").mkdir(parents=True)
+    filler = b"lorem ipsum dolor sit amet, " * 40_000  # 1.1 MB each
+    (ws / "gen" / "0big.txt").write_bytes(filler * 2)
+    (ws / "gen" / "a.txt").write_bytes(json.dumps({"q": QUESTION, "a": ANSWER}).encode()
+                                       + filler)
+    (ws / "gen" / "b.txt").write_bytes(filler + json.dumps({"q": QUESTION, "a": ANSWER})
+                                       .encode())
+    for i in range(3):
+        (ws / "gen" / f"tiny{i}.txt").write_bytes(b"x")
+    _ws_run(store, ws)
+    record = load_record(store, "r-ws")
+    budget = 1_500_000
+    result = check_contamination(record, hidden=_hidden(),
+                                 settings=Settings(audit_read_bytes=budget))
+    assert result.summary["bytes"] <= budget
+    high, medium = (sorted(result.flags, key=lambda f: f.severity != Severity.high))
+    assert high.severity == Severity.high and high.evidence.paths == ["gen/a.txt"]
+    assert medium.severity == Severity.medium and "not fully read" in medium.finding
+    sizes = {p.name: p.stat().st_size for p in (ws / "gen").iterdir()}
+    # the tiny files cost a block each, a.txt is read whole, b.txt up to the budget
+    read_of_b = budget - 3 * MIN_FILE_COST - sizes["a.txt"]
+    unread = {"gen/0big.txt": sizes["0big.txt"], "gen/b.txt": sizes["b.txt"] - read_of_b}
+    assert result.summary["unread_bytes"] == sum(unread.values())
+    assert medium.evidence.paths == ["gen/0big.txt", "gen/b.txt"]
+    assert f"{sum(unread.values())} bytes of 2 workspace files" in medium.finding
+    # no budget (0): everything is read, both copies found, nothing unread
+    whole = check_contamination(record, hidden=_hidden(), settings=Settings(audit_read_bytes=0))
+    assert whole.summary["unread_bytes"] == 0
+    assert [f.evidence.paths for f in whole.flags] == [["gen/a.txt", "gen/b.txt"]]
+    one = check_contamination(record, hidden=_hidden(),
+                              settings=Settings(audit_read_bytes=budget + sizes["b.txt"]))
+    assert "bytes of 1 workspace file past" in one.flags[-1].finding
 
 
 def test_contamination_question_alone_is_medium_and_a_phrase_is_nothing(store: Store) -> None:

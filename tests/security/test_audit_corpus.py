@@ -91,3 +91,37 @@ async def test_network_and_api_keys_are_flagged(local: Settings, store: Store) -
     assert by["names a credential (API key, token)"].severity == Severity.high
     assert by["fetches from the network"].severity == Severity.medium
     assert by["fetches from the network"].evidence.tool_calls
+
+
+async def test_a_sparse_or_filled_disk_does_not_hold_the_audit(local: Settings,
+                                                                store: Store) -> None:
+    """An agent leaves a 100 GB sparse file with a hidden test item past its hole, and more
+    real data than the audit may read: finishing the run (which audits it before detaching its
+    volume) takes seconds, finds the item, and names what it left unread in a medium flag."""
+    import json
+    import time
+
+    run = Run(id="probe", task_id="arith", workspace="")
+    test_items = [it for it in load_hidden(run, local).items if it.split == "test"][:400]
+    lines = "".join(json.dumps({"input": it.input, "answer": it.answer}) + "\n"
+                    for it in test_items)
+    budget = local.model_copy(update={"audit_read_bytes": 3_000_000})
+    async for agent in open_agent(budget, store):
+        run_id = agent.run.id
+        await agent.ok("edit_file", path="code/leak.txt", new_text=lines)
+        await agent.sh("mkdir -p gen && truncate -s 100G gen/huge.jsonl && "
+                       "dd if=code/leak.txt of=gen/huge.jsonl bs=1M seek=51200 conv=notrunc "
+                       "status=none && rm code/leak.txt && "
+                       "head -c 8000000 /dev/urandom | base64 > gen/filler.txt")
+        started = time.monotonic()
+    took = time.monotonic() - started  # finish_run: stop, audit, detach
+    assert took < 60, f"finishing took {took:.0f} s"
+    flags = _flags(store, run_id, "contamination")
+    high = [f for f in flags if f.severity == Severity.high]
+    assert high and "gen/huge.jsonl" in high[0].evidence.paths, flags
+    unread = [f for f in flags if "not fully read" in f.finding]
+    assert unread and unread[0].severity == Severity.medium
+    assert unread[0].evidence.paths == ["gen/filler.txt"]
+    summary = load_audit(store, run_id).checks["contamination"]
+    # the budget bounds the workspace files; the record's own texts (the edit) come beside it
+    assert summary["unread_bytes"] > 5_000_000 and summary["bytes"] < 3_100_000
