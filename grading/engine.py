@@ -20,7 +20,8 @@ from typing import Any
 from .seam import GenerationEngine, Messages, Prompt, RawText
 
 __all__ = ["GenerationEngine", "Messages", "Prompt", "RawText", "TransformersEngine",
-           "cut_at_stop", "decode_completion", "greedy_config", "load_tokenizer",
+           "cut_at_stop", "decode_completion", "end_of_sequence_ids", "greedy_config",
+           "load_tokenizer",
            "release_model", "render_prompt", "transformers_engine_version"]
 
 
@@ -77,19 +78,32 @@ def decode_completion(tokenizer: Any, ids: Any, stop: Sequence[str]) -> str:
     return text
 
 
+def end_of_sequence_ids(tokenizer: Any, tokenizer_dir: Path | None = None) -> list[int]:
+    """The ids that end a generation: the base model's, never the submission's (a checkpoint
+    must not steer its own decoding; docs/paper-fidelity.md). As vLLM ends a sequence of the
+    base itself: the ids of the base's generation_config.json (when `tokenizer_dir`, the
+    base's folder, has one) and the tokenizer's end of sequence, in that order."""
+    from transformers import GenerationConfig
+
+    ids: list[int] = []
+    if tokenizer_dir is not None and (Path(tokenizer_dir) / "generation_config.json").is_file():
+        base = GenerationConfig.from_pretrained(tokenizer_dir).eos_token_id
+        ids = [base] if isinstance(base, int) else list(base or [])
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
 def greedy_config(tokenizer: Any, tokenizer_dir: Path | None = None) -> Any:
     """The generation settings of every grading: greedy, nothing else. Built by the grader,
     never read from the submission (its generation_config.json could set `suppress_tokens`,
-    `min_new_tokens`, a repetition penalty...). The end-of-sequence ids come from the base
-    model's generation_config.json when `tokenizer_dir` (the base's folder) has one, else
-    from the tokenizer."""
+    `min_new_tokens`, a repetition penalty...). The end-of-sequence ids are
+    `end_of_sequence_ids`'."""
     from transformers import GenerationConfig
 
-    eos: Any = tokenizer.eos_token_id
-    if tokenizer_dir is not None and (Path(tokenizer_dir) / "generation_config.json").is_file():
-        base = GenerationConfig.from_pretrained(tokenizer_dir)
-        eos = base.eos_token_id if base.eos_token_id is not None else eos
-    return GenerationConfig(do_sample=False, num_beams=1, eos_token_id=eos,
+    eos = end_of_sequence_ids(tokenizer, tokenizer_dir)
+    return GenerationConfig(do_sample=False, num_beams=1,
+                            eos_token_id=eos[0] if len(eos) == 1 else eos,
                             pad_token_id=tokenizer.pad_token_id,
                             bos_token_id=tokenizer.bos_token_id)
 

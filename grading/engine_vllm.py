@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .engine import Prompt, decode_completion, load_tokenizer, release_model, render_prompt
+from .engine import (
+    Prompt,
+    decode_completion,
+    end_of_sequence_ids,
+    load_tokenizer,
+    release_model,
+    render_prompt,
+)
 
 
 def vllm_engine_version() -> str:
@@ -51,6 +58,9 @@ class VllmEngine:
         tokenizer_dir = tokenizer_dir or model_dir
         self.tokenizer: Any = load_tokenizer(tokenizer_dir, chat_template)
         self.ignore_eos = ignore_eos  # the benchmark forces full-length generations
+        # the base's end of sequence, as `TransformersEngine` stops (vLLM itself would stop at
+        # the tokenizer's only, since the checkpoint's generation_config.json is ignored)
+        self.stop_token_ids = end_of_sequence_ids(self.tokenizer, tokenizer_dir)
         # generation_config="vllm": vLLM's defaults, never the checkpoint's
         # generation_config.json (see `engine.greedy_config`); the sampling parameters below
         # are the whole of the generation settings
@@ -70,7 +80,8 @@ class VllmEngine:
         params = vllm.SamplingParams(
             temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) or None,
             include_stop_str_in_output=True, skip_special_tokens=False,
-            ignore_eos=self.ignore_eos)
+            ignore_eos=self.ignore_eos,
+            stop_token_ids=None if self.ignore_eos else self.stop_token_ids)
         results = self.model.generate([{"prompt_token_ids": ids} for ids in token_ids],
                                       params, use_tqdm=False)
         return [decode_completion(self.tokenizer, list(r.outputs[0].token_ids), stop)

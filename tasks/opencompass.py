@@ -125,10 +125,15 @@ def render(config: GenConfig, column: str, value: str) -> list[dict[str, str]]:
     """The chat messages of one item: OpenCompass's PromptTemplate puts the input column's
     value in place of `{column}` by plain replacement (utils/prompt.py `safe_format`: other
     braces stay); VLLMwithChatTemplate maps roles and merges consecutive messages of one role
-    with a newline (models/huggingface_above_v4_33.py `_convert_chat_messages`)."""
+    with a newline (models/huggingface_above_v4_33.py `_convert_chat_messages`). Its default
+    meta template (`_get_meta_template`) puts an empty SYSTEM slot, sent as the human's, after
+    every HUMAN prompt, and `APITemplateParser.parse_template` merges it in with a newline: so
+    every user turn ends with one more newline than the config's text."""
     messages: list[dict[str, str]] = []
     for role, prompt in config.rounds:
         text = prompt.replace("{" + column + "}", value)
+        if role == ROLES["HUMAN"]:
+            text += "\n"
         if not text:
             continue
         if messages and messages[-1]["role"] == role:

@@ -144,6 +144,114 @@ def test_prompt_building_equals_the_configs(wheel: Path, tmp_path: Path) -> None
     task = GSM8KTask(data_dir=GSM8K_FIXTURE, opencompass_wheel=wheel).with_profile("paper")
     item = task.load_split("test", Settings(home=tmp_path))[0]
     chat = task.build_prompt(item)
-    expected = [{"role": role, "content": text.replace("{question}", item["question"])}
-                for role, text in _rounds(gsm8k_cfg)[0]]
+    # each user turn ends with the newline of OpenCompass's meta template (its own code shows
+    # it: test_prompts_rendered_by_opencompass_template_code)
+    expected = [{"role": role, "content": text.replace("{question}", item["question"])
+                 + ("\n" if role == "user" else "")} for role, text in _rounds(gsm8k_cfg)[0]]
     assert chat == expected
+
+
+# --- the prompt as OpenCompass renders it, by its own template code ---------------------------
+def _opencompass_renderer(wheel: Path) -> dict[str, Any]:
+    """OpenCompass 0.5.1's template code from the wheel: `PromptList`, `safe_format`,
+    `_check_type_list`, `PromptTemplate`, `APITemplateParser`, `_convert_chat_messages`,
+    `_get_meta_template` and `VLLMwithChatTemplate` (registry decorators dropped, imports not
+    executed)."""
+    import copy
+    import hashlib
+    import json
+    import typing
+    import warnings
+
+    from .fake_vllm import SamplingParams
+
+    ns: dict[str, Any] = {"copy": copy, "deepcopy": copy.deepcopy, "hashlib": hashlib,
+                          "json": json, "warnings": warnings, "re": re, "np": None,
+                          "BaseModel": object, "get_logger": lambda: None,
+                          "SamplingParams": SamplingParams,  # the module's `from vllm import`
+                          **{k: getattr(typing, k) for k in ("Any", "Dict", "Hashable", "List",
+                                                            "Optional", "Tuple", "Union")}}
+    _definitions(_source(wheel, "opencompass/utils/prompt.py"), {"safe_format", "PromptList"},
+                 ns)
+    _definitions(_source(wheel, "opencompass/utils/types.py"), {"_check_type_list"}, ns)
+    ns["PromptType"] = Any  # the module's Union of PromptList and str, an annotation only
+    _definitions(_source(wheel, "opencompass/openicl/icl_prompt_template.py"),
+                 {"PromptTemplate"}, ns)
+    _definitions(_source(wheel, "opencompass/models/base_api.py"), {"APITemplateParser"}, ns)
+    _definitions(_source(wheel, "opencompass/models/huggingface_above_v4_33.py"),
+                 {"_convert_chat_messages", "_get_meta_template"}, ns)
+    _definitions(_source(wheel, "opencompass/models/vllm_with_tf_above_v4_33.py"),
+                 {"VLLMwithChatTemplate"}, ns)
+    return ns
+
+
+def _their_prompt(ns: dict[str, Any], infer_cfg: dict[str, Any], entry: dict[str, Any],
+                  output_column: str, base: Path, respond: Any,
+                  monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str], str]:
+    """What OpenCompass sends vLLM for `entry` (ZeroRetriever, GenInferencer): the template's
+    item, parsed by the model's meta template, rendered by `VLLMwithChatTemplate.generate`
+    with the model's tokenizer; and its stop words and the completion, from the fake vLLM."""
+    import types
+
+    from .fake_vllm import FakeVLLM
+
+    template = ns["PromptTemplate"](**{k: v for k, v in infer_cfg["prompt_template"].items()
+                                       if k != "type"})
+    item = template.generate_item(entry, output_field=output_column,
+                                  output_field_replace_token="", ice_field_replace_token="")
+    parsed = ns["_get_meta_template"](None).parse_template(item, mode="gen")
+    fake = FakeVLLM(respond)
+    fake.install(monkeypatch)
+    model = object.__new__(ns["VLLMwithChatTemplate"])
+    model.logger = types.SimpleNamespace(info=lambda *a: None)
+    model.model = fake.LLM(str(base), max_model_len=32768)
+    model.tokenizer = model.model.get_tokenizer()
+    model.generation_kwargs, model.fastchat_template = {}, None
+    # the harness's template: temperature 0, top_p/top_k from its models.yaml defaults
+    model.stop_words = model._get_potential_stop_words(str(base))
+    (out,) = model.generate([parsed], max_out_len=infer_cfg["inferencer"].get("max_out_len",
+                                                                             8192))
+    return fake.calls[0][0], sorted(fake.calls[0][1]["stop"]), out
+
+
+def test_prompts_rendered_by_opencompass_template_code(wheel: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text the model sees for a GSM8K and a HumanEval item is OpenCompass's own
+    rendering; GSM8K's answers agree although we stop at `Question:` and it does not."""
+    from a2rl.tasks.humaneval.task import HumanEvalTask
+
+    from .fake_vllm import ScriptedEngine
+    from .qwen_shaped import ENDOFTEXT, write_model_dir
+
+    ns = _opencompass_renderer(wheel)
+    base = write_model_dir(tmp_path / "base")  # ends a sequence as Qwen2.5-1.5B does
+    replies = ["She has 5.\nThe answer is 5\n\nQuestion: and then?<|im_end|>\nThe answer is 9",
+               "12 - 4 = 8\nThe answer is 8<|endoftext|>Question: 3",
+               "The answer is 7<|im_end|><|endoftext|>"]
+    gsm8k_cfg = _config(_source(wheel, f"{oc.CONFIGS}/gsm8k/gsm8k_gen_1d7fe4.py"),
+                        "gsm8k_infer_cfg")
+    task = GSM8KTask(data_dir=GSM8K_FIXTURE, opencompass_wheel=wheel).with_profile("paper")
+    items = task.load_split("test", Settings(home=tmp_path))[:len(replies)]
+    for item, reply in zip(items, replies, strict=True):
+        theirs, stop, out = _their_prompt(ns, gsm8k_cfg, {"question": item["question"],
+                                                          "answer": item["answer"]},
+                                          "answer", base, lambda p, r=reply: r, monkeypatch)
+        engine = ScriptedEngine(base, lambda p, r=reply: r)
+        (ours,) = engine.generate([task.build_prompt(item)],
+                                  max_new_tokens=task.spec.grader.max_new_tokens,
+                                  stop=task.spec.grader.stop)
+        assert engine.prompts == [theirs]
+        assert stop == [ENDOFTEXT]  # its stop words: the checkpoint's end of sequence
+        assert gsm8k_paper.paper_answer(ours) == gsm8k_paper.paper_answer(out)
+    he_cfg = _config(_source(wheel, f"{oc.CONFIGS}/humaneval/"
+                                    "humaneval_openai_sample_evals_gen_dcae0e.py"),
+                     "humaneval_infer_cfg")
+    he = HumanEvalTask(opencompass_wheel=wheel).with_profile("paper")
+    problem = he.load_split("test", Settings(home=tmp_path))[8]
+    theirs, _, out = _their_prompt(ns, he_cfg, {"prompt": problem["code_prompt"]}, "task_id",
+                                   base, lambda p: "```python\nreturn x\n```", monkeypatch)
+    engine = ScriptedEngine(base, lambda p: "```python\nreturn x\n```")
+    (ours,) = engine.generate([he.build_prompt(problem)],
+                              max_new_tokens=he.spec.grader.max_new_tokens,
+                              stop=he.spec.grader.stop)
+    assert engine.prompts == [theirs] and ours == out

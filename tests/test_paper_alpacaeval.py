@@ -268,7 +268,8 @@ def test_paper_evaluate_end_to_end(home: Any, tmp_path: Path) -> None:
     assert result.metrics["win_rate"] == pytest.approx(0.5)
     assert result.score == result.metrics["lc_win_rate"]
     assert (result.ci_low, result.ci_high) == tuple(result.metrics["lc_win_rate_ci"])
-    assert result.provenance["prompt_version"] == "paper-1"
+    assert result.provenance["prompt_version"] == "paper-2"
+    assert result.provenance["generation"]["stop"] == []  # the harness sets none
     assert result.provenance["generation"]["max_new_tokens"] == 512
 
 
@@ -462,3 +463,86 @@ def test_paired_improvement_of_two_paper_task_evaluations(home: Any,
     assert iv.n_paired == 12 and iv.estimate == pytest.approx(final.score - base.score)
     assert -base.score <= iv.low <= iv.estimate <= iv.high <= 1 - base.score
     assert iv.low < iv.high
+
+
+# --- generation: the harness's own `_generate_model_outputs`, from RD-Agent's wheel ----------
+ALPACAEVAL_EVAL = "rdagent/scenarios/rl/autorl_bench/benchmarks/alpacaeval/eval.py"
+#: What the model says after each instruction: text past an end-of-turn token (no end of
+#: sequence for a Qwen2.5 base model, whose end is `<|endoftext|>` only), the end of sequence,
+#: surrounding whitespace, nothing at all.
+REPLIES = ["  Paris is the capital.<|im_end|>\n<|im_start|>user\nAnd Spain?<|im_end|>\n",
+           "Two plus two is four.<|endoftext|>Never shown.",
+           "\n\nA haiku:\nsnow on the branch\n",
+           "<|endoftext|>",
+           "Lists:\n- one\n- two<|im_end|><|endoftext|>"]
+
+
+def _harness_generate(wheel: Path) -> Any:
+    """`AlpacaEvalEvaluator` from the wheel's source (its imports not executed)."""
+    import ast
+    import typing
+
+    from a2rl.tasks import rdagent
+
+    tree = ast.parse(rdagent.source_of(wheel, ALPACAEVAL_EVAL))
+    body = [n for n in tree.body
+            if isinstance(n, ast.ClassDef) and n.name == "AlpacaEvalEvaluator"]
+    assert body, "the harness's eval.py lacks AlpacaEvalEvaluator"
+    ns: dict[str, Any] = {"Path": Path, "json": json, "BaseEvaluator": object,
+                          **{k: getattr(typing, k) for k in ("Any", "Dict", "List",
+                                                            "Optional")}}
+    exec(compile(ast.Module(body=body, type_ignores=[]), "<harness eval.py>", "exec"), ns)
+    evaluator = object.__new__(ns["AlpacaEvalEvaluator"])
+    evaluator.eval_config = {"max_model_len": 4096, "max_tokens": 512}  # benchmarks/__init__
+    return evaluator
+
+
+def test_generation_equals_the_harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our `paper` generation (prompt, base model's chat template, 512 tokens, no stop list,
+    the base's end of sequence, stripped) gives the harness's outputs for the base model; for
+    a submission declaring `<|im_end|>` as its own end of sequence it does not (docs/paper-
+    fidelity.md: the grader keeps the base's), and the difference is the text past it."""
+    from a2rl.tasks import rdagent
+    from a2rl.tasks.alpacaeval import AlpacaEvalTask
+
+    from .fake_vllm import FakeVLLM, ScriptedEngine, write_checkpoint_eos
+    from .harness_wheels import require_wheel
+    from .qwen_shaped import IM_END, build_tokenizer, write_model_dir
+
+    evaluator = _harness_generate(require_wheel(rdagent.RDAGENT))
+    task = AlpacaEvalTask(n_train=8, n_dev=4).with_profile("paper")
+    items = [{"id": f"t{i}", "prompt": f"Instruction {i}: say something."}
+             for i in range(len(REPLIES))]
+    reply = {it["prompt"]: r for it, r in zip(items, REPLIES, strict=True)}
+
+    def respond(prompt: str) -> str:
+        return next(r for q, r in reply.items() if q in prompt)
+
+    base = write_model_dir(tmp_path / "base")
+    submission = write_model_dir(tmp_path / "submission")
+    write_checkpoint_eos(submission, [build_tokenizer().convert_tokens_to_ids(IM_END)])
+    results = {}
+    for name, model in (("base", base), ("submission", submission)):
+        fake = FakeVLLM(respond)
+        fake.install(monkeypatch)
+        refs = [{"instruction": it["prompt"], "output": "ref", "dataset": "d"} for it in items]
+        theirs = [o["output"] for o in evaluator._generate_model_outputs(
+            model_path=str(model), model_name="m", reference_outputs=refs, gpu_count=1)]
+        assert [kw for _, kw in fake.calls] == [{"temperature": 0.0, "max_tokens": 512,
+                                                 "stop": []}] * len(items)
+        assert fake.engines[0].kwargs["max_model_len"] == 4096
+        # ours: the grader's tokenizer and end of sequence are the base's, whatever the model
+        engine = ScriptedEngine(base, respond)
+        grader = task.spec.grader
+        ours = [o.strip() for o in engine.generate([task.build_prompt(it) for it in items],
+                                                   max_new_tokens=grader.max_new_tokens,
+                                                   stop=grader.stop)]
+        assert engine.prompts == [p for p, _ in fake.calls]  # the same chat-templated text
+        results[name] = (theirs, ours)
+    theirs, ours = results["base"]
+    assert ours == theirs
+    assert ours[0] == "Paris is the capital.\nuser\nAnd Spain?"  # past <|im_end|>, as vLLM
+    theirs, ours = results["submission"]
+    differ = [i for i, (a, b) in enumerate(zip(theirs, ours, strict=True)) if a != b]
+    assert differ == [0]  # only where the model writes past its own declared end
+    assert theirs[0] == "Paris is the capital." and ours[0].startswith(theirs[0])

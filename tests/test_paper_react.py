@@ -7,9 +7,13 @@ Two layers:
   Thought:/Action: text, the forced `Action: answer[`), with the harness's generation settings,
   and the workspace gets the grader's loop and the text;
 - with the real wheel (tests/harness_wheels.py; a user without it skips, CI fails): the
-  harness's functions themselves (`webshop_run`, `_react_loop`, `_judge_answer`, run from the
-  wheel's source with fake vLLM / RD-Agent modules, nothing installed) and ours play the same
-  scripted episodes: the same prompts, generation settings, answers and verdicts.
+  harness's functions themselves (`create_llm_fn`, `webshop_run`, `_react_loop`,
+  `_judge_answer`, run from the wheel's source with fake vLLM / RD-Agent modules, nothing
+  installed) and ours play the same scripted episodes: the same prompts, generation settings,
+  answers and verdicts. The model behind both is one script; the harness's side ends its
+  completions as vLLM does (tests/fake_vllm.py: stop strings, the checkpoint's end of
+  sequence), ours through our engine's own decoding, on completions that run past a newline,
+  hold `<|im_end|>` (no end of sequence for a Qwen2.5 base model) or end at `<|endoftext|>`.
 """
 
 from __future__ import annotations
@@ -39,11 +43,12 @@ from a2rl.tasks.webshop import paper as ws_paper
 from a2rl.tasks.webshop.task import WebShopTask, expert_actions
 
 from .fake_judge import FakeJudge, unfence_all
+from .fake_vllm import FakeVLLM
+from .fake_vllm import ScriptedEngine as ModelEngine
 from .harness_wheels import require_wheel
 from .rdagent_fixture import build_wheel
 
 FIXTURES = Path(__file__).parent / "fixtures"
-END = ["<|im_end|>", "<|endoftext|>", "</s>"]
 
 
 @pytest.fixture
@@ -236,8 +241,9 @@ def test_deepsearchqa_paper_loop(dsqa: Settings, fixture_wheel: Path) -> None:
     assert episodes is not None
     main, forced = engine.calls[0], engine.calls[1]
     assert all(isinstance(p, RawText) for p in main["prompts"])  # raw completion
-    assert main["max_new_tokens"] == 256 and main["stop"] == [*dsqa_paper.STOP, *END]
-    assert forced["max_new_tokens"] == 128 and forced["stop"] == ["]", *END]
+    # the harness's stop strings only: the base model's end of sequence ends the rest
+    assert main["max_new_tokens"] == 256 and main["stop"] == list(dsqa_paper.STOP)
+    assert forced["max_new_tokens"] == 128 and forced["stop"] == ["]"]
     start = (f"{text.system}\n\nQuestion: {items[0]['problem']}\nAnswer type: "
              f"{items[0]['answer_type']}\n\nThought:")
     assert main["prompts"][0] == start
@@ -326,47 +332,6 @@ def _harness(source: str, names: set[str], namespace: dict[str, Any]) -> dict[st
     return namespace
 
 
-class _Out:
-    def __init__(self, text: str) -> None:
-        self.outputs = [types.SimpleNamespace(text=text)]
-
-
-class FakeVLLM:
-    """vLLM's `LLM` and `SamplingParams` for the harness's code: scripted completions, every
-    call recorded as (prompt or messages, sampling parameters)."""
-
-    def __init__(self, script: list[str]) -> None:
-        self.script, self.calls = list(script), []
-        outer = self
-
-        class SamplingParams:
-            def __init__(self, **kw: Any) -> None:
-                self.kw = kw
-
-        class LLM:
-            def __init__(self, model: str, **kw: Any) -> None:
-                pass
-
-            def chat(self, messages: Any, sampling_params: Any) -> list[_Out]:
-                outer.calls.append((messages, sampling_params.kw))
-                return [_Out(outer.script.pop(0) if outer.script else "click[nothing]")]
-
-            def generate(self, prompts: list[str], sampling_params: Any) -> list[_Out]:
-                outer.calls.append((prompts[0], sampling_params.kw))
-                return [_Out(outer.script.pop(0) if outer.script else "")]
-
-        self.SamplingParams, self.LLM = SamplingParams, LLM
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        vllm = types.ModuleType("vllm")
-        vllm.LLM, vllm.SamplingParams = self.LLM, self.SamplingParams  # type: ignore[attr-defined]
-        parallel = types.ModuleType("vllm.distributed.parallel_state")
-        parallel.destroy_model_parallel = lambda: None  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "vllm", vllm)
-        monkeypatch.setitem(sys.modules, "vllm.distributed", types.ModuleType("vllm.distributed"))
-        monkeypatch.setitem(sys.modules, "vllm.distributed.parallel_state", parallel)
-
-
 TYPING = {name: getattr(typing, name) for name in ("Any", "Callable", "Dict", "List",
                                                     "Optional", "Tuple")}
 
@@ -374,6 +339,20 @@ TYPING = {name: getattr(typing, name) for name in ("Any", "Callable", "Dict", "L
 @pytest.fixture
 def real_wheel() -> Iterator[Path]:
     yield require_wheel(rdagent.RDAGENT)
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    """A base model's tokenizer and end of sequence, shaped as Qwen2.5-1.5B's."""
+    from .qwen_shaped import write_model_dir
+
+    return write_model_dir(tmp_path / "base")
+
+
+def _both(script: list[str], default: str) -> tuple[Callable[[str], str], Callable[[str], str]]:
+    """The same model for the harness's side and ours: each answers its prompts in order."""
+    theirs, ours = iter(script), iter(script)
+    return (lambda prompt: next(theirs, default)), (lambda prompt: next(ours, default))
 
 
 class HarnessEnv:
@@ -390,7 +369,7 @@ class HarnessEnv:
         return self.last.observation, self.last.reward, self.last.done, None
 
 
-def test_webshop_equals_the_harness(shop: Settings, real_wheel: Path,
+def test_webshop_equals_the_harness(shop: Settings, real_wheel: Path, base: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     source = rdagent.source_of(real_wheel, rdagent.WEBSHOP_EVAL)
     harness = _harness(source, {"create_llm_fn", "_format_available_actions",
@@ -401,31 +380,33 @@ def test_webshop_equals_the_harness(shop: Settings, real_wheel: Path,
     scripts = [
         ["look", "Action: click[nothing]", "search[", " Action: search[zzz] ", "click[next >]",
          "click[back to search]", *expert[0]],                                # a win, step 12
-        [expert[1][0], expert[1][1].replace("click[", "choose[", 1), "Action: click[buy now]"],
+        [f"{expert[1][0]}\nAction 2: click[x]", expert[1][1].replace("click[", "choose[", 1)
+         + "<|endoftext|>more", "Action: click[buy<|im_end|> now]\n"],
         [*(other := _other_product(items, expert, 2)), "click[description]",
          "click[< prev]", other[1], "click[buy now]"],                       # a loss
         ["click[nothing]"] * 50,                                              # cut at 50
     ]
     cases = [items[0], items[1], items[2], items[0]]
     for case, script in zip(cases, scripts, strict=True):
-        fake = FakeVLLM(script)
+        theirs, mine = _both(script, "click[nothing]")
+        fake = FakeVLLM(theirs)
         fake.install(monkeypatch)
-        llm_fn, cleanup = harness["create_llm_fn"]("vllm", "model")
+        llm_fn, cleanup = harness["create_llm_fn"]("vllm", str(base))
         env = HarnessEnv(task.make_env(case))
         reward, steps, success = harness["webshop_run"](
             llm_fn, env, env.env.instruction_text(), env.last.observation)
         cleanup()
-        engine = ScriptedEngine(lambda chat: 0, [script])
+        engine = ModelEngine(base, mine)
         (ours,) = task.play_episodes([case], engine)  # type: ignore[misc]
-        assert [c["prompts"][0] for c in engine.calls] == [m for m, _ in fake.calls]
+        assert engine.prompts == [m for m, _ in fake.calls]  # the rendered chats
         for (_, kw), call in zip(fake.calls, engine.calls, strict=True):
             assert kw == {"temperature": 0, "max_tokens": call["max_new_tokens"],
-                          "stop": call["stop"][:1]}
+                          "stop": call["stop"]}
         our_reward = ours.rewards[-1] if ours.done else 0.0
         assert (our_reward, ours.steps, ours.success) == (reward, steps, success)
 
 
-def test_deepsearchqa_equals_the_harness(dsqa: Settings, real_wheel: Path,
+def test_deepsearchqa_equals_the_harness(dsqa: Settings, real_wheel: Path, base: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     source = rdagent.source_of(real_wheel, rdagent.DEEPSEARCHQA_EVAL)
     logger = types.SimpleNamespace(info=lambda *a: None, warning=lambda *a: None)
@@ -449,23 +430,31 @@ def test_deepsearchqa_equals_the_harness(dsqa: Settings, real_wheel: Path,
         + ["Action: search[b]"] * 2,
         ["Action: search[a]"] * 6,
         ["Hmm", "  "],
+        # past the stop strings, an end-of-turn token that is no end of sequence, the end
+        ["Let me see.\nAction: search[neptune]\nObservation: made up",
+         "It is<|im_end|> Triton. Action: answer[Tri<|im_end|>ton]\nThought: done",
+         "x"],
+        ["Thinking<|endoftext|>Action: answer[Paris]", "Paris]<|endoftext|>"],
     ]
+    from .fake_vllm import SamplingParams
+
     for k, script in enumerate(scripts):
         item = items[k % len(items)]
-        fake = FakeVLLM(script)
+        theirs, mine = _both(script, "")
+        fake = FakeVLLM(theirs)
         fake.install(monkeypatch)
-        params = fake.SamplingParams(temperature=0.0, max_tokens=256,  # run_eval's
-                                     stop=["\nAction:", "\nThought:", "\nObservation:"])
-        predicted = evaluator._react_loop(fake.LLM("m"), params,
+        params = SamplingParams(temperature=0.0, max_tokens=256,  # run_eval's
+                                stop=["\nAction:", "\nThought:", "\nObservation:"])
+        predicted = evaluator._react_loop(fake.LLM(str(base), max_model_len=4096), params,
                                           lambda q: dsqa_paper.render_observation(
                                               results if q != "nothing" else []),
                                           item["problem"], item["answer_type"])
-        engine = ScriptedEngine(lambda prompt: 0, [script], default="")
+        engine = ModelEngine(base, mine)
         (ours,) = task.play_episodes([item], engine)  # type: ignore[misc]
-        assert [c["prompts"][0] for c in engine.calls] == [p for p, _ in fake.calls], k
+        assert engine.prompts == [p for p, _ in fake.calls], k
         for (_, kw), call in zip(fake.calls, engine.calls, strict=True):
             assert kw["max_tokens"] == call["max_new_tokens"] and kw["temperature"] == 0
-            assert list(kw["stop"]) == call["stop"][:len(kw["stop"])]
+            assert list(kw["stop"]) == call["stop"]
         assert ours.actions[-1] == f"answer[{predicted}]", k
 
 

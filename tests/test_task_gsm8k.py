@@ -263,7 +263,7 @@ def test_paper_reference_and_scoring(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert [m["role"] for m in chat] == ["user", "assistant", "user", "assistant", "user"]
     assert chat[2]["content"].startswith("Question: Bo has {10} coins")  # only {question} filled
     assert chat[-1]["content"] == (f"Question: {fixture_rows('test')[0]['question']}\n"
-                                   "Let's think step by step\nAnswer:")
+                                   "Let's think step by step\nAnswer:\n")  # OpenCompass's \n
     assert task.spec.grader.max_new_tokens == 512
     targets = [it["target"] for it in test]
     outputs = [f"Step.\nThe answer is {t}\n\nQuestion: 99" for t in targets]

@@ -174,7 +174,7 @@ def test_paper_splits_prompt_and_verdicts(tmp_path) -> None:  # type: ignore[no-
     assert [it["id"] for it in test] == [f"HumanEval/{i}" for i in range(82, 164)]
     assert {it["id"] for it in dev} <= {it["id"] for it in train}
     assert task.build_prompt(test[0]) == [
-        {"role": "user", "content": PLACEHOLDER_INSTRUCTION + test[0]["code_prompt"]}]
+        {"role": "user", "content": PLACEHOLDER_INSTRUCTION + test[0]["code_prompt"] + "\n"}]
     assert task.timeout_s == paper.TIMEOUT_S == 3.0
     assert (task.spec.grader.max_new_tokens, task.spec.grader.stop) == (8192, [])
     items = test[:3]

@@ -7,7 +7,8 @@ and `json_2.1.1/train/...`) with the real ALFWorld engine of the Python environm
 `step.info["expert_action"]` (for DAgger-style data collection). `raw=True` gives TextWorld's
 text unchanged, as the `paper` profile's grader reads it (`env/alfworld_react.py`, written under
 that profile, has its ReAct loop: `alfworld_react.play(ids, [lambda: make_train_env(id,
-raw=True)...], [game_name(id)...], alfworld_react.load_prompts(DATA), generate)`).
+raw=True)...], [game_name(id)...], examples, generate)`, with examples of your own: the
+grader's are not in the workspace, as the paper's harness does not expose them).
 """
 
 from __future__ import annotations

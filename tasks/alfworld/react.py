@@ -16,7 +16,11 @@ authors' alfworld.ipynb) plays each game so:
 - an observation starting `"You arrive at loc "` loses everything up to its first `". "`; the
   observation of an action starting `"think:"` is `"OK."` (the env is stepped all the same);
 - the episode ends when the env says done, and succeeds when the game is won at that step; at
-  most 50 steps (eval_config `max_steps`), else it fails.
+  most 50 steps (eval_config `max_steps`), else it fails;
+- the model's context is 4,096 tokens (`max_model_len`): before each generation a prompt
+  whose tokens and the 100 new ones do not fit keeps only its last 3,995 tokens
+  (`_truncate_prompt_to_fit`, in RD-Agent 1.0.0's wheel: the header and the examples go
+  first), decoded back to text (`fit_context`).
 
 The examples are the ReAct authors' `prompts/alfworld_3prompts.json` (the harness ships the same
 file as `react_prompts.json`); it is not copied here: `a2rl alfworld download` fetches it
@@ -33,6 +37,7 @@ import json
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 try:  # inside the workspace (env/alfworld_react.py): env/a2rl_env.py is a sibling module
     from a2rl_env import Env, Episode, Step, play_together  # type: ignore[import-not-found]
@@ -59,6 +64,7 @@ TASK_HEADER = "\nHere is the task.\n"
 THINK = "think:"
 MAX_STEPS = 50  # harness benchmarks/__init__.py: alfworld eval_config max_steps
 MAX_NEW_TOKENS = 100  # harness eval.py: SamplingParams(max_tokens=100, stop=["\n"])
+MAX_MODEL_LEN = 4096  # harness eval.py: LLM(max_model_len=4096), the context it truncates to
 
 
 def load_prompts(folder: Path) -> dict[str, str]:
@@ -99,6 +105,19 @@ def process_ob(ob: str) -> str:
     if ob.startswith("You arrive at loc "):
         ob = ob[ob.find(". ") + 2:]
     return ob
+
+
+def fit_context(prompt: str, tokenizer: Any, max_context_tokens: int = MAX_MODEL_LEN,
+                max_output_tokens: int = MAX_NEW_TOKENS) -> str:
+    """The prompt the model sees: whole when its tokens and `max_output_tokens` fit in
+    `max_context_tokens`, else its last `max_context_tokens - max_output_tokens - 1` tokens
+    decoded back to text (the oldest text goes first: the header, then the examples, then the
+    earliest steps). `tokenizer` is a transformers tokenizer (`encode`, `decode`)."""
+    ids = tokenizer.encode(prompt)
+    if len(ids) + max_output_tokens <= max_context_tokens:
+        return prompt
+    keep = max(max_context_tokens - max_output_tokens - 1, 1)
+    return str(tokenizer.decode(ids[-keep:]))
 
 
 def action_of(completion: str) -> str:

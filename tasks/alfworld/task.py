@@ -51,10 +51,9 @@ INSTRUCTION = ("You are in a household (ALFWorld). Complete the task by typing o
                "admissible actions.")
 ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=MAX_STEPS, history_window=2)
 #: The reference harness's generation (benchmarks/alfworld/eval.py: vLLM SamplingParams
-#: temperature 0, max_tokens 100, stop ["\n"]); the end-of-text strings stop it as the
-#: model's end of sequence stops vLLM.
-PAPER_GRADER = GraderSettings(max_new_tokens=react.MAX_NEW_TOKENS,
-                              stop=["\n", "<|im_end|>", "<|endoftext|>", "</s>"],
+#: temperature 0, max_tokens 100, stop ["\n"]), ended besides by the base model's end of
+#: sequence (the engines'; docs/paper-fidelity.md: never the submission's).
+PAPER_GRADER = GraderSettings(max_new_tokens=react.MAX_NEW_TOKENS, stop=["\n"],
                               batch_size=128)
 #: ReAct keeps every earlier step: the window is the step limit.
 PAPER_ROLLOUT = RolloutSettings(instruction=react.HEADER.strip(), max_steps=react.MAX_STEPS,
@@ -142,6 +141,8 @@ def _paper_description() -> str:
     template = resources.files(__package__).joinpath("description_paper.md").read_text()
     return template.format(n_test=N_TEST, n_dev=N_DEV, max_steps=react.MAX_STEPS,
                            max_new_tokens=PAPER_GRADER.max_new_tokens,
+                           max_model_len=react.MAX_MODEL_LEN,
+                           kept_tokens=react.MAX_MODEL_LEN - PAPER_GRADER.max_new_tokens - 1,
                            prompts_file=react.PROMPTS_FILE, n_demo=N_DEMO_GAMES)
 
 
@@ -180,8 +181,10 @@ class AlfWorldTask(InteractiveTask):
         level=3,
         title="ALFWorld: household tasks in a text world (interactive, ReAct as in the paper)",
         description=_paper_description(),
-        version=f"1.g{game.GAME_VERSION}",
-        prompt_version="paper-react-1",
+        # .p2: the harness's context (4,096 tokens, the oldest text cut), no end-of-text
+        # stop strings (the base's end of sequence only), the examples not in the workspace
+        version=f"1.g{game.GAME_VERSION}.p2",
+        prompt_version="paper-react-2",
         default_base_model="Qwen/Qwen2.5-1.5B-Instruct",
         default_budget="12h",
         splits=_splits(),
@@ -252,10 +255,17 @@ class AlfWorldTask(InteractiveTask):
 
         grader = grader or self.spec.grader
         prompts = react.load_prompts(self._root)
+        tokenizer = getattr(engine, "tokenizer", None)
+        if tokenizer is None:  # the harness's context limit is counted in the model's tokens
+            raise RuntimeError(f"the engine {getattr(engine, 'engine_name', engine)!r} has no "
+                               "tokenizer: ALFWorld's paper profile fits each prompt to "
+                               f"{react.MAX_MODEL_LEN} tokens with it")
 
         def generate(texts: list[str]) -> list[str]:
-            return engine.generate([RawText(t) for t in texts],
-                                   max_new_tokens=grader.max_new_tokens, stop=grader.stop)
+            return engine.generate(
+                [RawText(react.fit_context(t, tokenizer, react.MAX_MODEL_LEN,
+                                           grader.max_new_tokens)) for t in texts],
+                max_new_tokens=grader.max_new_tokens, stop=grader.stop)
 
         return react.play([str(it["id"]) for it in items],
                           [functools.partial(self.make_env, it) for it in items],
@@ -277,13 +287,10 @@ class AlfWorldTask(InteractiveTask):
     def prepare_workspace(self, workspace: Path, settings: Settings, *,
                           link_base_model: bool = False) -> None:
         """The shared layout and env/, plus data/alfworld/: the train games only (dev and
-        test games are never written there); under the `paper` profile also the ReAct
-        examples the grader prompts with."""
+        test games are never written there). Under the `paper` profile the ReAct examples
+        the grader prompts with are not written either: the harness stopped exposing them to
+        agents (its `expose_files` for ALFWorld is `eval.py` alone)."""
         root = data_dir(settings, self.options(settings))
         super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
         dest = workspace / DATA / "alfworld"
         write_train_games(root, list_games(root, "train"), dest, link=link_base_model)
-        if getattr(self, "profile", "a2rl") == "paper":
-            target = dest / react.PROMPTS_FILE
-            target.write_text(json.dumps(react.load_prompts(root), indent=1) + "\n")
-            target.chmod(0o444)

@@ -47,8 +47,9 @@ ALPACA_FIXTURE = "alpaca.jsonl"
 GRADER = GraderSettings(max_new_tokens=1024, stop=["<|im_end|>", "<|endoftext|>", "</s>"],
                         batch_size=32)
 #: The harness's generation (benchmarks/__init__.py alpacaeval eval_config: max_tokens 512,
-#: max_model_len 4096; eval.py: vLLM, temperature 0, stopped by the end of sequence only).
-PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 512})
+#: max_model_len 4096; eval.py: vLLM, temperature 0, no stop list): ended by the end of
+#: sequence only, the base model's (the engines'; never the submission's).
+PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": 512, "stop": []})
 PAPER_MAX_MODEL_LEN = 4096
 #: The paper profile's interval: normal, from alpaca_eval's standard error of the LC win rate.
 PAPER_CI_METHOD = f"{NORMAL_METHOD} (alpaca_eval lc_standard_error)"
@@ -88,8 +89,9 @@ def _spec(n_train: int, n_dev: int, *, paper: bool = False) -> TaskSpec:
         title="AlpacaEval 2.0 (instruction following, LLM-judged)",
         description=_description(PAPER_GRADER, "description_paper.md") if paper
         else _description(),
-        version="2",  # 2: judged outputs fenced; words to the judge never win
-        prompt_version="paper-1" if paper else "1",
+        # 2: judged outputs fenced; words to the judge never win. Paper .p2: no stop list
+        version="2.p2" if paper else "2",
+        prompt_version="paper-2" if paper else "1",
         # the harness's README runs use Qwen/Qwen2.5-1.5B (the base model, not -Instruct)
         default_base_model="Qwen/Qwen2.5-1.5B",
         default_budget="12h" if paper else "2h",

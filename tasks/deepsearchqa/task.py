@@ -49,13 +49,13 @@ INSTRUCTION = ("Answer the question. Act with search[query] to search, then answ
 ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=8, history_window=2)
 #: The harness (autorl_bench/benchmarks/__init__.py: eval_config max_steps 6; deepsearchqa/
 #: eval.py: SamplingParams max_tokens 256, its stop strings, the whole conversation in every
-#: prompt); our end-of-text strings stand for vLLM's stop at the end of sequence.
+#: prompt); the base model's end of sequence ends a completion too (the engines'; never the
+#: submission's), as vLLM's does the base's.
 PAPER_STEPS, PAPER_MAX_NEW_TOKENS = paper.MAX_STEPS, paper.MAX_NEW_TOKENS
-END_OF_TEXT = ["<|im_end|>", "<|endoftext|>", "</s>"]
 PAPER_ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=PAPER_STEPS,
                                 history_window=PAPER_STEPS)
 PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": PAPER_MAX_NEW_TOKENS,
-                                         "stop": [*paper.STOP, *END_OF_TEXT]})
+                                         "stop": list(paper.STOP)})
 #: Where the workspace gets the harness's prompt text under the paper profile.
 PAPER_TEXT_FILE = "paper_text.json"
 
@@ -77,7 +77,8 @@ harness's system prompt (`system` in `data/deepsearchqa/{text_file}`), a blank l
 `Question: <question>`, `Answer type: <Single Answer or Set Answer>`, a blank line and
 `Thought:`. An action is `Action: search[query]` or `Action: answer[text]` **within the same
 completion** (generation stops before a new line starting `Action:`, `Thought:` or
-`Observation:`). A search appends `Observation: <the top {k_paper} results' snippets joined by
+`Observation:`, or at the base model's end of sequence, never one your checkpoint
+declares). A search appends `Observation: <the top {k_paper} results' snippets joined by
 " | ">` and `Thought:`; a completion without an action gets `Action: answer[` appended and a
 forced answer completed up to `]`. At most {max_steps} actions; then the last answer given,
 or `I don't know`."""
@@ -189,7 +190,8 @@ class DeepSearchQATask(InteractiveTask):
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
                 "published": PUBLISHED,
-                "prompt_version": "paper-2",
+                "version": f"{task.spec.version}.p2",  # .p2: the harness's stop lists only
+                "prompt_version": "paper-3",
                 "description": _description(paper_profile=True),
                 "splits": {
                     "train": SplitInfo(n_items=N_TRAIN, visible=True,
@@ -276,14 +278,14 @@ class DeepSearchQATask(InteractiveTask):
 
         grader = grader or self.spec.grader
         settings = self._settings_or_default()
-        ends = [s for s in grader.stop if s not in paper.STOP]  # the end-of-text strings
+        extra = [s for s in grader.stop if s not in paper.STOP]  # a caller's own stops
         search = search_fn(make_search(settings, options=self.options(settings)))
 
         def generate(prompts: list[str], max_new_tokens: int, stop: Sequence[str]
                      ) -> list[str]:
             return engine.generate([RawText(t) for t in prompts],
                                    max_new_tokens=min(max_new_tokens, grader.max_new_tokens),
-                                   stop=[*stop, *ends])
+                                   stop=[*stop, *extra])
 
         return paper.play([str(it["id"]) for it in items], [it["problem"] for it in items],
                           [it.get("answer_type") or "Single Answer" for it in items],

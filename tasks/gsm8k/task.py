@@ -155,7 +155,7 @@ class GSM8KTask(Task):
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
                 "published": PUBLISHED,
-                "prompt_version": "paper-1",
+                "prompt_version": "paper-2",  # 2: user turns end with OpenCompass's newline
                 "description": _paper_description(),
                 "splits": {
                     "train": SplitInfo(n_items=N_TRAIN_ALL, visible=True,

@@ -134,7 +134,7 @@ class HumanEvalTask(Task):
                 task.timeout_s = paper.TIMEOUT_S
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
-                "prompt_version": "paper-1",
+                "prompt_version": "paper-2",  # 2: user turns end with OpenCompass's newline
                 "description": _paper_description(task.timeout_s),
                 "splits": {
                     "train": SplitInfo(n_items=paper.N_VISIBLE, visible=True,

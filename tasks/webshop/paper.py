@@ -47,6 +47,7 @@ MAX_STEPS = 50  # harness benchmarks/__init__.py: webshop eval_config max_steps
 HISTORY_WINDOW = 5  # webshop_run / build_react_prompt: history_window=5
 MAX_NEW_TOKENS = 100  # create_llm_fn: SamplingParams(max_tokens=100, stop=["\n"])
 SUCCESS_AT = 0.5  # webshop_run: success = reward >= 0.5
+STOP = ("\n",)  # webshop_run: llm_fn(prompt, stop=["\n"])
 #: The site's buttons (lower case, as `get_available_actions` keys them). The original lists
 #: a page's buttons (`class="btn"`) and product links in page order, then the item's options.
 BUTTONS = ("back to search", "< prev", "next >", "description", "features", "reviews",

@@ -53,7 +53,10 @@ PAPER_STEPS, PAPER_HISTORY, PAPER_GOALS, PAPER_PRODUCTS = (paper.MAX_STEPS, pape
 PAPER_SUCCESS_AT = paper.SUCCESS_AT
 PAPER_ROLLOUT = RolloutSettings(instruction=INSTRUCTION, max_steps=PAPER_STEPS,
                                 history_window=PAPER_HISTORY)
-PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": paper.MAX_NEW_TOKENS})
+#: The harness's stop list (a newline) and nothing else: the base model's end of sequence
+#: ends a completion too (the engines'; never the submission's).
+PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": paper.MAX_NEW_TOKENS,
+                                         "stop": list(paper.STOP)})
 #: Where the workspace gets the harness's prompt text under the paper profile (data/webshop/).
 PAPER_TEXT_FILE = "paper_text.json"
 
@@ -158,8 +161,9 @@ PAPER_GRADING = """\
   product and option), then the last {history} earlier steps as `Observation k: <page>` /
   `Action k: <action>` lines numbered from the start, then `Observation n: <page>` and
   `Action n:`.
-- Greedy generation, at most {max_new_tokens} new tokens, stopped at the first newline; the
-  action is the output stripped, a leading `Action:` dropped and `choose[` read as `click[`
+- Greedy generation, at most {max_new_tokens} new tokens, stopped at the first newline or
+  the base model's end of sequence (never one your checkpoint declares); the action is
+  the output stripped, a leading `Action:` dropped and `choose[` read as `click[`
   (case-sensitive). At most {max_steps} actions.
 - `env/webshop_paper.py` is the grader's own loop: `play(ids, [lambda: webshop_env.
   make_train_env(id)], json.load(open("data/webshop/{text_file}")), generate)` plays training
@@ -243,7 +247,8 @@ class WebShopTask(InteractiveTask):
             task._catalogs, task._graded = {}, None
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
-                "prompt_version": "paper-2",
+                "version": f"{task.spec.version}.p2",  # .p2: the harness's stop list only
+                "prompt_version": "paper-3",
                 "description": _description(paper=True),
                 "splits": {
                     **task.spec.splits,
