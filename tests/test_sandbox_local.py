@@ -20,7 +20,7 @@ import pytest
 
 from a2rl.tools.sandbox import seccomp
 from a2rl.tools.sandbox.base import JobState, Sandbox, SandboxError, SandboxSpec
-from a2rl.tools.sandbox.local import LocalSandbox
+from a2rl.tools.sandbox.local import LocalConfig, LocalSandbox
 
 from .conftest import require, require_bwrap
 from .helpers import wait_for
@@ -77,8 +77,8 @@ def bwrap_sandbox(tmp_path: Path) -> Iterator[MakeSandbox]:
     require_bwrap()
     started: list[LocalSandbox] = []
 
-    def make(**overrides: object) -> LocalSandbox:
-        sandbox = LocalSandbox(make_spec(tmp_path, **overrides))
+    def make(config: LocalConfig | None = None, **overrides: object) -> LocalSandbox:
+        sandbox = LocalSandbox(make_spec(tmp_path, **overrides), config)
         sandbox.start()
         started.append(sandbox)
         return sandbox
@@ -212,13 +212,13 @@ def test_reattaching_hands_over_the_specs_deadline(make_sandbox: MakeSandbox) ->
     now: reattaching gives the running supervisor that deadline, which a paused grading clock
     may have moved while nobody was attached. `attach` never starts a supervisor."""
     first = make_sandbox()
-    pid = first._call("ping")["pid"]
+    pid = first.client.call("ping")["pid"]
     later = first.spec.deadline + 100
     assert LocalSandbox(first.spec.model_copy(update={"deadline": later})).attach()
-    assert first._call("ping")["deadline"] == later
+    assert first.client.call("ping")["deadline"] == later
     again = LocalSandbox(first.spec.model_copy(update={"deadline": later + 50}))
     again.start()  # reattached: the same supervisor, told the new deadline
-    pong = again._call("ping")
+    pong = again.client.call("ping")
     assert (pong["ok"], pong["pid"], pong["deadline"]) == (True, pid, later + 50)
     first.stop()
     assert not LocalSandbox(first.spec).attach()
@@ -473,7 +473,7 @@ def test_a_killed_jobs_processes_are_reaped_before_the_next_job_starts(
     gone, so it has the whole limit (once, on a loaded machine, `echo alive` could not fork
     and ended with 127 and no output)."""
     require(os.geteuid() == 0, "a pids cgroup needs root on this machine")
-    sandbox = bwrap_sandbox(pids_limit=64)
+    sandbox = bwrap_sandbox(LocalConfig(pids_limit=64))
     cgroup = sandbox.cgroup
     group = cgroup.paths.get("pids") or cgroup.paths.get("")
     require(group is not None and (group / "jobs" / "pids.current").exists(),
