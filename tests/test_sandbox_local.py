@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -295,6 +296,29 @@ def test_requests_need_the_token(make_sandbox: MakeSandbox) -> None:
         reply = json.loads(sock.makefile().readline())
     assert reply == {"ok": False, "error": "bad token"}
     assert (sandbox.spec.control_dir / "token").stat().st_mode & 0o777 == 0o600
+    # with the token: an operation the dispatch table lacks is refused by name, and one line
+    # that is not a request object gets its error, on the same connection
+    with pytest.raises(SandboxError, match="unknown op 'format_disk'"):
+        sandbox.client.call("format_disk")
+    with pytest.raises(SandboxError, match="unknown op \\['ping'\\]"):
+        sandbox.client.call(["ping"])  # type: ignore[arg-type]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(str(sock_path))
+        reader = sock.makefile()
+        sock.sendall(b"[1, 2]\n")
+        assert "a request is a JSON object" in json.loads(reader.readline())["error"]
+        sock.sendall(json.dumps({"token": sandbox.client.token, "op": "ping"}).encode() + b"\n")
+        assert json.loads(reader.readline())["ok"] is True
+
+
+def test_every_documented_operation_is_dispatched() -> None:
+    """The protocol the supervisor's docstring lists is its dispatch table, in order."""
+    from a2rl.tools.sandbox import supervisor
+    from a2rl.tools.sandbox.supervisor.dispatch import Dispatcher
+
+    documented = re.findall(r"^    (\w+) .*->", supervisor.__doc__ or "", re.MULTILINE)
+    assert documented == list(Dispatcher.OPS)
 
 
 def test_environment_is_scrubbed(
@@ -403,7 +427,7 @@ def test_supervisor_log_is_shown_when_start_fails(
 
     broken = tmp_path / "broken.py"
     broken.write_text("import sys\nsys.exit('supervisor broke on purpose')\n")
-    monkeypatch.setattr(local, "SUPERVISOR_SCRIPT", broken)
+    monkeypatch.setattr(local, "SUPERVISOR_PATH", broken)
     sandbox = LocalSandbox(make_spec(tmp_path))
     with pytest.raises(SandboxError, match="(?s)exited at start.*broke on purpose"):
         sandbox.start()

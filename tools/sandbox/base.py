@@ -76,7 +76,7 @@ class SandboxSpec(BaseModel):
     deadline: float  # epoch seconds: every job is stopped then, and the supervisor exits
     env: dict[str, str] = Field(default_factory=dict)  # extra variables a task allows
     network: bool = False
-    require_isolation: bool = True  # refuse to run unisolated (no bubblewrap) when True
+    require_isolation: bool = True  # refuse to run unisolated (local without bubblewrap)
     python_prefixes: list[Path] = Field(default_factory=list)  # Python envs to show read-only
     # Host files and folders that carry a task's hidden items (`a2rl.tasks.hidden_data`): a
     # backend that shows host paths masks those it would show (every task's, in every run).

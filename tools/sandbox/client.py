@@ -1,6 +1,6 @@
 """The host's side of the sandbox supervisor, one home for every backend.
 
-Every backend runs the same supervisor (`supervisor.py`, standard library only) somewhere
+Every backend runs the same supervisor (`supervisor/`, standard library only) somewhere
 isolated and talks to it the same way, so that a job, a kill, a deadline or a reattachment means
 one thing whatever isolates it. This module is that common part:
 
@@ -50,8 +50,10 @@ from .base import (
 
 log = logging.getLogger(__name__)
 
-SUPERVISOR_SCRIPT = Path(__file__).with_name("supervisor.py")
-SUPERVISOR_INSIDE = "/a2rl/supervisor.py"  # where a sandbox shows the script, read-only
+# The supervisor program, a folder run as `python -I <folder>` (its __main__.py says how), and
+# where a sandbox shows it, read-only.
+SUPERVISOR_PATH = Path(__file__).with_name("supervisor")
+SUPERVISOR_INSIDE = "/a2rl/supervisor"
 LOGS_INSIDE = "/a2rl/joblogs"  # where jobs see their logs, read-only (every backend)
 SOCKET_NAME = "supervisor.sock"
 START_TIMEOUT = 15.0
@@ -65,7 +67,7 @@ SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_PTRACE")
 def supervisor_caps(prefix: str = "CAP_") -> list[str]:
     """The capabilities the supervisor keeps as root: SUPERVISOR_CAPS, and SYS_RESOURCE where
     this host can give it, to leave the OOM killer's reach and pin each job's score
-    (supervisor.drop_privileges). Without it a backend must keep the supervisor out of its
+    (supervisor/shim.py, drop_privileges). Without it a backend must keep the supervisor out of its
     jobs' OOM kills some other way (the local backend's cgroup does)."""
     caps = [prefix + c.removeprefix("CAP_") for c in SUPERVISOR_CAPS]
     if host_has_cap(CAP_SYS_RESOURCE):

@@ -1,7 +1,7 @@
 """The `docker` backend: one container per run, the same supervisor inside.
 
 The container's main process (pid 1) is the sandbox supervisor (the stdlib-only
-`supervisor.py`), so jobs, kills, deadlines, limits and reattachment work exactly as on the local
+`supervisor/`), so jobs, kills, deadlines, limits and reattachment work exactly as on the local
 backend, through the same client (`client.py`), over a unix socket the supervisor binds in
 `control_dir/sock/` (mounted at a fixed path only container root can reach; the token stays on
 the host). Only what the container engine does is here. The supervisor runs as container
@@ -46,7 +46,7 @@ from .client import (
     SOCKET_NAME,
     START_TIMEOUT,
     SUPERVISOR_INSIDE,
-    SUPERVISOR_SCRIPT,
+    SUPERVISOR_PATH,
     SupervisedSandbox,
     sandbox_env,
     supervisor_args,
@@ -152,7 +152,7 @@ def container_config(spec: SandboxSpec, config: DockerConfig, token: str) -> dic
 
     ws = WORKSPACE_INSIDE
     env = {**sandbox_env(spec, home=ws, path=CONTAINER_PATH), "A2RL_SUPERVISOR_TOKEN": token}
-    mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_SCRIPT), type="bind", read_only=True),
+    mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_PATH), type="bind", read_only=True),
               Mount(ws, str(spec.workspace), type="bind")]
     # Docker takes names only: each input is checked first (no symlink on the way, inside the
     # workspace); no process of the run is left to swap it when a container is made.

@@ -57,7 +57,7 @@ from a2rl.tools.sandbox.client import (
     LOGS_INSIDE,
     START_TIMEOUT,
     SUPERVISOR_INSIDE,
-    SUPERVISOR_SCRIPT,
+    SUPERVISOR_PATH,
     SupervisedSandbox,
     sandbox_env,
     supervisor_args,
@@ -86,7 +86,6 @@ ETC_ENTRIES = (
     "ca-certificates",
     "ca-certificates.conf",
 )
-
 
 
 class LocalConfig(BackendConfig):
@@ -239,7 +238,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
             raise SandboxError(f"python prefix {prefix} would show the sandbox's token inside")
         if prefix.exists():
             args += ["--ro-bind", str(prefix), str(prefix)]
-    args += ["--ro-bind", str(SUPERVISOR_SCRIPT), SUPERVISOR_INSIDE]
+    args += ["--ro-bind", str(SUPERVISOR_PATH), SUPERVISOR_INSIDE]
     workspace = str(spec.workspace)
     args += ["--bind", workspace, workspace]
     by_fd = bwrap_binds_fds(bwrap)
@@ -312,6 +311,15 @@ class LocalSandbox(SupervisedSandbox):
     def _reattached(self, meta: dict[str, Any]) -> None:
         self._isolated = bool(meta.get("isolated", False))
 
+    @classmethod
+    def clean_up(cls, live_runs: set[str], store_id: str) -> dict[str, list[str]]:
+        """Nothing at server start: a live run's supervisor is found again through its socket
+        when first needed, and a finished run's cgroup goes with its finish. The host's run
+        cgroups are named by run alone, not by store, so a sweep here could kill the runs of
+        another store's server on this machine."""
+        del live_runs, store_id
+        return {}
+
     def _launch(self) -> None:
         spec, client = self.spec, self.client
         self._check_deadline()
@@ -347,7 +355,7 @@ class LocalSandbox(SupervisedSandbox):
         inner = [
             supervisor_python(spec),
             "-I",
-            SUPERVISOR_INSIDE if bwrap else str(SUPERVISOR_SCRIPT),
+            SUPERVISOR_INSIDE if bwrap else str(SUPERVISOR_PATH),
             "--listen-fd", str(listener.fileno()),
             "--logs-fd", str(logs_fd),
             *supervisor_args(spec, self.config, isolated=bwrap is not None),
