@@ -10,6 +10,12 @@ truncation is decided in one place for every backend.
 
 Methods are synchronous (the tools layer calls them from a worker thread) and raise
 `SandboxError` with a message fit for the agent when something goes wrong.
+
+Here: what every backend is told (`SandboxSpec`), the base of each backend's own config
+(`BackendConfig`), what a run's maker chooses (`SandboxChoices`) and the shapes the rest of
+a2rl sees (`Sandbox`, `SandboxBackend`). The supervisor's client and the base class of every
+backend are in client.py; the backends (local.py, docker.py) are siblings found by name in
+registry.py.
 """
 
 from __future__ import annotations
