@@ -17,6 +17,7 @@ from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
+from a2rl.tools.sandbox.registry import clean_up
 
 from .app import A2RLServer, build_server
 from .auth import RunTokenVerifier, TokenRun, ended_message
@@ -29,14 +30,12 @@ _INLINE_BYTES = 256 * 1024
 
 
 def adopt_on_start(store: Store) -> None:
-    """Containers of live runs go on; those of finalized runs are removed."""
+    """Each sandbox backend this store's runs used keeps what serves its live runs and removes
+    what finalized runs left (a container backend's containers); the backends say how."""
     with store.session() as s:
-        docker_runs = s.exec(select(Run.id, Run.ended_at).where(Run.backend == "docker")).all()
-    if docker_runs:
-        from a2rl.tools.sandbox.docker import adopt_containers
-
-        adopt_containers({run_id for run_id, ended in docker_runs if ended is None},
-                         store.identity)
+        runs = s.exec(select(Run.backend, Run.id, Run.ended_at)).all()
+    clean_up({(backend, run_id, ended is None) for backend, run_id, ended in runs},
+             store.identity)
 
 
 def max_message_bytes(settings: Settings) -> int:

@@ -14,6 +14,7 @@ from a2rl.server import build_server, create_run, finish_run
 from a2rl.store import Run, Store
 from a2rl.tools.sandbox.base import SandboxError, SandboxSpec
 from a2rl.tools.sandbox.docker import (
+    DockerConfig,
     DockerSandbox,
     adopt_containers,
     container_config,
@@ -164,9 +165,10 @@ def test_keep_container(dsettings, store: Store) -> None:  # type: ignore[no-unt
 
 def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec = SandboxSpec(run_id="r-gpu", workspace=tmp_path, control_dir=tmp_path / "ctl",
-                       deadline=4102444800.0, image=dsettings.docker_image, gpus=["2", "5"])
+                       deadline=4102444800.0)
+    gpus = DockerConfig(image=dsettings.docker_image, gpus=["2", "5"])
     (spec.control_dir / "sock").mkdir(parents=True)
-    config = container_config(spec, "t")
+    config = container_config(spec, gpus, "t")
     (request,) = config["device_requests"]
     assert request["DeviceIDs"] == ["2", "5"] and request["Capabilities"] == [["gpu"]]
     assert config["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
@@ -176,11 +178,11 @@ def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type:
         labels={"a2rl.managed": "1", "a2rl.run": "r-holder", "a2rl.gpus": "5"})
     try:
         with pytest.raises(SandboxError, match="held by run"):
-            DockerSandbox(spec)._launch()
-        shared = spec.model_copy(update={"share_gpus": True, "gpus": ["5"]})
+            DockerSandbox(spec, gpus)._launch()
+        shared = gpus.model_copy(update={"share_gpus": True, "gpus": ["5"]})
         # sharing passes the allocation check; the engine then has no GPU to give here
         with pytest.raises(SandboxError, match="could not start"):
-            DockerSandbox(shared)._launch()
+            DockerSandbox(spec, shared)._launch()
     finally:
         holder.remove(force=True)
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import sys
 from pathlib import Path
+
+from a2rl.tools.sandbox.registry import BUILTIN_BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -127,3 +130,50 @@ def test_tasks_and_grading_meet_only_at_the_seam() -> None:
                         if not e.endswith(" -> a2rl.grading.seam")}
     assert tasks_to_grading == set()
     assert edges.get(("grading", "tasks"), set()) == set()
+
+
+def file_of_module(module: str) -> Path:
+    node = node_of_module(module)
+    assert node is not None and node != "a2rl", module
+    package = next(p for p, folder in PACKAGES.items() if folder == node)
+    return REPO / node / (module.removeprefix(package + ".").replace(".", "/") + ".py")
+
+
+def test_sandbox_backends_are_siblings_the_server_names_none() -> None:
+    """A backend imports what every backend shares (base, client, cgroup, ...), never another
+    backend, so a fix to one cannot change another; the server reaches a backend only through
+    the registry, by the run's backend name, and names none itself."""
+    modules = {target.partition(":")[0] for target in BUILTIN_BACKENDS.values()}
+    assert len(modules) == len(BUILTIN_BACKENDS) >= 2
+    for module in modules:
+        imported = set(imports_of(file_of_module(module)))
+        assert "a2rl.tools.sandbox.client" in imported, module  # the walk sees its imports
+        assert imported & (modules - {module}) == set(), module
+    names = set(BUILTIN_BACKENDS) | {"bwrap", "bubblewrap"}
+    found = []
+    for path in sorted((REPO / "server").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        found += [f"{rel} imports {m}" for m in imports_of(path)
+                  if any(m == b or m.startswith(b + ".") for b in modules)]
+        found += [f"{rel}:{node.lineno} names {node.value!r}"
+                  for node in ast.walk(ast.parse(path.read_text()))
+                  if isinstance(node, ast.Constant) and node.value in names]
+    assert found == []
+
+
+def test_the_supervisor_needs_only_the_standard_library() -> None:
+    """The supervisor runs inside the sandbox with only its own folder shown: each of its
+    modules imports the standard library and, relatively, its siblings."""
+    folder = REPO / "tools" / "sandbox" / "supervisor"
+    outside = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            outside += [f"{path.name}: {n}" for n in names
+                        if n.partition(".")[0] not in sys.stdlib_module_names]
+    assert len(list(folder.glob("*.py"))) > 2 and outside == []

@@ -174,8 +174,8 @@ def supervisor_deadline(settings: Settings, store: Store, run: Run) -> float:
     """The deadline the run's supervisor holds, read without handing it one (a reattach
     would give it the clock's)."""
     sandbox = LocalSandbox(build_runtime(settings, store, run).sandbox_spec())
-    sandbox._token = (Path(run.workspace).parent / "control" / "token").read_text().strip()
-    return float(sandbox._call("ping")["deadline"])
+    assert sandbox.client.load_token()
+    return float(sandbox.client.call("ping")["deadline"])
 
 
 def slow_grader(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 
 from a2rl.tools.sandbox import seccomp
 from a2rl.tools.sandbox.base import JobState, Sandbox, SandboxError, SandboxSpec
-from a2rl.tools.sandbox.local import LocalSandbox
+from a2rl.tools.sandbox.local import LocalConfig, LocalSandbox
 
 from .conftest import require, require_bwrap
 from .helpers import wait_for
@@ -77,8 +78,8 @@ def bwrap_sandbox(tmp_path: Path) -> Iterator[MakeSandbox]:
     require_bwrap()
     started: list[LocalSandbox] = []
 
-    def make(**overrides: object) -> LocalSandbox:
-        sandbox = LocalSandbox(make_spec(tmp_path, **overrides))
+    def make(config: LocalConfig | None = None, **overrides: object) -> LocalSandbox:
+        sandbox = LocalSandbox(make_spec(tmp_path, **overrides), config)
         sandbox.start()
         started.append(sandbox)
         return sandbox
@@ -212,13 +213,13 @@ def test_reattaching_hands_over_the_specs_deadline(make_sandbox: MakeSandbox) ->
     now: reattaching gives the running supervisor that deadline, which a paused grading clock
     may have moved while nobody was attached. `attach` never starts a supervisor."""
     first = make_sandbox()
-    pid = first._call("ping")["pid"]
+    pid = first.client.call("ping")["pid"]
     later = first.spec.deadline + 100
     assert LocalSandbox(first.spec.model_copy(update={"deadline": later})).attach()
-    assert first._call("ping")["deadline"] == later
+    assert first.client.call("ping")["deadline"] == later
     again = LocalSandbox(first.spec.model_copy(update={"deadline": later + 50}))
     again.start()  # reattached: the same supervisor, told the new deadline
-    pong = again._call("ping")
+    pong = again.client.call("ping")
     assert (pong["ok"], pong["pid"], pong["deadline"]) == (True, pid, later + 50)
     first.stop()
     assert not LocalSandbox(first.spec).attach()
@@ -295,6 +296,29 @@ def test_requests_need_the_token(make_sandbox: MakeSandbox) -> None:
         reply = json.loads(sock.makefile().readline())
     assert reply == {"ok": False, "error": "bad token"}
     assert (sandbox.spec.control_dir / "token").stat().st_mode & 0o777 == 0o600
+    # with the token: an operation the dispatch table lacks is refused by name, and one line
+    # that is not a request object gets its error, on the same connection
+    with pytest.raises(SandboxError, match="unknown op 'format_disk'"):
+        sandbox.client.call("format_disk")
+    with pytest.raises(SandboxError, match="unknown op \\['ping'\\]"):
+        sandbox.client.call(["ping"])  # type: ignore[arg-type]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(str(sock_path))
+        reader = sock.makefile()
+        sock.sendall(b"[1, 2]\n")
+        assert "a request is a JSON object" in json.loads(reader.readline())["error"]
+        sock.sendall(json.dumps({"token": sandbox.client.token, "op": "ping"}).encode() + b"\n")
+        assert json.loads(reader.readline())["ok"] is True
+
+
+def test_every_documented_operation_is_dispatched() -> None:
+    """The protocol the supervisor's docstring lists is its dispatch table, in order."""
+    from a2rl.tools.sandbox import supervisor
+    from a2rl.tools.sandbox.supervisor.dispatch import Dispatcher
+
+    documented = re.findall(r"^    (\w+) .*->", supervisor.__doc__ or "", re.MULTILINE)
+    assert documented == list(Dispatcher.OPS)
 
 
 def test_environment_is_scrubbed(
@@ -403,7 +427,7 @@ def test_supervisor_log_is_shown_when_start_fails(
 
     broken = tmp_path / "broken.py"
     broken.write_text("import sys\nsys.exit('supervisor broke on purpose')\n")
-    monkeypatch.setattr(local, "SUPERVISOR_SCRIPT", broken)
+    monkeypatch.setattr(local, "SUPERVISOR_PATH", broken)
     sandbox = LocalSandbox(make_spec(tmp_path))
     with pytest.raises(SandboxError, match="(?s)exited at start.*broke on purpose"):
         sandbox.start()
@@ -473,7 +497,7 @@ def test_a_killed_jobs_processes_are_reaped_before_the_next_job_starts(
     gone, so it has the whole limit (once, on a loaded machine, `echo alive` could not fork
     and ended with 127 and no output)."""
     require(os.geteuid() == 0, "a pids cgroup needs root on this machine")
-    sandbox = bwrap_sandbox(pids_limit=64)
+    sandbox = bwrap_sandbox(LocalConfig(pids_limit=64))
     cgroup = sandbox.cgroup
     group = cgroup.paths.get("pids") or cgroup.paths.get("")
     require(group is not None and (group / "jobs" / "pids.current").exists(),

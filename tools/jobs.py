@@ -156,10 +156,8 @@ def stop_all(rt: RunRuntime, tool_call_id: int | None = None,
     elif rt.has_sandbox():
         # its supervisor ended itself at the deadline and cannot start again: what it left
         # (an exited container, an empty cgroup) goes now, or the run would hold it for ever
-        from .runtime import make_sandbox
-
         with contextlib.suppress(SandboxError, ToolError, OSError):
-            make_sandbox(rt.backend, rt.sandbox_spec()).release()
+            rt.new_sandbox().release()
     reconcile(rt, tool_call_id)
 
 

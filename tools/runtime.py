@@ -31,8 +31,8 @@ from a2rl.store import Run, Store
 from .paths import Workspace
 from .revisions import RevisionScanner
 from .sandbox import volume
-from .sandbox.base import Sandbox, SandboxError, SandboxSpec, thread_env
-from .sandbox.registry import BACKENDS, create_sandbox
+from .sandbox.base import BackendConfig, Sandbox, SandboxError, SandboxSpec, thread_env
+from .sandbox.registry import BACKENDS, OPTIONS_KEY, backend_config, create_sandbox
 from .seam import GradingHook, RunClockView
 
 #: The clock's own type, as its maker sees it (the server's `RunClock`): the tools read it as
@@ -69,10 +69,10 @@ def run_logger(run_id: str, path: Path) -> logging.Logger:
     return logger
 
 
-def make_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
+def make_sandbox(backend: str, spec: SandboxSpec, config: BackendConfig | None = None) -> Sandbox:
     """The run's sandbox, from the backend registry (`tools/sandbox/registry.py`)."""
     try:
-        return create_sandbox(backend, spec)
+        return create_sandbox(backend, spec, config)
     except UnknownName:
         raise ToolError(f"unknown sandbox backend {backend!r}: use "
                         f"{' or '.join(BACKENDS.names())}") from None
@@ -139,17 +139,12 @@ class RunRuntime(Generic[ClockT]):
         return self._sandbox is not None or (self.dir / "control" / "token").exists()
 
     def sandbox_spec(self) -> SandboxSpec:
-        """The run's sandbox as this process would build it now: the clock's deadline, the
-        settings' limits, and a container's settings fixed when the run was made."""
+        """The run's sandbox as this process would build it now: the clock's deadline and the
+        settings' limits every backend shares (the backend's own: `sandbox_config`)."""
         # the venv first: its bin/ leads PATH inside the sandbox
         prefixes = list(dict.fromkeys([Path(sys.prefix).resolve(),
                                        Path(sys.base_prefix).resolve()]))
         st = self.settings
-        fields: dict[str, Any] = {
-            "memory": st.sandbox_memory, "pids_limit": st.sandbox_pids_limit,
-            # a container's own settings, fixed when the run was made, come over these
-            **self.config.get("container", {}),
-        }
         return SandboxSpec(
             run_id=self.run_id, store_id=self.store.identity,
             workspace=self.workspace.root,
@@ -162,8 +157,20 @@ class RunRuntime(Generic[ClockT]):
             masked_paths=self.hidden_paths(),
             env=thread_env(),
             uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
-            file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes, **fields,
+            file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes,
         )
+
+    def sandbox_config(self) -> BackendConfig:
+        """The run's backend config: what the run fixed of it when it was made (a container's
+        image and limits), else the settings as they are now."""
+        try:
+            return backend_config(self.backend, self.settings, self.config.get(OPTIONS_KEY) or {})
+        except RegistryError as exc:
+            raise ToolError(str(exc)) from None
+
+    def new_sandbox(self, spec: SandboxSpec | None = None) -> Sandbox:
+        """A sandbox object for the run (not started): `spec` or the one built now."""
+        return make_sandbox(self.backend, spec or self.sandbox_spec(), self.sandbox_config())
 
     def sandbox(self) -> Sandbox:
         """The run's sandbox, started (or reattached) on first use."""
@@ -172,7 +179,7 @@ class RunRuntime(Generic[ClockT]):
                 spec = self.sandbox_spec()
                 spec.control_dir.mkdir(parents=True, exist_ok=True)
                 spec.services_dir.mkdir(parents=True, exist_ok=True)  # type: ignore[union-attr]
-                sandbox = make_sandbox(self.backend, spec)
+                sandbox = self.new_sandbox(spec)
                 try:
                     sandbox.start()
                 except Exception as exc:
@@ -203,7 +210,7 @@ class RunRuntime(Generic[ClockT]):
             if not self.has_sandbox():
                 return False
             try:
-                sandbox = make_sandbox(self.backend, self.sandbox_spec())
+                sandbox = self.new_sandbox()
                 if not sandbox.attach():
                     return False
             except (ToolError, SandboxError, OSError) as exc:

@@ -26,7 +26,9 @@ from a2rl.tools.jobs import stop_all, stop_cause
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
 from a2rl.tools.sandbox import volume
+from a2rl.tools.sandbox.base import SandboxChoices
 from a2rl.tools.sandbox.cgroup import RunCgroup
+from a2rl.tools.sandbox.registry import OPTIONS_KEY, run_options
 
 from ..auth import new_token
 from .clock import start_row
@@ -38,17 +40,6 @@ from .hooks import build_runtime
 class CreatedRun:
     run: Run
     token: str  # shown once; only its hash is stored
-
-
-def container_settings(settings: Settings, task_image: str, gpus: list[str], share: bool,
-                       keep: bool) -> dict:
-    """The container part of a sandbox spec, fixed when the run is made."""
-    from a2rl.tools.sandbox.docker import resolve_image
-
-    return {"image": resolve_image(settings.docker_image, task_image), "gpus": gpus,
-            "share_gpus": share, "keep_container": keep, "memory": settings.docker_memory,
-            "pids_limit": settings.docker_pids_limit, "cpus": settings.docker_cpus or None,
-            "shm_size": settings.docker_shm_size}
 
 
 def new_run_id() -> str:
@@ -114,9 +105,10 @@ def create_run(
                     "network": network, "allow_unisolated": unsafe or task.spec.toy,
                     "unsafe_local": unsafe, "disk_volume": disk_volume, "task_options": options,
                     "readonly_paths": task.readonly_paths,
-                    "container": container_settings(settings, task.spec.sandbox_image, gpus or [],
-                                                    share_gpus, keep_container)
-                    if backend == "docker" else {}},
+                    # what the backend fixes now (a container's image and limits), or nothing
+                    OPTIONS_KEY: run_options(backend, settings, SandboxChoices(
+                        task_image=task.spec.sandbox_image, gpus=gpus or [],
+                        share_gpus=share_gpus, keep_container=keep_container))},
         )
         with store.session() as s:
             if start_clock:

@@ -10,18 +10,26 @@ truncation is decided in one place for every backend.
 
 Methods are synchronous (the tools layer calls them from a worker thread) and raise
 `SandboxError` with a message fit for the agent when something goes wrong.
+
+Here: what every backend is told (`SandboxSpec`), the base of each backend's own config
+(`BackendConfig`), what a run's maker chooses (`SandboxChoices`) and the shapes the rest of
+a2rl sees (`Sandbox`, `SandboxBackend`). The supervisor's client and the base class of every
+backend are in client.py; the backends (local.py, docker.py) are siblings found by name in
+registry.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from a2rl.settings import Settings
 from a2rl.store.status import JobState  # a job's state is stored: defined with the store's
 
 log = logging.getLogger(__name__)
@@ -74,7 +82,7 @@ class SandboxSpec(BaseModel):
     deadline: float  # epoch seconds: every job is stopped then, and the supervisor exits
     env: dict[str, str] = Field(default_factory=dict)  # extra variables a task allows
     network: bool = False
-    require_isolation: bool = True  # refuse to run unisolated (no bubblewrap) when True
+    require_isolation: bool = True  # refuse to run unisolated (local without bubblewrap)
     python_prefixes: list[Path] = Field(default_factory=list)  # Python envs to show read-only
     # Host files and folders that carry a task's hidden items (`a2rl.tasks.hidden_data`): a
     # backend that shows host paths masks those it would show (every task's, in every run).
@@ -86,19 +94,11 @@ class SandboxSpec(BaseModel):
     # server's user, and the walls rest on the namespaces).
     uid: int = 61000
     gid: int = 61000
-    # Limits, on every backend ("0" or 0: none).
-    memory: str = "16g"
-    pids_limit: int = 4096
+    # Limits every backend enforces with the same settings ("0": none); the memory and process
+    # limits are each backend's own (`BackendConfig`).
     disk: str = "0"  # bytes the workspace may take (a watch of the supervisor)
     file_size: str = "0"  # the largest file a job may write (RLIMIT_FSIZE)
     log_bytes: str = "0"  # output bytes kept per job; more ends the job (log flood)
-    # Container backends only:
-    image: str | None = None
-    gpus: list[str] = Field(default_factory=list)  # host device ids, e.g. ["0", "1"]
-    share_gpus: bool = False  # allow a GPU another running sandbox holds
-    cpus: float | None = None
-    shm_size: str = "2g"
-    keep_container: bool = False
 
     @property
     def logs_dir(self) -> Path:
@@ -110,6 +110,35 @@ class SandboxSpec(BaseModel):
         if os.geteuid() == 0:
             return self.uid, self.gid
         return os.getuid(), os.getgid()
+
+
+class BackendConfig(BaseModel):
+    """A backend's own settings for one run, beside the `SandboxSpec` every backend shares.
+
+    Each backend subclasses it with its fields (a container's image, GPUs, ...) and builds it
+    from the flat settings that name them (`docker_image`, `sandbox_memory`, ...), so the
+    settings keep their names while no other backend sees them. The memory and process limits
+    are here, not in the spec: each backend has its own settings for them."""
+
+    memory: str = "16g"  # the jobs' memory together ("0": none)
+    pids_limit: int = 4096  # the jobs' processes and threads together (0: none)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> BackendConfig:
+        """This backend's config from the settings as they are now (default: its defaults)."""
+        del settings
+        return cls()
+
+
+class SandboxChoices(BaseModel):
+    """What a run's maker chooses of its sandbox beside the settings (`create_run`'s options):
+    each backend takes what it supports into the options it fixes (`run_options`) and
+    ignores the rest."""
+
+    task_image: str = ""  # the task's own sandbox image (`TaskSpec.sandbox_image`)
+    gpus: list[str] = Field(default_factory=list)  # host device ids, e.g. ["0", "1"]
+    share_gpus: bool = False  # allow a GPU another running sandbox holds
+    keep_container: bool = False  # keep a finished run's container (stopped), to inspect it
 
 
 CAP_SYS_RESOURCE = 24
@@ -160,6 +189,29 @@ def open_readonly_inputs(spec: SandboxSpec) -> dict[str, int]:
             continue
         found[rel] = fd
     return found
+
+
+def give_workspace(spec: SandboxSpec) -> None:
+    """Make the workspace's writable tree the jobs' user's, without following a link.
+
+    os.fwalk holds each folder open and chown acts on a name inside it, so a job that swaps a
+    folder for a symlink meanwhile makes us chown the link itself, never its target."""
+    uid, gid = spec.job_user()
+    if (uid, gid) == (os.getuid(), os.getgid()):
+        return
+    skip = set(spec.readonly_paths)
+    root_fd = os.open(spec.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchown(root_fd, uid, gid)
+        for top, dirs, files, dir_fd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
+            if top == ".":
+                dirs[:] = [d for d in dirs if d not in skip]
+                files = [f for f in files if f not in skip]
+            for name in dirs + files:
+                with contextlib.suppress(OSError):
+                    os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+    finally:
+        os.close(root_fd)
 
 
 @runtime_checkable
@@ -227,3 +279,24 @@ class Sandbox(Protocol):
     def release(self) -> None:
         """Remove what a supervisor that ended by itself (at the deadline) left: its
         cgroup, its container. Needs no live supervisor; idempotent."""
+
+
+class SandboxBackend(Protocol):
+    """What a backend's name resolves to in the registry (`registry.py`): the class of its
+    sandboxes, with what the server asks of a backend without naming it."""
+
+    config_type: type[BackendConfig]
+
+    def __call__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> Sandbox: ...
+
+    def config_for(self, settings: Settings, fixed: dict[str, Any]) -> BackendConfig:
+        """The run's config: from what it fixed when it was made, else from `settings`."""
+        ...
+
+    def run_options(self, settings: Settings, choices: SandboxChoices) -> dict[str, Any]:
+        """What a run fixes of this backend when it is made, stored with the run."""
+        ...
+
+    def clean_up(self, live_runs: set[str], store_id: str) -> dict[str, list[str]]:
+        """At server start: keep what serves this store's live runs, remove the rest."""
+        ...

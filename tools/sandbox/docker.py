@@ -1,14 +1,17 @@
 """The `docker` backend: one container per run, the same supervisor inside.
 
 The container's main process (pid 1) is the sandbox supervisor (the stdlib-only
-`supervisor.py`), so jobs, kills, deadlines, limits and reattachment work exactly as on the local
-backend, over a unix socket the supervisor binds in `control_dir/sock/` (mounted at a fixed path
-only container root can reach; the token stays on the host). The supervisor runs as container
+`supervisor/`), so jobs, kills, deadlines, limits and reattachment work exactly as on the local
+backend, through the same client (`client.py`), over a unix socket the supervisor binds in
+`control_dir/sock/` (mounted at a fixed path only container root can reach; the token stays on
+the host). Only what the container engine does is here. The supervisor runs as container
 root with only the capabilities it needs (switch user, signal and read its jobs' /proc, write
 its own folders) and no-new-privileges; every job drops to the sandbox user with no capability.
 The container is otherwise hardened: a read-only root filesystem with a private /tmp, pids and
 memory limits, no network unless asked, and only the environment the sandbox needs. GPUs are
 given by a device request, never shared between two running sandboxes unless `share_gpus`.
+What a run's container is (`DockerConfig`: image, GPUs, limits) is fixed when the run is made,
+from the `docker_*` settings and the run's choices, so a restarted server rebuilds the same one.
 
 The run's folders are mounted at fixed container paths (`/workspace`, `/a2rl/...`), so no
 component of the host path (a 0700 home, say) must be traversable by the sandbox user. Job
@@ -21,21 +24,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import time
 from pathlib import Path
 from typing import Any
 
-from .base import SandboxError, SandboxSpec, open_readonly_inputs
+from pydantic import Field
+
+from a2rl.settings import Settings
+
+from .base import (
+    BackendConfig,
+    SandboxChoices,
+    SandboxError,
+    SandboxSpec,
+    give_workspace,
+    open_readonly_inputs,
+)
 from .cgroup import SUPERVISOR_RESERVE
-from .local import (
+from .client import (
     LOGS_INSIDE,
     SOCKET_NAME,
     START_TIMEOUT,
     SUPERVISOR_INSIDE,
-    SUPERVISOR_SCRIPT,
-    LocalSandbox,
-    give_workspace,
+    SUPERVISOR_PATH,
+    SupervisedSandbox,
+    sandbox_env,
     supervisor_args,
     supervisor_caps,
 )
@@ -52,8 +65,32 @@ CONTROL_INSIDE = "/a2rl/control"  # the supervisor's socket; root-only
 SERVICES_INSIDE = "/a2rl/services"
 # Capabilities the supervisor keeps (jobs keep none): switch to the sandbox user, signal and
 # read the /proc of its jobs, give its socket to the server's user, write its folders; and
-# SYS_RESOURCE where the host has it (local.supervisor_caps).
+# SYS_RESOURCE where the host has it (client.supervisor_caps).
 SUPERVISOR_CAPS = ["SETUID", "SETGID", "KILL", "SYS_PTRACE", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
+
+
+class DockerConfig(BackendConfig):
+    """A run's container, fixed when the run is made (`DockerSandbox.run_options`) and stored
+    with it, so that its restarts after a server's build the same container."""
+
+    image: str = ""  # the sandbox image ("": refused when the sandbox is built)
+    gpus: list[str] = Field(default_factory=list)  # host device ids, e.g. ["0", "1"]
+    share_gpus: bool = False  # allow a GPU another running sandbox holds
+    cpus: float | None = None
+    shm_size: str = "2g"
+    keep_container: bool = False  # a finished run's container is stopped, not removed
+
+    @classmethod
+    def from_settings(cls, settings: Settings, choices: SandboxChoices | None = None,
+                      image: str | None = None) -> DockerConfig:
+        """From the `docker_*` settings and the run's choices; `image` as resolved
+        (`resolve_image`), else the setting as is."""
+        choices = choices or SandboxChoices()
+        return cls(image=settings.docker_image if image is None else image,
+                   gpus=choices.gpus, share_gpus=choices.share_gpus,
+                   keep_container=choices.keep_container, memory=settings.docker_memory,
+                   pids_limit=settings.docker_pids_limit, cpus=settings.docker_cpus or None,
+                   shm_size=settings.docker_shm_size)
 
 
 def docker_client() -> Any:
@@ -109,17 +146,13 @@ def oom_file_inside() -> str:
     return "/sys/fs/cgroup/memory/memory.oom_control"
 
 
-def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
+def container_config(spec: SandboxSpec, config: DockerConfig, token: str) -> dict[str, Any]:
     """Keyword arguments of `containers.run` for this spec (pure: tested without an engine)."""
     from docker.types import DeviceRequest, Mount
 
     ws = WORKSPACE_INSIDE
-    env = {
-        "PATH": CONTAINER_PATH, "HOME": ws, "USER": "a2rl", "XDG_CACHE_HOME": f"{ws}/.cache",
-        "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "TMPDIR": "/tmp", "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1", **spec.env, "A2RL_SUPERVISOR_TOKEN": token,
-    }
-    mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_SCRIPT), type="bind", read_only=True),
+    env = {**sandbox_env(spec, home=ws, path=CONTAINER_PATH), "A2RL_SUPERVISOR_TOKEN": token}
+    mounts = [Mount(SUPERVISOR_INSIDE, str(SUPERVISOR_PATH), type="bind", read_only=True),
               Mount(ws, str(spec.workspace), type="bind")]
     # Docker takes names only: each input is checked first (no symlink on the way, inside the
     # workspace); no process of the run is left to swap it when a container is made.
@@ -133,10 +166,10 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
     if spec.services_dir is not None:
         mounts.append(Mount(SERVICES_INSIDE, str(spec.services_dir), type="bind"))
         env["A2RL_SERVICES_DIR"] = SERVICES_INSIDE
-    args = supervisor_args(spec)
+    args = supervisor_args(spec, config)
     args[args.index("--workspace") + 1] = ws
-    config: dict[str, Any] = {
-        "image": spec.image,
+    run: dict[str, Any] = {
+        "image": config.image,
         "command": ["python3", "-I", SUPERVISOR_INSIDE,
                     "--socket", f"{CONTROL_INSIDE}/{SOCKET_NAME}",
                     "--socket-owner", f"{os.getuid()}:{os.getgid()}",
@@ -144,7 +177,7 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
                     "--oom-file", oom_file_inside(), *args],
         "name": container_name(spec.run_id),
         "labels": {LABEL_MANAGED: "1", LABEL_RUN: spec.run_id, LABEL_STORE: spec.store_id,
-                   LABEL_GPUS: ",".join(spec.gpus)},
+                   LABEL_GPUS: ",".join(config.gpus)},
         "user": "0:0",  # the supervisor; each job drops to the sandbox user
         "working_dir": ws,
         "environment": env,
@@ -156,36 +189,50 @@ def container_config(spec: SandboxSpec, token: str) -> dict[str, Any]:
         "read_only": True,
         "tmpfs": {"/tmp": "rw,nosuid,nodev,size=4g"},
         # the supervisor's own threads count too; the supervisor ends a job at pids_limit
-        "pids_limit": spec.pids_limit + SUPERVISOR_RESERVE,
-        "mem_limit": spec.memory,
-        "memswap_limit": spec.memory,  # no swap: a memory hog is killed, not slowed to a crawl
-        "shm_size": spec.shm_size,
+        "pids_limit": config.pids_limit + SUPERVISOR_RESERVE,
+        "mem_limit": config.memory,
+        "memswap_limit": config.memory,  # no swap: a memory hog is killed, not slowed to a crawl
+        "shm_size": config.shm_size,
         "detach": True,
     }
-    if spec.cpus:
-        config["nano_cpus"] = int(spec.cpus * 1e9)
-    if spec.gpus:
-        config["device_requests"] = [DeviceRequest(device_ids=list(spec.gpus),
-                                                   capabilities=[["gpu"]])]
+    if config.cpus:
+        run["nano_cpus"] = int(config.cpus * 1e9)
+    if config.gpus:
+        run["device_requests"] = [DeviceRequest(device_ids=list(config.gpus),
+                                                capabilities=[["gpu"]])]
         # the container sees its devices renumbered from 0
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(spec.gpus)))
-    return config
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(config.gpus)))
+    return run
 
 
-class DockerSandbox(LocalSandbox):
-    """A run's container; the supervisor protocol and job handling come from LocalSandbox."""
+class DockerSandbox(SupervisedSandbox):
+    """A run's container; the supervisor protocol and job handling are the shared client's."""
 
-    def __init__(self, spec: SandboxSpec) -> None:
-        super().__init__(spec)
-        if not spec.image:
+    config_type = DockerConfig
+    config: DockerConfig
+
+    def __init__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> None:
+        super().__init__(spec, config)
+        if not self.config.image:
             raise SandboxError("the docker backend needs an image (setting docker_image)")
-        self._client: Any = None
+        self._engine: Any = None
+
+    @classmethod
+    def run_options(cls, settings: Settings, choices: SandboxChoices) -> dict[str, Any]:
+        """The container, fixed now: the image resolved (the setting, the task's, the test
+        image), the `docker_*` limits and the run's GPUs."""
+        image = resolve_image(settings.docker_image, choices.task_image)
+        return DockerConfig.from_settings(settings, choices, image).model_dump()
+
+    @classmethod
+    def clean_up(cls, live_runs: set[str], store_id: str) -> dict[str, list[str]]:
+        return adopt_containers(live_runs, store_id)
 
     @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = docker_client()
-        return self._client
+    def engine(self) -> Any:
+        if self._engine is None:
+            self._engine = docker_client()
+        return self._engine
 
     @property
     def isolated(self) -> bool:
@@ -195,37 +242,34 @@ class DockerSandbox(LocalSandbox):
         import docker
 
         try:
-            return self.client.containers.get(container_name(self.spec.run_id))
+            return self.engine.containers.get(container_name(self.spec.run_id))
         except docker.errors.NotFound:
             return None
 
     def _launch(self) -> None:
-        spec = self.spec
-        if spec.deadline <= time.time():
-            raise SandboxError("the run's deadline has passed; the sandbox cannot start")
+        spec, config = self.spec, self.config
+        self._check_deadline()
         old = self.container()
         if old is not None:
             old.remove(force=True)  # its supervisor no longer answers
-        if spec.gpus and not spec.share_gpus:
-            taken = {g: r for g, r in gpus_in_use(self.client, spec.run_id).items()
-                     if g in spec.gpus}
+        if config.gpus and not config.share_gpus:
+            taken = {g: r for g, r in gpus_in_use(self.engine, spec.run_id).items()
+                     if g in config.gpus}
             if taken:
                 raise SandboxError(f"GPU(s) {sorted(taken)} are held by run(s) "
                                    f"{sorted(set(taken.values()))}; pick others or share")
-        self._prepare_ownership()
-        token = secrets.token_hex(32)
-        self._write_private(self._token_path, token + "\n")
+        give_workspace(spec)  # the jobs' user writes it; the socket and log folders stay root's
+        token = self.client.new_token()
         with contextlib.suppress(FileNotFoundError):
-            self._socket_path.unlink()
+            self.client.socket_path.unlink()
         try:
-            self.client.containers.run(**container_config(spec, token))
+            self.engine.containers.run(**container_config(spec, config, token))
         except Exception as exc:
             raise SandboxError(f"the container could not start: {exc}") from None
-        self._token, self._isolated = token, True
         end = time.monotonic() + START_TIMEOUT
         while True:
             try:
-                self._call("ping", timeout=1.0)
+                self.client.call("ping", timeout=1.0)
                 return
             except SandboxError:
                 c = self.container()
@@ -239,20 +283,16 @@ class DockerSandbox(LocalSandbox):
         evidence = container_oom_evidence(c) if c is not None else None
         return ("out_of_memory", evidence) if evidence else None
 
-    def _prepare_ownership(self) -> None:
-        """Let the jobs' user write the workspace; the socket and log folders stay root's."""
-        give_workspace(self.spec)
-
     def _force_stop(self) -> None:
         c = self.container()
         if c is not None:
-            if self.spec.keep_container:
+            if self.config.keep_container:
                 with contextlib.suppress(Exception):
                     c.stop(timeout=5)
             else:
                 c.remove(force=True)
         with contextlib.suppress(FileNotFoundError):
-            self._socket_path.unlink()
+            self.client.socket_path.unlink()
 
 
 def container_oom_evidence(container: Any) -> str | None:

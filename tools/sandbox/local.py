@@ -1,11 +1,14 @@
 """The `local` backend: one supervisor per run, inside bubblewrap when it is installed.
 
-The supervisor (`supervisor.py`, standard library only) is launched detached from the caller, in
-its own session and without --die-with-parent, so a server killed outright leaves it and its
-jobs running; a later `start()` with the same spec reattaches through the socket in
-`control_dir/sock/`. That socket is bound here, outside the sandbox, and handed to the supervisor
-as an inherited descriptor: no path inside the sandbox leads to it. The token that authenticates
-calls lives in `control_dir/token` (0600), which the sandbox never sees.
+Only what bubblewrap does is here; the supervisor's protocol, token and files are the shared
+client's (`client.py`), as they are for every backend.
+
+The supervisor is launched detached from the caller, in its own session and without
+--die-with-parent, so a server killed outright leaves it and its jobs running; a later
+`start()` with the same spec reattaches through the socket in `control_dir/sock/`. That socket
+is bound here, outside the sandbox, and handed to the supervisor as an inherited descriptor: no
+path inside the sandbox leads to it. The token that authenticates calls lives in
+`control_dir/token` (0600), which the sandbox never sees.
 
 Inside bubblewrap the supervisor is the pid namespace's init (`--as-pid-1`): jobs cannot signal
 it, and killing it from the host ends every process of the run. When the server runs as root,
@@ -14,7 +17,7 @@ user, signal and read its jobs' /proc, and every job runs as the sandbox user (`
 owns the workspace's writable tree. As an ordinary user, jobs share the server's user (an
 unprivileged user namespace maps no other) and the walls are the namespaces alone. Every
 process of a run is also in the run's cgroup where one can be made (`cgroup.py`): the memory
-and process limits, and a second way to kill them all.
+and process limits (`LocalConfig`), and a second way to kill them all.
 
 The host filesystem is not shown wholesale: only the system folders, a few files of /etc, the
 Python prefixes, the workspace (read-write, with `readonly_paths` mounted read-only over it), the
@@ -25,7 +28,6 @@ supervisor writes it through a descriptor) and the services folder.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import json
 import logging
@@ -41,30 +43,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a2rl.settings import parse_size
+from a2rl.settings import Settings, parse_size
 from a2rl.tools.sandbox import seccomp
 from a2rl.tools.sandbox.base import (
-    CAP_SYS_RESOURCE,
-    JobState,
+    BackendConfig,
     SandboxError,
-    SandboxJob,
     SandboxSpec,
-    host_has_cap,
+    give_workspace,
     open_readonly_inputs,
 )
 from a2rl.tools.sandbox.cgroup import RunCgroup
+from a2rl.tools.sandbox.client import (
+    LOGS_INSIDE,
+    START_TIMEOUT,
+    SUPERVISOR_INSIDE,
+    SUPERVISOR_PATH,
+    SupervisedSandbox,
+    sandbox_env,
+    supervisor_args,
+    supervisor_caps,
+)
 
 log = logging.getLogger(__name__)
 
-SUPERVISOR_SCRIPT = Path(__file__).with_name("supervisor.py")
-SUPERVISOR_INSIDE = "/a2rl/supervisor.py"  # where bubblewrap shows the script
-LOGS_INSIDE = "/a2rl/joblogs"  # where jobs see their logs, read-only (both backends)
-SOCKET_NAME = "supervisor.sock"
 SANDBOX_VAR = "A2RL_SANDBOX"  # the run's nonce in every job's environment (the unisolated sweep)
-SUPERVISOR_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_PTRACE")
-START_TIMEOUT = 15.0
-CALL_TIMEOUT = 10.0
-KILL_TIMEOUT = 60.0  # a kill sweeps /proc until nothing is left, then waits for the reap
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_ENTRIES = (
     "passwd",
@@ -86,34 +88,21 @@ ETC_ENTRIES = (
 )
 
 
-def supervisor_caps(prefix: str = "CAP_") -> list[str]:
-    """The capabilities the supervisor keeps as root: SUPERVISOR_CAPS, and SYS_RESOURCE where
-    this host can give it, to leave the OOM killer's reach and pin each job's score
-    (supervisor.drop_privileges). Without it the jobs' own cgroup (local) keeps the supervisor
-    out of their OOM kills."""
-    caps = [prefix + c.removeprefix("CAP_") for c in SUPERVISOR_CAPS]
-    if host_has_cap(CAP_SYS_RESOURCE):
-        caps.append(prefix + "SYS_RESOURCE")
-    return caps
+class LocalConfig(BackendConfig):
+    """The local backend's settings: its jobs' limits, held by the run's cgroup. Read from the
+    settings at every start (a local run fixes nothing when it is made)."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LocalConfig:
+        return cls(memory=settings.sandbox_memory, pids_limit=settings.sandbox_pids_limit)
 
 
-def sandbox_env(spec: SandboxSpec) -> dict[str, str]:
-    """The whole environment of the supervisor and its jobs: an allow-list, nothing inherited."""
+def local_env(spec: SandboxSpec) -> dict[str, str]:
+    """The supervisor's and its jobs' environment (`client.sandbox_env`): the workspace is seen
+    at its host path, and the first Python prefix's bin/ leads PATH."""
     bins = [str(spec.python_prefixes[0] / "bin")] if spec.python_prefixes else []
-    workspace = str(spec.workspace)
-    env = {
-        "PATH": ":".join([*bins, "/usr/local/bin", "/usr/bin", "/bin"]),
-        "HOME": workspace,
-        "USER": "a2rl",  # no passwd entry names the sandbox user; getpass needs a name
-        "XDG_CACHE_HOME": f"{workspace}/.cache",
-        "LANG": "C.UTF-8",
-        "PYTHONUNBUFFERED": "1",
-        "TMPDIR": "/tmp",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
-    env.update(spec.env)
-    return env
+    return sandbox_env(spec, home=str(spec.workspace),
+                       path=":".join([*bins, "/usr/local/bin", "/usr/bin", "/bin"]))
 
 
 def supervisor_python(spec: SandboxSpec) -> str:
@@ -233,7 +222,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
         args += ["--seccomp", str(seccomp_fd)]
     # The supervisor is pid 1: the kernel drops the signals jobs send it.
     args += ["--as-pid-1", "--info-fd", str(info_fd), "--new-session", "--clearenv"]
-    for key, value in {**sandbox_env(spec), SANDBOX_VAR: nonce}.items():
+    for key, value in {**local_env(spec), SANDBOX_VAR: nonce}.items():
         args += ["--setenv", key, value]
     args += host_system_binds()
     # /dev/shm as on any Linux: multiprocessing's locks and torch's DataLoader workers share
@@ -249,7 +238,7 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
             raise SandboxError(f"python prefix {prefix} would show the sandbox's token inside")
         if prefix.exists():
             args += ["--ro-bind", str(prefix), str(prefix)]
-    args += ["--ro-bind", str(SUPERVISOR_SCRIPT), SUPERVISOR_INSIDE]
+    args += ["--ro-bind", str(SUPERVISOR_PATH), SUPERVISOR_INSIDE]
     workspace = str(spec.workspace)
     args += ["--bind", workspace, workspace]
     by_fd = bwrap_binds_fds(bwrap)
@@ -264,45 +253,6 @@ def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
     return args
 
 
-def supervisor_args(spec: SandboxSpec, isolated: bool = True) -> list[str]:
-    """The limits and the jobs' user, as the supervisor's command line options.
-
-    Unisolated (no bubblewrap, --unsafe-local) jobs keep the server's user: the whole host is
-    visible to them anyway, and the server's Python may sit in a home only its user reaches."""
-    uid, gid = spec.job_user() if isolated else (-1, -1)
-    args = ["--workspace", str(spec.workspace), "--deadline", repr(spec.deadline),
-            "--uid", str(uid), "--gid", str(gid),
-            "--pids-limit", str(spec.pids_limit),
-            "--fsize-limit", str(parse_size(spec.file_size)),
-            "--log-limit", str(parse_size(spec.log_bytes)),
-            "--disk-limit", str(parse_size(spec.disk)),
-            "--memory-label", spec.memory]
-    for rel in spec.readonly_paths:
-        args += ["--readonly", rel]
-    return args
-
-
-def give_workspace(spec: SandboxSpec) -> None:
-    """Make the workspace's writable tree the jobs' user's, without following a link.
-
-    os.fwalk holds each folder open and chown acts on a name inside it, so a job that swaps a
-    folder for a symlink meanwhile makes us chown the link itself, never its target."""
-    uid, gid = spec.job_user()
-    if (uid, gid) == (os.getuid(), os.getgid()):
-        return
-    skip = set(spec.readonly_paths)
-    root_fd = os.open(spec.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        os.fchown(root_fd, uid, gid)
-        for top, dirs, files, dir_fd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
-            if top == ".":
-                dirs[:] = [d for d in dirs if d not in skip]
-                files = [f for f in files if f not in skip]
-            for name in dirs + files:
-                with contextlib.suppress(OSError):
-                    os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
-    finally:
-        os.close(root_fd)
 
 
 def open_jobs_cgroup(cgroup: RunCgroup) -> tuple[list[int], str]:
@@ -336,36 +286,17 @@ def bind_socket(path: Path) -> socket.socket:
     return sock
 
 
-class LocalSandbox:
+
+
+class LocalSandbox(SupervisedSandbox):
     """Jobs run by a detached supervisor, isolated with bubblewrap when it is installed."""
 
-    def __init__(self, spec: SandboxSpec) -> None:
-        self.spec = spec
-        self._token: str | None = None
+    config_type = LocalConfig
+
+    def __init__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> None:
+        super().__init__(spec, config)
         self._isolated: bool | None = None
         self._proc: subprocess.Popen[bytes] | None = None  # only when this object launched it
-
-    # -- paths ---------------------------------------------------------------------------------
-
-    @property
-    def _control(self) -> Path:
-        return self.spec.control_dir
-
-    @property
-    def _socket_path(self) -> Path:
-        return self._control / "sock" / SOCKET_NAME
-
-    @property
-    def _token_path(self) -> Path:
-        return self._control / "token"
-
-    @property
-    def _meta_path(self) -> Path:
-        return self._control / "supervisor.json"
-
-    @property
-    def _log_path(self) -> Path:
-        return self._control / "supervisor.log"
 
     @property
     def isolated(self) -> bool:
@@ -373,53 +304,25 @@ class LocalSandbox:
             return shutil.which("bwrap") is not None
         return self._isolated
 
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._control.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (self._control / "sock").mkdir(exist_ok=True, mode=0o700)
-        # Jobs read their logs (read-only, root's files) but never write this folder.
-        self.spec.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        with open(self._control / "start.lock", "w") as lock:
-            # Two callers starting the same run at once must not launch two supervisors.
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if self._reattach():
-                return
-            self._launch()
-
-    def attach(self) -> bool:
-        if not self._control.is_dir():
-            return False
-        with open(self._control / "start.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # not halfway through another caller's launch
-            return self._reattach()
-
-    def _reattach(self) -> bool:
-        if not self._token_path.exists() or not self._socket_path.exists():
-            return False
-        self._token = self._token_path.read_text().strip()
-        try:
-            reply = self._call("ping", timeout=3.0)
-            if reply.get("deadline") != self.spec.deadline:
-                # the spec holds the clock's deadline as it is now: a paused grading clock
-                # may have moved it since the supervisor last heard of it
-                self.set_deadline(self.spec.deadline)
-        except SandboxError:
-            self._token = None
-            return False
-        meta = self._read_meta()
-        self._isolated = bool(meta.get("isolated", False))
-        log.info("reattached to the supervisor of run %s", self.spec.run_id)
-        return True
-
     @property
     def cgroup(self) -> RunCgroup:
         return RunCgroup(self.spec.run_id)
 
+    def _reattached(self, meta: dict[str, Any]) -> None:
+        self._isolated = bool(meta.get("isolated", False))
+
+    @classmethod
+    def clean_up(cls, live_runs: set[str], store_id: str) -> dict[str, list[str]]:
+        """Nothing at server start: a live run's supervisor is found again through its socket
+        when first needed, and a finished run's cgroup goes with its finish. The host's run
+        cgroups are named by run alone, not by store, so a sweep here could kill the runs of
+        another store's server on this machine."""
+        del live_runs, store_id
+        return {}
+
     def _launch(self) -> None:
-        spec = self.spec
-        if spec.deadline <= time.time():
-            raise SandboxError("the run's deadline has passed; the sandbox cannot start")
+        spec, client = self.spec, self.client
+        self._check_deadline()
         if not spec.workspace.is_dir():
             raise SandboxError(f"workspace {spec.workspace} does not exist")
         bwrap = shutil.which("bwrap")
@@ -432,16 +335,15 @@ class LocalSandbox:
         # line and no half-started run.
         seccomp_fd = open_seccomp(bwrap) if bwrap else None
         self._force_stop()  # whatever is left of an earlier supervisor of this run
-        token = secrets.token_hex(32)
+        token = client.new_token()
         nonce = secrets.token_hex(8)
-        self._write_private(self._token_path, token + "\n")
         if bwrap:
             give_workspace(spec)
         cgroup = self.cgroup
-        cgroup.create(parse_size(spec.memory), spec.pids_limit)
+        cgroup.create(parse_size(self.config.memory), self.config.pids_limit)
         oom_file = cgroup.oom_file()
 
-        listener = bind_socket(self._socket_path)
+        listener = bind_socket(client.socket_path)
         logs_fd = os.open(spec.logs_dir, os.O_RDONLY | os.O_DIRECTORY)
         oom_fd = os.open(oom_file, os.O_RDONLY) if oom_file is not None else None
         readonly_fds = open_readonly_inputs(spec) if bwrap else {}
@@ -453,10 +355,10 @@ class LocalSandbox:
         inner = [
             supervisor_python(spec),
             "-I",
-            SUPERVISOR_INSIDE if bwrap else str(SUPERVISOR_SCRIPT),
+            SUPERVISOR_INSIDE if bwrap else str(SUPERVISOR_PATH),
             "--listen-fd", str(listener.fileno()),
             "--logs-fd", str(logs_fd),
-            *supervisor_args(spec, isolated=bwrap is not None),
+            *supervisor_args(spec, self.config, isolated=bwrap is not None),
             "--logs-view", LOGS_INSIDE if bwrap else str(spec.logs_dir),
         ]
         if oom_fd is not None:
@@ -475,10 +377,10 @@ class LocalSandbox:
             )
             inner[0] = sys.executable  # seen as is: no mounts to satisfy
             command = inner
-            env = {**sandbox_env(spec), SANDBOX_VAR: nonce}
+            env = {**local_env(spec), SANDBOX_VAR: nonce}
 
         try:
-            with open(self._log_path, "ab") as out:
+            with open(client.log_path, "ab") as out:
                 proc = subprocess.Popen(
                     command,
                     stdin=subprocess.PIPE,
@@ -502,7 +404,6 @@ class LocalSandbox:
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.close()
         self._proc = proc
-        self._token = token
         self._isolated = bwrap is not None
         meta = {
             "pid": proc.pid,
@@ -512,24 +413,24 @@ class LocalSandbox:
             "nonce": nonce,
             "isolated": self._isolated,
         }
-        self._write_private(self._meta_path, json.dumps(meta))
+        client.write_meta(meta)
 
         end = time.monotonic() + START_TIMEOUT
         while True:
             if proc.poll() is not None:
                 raise SandboxError(
                     f"the sandbox supervisor exited at start (code {proc.returncode}):\n"
-                    + self._log_tail()
+                    + client.log_tail()
                 )
             try:
-                self._call("ping", timeout=1.0)
+                client.call("ping", timeout=1.0)
                 return
             except SandboxError:
                 if time.monotonic() > end:
                     self._force_stop()
                     raise SandboxError(
                         f"the sandbox supervisor did not answer within {START_TIMEOUT:.0f} s:\n"
-                        + self._log_tail()
+                        + client.log_tail()
                     ) from None
             time.sleep(0.02)
 
@@ -557,33 +458,13 @@ class LocalSandbox:
     def alive(self) -> bool:
         if self._proc is not None:
             self._proc.poll()  # reap it if it has ended, so no zombie lingers
-        if self._token is None:
-            return False
-        try:
-            self._call("ping", timeout=3.0)
-        except SandboxError:
-            return False
-        return True
-
-    def stop(self) -> None:
-        if self._token is None and self._token_path.exists():
-            self._token = self._token_path.read_text().strip()
-        if self._token is not None:
-            try:
-                self._call("shutdown", timeout=KILL_TIMEOUT)
-            except SandboxError as exc:
-                if "not running" not in str(exc):
-                    log.warning("supervisor shutdown failed (%s); killing it", exc)
-        self._force_stop()
-
-    def release(self) -> None:
-        self._force_stop()
+        return super().alive()
 
     def _force_stop(self) -> None:
         """Make sure no process of this run is left: the supervisor (the pid namespace's init:
         killing it ends every process in the namespace, a kernel guarantee), the launcher, the
         run's cgroup, and, unisolated without a cgroup, every process carrying its marker."""
-        meta = self._read_meta()
+        meta = self.client.read_meta()
         sup = meta.get("supervisor_pid")
         # The start time guards against killing a stranger that reused a long-dead pid.
         if isinstance(sup, int) and _start_time(sup) == meta.get("supervisor_start"):
@@ -602,7 +483,7 @@ class LocalSandbox:
         if not meta.get("isolated") and isinstance(nonce, str) and nonce:
             _kill_marked(nonce)
         with contextlib.suppress(FileNotFoundError):
-            self._socket_path.unlink()
+            self.client.socket_path.unlink()
 
     def _wait_gone(self, pid: int, timeout: float) -> bool:
         """Wait for pid to end; True when it is still running after `timeout`."""
@@ -618,125 +499,6 @@ class LocalSandbox:
 
     # -- jobs ----------------------------------------------------------------------------------
 
-    def spawn(self, job_id: str, command: str, log_path: str | None = None) -> SandboxJob:
-        del log_path  # a job's log is always logs/<job_id>.log, in the supervisor's folder
-        fields = {"job_id": job_id, "command": command, "env": self.spec.env}
-        reply = self._call("spawn", fields)
-        return self._job(reply["job"])
-
-    def wait(self, job_id: str, timeout: float) -> SandboxJob:
-        timeout = max(0.0, timeout)
-        fields = {"job_id": job_id, "timeout": timeout}
-        reply = self._call("wait", fields, timeout=timeout + CALL_TIMEOUT)
-        return self._job(reply["job"])
-
-    def get(self, job_id: str) -> SandboxJob:
-        return self._job(self._call("get", {"job_id": job_id})["job"])
-
-    def list(self) -> list[SandboxJob]:
-        return [self._job(job) for job in self._call("list")["jobs"]]
-
-    def wait_any(self, job_ids: list[str], timeout: float) -> list[SandboxJob]:
-        timeout = max(0.0, timeout)
-        reply = self._call("wait_any", {"job_ids": job_ids, "timeout": timeout},
-                           timeout=timeout + CALL_TIMEOUT)
-        return [self._job(job) for job in reply["jobs"]]
-
-    def kill(self, job_id: str, cause: str = "job_kill", evidence: str = "") -> SandboxJob:
-        fields = {"job_id": job_id, "cause": cause, "evidence": evidence}
-        return self._job(self._call("kill", fields, timeout=KILL_TIMEOUT)["job"])
-
-    def set_deadline(self, deadline: float) -> None:
-        self._call("set_deadline", {"deadline": deadline})
-
-    def gone_cause(self) -> tuple[str, str] | None:
-        return None  # a bubblewrap supervisor leaves no record of its end
-
-    def _job(self, data: dict[str, Any]) -> SandboxJob:
-        return SandboxJob(**{**data, "state": JobState(data["state"])})
-
-    # -- transport -----------------------------------------------------------------------------
-
-    def _call(
-        self, op: str, fields: dict[str, Any] | None = None, *, timeout: float = CALL_TIMEOUT
-    ) -> dict[str, Any]:
-        """One request on a fresh connection; `timeout` bounds the whole exchange."""
-        if self._token is None:
-            raise SandboxError("the sandbox is not started")
-        request = json.dumps({"token": self._token, "op": op, **(fields or {})}).encode() + b"\n"
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(timeout)
-                _connect(sock, self._socket_path)
-                sock.sendall(request)
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise SandboxError("supervisor is not running") from None
-        except TimeoutError:
-            raise SandboxError(f"the sandbox supervisor did not answer {op} in time") from None
-        except OSError as exc:
-            raise SandboxError(f"cannot reach the sandbox supervisor: {exc}") from None
-        if not data:
-            raise SandboxError("supervisor is not running (connection closed)")
-        try:
-            reply = json.loads(data)
-        except ValueError:
-            raise SandboxError(f"the sandbox supervisor answered garbage: {data[:200]!r}") from None
-        if not reply.get("ok"):
-            raise SandboxError(str(reply.get("error", "the sandbox supervisor refused")))
-        return reply
-
-    # -- files ---------------------------------------------------------------------------------
-
-    @staticmethod
-    def _write_private(path: Path, text: str) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-
-    def _read_meta(self) -> dict[str, Any]:
-        try:
-            return dict(json.loads(self._meta_path.read_text()))
-        except (OSError, ValueError):
-            return {}
-
-    def _log_tail(self, limit: int = 4000) -> str:
-        try:
-            data = self._log_path.read_bytes()[-limit:]
-        except OSError:
-            return "(no supervisor log)"
-        return data.decode("utf-8", "replace")
-
-
-def _connect(sock: socket.socket, path: Path) -> None:
-    """Connect, retrying briefly while the supervisor's accept queue is full (EAGAIN)."""
-    for attempt in range(100):
-        try:
-            return _connect_once(sock, path)
-        except BlockingIOError:
-            if attempt == 99:
-                raise
-            time.sleep(0.02)
-
-
-def _connect_once(sock: socket.socket, path: Path) -> None:
-    name = str(path)
-    if len(name.encode()) < 100:
-        sock.connect(name)
-        return
-    # Unix socket paths are limited to 108 bytes; reach a long one through its folder's fd.
-    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
-    try:
-        sock.connect(f"/proc/self/fd/{fd}/{path.name}")
-    finally:
-        os.close(fd)
 
 
 def _start_time(pid: int) -> int | None:

@@ -1,29 +1,91 @@
-"""The sandbox backends `--backend` and the `backend` setting choose from, by name.
+"""The sandbox backends `--backend` and the `backend` setting choose from, by name, and the only
+way the rest of a2rl reaches one.
 
 Built on `a2rl.registry.Registry` like tasks and agents, so the backends are found the same way
-and loaded only when a run first starts its sandbox (the docker backend's client library is
-imported by nobody who runs locally). There is no entry-point group for backends: the backend
-is part of the settings' and the CLI's contract (`local` or `docker`), and a third one would
-need its own isolation review before a run could trust it.
+and loaded only when first used (the docker backend's client library is imported by nobody who
+runs locally). A name resolves to the backend's sandbox class (`base.SandboxBackend`), which
+also says what a run fixes of it when it is made (`run_options`), how its config is built
+(`config_for`) and what a starting server cleans up (`clean_up`): the server calls these
+functions with the run's backend name and never names a backend itself.
+
+A backend is one module beside the others (`local.py`, `docker.py`; neither imports the
+other), registered here. There is no entry-point group for backends: the backend is part of
+the settings' and the CLI's contract (`Settings.backend`), and a new one needs its own isolation
+review before a run could trust it (docs/adding-a-task.md, "Adding a sandbox backend").
 """
 
 from __future__ import annotations
 
-from a2rl.registry import Registry
+import logging
+from collections.abc import Iterable
+from typing import Any
 
-from .base import Sandbox, SandboxSpec
+from a2rl.registry import Registry, RegistryError
+from a2rl.settings import Settings
 
-#: name -> the class that builds the sandbox from a `SandboxSpec`, in the order we document.
+from .base import BackendConfig, Sandbox, SandboxBackend, SandboxChoices, SandboxSpec
+
+log = logging.getLogger(__name__)
+
+#: name -> the sandbox class of that backend, in the order we document.
 BUILTIN_BACKENDS: dict[str, str] = {
     "local": "a2rl.tools.sandbox.local:LocalSandbox",
     "docker": "a2rl.tools.sandbox.docker:DockerSandbox",
 }
 
-BACKENDS: Registry[Sandbox] = Registry("sandbox backend", plural="backends", check=callable)
+#: The key of `Run.config` under which a run keeps what it fixed of its backend when it was
+#: made (`run_options`); its name is older than the registry (a container's settings were
+#: the only ones), and runs already stored hold it.
+OPTIONS_KEY = "container"
+
+
+def _is_backend(target: object) -> bool:
+    return callable(target) and all(
+        hasattr(target, name) for name in ("config_for", "run_options", "clean_up"))
+
+
+BACKENDS: Registry[Sandbox] = Registry("sandbox backend", plural="backends", check=_is_backend)
 for _name, _target in BUILTIN_BACKENDS.items():
     BACKENDS.register(_name, _target, source="builtin")
 
 
-def create_sandbox(backend: str, spec: SandboxSpec) -> Sandbox:
-    """A new, unstarted sandbox of `backend` (`UnknownName`/`PluginLoadError`, `KeyError`s)."""
-    return BACKENDS.create(backend, spec)
+def backend(name: str) -> SandboxBackend:
+    """The backend called `name`, loaded (`UnknownName`/`PluginLoadError`, `KeyError`s)."""
+    return BACKENDS.load(name)  # type: ignore[return-value]
+
+
+def backend_config(name: str, settings: Settings, fixed: dict[str, Any]) -> BackendConfig:
+    """The config of a run of backend `name`: from what the run `fixed` when it was made
+    (its `Run.config[OPTIONS_KEY]`), else from `settings` as they are now."""
+    return backend(name).config_for(settings, fixed or {})
+
+
+def create_sandbox(name: str, spec: SandboxSpec, config: BackendConfig | None = None) -> Sandbox:
+    """A new, unstarted sandbox of backend `name` (`UnknownName`/`PluginLoadError`,
+    `KeyError`s); `config` None: the backend's defaults."""
+    return backend(name)(spec, config)
+
+
+def run_options(name: str, settings: Settings, choices: SandboxChoices) -> dict[str, Any]:
+    """What a run of backend `name` fixes of it when it is made, to be stored with the run
+    under `OPTIONS_KEY` (nothing for a backend that reads the settings at every start)."""
+    return backend(name).run_options(settings, choices)
+
+
+def clean_up(runs: Iterable[tuple[str, str, bool]], store_id: str) -> dict[str, dict[str, Any]]:
+    """At server start: each backend that ran some of this store's `runs` ((backend, run id,
+    live) each) keeps what serves the live ones and removes what is left of the others. A
+    backend that cannot be loaded (a name an older version knew) is logged and skipped: the
+    server starts anyway. Returns what each backend reported, by name."""
+    live: dict[str, set[str]] = {}
+    for name, run_id, is_live in runs:
+        found = live.setdefault(name, set())
+        if is_live:
+            found.add(run_id)
+    done: dict[str, dict[str, Any]] = {}
+    for name in sorted(live):
+        try:
+            done[name] = backend(name).clean_up(live[name], store_id)
+        except RegistryError as exc:
+            log.warning("no clean-up for the runs of sandbox backend %r: %s", name, exc)
+    return done
