@@ -161,6 +161,7 @@ class AlfWorldTask(InteractiveTask):
     the `paper` profile)."""
 
     options_model = AlfWorldOptions
+    has_paper_profile = True  # the reference harness's task (`paper_spec`)
 
     rollout = ROLLOUT
     backend_name = "alfworld_env"

@@ -141,6 +141,7 @@ class DeepSearchQATask(InteractiveTask):
     """google/deepsearchqa with a pluggable search backend and an LLM judge."""
 
     options_model = DeepSearchQAOptions
+    has_paper_profile = True  # the reference harness's task (`paper_spec`)
 
     rollout = ROLLOUT
     backend_name = "deepsearchqa_env"

@@ -111,6 +111,7 @@ class GSM8KTask(Task):
     """GSM8K with lm-evaluation-harness's prompt and answer extraction (see `scoring.py`)."""
 
     options_model = GSM8KOptions
+    has_paper_profile = True  # the reference harness's task (`paper_spec`)
 
     def __init__(self, *, data_dir: Path | str | None = None,
                  base_model: str | None = None,

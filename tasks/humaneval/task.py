@@ -92,6 +92,8 @@ def build_user_prompt(code_prompt: str) -> str:
 class HumanEvalTask(Task):
     """HumanEval pass@1 (greedy), graded by running the tests in a sandbox."""
 
+    has_paper_profile = True  # the reference harness's task (`paper_spec`)
+
     def __init__(self, *, base_model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  sandbox: bool = True, opencompass_wheel: Path | str | None = None) -> None:
         #: The OpenCompass wheel the paper profile reads its prompt from; None: the downloaded
