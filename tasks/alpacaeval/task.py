@@ -89,6 +89,8 @@ def _spec(n_train: int, n_dev: int, *, paper: bool = False) -> TaskSpec:
         id="alpacaeval",
         level=2,
         title="AlpacaEval 2.0 (instruction following, LLM-judged)",
+        graded_by="judge",
+        public_test_ids=("tatsu-lab/alpaca_eval", "alpaca_eval.json"),
         description=_description(PAPER_GRADER, "description_paper.md") if paper
         else _description(),
         version="2",  # 2: judged outputs fenced; words to the judge never win
@@ -176,7 +178,7 @@ class AlpacaEvalTask(Task):
     """AlpacaEval 2.0 against reference outputs, judged by an OpenAI-compatible model."""
 
     options_model = AlpacaEvalOptions
-    has_paper_profile = True  # the reference harness's task (`paper_spec`)
+    has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     #: The reference harness's evaluation (see the module docstring).
     paper_spec = _spec(N_TRAIN, N_DEV, paper=True)
