@@ -31,6 +31,10 @@ BUILTIN_AGENTS: dict[str, str] = {
     "openhands": "a2rl.clients.openhands:OpenHandsConnector",
 }
 
+#: The agent a run gets when none is named: scripted, it needs no model, key or network (the
+#: demo's). Shared code names it through this constant, never by its name.
+DEFAULT_AGENT = "reference"
+
 AGENTS: Registry[Connector] = Registry("agent", group=ENTRY_POINT_GROUP, check=callable)
 for _name, _target in BUILTIN_AGENTS.items():
     AGENTS.register(_name, _target, source="builtin")

@@ -39,6 +39,12 @@ BUILTIN_TASKS: dict[str, str] = {
 }
 
 
+#: The task a command runs when none is named: the toy (offline, minutes on a CPU), which the
+#: demo and `a2rl run` use by default. Shared code names it through this constant, never
+#: by its id.
+DEFAULT_TASK = "arith"
+
+
 def _is_task_factory(target: object) -> bool:
     """A `Task` subclass, or any other callable (a factory; its result is checked on build)."""
     if isinstance(target, type):
