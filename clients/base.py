@@ -139,9 +139,20 @@ class BaseConnector:
         return None
 
 
+def _members(protocol: type) -> list[str]:
+    names: list[str] = []
+    for cls in reversed(protocol.__mro__):
+        if cls in (object, Protocol) or cls.__name__ == "Generic":
+            continue
+        names += [*getattr(cls, "__annotations__", {}),
+                  *(k for k, v in vars(cls).items() if callable(v) and not k.startswith("_"))]
+    return list(dict.fromkeys(names))
+
+
 def missing_members(connector: object) -> list[str]:
-    """The `Connector` members `connector` lacks (an empty list for a connector), for the
-    message that names them."""
-    wanted = [*Connector.__annotations__, *(k for k, v in vars(Connector).items()
-                                           if callable(v) and not k.startswith("_"))]
-    return [m for m in dict.fromkeys(wanted) if not hasattr(connector, m)]
+    """The members `connector` lacks: of `Connector`, and of the protocol of its `kind`
+    (`prepare` for a process connector; `run` and `recorded_transcript` for an in-process
+    one). Empty for a connector; the message that refuses one names them."""
+    protocol = {"process": ProcessConnector, "inprocess": InProcessConnector}.get(
+        getattr(connector, "kind", None), Connector)
+    return [m for m in _members(protocol) if not hasattr(connector, m)]

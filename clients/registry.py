@@ -9,7 +9,7 @@ Adding a built-in agent is its module in clients/ and one line in `BUILTIN_AGENT
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from a2rl.registry import PluginLoadError, Registry
 
@@ -49,13 +49,13 @@ def get_connector(name: str, **kwargs: Any) -> Connector:
     """A new connector for agent `name` (`UnknownName`, or `PluginLoadError` when its module
     cannot be imported or builds something that is not a connector; both `KeyError`s)."""
     connector = AGENTS.create(name, **kwargs)
-    if not isinstance(connector, Connector):
+    if missing := missing_members(connector):
         entry = AGENTS.entry(name)
         raise PluginLoadError(f"agent {name!r} ({entry.source}, {entry.target}) built a "
                               f"{type(connector).__name__}, not a connector: it lacks "
-                              f"{', '.join(missing_members(connector))} (subclass "
+                              f"{', '.join(missing)} (subclass "
                               "a2rl.clients.base.BaseConnector for the defaults)")
-    return connector
+    return cast(Connector, connector)
 
 
 def _parsers(agent: str | None) -> list[tuple[str, Connector]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
-from a2rl.clients.base import BaseConnector
+from a2rl.clients.base import AgentContext, AgentLaunch, BaseConnector
 from a2rl.clients.transcript import Message
 from a2rl.registry import PluginLoadError, Registry, UnknownName
 from a2rl.tasks import Task, get_task, list_tasks, task_ids, task_load_errors
@@ -250,10 +250,19 @@ def test_a_plugin_task_with_a_non_proportion_score_gets_its_declared_interval(
 TRANSCRIPTS = Path(__file__).parent / "fixtures" / "transcripts"
 
 
-class _Steps(BaseConnector):
+class _Process(BaseConnector):
+    """A process agent that does nothing: these tests are about its transcript parser."""
+
+    kind = "process"
+
+    def prepare(self, ctx: AgentContext) -> AgentLaunch:
+        return AgentLaunch(argv=["/bin/true"], cwd=ctx.home)
+
+
+class _Steps(_Process):
     """A plugin agent whose transcript is `step <tool>` lines, a format no built-in reads."""
 
-    name, title, kind = "steps", "Steps (test)", "process"
+    name, title = "steps", "Steps (test)"
 
     def parse_transcript(self, data: bytes) -> list[Message] | None:
         lines = data.decode().splitlines()
@@ -262,17 +271,17 @@ class _Steps(BaseConnector):
         return [Message(role="tool", tool=line.split()[1]) for line in lines]
 
 
-class _Greedy(BaseConnector):
+class _Greedy(_Process):
     """Claims every JSON-lines transcript: asked first only when it is the run's agent."""
 
-    name, title, kind = "greedy", "Greedy (test)", "process"
+    name, title = "greedy", "Greedy (test)"
 
     def parse_transcript(self, data: bytes) -> list[Message] | None:
         return [Message(role="info", text="greedy")] if data.startswith(b"{") else None
 
 
-class _Broken(BaseConnector):
-    name, title, kind = "broken-parser", "Broken parser (test)", "process"
+class _Broken(_Process):
+    name, title = "broken-parser", "Broken parser (test)"
 
     def parse_transcript(self, data: bytes) -> list[Message] | None:
         raise ValueError("a bug in a plugin's parser")
@@ -317,15 +326,22 @@ def test_an_agent_lacking_a_declared_member_is_named_one_line() -> None:
         def version(self) -> str | None:
             return None
 
+    class Quiet(BaseConnector):  # in-process, without `run`: the orchestrator would fail late
+        name, title, kind = "quiet", "Quiet", "inprocess"
+
     AGENTS.register("bare", Bare)
+    AGENTS.register("quiet", Quiet)
     try:
         with pytest.raises(PluginLoadError) as err:
             get_connector("bare")
+        with pytest.raises(PluginLoadError) as quiet:
+            get_connector("quiet")
     finally:
         AGENTS.unregister("bare")
-    assert "\n" not in str(err.value)
-    assert "lacks missing_config, unreachable, parse_transcript" in str(err.value)
-    assert "BaseConnector" in str(err.value)
+        AGENTS.unregister("quiet")
+    assert "\n" not in str(err.value) and "BaseConnector" in str(err.value)
+    assert "lacks missing_config, unreachable, parse_transcript, prepare (" in str(err.value)
+    assert "lacks run (" in str(quiet.value)
 
 
 # --- a real plugin package, installed and run end to end ------------------------------------
