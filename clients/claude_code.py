@@ -4,22 +4,70 @@
 ignores any other MCP configuration, so the model sees only the `mcp__a2rl__*` tools;
 `--allowedTools mcp__a2rl` lets them run without a permission prompt (the bypass modes are
 refused when running as root). The agent only reaches our server over streamable HTTP with
-the run's bearer token; its HOME is a private folder holding the MCP config.
+the run's bearer token; its HOME is a private folder holding the MCP config. Its transcript
+is `--output-format stream-json` (`parse_stream`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
+from .transcript import MAX_TEXT, RECOGNIZE_LINES, Message, bare_tool, json_lines, text_of
 
 BINARY = "claude"
 TOOL_TIMEOUT_MS = 120_000  # our tools long-poll up to 60 s; Claude Code's default is lower
 
 
 KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+
+
+def recognizes(docs: list[dict[str, Any]]) -> bool:
+    """stream-json: `system`/`init` first, then `assistant` and `user` lines with a message."""
+    return any((d.get("type") in ("assistant", "user") and isinstance(d.get("message"), dict))
+               or (d.get("type") == "system" and d.get("subtype") == "init")
+               for d in docs[:RECOGNIZE_LINES])
+
+
+def parse_stream(docs: list[dict[str, Any]]) -> list[Message]:
+    """Claude Code's `--output-format stream-json --verbose` lines as messages."""
+    out: list[Message] = []
+    by_key: dict[str, Message] = {}
+    for d in docs:
+        t = d.get("type")
+        if t == "system" and d.get("subtype") == "init":
+            tools = d.get("tools") or []
+            out.append(Message(role="info", text=f"session started: model {d.get('model')}, "
+                               f"{len(tools)} tools"))
+        elif t in ("assistant", "user"):
+            content = (d.get("message") or {}).get("content")
+            if isinstance(content, str):
+                out.append(Message(role=t, text=content[:MAX_TEXT]))
+                continue
+            for b in content or []:
+                if not isinstance(b, dict):
+                    continue
+                if b.get("type") == "text" and b.get("text", "").strip():
+                    out.append(Message(role=t, text=b["text"][:MAX_TEXT]))
+                elif b.get("type") == "thinking":
+                    out.append(Message(role="thinking", text=text_of(b.get("thinking"))))
+                elif b.get("type") == "tool_use":
+                    m = Message(role="tool", tool=bare_tool(str(b.get("name"))),
+                                call_key=b.get("id"), arguments=b.get("input"))
+                    by_key[str(b.get("id"))] = m
+                    out.append(m)
+                elif b.get("type") == "tool_result":
+                    m2 = by_key.get(str(b.get("tool_use_id")))
+                    if m2 is not None:
+                        m2.result, m2.is_error = text_of(b.get("content")), bool(b.get("is_error"))
+        elif t == "result":
+            err = bool(d.get("is_error")) or d.get("subtype") not in (None, "success")
+            out.append(Message(role="error" if err else "result",
+                               text=text_of(d.get("result")) or str(d.get("subtype") or "")))
+    return out
 
 
 class ClaudeCodeConnector(CliConnector):
@@ -34,6 +82,10 @@ class ClaudeCodeConnector(CliConnector):
             return []
         return [" or ".join(KEY_VARS) + " in the environment (or --agent-option "
                 "anthropic_api_key=...)"]
+
+    def parse_transcript(self, data: bytes) -> list[Message] | None:
+        docs = json_lines(data)
+        return parse_stream(docs) if recognizes(docs) else None
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()
@@ -64,4 +116,4 @@ class ClaudeCodeConnector(CliConnector):
             value = ctx.options.get(key.lower()) or os.environ.get(key)
             if value:
                 env[key] = value
-        return AgentLaunch(argv=argv, env=env, cwd=ctx.home, transcript="jsonl")
+        return AgentLaunch(argv=argv, env=env, cwd=ctx.home)

@@ -5,16 +5,18 @@ an error, not silently ignored). The shell, patch, image, web and agent built-in
 off; three MCP-resource helpers remain (no switch exists). Our server is `required` so that
 the first model request waits for its tools, and its tools run without approval prompts. The
 run's token reaches Codex through an environment variable (`bearer_token_env_var`), never the
-config file.
+config file. Its transcript is `exec --json`'s event stream (`parse_events`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
+from .transcript import RECOGNIZE_LINES, Message, arguments_of, bare_tool, json_lines, text_of
 
 BINARY = "codex"
 TOKEN_ENV = "A2RL_MCP_TOKEN"
@@ -73,6 +75,65 @@ def config_toml(ctx: AgentContext) -> str:
     return "\n".join(lines) + "\n"
 
 
+def recognizes(docs: list[dict[str, Any]]) -> bool:
+    """`exec --json` events: `thread.*`, `turn.*` and `item.*` types."""
+    return any(isinstance(d.get("type"), str)
+               and d["type"].startswith(("thread.", "turn.", "item."))
+               for d in docs[:RECOGNIZE_LINES])
+
+
+def _call(m: Message, item: dict[str, Any]) -> None:
+    """An `mcp_tool_call` item's result or error, onto its message."""
+    if item.get("result") is not None:
+        m.result = text_of((item["result"] or {}).get("content")
+                           if isinstance(item["result"], dict) else item["result"])
+    if item.get("error"):
+        m.is_error = True
+        m.result = text_of(item["error"].get("message")
+                           if isinstance(item["error"], dict) else item["error"])
+    if item.get("status") == "failed":
+        m.is_error = True
+
+
+def parse_events(docs: list[dict[str, Any]]) -> list[Message]:
+    """Codex's `exec --json` events as messages; a tool call's started, updated and completed
+    events are one message."""
+    out: list[Message] = []
+    by_key: dict[str, Message] = {}
+    for d in docs:
+        t = d.get("type")
+        item = d.get("item") if isinstance(d.get("item"), dict) else None
+        if t in ("item.started", "item.updated", "item.completed") and item:
+            it = item.get("type")
+            if it == "mcp_tool_call":
+                key = str(item.get("id"))
+                m = by_key.get(key)
+                if m is None:
+                    m = Message(role="tool", tool=bare_tool(str(item.get("tool"))),
+                                call_key=key, arguments=arguments_of(item.get("arguments")))
+                    by_key[key] = m
+                    out.append(m)
+                _call(m, item)
+            elif t == "item.completed" and it in ("agent_message", "assistant_message"):
+                out.append(Message(role="assistant", text=text_of(item.get("text"))))
+            elif t == "item.completed" and it == "reasoning":
+                out.append(Message(role="thinking", text=text_of(item.get("text"))))
+            elif t == "item.completed" and it == "error":
+                out.append(Message(role="error", text=text_of(item.get("message"))))
+        elif t == "thread.started":
+            out.append(Message(role="info", text=f"thread {d.get('thread_id')} started"))
+        elif t == "turn.failed":
+            out.append(Message(role="error", text=text_of((d.get("error") or {}).get("message"))))
+        elif t == "error":
+            out.append(Message(role="error", text=text_of(d.get("message"))))
+        elif t == "turn.completed":
+            usage = d.get("usage") or {}
+            out.append(Message(role="result", text="turn completed" + (
+                f": {usage.get('input_tokens')} tokens in, {usage.get('output_tokens')} out"
+                if usage else "")))
+    return out
+
+
 class CodexConnector(CliConnector):
     binary_name = BINARY
     name = "codex"
@@ -84,6 +145,10 @@ class CodexConnector(CliConnector):
         if options.get("openai_api_key") or os.environ.get(KEY_ENV):
             return []
         return [f"{KEY_ENV} in the environment (or --agent-option openai_api_key=...)"]
+
+    def parse_transcript(self, data: bytes) -> list[Message] | None:
+        docs = json_lines(data)
+        return parse_events(docs) if recognizes(docs) else None
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()
@@ -97,4 +162,4 @@ class CodexConnector(CliConnector):
         key = ctx.options.get("openai_api_key") or os.environ.get(KEY_ENV)
         if key:
             env[KEY_ENV] = key
-        return AgentLaunch(argv=argv, env=env, cwd=ctx.home, transcript="jsonl")
+        return AgentLaunch(argv=argv, env=env, cwd=ctx.home)

@@ -4,7 +4,8 @@ Its settings live in `$HOME/.gemini/settings.json`. `tools.core` is an allow-lis
 applies to MCP tools, so `mcp_a2rl_*` leaves only ours (no shell, file or web built-ins); the
 server is trusted so calls need no confirmation. API-key auth must be selected explicitly, or
 a custom base URL fails with "Invalid auth method selected". Telemetry, usage statistics,
-auto-update and folder trust are off so that a headless run never waits or calls home.
+auto-update and folder trust are off so that a headless run never waits or calls home. Its
+transcript is `--output-format stream-json` (`parse_stream`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
+from .transcript import RECOGNIZE_LINES, Message, bare_tool, json_lines, text_of
 
 BINARY = "gemini"
 KEY_ENV = "GEMINI_API_KEY"
@@ -36,6 +38,57 @@ def settings_json(ctx: AgentContext) -> dict[str, Any]:
     }
 
 
+def recognizes(docs: list[dict[str, Any]]) -> bool:
+    """stream-json: `init`, `tool_use`, `tool_result`, and `message` lines with a role."""
+    return any(d.get("type") in ("init", "tool_use", "tool_result")
+               or (d.get("type") == "message" and "role" in d)
+               for d in docs[:RECOGNIZE_LINES])
+
+
+def _error_text(err: Any) -> str:
+    return text_of(err.get("message") if isinstance(err, dict) else err)
+
+
+def parse_stream(docs: list[dict[str, Any]]) -> list[Message]:
+    """Gemini CLI's `--output-format stream-json` lines as messages; streamed text deltas
+    are joined into one message."""
+    out: list[Message] = []
+    by_key: dict[str, Message] = {}
+    for d in docs:
+        t = d.get("type")
+        if t == "init":
+            out.append(Message(role="info", text=f"session started: model {d.get('model')}"))
+        elif t == "message":
+            role = "user" if d.get("role") == "user" else "assistant"
+            text = text_of(d.get("content"))
+            if d.get("delta") and out and out[-1].role == role and out[-1].tool is None \
+                    and out[-1].call_key == "delta":
+                out[-1].text += text
+            else:
+                out.append(Message(role=role, text=text,
+                                   call_key="delta" if d.get("delta") else None))
+        elif t == "tool_use":
+            m = Message(role="tool", tool=bare_tool(str(d.get("tool_name"))),
+                        call_key=str(d.get("tool_id")), arguments=d.get("parameters"))
+            by_key[str(d.get("tool_id"))] = m
+            out.append(m)
+        elif t == "tool_result":
+            m2 = by_key.get(str(d.get("tool_id")))
+            if m2 is not None:
+                m2.is_error = d.get("status") == "error"
+                m2.result = text_of(d.get("output")) or _error_text(d.get("error"))
+        elif t == "error":
+            out.append(Message(role="error", text=text_of(d.get("message"))))
+        elif t == "result":
+            ok = d.get("status") == "success"
+            out.append(Message(role="result" if ok else "error", text=(
+                "finished" if ok else _error_text(d.get("error")) or "failed")))
+    for m in out:
+        if m.call_key == "delta":
+            m.call_key = None
+    return out
+
+
 class GeminiConnector(CliConnector):
     binary_name = BINARY
     name = "gemini-cli"
@@ -47,6 +100,10 @@ class GeminiConnector(CliConnector):
         if options.get("gemini_api_key") or os.environ.get(KEY_ENV):
             return []
         return [f"{KEY_ENV} in the environment (or --agent-option gemini_api_key=...)"]
+
+    def parse_transcript(self, data: bytes) -> list[Message] | None:
+        docs = json_lines(data)
+        return parse_stream(docs) if recognizes(docs) else None
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()
@@ -64,4 +121,4 @@ class GeminiConnector(CliConnector):
         key = ctx.options.get("gemini_api_key") or os.environ.get(KEY_ENV)
         if key:
             env[KEY_ENV] = key
-        return AgentLaunch(argv=argv, env=env, cwd=ctx.home, transcript="jsonl")
+        return AgentLaunch(argv=argv, env=env, cwd=ctx.home)

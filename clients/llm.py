@@ -39,7 +39,8 @@ Options (`AgentContext.options`, all strings): llm_base_url (required), llm_api_
 servers), llm_max_turns, llm_tool_output_chars, llm_context_chars, llm_retries, llm_backoff_s,
 llm_timeout_s, llm_temperature (omitted unless given), llm_max_tokens (omitted unless given).
 
-`LlmConnector.transcript` records what happened, for the orchestrator to store: one event per
+`LlmConnector.transcript` records what happened, for the orchestrator to store
+(`recorded_transcript`, JSON lines that `parse_events` reads back for the viewer): one event per
 message (`{"kind": "message", "message": ...}`, as sent, before any eliding) and per model
 response (`{"kind": "response", "turn", "elapsed_s", "usage", "finish_reason", "model"}`), one per
 retried request (`{"kind": "retry", ...}`), and a final `{"kind": "stop", "reason", "turns"}` with
@@ -61,7 +62,8 @@ from pydantic import BaseModel, Field
 import a2rl
 from a2rl.llm import AsyncChatClient, Endpoint, RequestFailure, RetryPolicy
 
-from .base import AgentContext
+from .base import AgentContext, BaseConnector
+from .transcript import RECOGNIZE_LINES, Message, arguments_of, bare_tool, json_lines, text_of
 
 KEEP_RECENT_TURNS = 2  # assistant messages (with their tool results) never elided
 BUDGET_OVER_MARKERS = ("budget exhausted", "this run has ended")
@@ -212,15 +214,56 @@ def budget_over(name: str, text: str, structured: Any) -> bool:
     return any(marker in low for marker in BUDGET_OVER_MARKERS)
 
 
+# --- its transcript -------------------------------------------------------------------------
+
+def recognizes(docs: list[dict[str, Any]]) -> bool:
+    """The loop's events: a `kind` of message, response, stop or retry."""
+    return any(d.get("kind") in ("message", "response", "stop", "retry")
+               for d in docs[:RECOGNIZE_LINES])
+
+
+def parse_events(docs: list[dict[str, Any]]) -> list[Message]:
+    """The loop's recorded events as messages: the chat messages as sent, each tool call
+    with the result the model was given, retries and the stop."""
+    out: list[Message] = []
+    by_key: dict[str, Message] = {}
+    for d in docs:
+        kind = d.get("kind")
+        if kind == "message":
+            msg = d.get("message") or {}
+            role = msg.get("role")
+            if role in ("system", "user", "assistant"):
+                if text_of(msg.get("content")).strip():
+                    out.append(Message(role=role, text=text_of(msg.get("content"))))
+                for tc in msg.get("tool_calls") or []:
+                    fn = tc.get("function") or {}
+                    m = Message(role="tool", tool=bare_tool(str(fn.get("name"))),
+                                call_key=str(tc.get("id")),
+                                arguments=arguments_of(fn.get("arguments")))
+                    by_key[str(tc.get("id"))] = m
+                    out.append(m)
+            elif role == "tool":
+                m2 = by_key.get(str(msg.get("tool_call_id")))
+                if m2 is not None:
+                    m2.result = text_of(msg.get("content"))
+        elif kind == "retry":
+            out.append(Message(role="error", text=f"retry {d.get('attempt')}: "
+                                                  f"{text_of(d.get('error'))}"))
+        elif kind == "stop":
+            reason = str(d.get("reason"))
+            out.append(Message(role="error" if reason == "error" else "result",
+                               text=f"stopped: {reason} after {d.get('turns')} turns"))
+    return out
+
+
 # --- the connector --------------------------------------------------------------------------
 
-class LlmConnector:
+class LlmConnector(BaseConnector):
     """Drives a run with any OpenAI-compatible chat model through our own small loop."""
 
     name = "llm"
     title = "Built-in tool-calling loop over an OpenAI-compatible endpoint"
     kind: Literal["inprocess"] = "inprocess"
-    experimental = False
 
     def __init__(self) -> None:
         self.transcript: list[dict[str, Any]] = []
@@ -229,6 +272,16 @@ class LlmConnector:
 
     def installed(self) -> bool:
         return True  # only needs the openai SDK, a dependency
+
+    def recorded_transcript(self) -> bytes | None:
+        """The events of the last run, one JSON line each."""
+        if not self.transcript:
+            return None
+        return "\n".join(json.dumps(e) for e in self.transcript).encode()
+
+    def parse_transcript(self, data: bytes) -> list[Message] | None:
+        docs = json_lines(data)
+        return parse_events(docs) if recognizes(docs) else None
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
         """A model and an endpoint; the key is optional (local servers take none)."""

@@ -16,6 +16,8 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
+from .base import BaseConnector
+
 PACKAGE_JSON = Path(__file__).with_name("package.json")
 
 
@@ -79,12 +81,11 @@ def launch_path() -> str:
     return ":".join(dict.fromkeys(dirs))
 
 
-class CliConnector:
+class CliConnector(BaseConnector):
     """What every CLI connector shares: finding its binary and its version."""
 
     binary_name: str = ""
     kind = "process"
-    experimental = False
 
     def installed(self) -> bool:
         return cli_path(self.binary_name) is not None

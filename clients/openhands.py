@@ -62,4 +62,4 @@ class OpenHandsConnector(CliConnector):
         base_url = ctx.options.get("llm_base_url") or ctx.options.get("openai_base_url")
         if base_url:
             env["LLM_BASE_URL"] = base_url
-        return AgentLaunch(argv=argv, env=env, cwd=ctx.home, transcript="jsonl")
+        return AgentLaunch(argv=argv, env=env, cwd=ctx.home)

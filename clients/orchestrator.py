@@ -36,7 +36,7 @@ from a2rl.store import AgentStatus, Run, Store, Submission, SubmissionStatus
 from a2rl.store.queries import best_submission, run_summary
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
-from .base import AgentContext, McpEndpoint
+from .base import AgentContext, Connector, McpEndpoint
 from .prompt import task_prompt
 from .registry import get_connector
 
@@ -147,14 +147,7 @@ def stderr_tail(data: bytes, lines: int = STDERR_TAIL_LINES) -> list[str]:
     return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
 
 
-def missing_config(connector: Any, opts: RunOptions) -> list[str]:
-    """What the agent needs to reach its model but lacks (keys, endpoint); connectors declare
-    it with `missing_config(options, model)`."""
-    check = getattr(connector, "missing_config", None)
-    return list(check(opts.agent_options, opts.model)) if check else []
-
-
-def check_options(opts: RunOptions, connector: Any = None) -> None:
+def check_options(opts: RunOptions, connector: Connector | None = None) -> None:
     """Refuse what would fail only after the run was made and its baseline scored: an unknown
     agent or task, an agent not installed or missing its key, a dead endpoint, a bad budget.
     Raises KeyError, ValueError or RuntimeError with a one-line message."""
@@ -164,10 +157,9 @@ def check_options(opts: RunOptions, connector: Any = None) -> None:
     connector = connector or get_connector(opts.agent)
     if not connector.installed():
         raise RuntimeError(f"agent {opts.agent!r} is not installed (see a2rl agents)")
-    if missing := missing_config(connector, opts):
+    if missing := connector.missing_config(opts.agent_options, opts.model):
         raise RuntimeError(f"agent {opts.agent!r} needs {'; '.join(missing)}")
-    # an endpoint the agent needs and nothing answers at (connectors declare `unreachable`)
-    if (check := getattr(connector, "unreachable", None)) and (why := check(opts.agent_options)):
+    if why := connector.unreachable(opts.agent_options):
         raise RuntimeError(f"agent {opts.agent!r} can't reach its endpoint: {why}")
     get_task(opts.task)
     if opts.budget is not None:
@@ -186,8 +178,7 @@ class Orchestrator:
         from a2rl.server.run import create_run, finish_run
 
         started = time.monotonic()
-        connector = get_connector(opts.agent, **({"say": self.say}
-                                                 if opts.agent == "reference" else {}))
+        connector = get_connector(opts.agent)
         check_options(opts, connector)
         self.say(f"creating a run of '{opts.task}' and scoring the base model (the baseline)")
         created = create_run(self.settings, self.store, task_id=opts.task, budget=opts.budget,
@@ -207,7 +198,8 @@ class Orchestrator:
         home.mkdir(parents=True)
         ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,
                            endpoint=McpEndpoint(url="", token=created.token), model=opts.model,
-                           budget_s=run.budget_s, options=dict(opts.agent_options))
+                           budget_s=run.budget_s, options=dict(opts.agent_options),
+                           say=self.say)
         status, code = AgentStatus.interrupted, None
         signum: int | None = None
         try:
@@ -256,12 +248,8 @@ class Orchestrator:
                     exc = exc.exceptions[0]  # type: ignore[assignment]
                 self.warn(f"agent failed: {exc}")
                 status = (AgentStatus.crashed, 1)
-        transcript = getattr(connector, "transcript", None)
-        if transcript:
-            import json
-
-            sha = self.store.put_blob("\n".join(json.dumps(m) for m in transcript).encode())
-            self._update(run.id, agent_transcript_sha=sha)
+        if transcript := connector.recorded_transcript():
+            self._update(run.id, agent_transcript_sha=self.store.put_blob(transcript))
         return status
 
     def _run_process(self, connector: Any, ctx: AgentContext,

@@ -21,6 +21,8 @@ from typing import Any
 
 from mcp import Client
 
+from .base import AgentContext, BaseConnector
+
 Say = Callable[[str], None]
 #: SFT settings for the demonstrations of an interactive task (longer prompts, fewer rows).
 SFT_ENV_ARGS = "--max-length 128 --holdout 0 --steps 100 --batch 32"
@@ -142,28 +144,23 @@ class ReferenceAgent:
         return {"sft": first_score, "grpo": second_score}
 
 
-class ReferenceConnector:
-    """`--agent reference`: the scripted agent above, run in-process."""
+class ReferenceConnector(BaseConnector):
+    """`--agent reference`: the scripted agent above, run in-process. It keeps no transcript
+    (its plan is fixed; the server's tool calls are the record) and reports its progress
+    through `ctx.say`."""
 
     name = "reference"
     title = "Reference agent (scripted, deterministic)"
     kind = "inprocess"
-    experimental = False
-
-    def __init__(self, say: Say = lambda _m: None) -> None:
-        self.say = say
-
-    def installed(self) -> bool:
-        return True
 
     def version(self) -> str | None:
         from a2rl import __version__
 
         return __version__
 
-    async def run(self, client: Client, ctx: Any) -> None:
+    async def run(self, client: Client, ctx: AgentContext) -> None:
         # extra script arguments (e.g. fewer steps on a fixture-sized task); stages=sft
         # stops after the SFT submission
-        await ReferenceAgent(client, self.say, sft_args=ctx.options.get("sft_args", ""),
+        await ReferenceAgent(client, ctx.say, sft_args=ctx.options.get("sft_args", ""),
                              grpo_args=ctx.options.get("grpo_args", ""),
                              sft_only=ctx.options.get("stages") == "sft").run()

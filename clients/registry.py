@@ -3,15 +3,20 @@
 Built on `a2rl.registry.Registry`: the built-in connectors are `"module:Class"` strings, and an
 installed package adds an agent through the `a2rl.agents` entry-point group, whose target is a
 class (or factory) building a `Connector` (see docs/adding-a-task.md, "Adding an agent").
+Adding a built-in agent is its module in clients/ and one line in `BUILTIN_AGENTS`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, cast
 
 from a2rl.registry import PluginLoadError, Registry
 
-from .base import Connector
+from .base import Connector, missing_members
+from .transcript import Message, as_text
+
+log = logging.getLogger(__name__)
 
 #: The entry-point group an installed package declares its agents under.
 ENTRY_POINT_GROUP = "a2rl.agents"
@@ -25,6 +30,10 @@ BUILTIN_AGENTS: dict[str, str] = {
     "gemini-cli": "a2rl.clients.gemini:GeminiConnector",
     "openhands": "a2rl.clients.openhands:OpenHandsConnector",
 }
+
+#: The agent a run gets when none is named: scripted, it needs no model, key or network (the
+#: demo's). Shared code names it through this constant, never by its name.
+DEFAULT_AGENT = "reference"
 
 AGENTS: Registry[Connector] = Registry("agent", group=ENTRY_POINT_GROUP, check=callable)
 for _name, _target in BUILTIN_AGENTS.items():
@@ -40,12 +49,47 @@ def get_connector(name: str, **kwargs: Any) -> Connector:
     """A new connector for agent `name` (`UnknownName`, or `PluginLoadError` when its module
     cannot be imported or builds something that is not a connector; both `KeyError`s)."""
     connector = AGENTS.create(name, **kwargs)
-    if not isinstance(connector, Connector):
+    if missing := missing_members(connector):
         entry = AGENTS.entry(name)
         raise PluginLoadError(f"agent {name!r} ({entry.source}, {entry.target}) built a "
-                              f"{type(connector).__name__}, not a connector (name, title, "
-                              "kind, experimental, installed(), version())")
-    return connector
+                              f"{type(connector).__name__}, not a connector: it lacks "
+                              f"{', '.join(missing)} (subclass "
+                              "a2rl.clients.base.BaseConnector for the defaults)")
+    return cast(Connector, connector)
+
+
+def _parsers(agent: str | None) -> list[tuple[str, Connector]]:
+    """The run's agent first, then every other one that loads, in registry order."""
+    names = agent_names()
+    order = ([agent] if agent in names else []) + [n for n in names if n != agent]
+    out = []
+    for name in order:
+        try:
+            out.append((name, get_connector(name)))
+        except Exception as exc:  # a broken plugin must not hide a transcript: skip it
+            log.warning("agent %r cannot parse transcripts: %s", name, exc)
+    return out
+
+
+def parse_transcript(data: bytes | None, agent: str | None = None) -> tuple[str, list[Message]]:
+    """(format, messages) of a stored transcript: the format is the name of the agent whose
+    parser read it, "text" when none did (the bytes are shown as text), "none" without data.
+
+    The run's agent (`agent`) is asked first; then every other agent, since a renamed or
+    wrapped agent writes another's format and a store may come from a machine with agents
+    this one lacks. A parser that fails on the agent's bytes counts as not recognizing them.
+    """
+    if not data:
+        return "none", []
+    for name, connector in _parsers(agent):
+        try:
+            messages = connector.parse_transcript(data)
+        except Exception as exc:  # the bytes are the agent's: a parser's bug is logged
+            log.warning("agent %r's transcript parser failed: %s", name, exc)
+            continue
+        if messages is not None:
+            return name, messages
+    return "text", as_text(data)
 
 
 def list_connectors() -> list[dict[str, Any]]:

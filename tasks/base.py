@@ -24,8 +24,9 @@ from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
 from a2rl.settings import Settings
 
 from .base_models import resolve_base_model
+from .improvement import IntervalResult, Scored, proportion_interval
 from .options import TaskOptions, check_keys
-from .profiles import PAPER_BUDGET, PAPER_TASKS, TOY_PAPER_NOTE, check_profile
+from .profiles import PAPER_BUDGET, TOY_PAPER_NOTE, check_profile
 from .spec import GraderSettings, TaskSpec
 
 if TYPE_CHECKING:
@@ -46,6 +47,11 @@ class Task(ABC):
     options_model: ClassVar[type[TaskOptions]] = TaskOptions
     #: Options given explicitly (`with_options`: -T, or a run's record), over the settings'.
     option_overrides: Mapping[str, Any] = {}
+    #: The reference harness (microsoft/RD-Agent's autorl_bench) has this task, and
+    #: `with_profile("paper")` builds its evaluation (a subclass swaps its spec there). A task
+    #: without it refuses `paper`, unless it is a toy (`spec.toy`), which keeps its a2rl
+    #: evaluation under it (`evaluated_as`).
+    has_paper_profile: ClassVar[bool] = False
 
     def with_profile(self, profile: str) -> Task:
         """A copy of this task configured for `profile` (this task when it already is).
@@ -62,12 +68,12 @@ class Task(ABC):
         if self.profile != "a2rl":
             raise ValueError(f"{self.spec.id}: build a profile from the a2rl task "
                              "(get_task(task_id, profile)), not from another profile")
-        if profile == "paper" and self.spec.id not in PAPER_TASKS:
+        if profile == "paper" and not self.has_paper_profile:
             if not self.spec.toy:
                 raise ValueError(
                     f"task {self.spec.id!r} has no paper profile (the reference harness has no "
-                    f"such task; it has {', '.join(sorted(PAPER_TASKS))}; toy tasks run under "
-                    "it with their a2rl evaluation)")
+                    "such task; `a2rl tasks --profile paper` lists those it has; toy tasks run "
+                    "under it with their a2rl evaluation)")
             task = copy.copy(self)
             task.profile = profile
             notes = {**self.spec.notes, "paper_profile": TOY_PAPER_NOTE}
@@ -98,7 +104,7 @@ class Task(ABC):
     def evaluated_as(self) -> str:
         """The profile whose evaluation this task runs: its own, except a toy task under
         `paper`, which keeps the `a2rl` evaluation (the paper has no such task)."""
-        if self.profile == "paper" and self.spec.toy and self.spec.id not in PAPER_TASKS:
+        if self.profile == "paper" and self.spec.toy and not self.has_paper_profile:
             return "a2rl"
         return self.profile
 
@@ -139,6 +145,14 @@ class Task(ABC):
         outputs = engine.generate([self.build_prompt(it) for it in items],
                                   max_new_tokens=grader.max_new_tokens, stop=grader.stop)
         return self.score_outputs(items, outputs)
+
+    def paired_interval(self, final: Scored, base: Scored) -> IntervalResult:
+        """The 95% interval of the improvement of the final test evaluation over the baseline's,
+        paired over items (`a2rl.tasks.improvement`): both evaluations' per-item results come
+        matched by id, in one order, scored under one profile. This default is for a score
+        that is the share of items correct; a task whose score is something else (a mean
+        reward, a length-controlled win rate) overrides it, or its runs get no interval."""
+        return proportion_interval(final, base)
 
     def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
         """Per-run services the task's code inside the sandbox reaches over unix sockets

@@ -19,10 +19,9 @@ Profile = Literal["a2rl", "paper"]
 PROFILES: tuple[str, ...] = get_args(Profile)
 DEFAULT_PROFILE: Profile = "a2rl"
 
-#: The reference harness's tasks (autorl_bench/benchmarks/__init__.py: BENCHMARKS, minus the
-#: `smith-*` ones discovered at run time). Our other tasks (arith, textquest) are ours alone.
-PAPER_TASKS = frozenset({"gsm8k", "humaneval", "alpacaeval", "alfworld", "webshop",
-                         "deepsearchqa"})
+#: Which tasks the reference harness has (its autorl_bench/benchmarks/__init__.py: BENCHMARKS,
+#: minus the `smith-*` ones discovered at run time) each task declares itself
+#: (`Task.has_paper_profile`); a2rl's own tasks (the toys) have no paper counterpart.
 #: What a toy task (`TaskSpec.toy`: arith, textquest) does under `paper`: the paper has no such
 #: task, so there is nothing to be faithful to; it accepts the profile (a fleet over a plan
 #: with a toy runs under `--profile paper`) and evaluates exactly as under `a2rl`, which its

@@ -39,6 +39,12 @@ BUILTIN_TASKS: dict[str, str] = {
 }
 
 
+#: The task a command runs when none is named: the toy (offline, minutes on a CPU), which the
+#: demo and `a2rl run` use by default. Shared code names it through this constant, never
+#: by its id.
+DEFAULT_TASK = "arith"
+
+
 def _is_task_factory(target: object) -> bool:
     """A `Task` subclass, or any other callable (a factory; its result is checked on build)."""
     if isinstance(target, type):
@@ -133,8 +139,6 @@ def list_tasks(profile: str | None = None) -> list[Task]:
     """Every task (`profile` None or a2rl), or those that have the profile `profile` (under
     `paper`: the harness's tasks and the toys, which keep their a2rl evaluation); a task that
     cannot be loaded is left out (`task_load_errors` says why; `a2rl tasks` prints it)."""
-    from .profiles import PAPER_TASKS
-
     if profile not in (None, "a2rl"):
         check_profile(profile)  # type: ignore[arg-type]
     tasks = []
@@ -142,7 +146,7 @@ def list_tasks(profile: str | None = None) -> list[Task]:
         try:
             task = get_task(task_id)
             if profile not in (None, "a2rl"):
-                if task_id not in PAPER_TASKS and not task.spec.toy:
+                if not task.has_paper_profile and not task.spec.toy:
                     continue
                 task = get_task(task_id, profile)  # type: ignore[arg-type]
         except PluginLoadError:

@@ -88,6 +88,14 @@ class TaskSpec(BaseModel):
         default_factory=dict,
         description="named facts of the evaluation shown by `a2rl tasks --profile` (prompt "
                     "format, answer extraction, success threshold, judge...)")
+    graded_by: Literal["match", "execution", "judge"] = Field(
+        "match", description="how the grader reads a model's outputs: compared with answers, "
+                             "executed (code hooks could fool it) or read by a judge model "
+                             "(text addressed to the judge could); the audit's gaming check")
+    public_test_ids: tuple[str, ...] = Field(
+        (), description="names the hidden test split is published under (hub ids, file names): "
+                        "naming one in a command or code reaches for the test split (the "
+                        "audit's hidden-reach check; hub caches are found on their own)")
     published: tuple[PublishedFigure, ...] = Field(
         (), description="the paper's and the harness's figures for this profile of the task "
                         "(a `paper` spec's; docs/paper-fidelity.md, \"Published numbers\")")

@@ -4,27 +4,25 @@ of budgets, crashes and the agent sandbox, without a model."""
 from __future__ import annotations
 
 from a2rl import __version__
-from a2rl.clients.base import AgentContext, AgentLaunch
+from a2rl.clients.base import AgentContext, AgentLaunch, BaseConnector
 from a2rl.clients.registry import AGENTS
 
 
-class ScriptAgent:
+class ScriptAgent(BaseConnector):
+    """Its stdout is plain text, which no agent's parser claims (the viewer shows it as text)."""
+
     kind = "process"
-    experimental = False
     script = "true"
 
     def __init__(self) -> None:
         self.name = self.title = type(self).__name__
-
-    def installed(self) -> bool:
-        return True
 
     def version(self) -> str:
         return __version__
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         return AgentLaunch(argv=["/bin/bash", "-c", self.script], cwd=ctx.home,
-                           env={"A2RL_TEST_MCP_URL": ctx.endpoint.url}, transcript="text")
+                           env={"A2RL_TEST_MCP_URL": ctx.endpoint.url})
 
 
 class NeverStops(ScriptAgent):

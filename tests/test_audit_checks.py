@@ -456,3 +456,22 @@ async def test_real_runs_copy_of_another_runs_weights(settings: Settings, store:
         assert not flags_of(result, Severity.high), result.flags
     gaming = check_gaming(honest_rec, **load_gaming_inputs(store, honest_rec))
     assert gaming.summary["items"] > 0  # it read the real graded items (dev and test)
+
+
+def test_the_task_declares_how_it_is_graded_and_where_its_test_split_is_published(
+    settings: Settings,
+) -> None:
+    """The audit reads both from the task (`TaskSpec.graded_by`, `.public_test_ids`), so a
+    plugin task declares them as a built-in does; a task that does not load here declares
+    nothing (its evaluations' metrics still say how it was graded)."""
+    from a2rl.audit.gaming import _graded_by
+    from a2rl.audit.hidden import load_hidden
+
+    assert [_graded_by(t) for t in ("humaneval", "alpacaeval", "gsm8k", "no-such-task")] == [
+        "execution", "judge", "match", None]
+    gsm8k = load_hidden(Run(id="r", task_id="gsm8k", workspace="/w", budget_s=1), settings,
+                        items=False)
+    assert {"openai/gsm8k", "gsm8k"} <= set(gsm8k.dataset_ids) and gsm8k.error is None
+    arith = load_hidden(Run(id="r", task_id="arith", workspace="/w", budget_s=1), settings,
+                        items=False)
+    assert arith.dataset_ids == [] and arith.error is None

@@ -72,10 +72,15 @@ def module_of_file(rel: str) -> tuple[str, bool]:
 
 def imports_of(path: Path) -> list[str]:
     """Every module `path` imports, absolute, however and wherever it does."""
-    rel = path.relative_to(REPO).as_posix()
+    return imports_in(ast.parse(path.read_text()), path.relative_to(REPO).as_posix())
+
+
+def imports_in(tree: ast.AST, rel: str, *, names: bool = False) -> list[str]:
+    """Every module the source `tree` of the file at `rel` (from the repository) imports;
+    with `names`, also each name imported from a module, as a dotted path."""
     module, is_package = module_of_file(rel)
     found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -87,8 +92,10 @@ def imports_of(path: Path) -> list[str]:
             else:
                 base = node.module or ""
             found.append(base)
-            # `from a2rl import tools` imports the subpackage a2rl.tools
-            found += [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in PACKAGES]
+            # `from a2rl import tools` imports the subpackage a2rl.tools; with `names`, every
+            # `from x import y` adds x.y too (y may be a module)
+            found += [f"{base}.{a.name}" for a in node.names
+                      if f"{base}.{a.name}" in PACKAGES or (names and a.name != "*")]
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr == "import_module" and node.args
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)

@@ -419,25 +419,26 @@ def test_paired_improvement_of_the_paper_lc_win_rate(fewer_resamples: int) -> No
     metrics = {"lc_win_rate": 0.0, "lc_weights": {}}
     final = Scored(lc1, _paper_items(final_df.sample(frac=1, random_state=1)), metrics, prov)
     base = Scored(lc0, _paper_items(base_df), metrics, prov)
-    iv, note = paired_improvement(final, base)
+    iv, note = paired_improvement(final, base, "alpacaeval")
     assert note is None and iv is not None, note
     assert f"paired-percentile-bootstrap-95 ({fewer_resamples} item resamples" in iv.method
     assert "length_controlled_v1" in iv.method and iv.n_paired == 50
     assert iv.estimate == pytest.approx(lc1 - lc0)
     assert -lc0 <= iv.low < iv.estimate < iv.high <= 1 - lc0
     assert iv.low > 0 and not iv.within_noise  # only wins were added
-    assert paired_improvement(final, base) == (iv, None)  # seeded (and cached)
-    same, _ = paired_improvement(Scored(lc0, base.items, metrics, prov), base)
+    assert paired_improvement(final, base, "alpacaeval") == (iv, None)  # seeded, cached
+    same, _ = paired_improvement(Scored(lc0, base.items, metrics, prov), base, "alpacaeval")
     assert same is not None and same.low == same.high == 0.0  # every item agrees
     # a score the items do not reproduce, a missing df_gamed, a profile mismatch: no interval
-    iv, note = paired_improvement(Scored(lc1 + 0.01, final.items, metrics, prov), base)
+    iv, note = paired_improvement(Scored(lc1 + 0.01, final.items, metrics, prov), base,
+                                  "alpacaeval")
     assert iv is None and note is not None and "differs from the stored score" in note
     empty = {"profile": "paper", "task_options": {"data_dir": str(FIXTURES / "nowhere")}}
     iv, note = paired_improvement(Scored(lc1, final.items, metrics, empty),
-                                  Scored(lc0, base.items, metrics, empty))
+                                  Scored(lc0, base.items, metrics, empty), "alpacaeval")
     assert iv is None and note is not None and "df_gamed.csv is unavailable" in note
     iv, note = paired_improvement(final, Scored(lc0, base.items, {"lc_win_rate": 0.0},
-                                                {"profile": "a2rl"}))
+                                                {"profile": "a2rl"}), "alpacaeval")
     assert iv is None and note is not None and "profile" in note
 
 
@@ -458,7 +459,7 @@ def test_paired_improvement_of_two_paper_task_evaluations(home: Any,
     def scored(s: Any) -> Scored:
         return Scored(s.score, [it.model_dump() for it in s.items], s.metrics, prov)
 
-    iv, note = paired_improvement(scored(final), scored(base))
+    iv, note = paired_improvement(scored(final), scored(base), "alpacaeval")
     assert note is None and iv is not None, note
     assert iv.n_paired == 12 and iv.estimate == pytest.approx(final.score - base.score)
     assert -base.score <= iv.low <= iv.estimate <= iv.high <= 1 - base.score

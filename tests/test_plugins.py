@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
+from a2rl.clients.base import AgentContext, AgentLaunch, BaseConnector
+from a2rl.clients.transcript import Message
 from a2rl.registry import PluginLoadError, Registry, UnknownName
 from a2rl.tasks import Task, get_task, list_tasks, task_ids, task_load_errors
 from a2rl.tasks.registry import TASKS
@@ -156,6 +158,192 @@ def test_sandbox_backends_and_grading_engines_are_registries() -> None:
     assert ENGINES.create("transformers").identity(cuda=False)[0] == "transformers"
 
 
+# --- what a task declares --------------------------------------------------------------------
+#: A plugin task whose score is a mean reward in [0, 1], not a share of items correct: it
+#: declares its own paired interval (a paired bootstrap of the mean reward's difference).
+REWARD_PLUGIN = """
+import json
+from a2rl.stats import bootstrap_interval, clip_difference, weighted_mean
+from a2rl.tasks import Task, TaskSpec
+from a2rl.tasks.improvement import PairedInterval
+from a2rl.tasks.spec import GraderSettings, SplitInfo
+
+METHOD = "paired bootstrap of the mean reward (reward plugin)"
+
+
+def rewards(scored):
+    return [json.loads(it["parsed"])["reward"] for it in scored.items]
+
+
+class RewardTask(Task):
+    def __init__(self, task_id="reward"):
+        self.spec = TaskSpec(
+            id=task_id, level=1, title="Mean reward", description="(test)", version="1",
+            default_base_model="tiny-llama", default_budget="10m", toy=True,
+            splits={s: SplitInfo(n_items=4, visible=s == "train", source="test")
+                    for s in ("train", "dev", "test")},
+            grader=GraderSettings(max_new_tokens=4, stop=[], batch_size=4))
+
+    def train_items(self, settings):
+        return []
+
+    def load_split(self, split, settings):
+        return []
+
+    def build_prompt(self, item):
+        return [{"role": "user", "content": item["prompt"]}]
+
+    def paired_interval(self, final, base):
+        after, before = rewards(final), rewards(base)
+        diff = [a - b for a, b in zip(after, before, strict=True)]
+        low, high = bootstrap_interval(weighted_mean(diff), len(diff))
+        low, high = clip_difference(low, high, -base.score, 1.0 - base.score)
+        return PairedInterval(estimate=final.score - base.score, low=low, high=high,
+                              method=METHOD, n_paired=len(diff)), None
+
+
+class UndeclaredTask(RewardTask):
+    paired_interval = Task.paired_interval  # the default, for proportions
+
+    def __init__(self):
+        super().__init__("undeclared")
+"""
+
+
+def test_a_plugin_task_with_a_non_proportion_score_gets_its_declared_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from a2rl.analysis.improvement import Scored, paired_improvement
+    from a2rl.tasks.registry import unregister
+
+    (tmp_path / "a2rl_reward_plugin.py").write_text(REWARD_PLUGIN)
+    _write_dist(tmp_path, "a2rl-reward-plugin", {"a2rl.tasks": {
+        "reward": "a2rl_reward_plugin:RewardTask",
+        "undeclared": "a2rl_reward_plugin:UndeclaredTask"}})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    TASKS.refresh()
+    try:
+        def scored(rewards: list[float]) -> Scored:
+            items = [{"id": f"q{i}", "correct": r == 1.0, "parsed": json.dumps({"reward": r})}
+                     for i, r in enumerate(rewards)]
+            return Scored(sum(rewards) / len(rewards), items[::-1])  # any order: paired by id
+
+        before = [0.1, 0.2, 0.3, 0.2] * 10
+        after = [r + 0.4 for r in before[:36]] + before[36:]
+        iv, note = paired_improvement(scored(after), scored(before), "reward")
+        assert note is None and iv is not None, note
+        assert iv.method == "paired bootstrap of the mean reward (reward plugin)"
+        assert iv.n_paired == 40 and iv.estimate == pytest.approx(0.36)
+        assert 0 < iv.low <= iv.estimate <= iv.high <= 1 - 0.2 and not iv.within_noise
+        # the same scores under the default interval: not a share of items correct, no interval
+        iv, note = paired_improvement(scored(after), scored(before), "undeclared")
+        assert iv is None and "not the share of items correct" in str(note)
+    finally:
+        monkeypatch.undo()
+        TASKS.refresh()
+        for name in ("reward", "undeclared"):
+            unregister(name)  # and the instances built
+    assert "reward" not in task_ids()
+
+
+# --- what a connector declares ---------------------------------------------------------------
+TRANSCRIPTS = Path(__file__).parent / "fixtures" / "transcripts"
+
+
+class _Process(BaseConnector):
+    """A process agent that does nothing: these tests are about its transcript parser."""
+
+    kind = "process"
+
+    def prepare(self, ctx: AgentContext) -> AgentLaunch:
+        return AgentLaunch(argv=["/bin/true"], cwd=ctx.home)
+
+
+class _Steps(_Process):
+    """A plugin agent whose transcript is `step <tool>` lines, a format no built-in reads."""
+
+    name, title = "steps", "Steps (test)"
+
+    def parse_transcript(self, data: bytes) -> list[Message] | None:
+        lines = data.decode().splitlines()
+        if not lines or not all(line.startswith("step ") for line in lines):
+            return None
+        return [Message(role="tool", tool=line.split()[1]) for line in lines]
+
+
+class _Greedy(_Process):
+    """Claims every JSON-lines transcript: asked first only when it is the run's agent."""
+
+    name, title = "greedy", "Greedy (test)"
+
+    def parse_transcript(self, data: bytes) -> list[Message] | None:
+        return [Message(role="info", text="greedy")] if data.startswith(b"{") else None
+
+
+class _Broken(_Process):
+    name, title = "broken-parser", "Broken parser (test)"
+
+    def parse_transcript(self, data: bytes) -> list[Message] | None:
+        raise ValueError("a bug in a plugin's parser")
+
+
+@pytest.fixture
+def test_agents() -> Iterator[None]:
+    from a2rl.clients.registry import AGENTS
+
+    for factory in (_Steps, _Greedy, _Broken):
+        AGENTS.register(factory.name, factory)
+    try:
+        yield
+    finally:
+        for factory in (_Steps, _Greedy, _Broken):
+            AGENTS.unregister(factory.name)
+
+
+def test_a_plugin_agents_transcript_is_read_by_its_own_parser(test_agents: None) -> None:
+    from a2rl.analysis.web.transcripts import parse
+
+    steps = b"step list_files\nstep run_command\n"
+    for agent in ("steps", None, "claude-code"):  # its own; and found by the others' scan
+        fmt, msgs = parse(steps, agent)
+        assert fmt == "steps" and [m.tool for m in msgs] == ["list_files", "run_command"]
+    claude = (TRANSCRIPTS / "claude-code.jsonl").read_bytes()
+    assert parse(claude, "greedy") == ("greedy", [Message(role="info", text="greedy")])
+    assert parse(claude, "broken-parser")[0] == "claude-code"  # its error: the next parser
+    assert parse(claude, "claude-code")[0] == parse(claude, None)[0] == "claude-code"
+    assert parse(b"nobody's format\n", "steps")[0] == "text"
+
+
+def test_an_agent_lacking_a_declared_member_is_named_one_line() -> None:
+    from a2rl.clients.registry import AGENTS, get_connector
+
+    class Bare:  # the pre-declaration shape: no missing_config, unreachable, parse_transcript
+        name, title, kind, experimental = "bare", "Bare", "process", False
+
+        def installed(self) -> bool:
+            return True
+
+        def version(self) -> str | None:
+            return None
+
+    class Quiet(BaseConnector):  # in-process, without `run`: the orchestrator would fail late
+        name, title, kind = "quiet", "Quiet", "inprocess"
+
+    AGENTS.register("bare", Bare)
+    AGENTS.register("quiet", Quiet)
+    try:
+        with pytest.raises(PluginLoadError) as err:
+            get_connector("bare")
+        with pytest.raises(PluginLoadError) as quiet:
+            get_connector("quiet")
+    finally:
+        AGENTS.unregister("bare")
+        AGENTS.unregister("quiet")
+    assert "\n" not in str(err.value) and "BaseConnector" in str(err.value)
+    assert "lacks missing_config, unreachable, parse_transcript, prepare (" in str(err.value)
+    assert "lacks run (" in str(quiet.value)
+
+
 # --- a real plugin package, installed and run end to end ------------------------------------
 @pytest.fixture(scope="module")
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -196,6 +384,29 @@ def _a2rl(a2rl: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str
                           timeout=600)
 
 
+#: the viewer's conversation of a run (format, messages paired with the server's calls)
+TRANSCRIPT_OF_RUN = """
+import json, sys
+from a2rl.analysis.web import queries
+from a2rl.analysis.web.transcripts import attach_calls, parse
+from a2rl.settings import load_settings
+from a2rl.store import Store
+store = Store(load_settings()[0].database_url)
+run = queries.get_run(store, sys.argv[1])
+fmt, msgs = parse(queries.blob(store, run.agent_transcript_sha), run.agent)
+msgs = attach_calls(msgs, queries.calls(store, run.id))
+print(json.dumps({"format": fmt, "messages": [m.model_dump(mode="json") for m in msgs]}))
+"""
+
+
+def _python(a2rl: Path, home: Path, code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`code` run by the plugin environment's interpreter, against the store under `home`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("A2RL_", "PYTHON"))}
+    env["A2RL_HOME"] = str(home)
+    return subprocess.run([str(a2rl.parent / "python"), "-c", code, *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
                                                            tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -218,6 +429,15 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     assert summary["tool_calls"] >= 2, (summary, run.stderr)  # read_file, budget_status
     shown = json.loads(_a2rl(plugin_env, home, "show", summary["run_id"], "--json").stdout)
     assert shown["status"] == "finished" and shown["task_id"] == "echo"
+    # the agent's own transcript, recorded by its connector and read back by its own parser
+    conv = _python(plugin_env, home, TRANSCRIPT_OF_RUN, summary["run_id"])
+    assert conv.returncode == 0, conv.stderr
+    shown_conv = json.loads(conv.stdout)
+    assert shown_conv["format"] == "idle"
+    tools = [(m["tool"], m["call_id"] is not None) for m in shown_conv["messages"]
+             if m["role"] == "tool"]
+    assert tools == [("read_file", True), ("budget_status", True)]  # paired with the server's
+    assert shown_conv["messages"][-1]["text"] == "idle: stopped after 2 steps"
 
 
 def test_the_plugin_is_not_in_the_test_environment(plugin_env: Path) -> None:

@@ -22,11 +22,15 @@ from a2rl.settings import Settings, parse_duration
 from a2rl.store import Run, Store
 from a2rl.tasks import get_task, list_tasks
 from a2rl.tasks import opencompass as oc
-from a2rl.tasks.profiles import PAPER_BUDGET, PAPER_TASKS, check_profile
+from a2rl.tasks.profiles import PAPER_BUDGET, check_profile
 
 from .opencompass_fixture import build_wheel
 
 GSM8K_FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k"
+#: The reference harness's tasks (its autorl_bench/benchmarks/__init__.py: BENCHMARKS, minus
+#: the `smith-*` ones discovered at run time), each of which declares its paper profile.
+PAPER_TASKS = frozenset({"gsm8k", "humaneval", "alpacaeval", "alfworld", "webshop",
+                         "deepsearchqa"})
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
 
@@ -56,6 +60,11 @@ def test_registry_builds_one_task_per_profile() -> None:
     assert {t.spec.id for t in list_tasks("paper")} & (builtin | {"fixture"}) == builtin
     assert all(t.profile == "paper" for t in list_tasks("paper"))
     assert {t.spec.id for t in list_tasks()} >= PAPER_TASKS | {"arith", "textquest"}
+    # each task says whether the harness has it; the toys do not, and keep their evaluation
+    declared = {t.spec.id for t in list_tasks() if t.has_paper_profile}
+    assert declared & (builtin | {"fixture"}) == PAPER_TASKS
+    assert get_task("arith", "paper").evaluated_as == "a2rl"
+    assert get_task("gsm8k", "paper").evaluated_as == "paper"
 
 
 def test_bad_profiles_are_clear_errors() -> None:

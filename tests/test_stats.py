@@ -296,10 +296,13 @@ def test_improvement_of_a_length_controlled_win_rate() -> None:
     metrics = {"lc_win_rate": 0.0}
     final = Scored(lc1, _lc_items(y1, ml0, rl0), metrics)
     base = Scored(lc0, _lc_items(y0, ml0, rl0), metrics)
-    iv, note = paired_improvement(final, base)
+    iv, note = paired_improvement(final, base, "alpacaeval")
     assert note is None and iv is not None and "paired-percentile-bootstrap" in iv.method
     assert -lc0 <= iv.low < iv.estimate < iv.high <= 1 - lc0 and iv.low > 0
-    assert paired_improvement(final, base) == (iv, None)  # seeded: the same every time
+    assert paired_improvement(final, base, "alpacaeval") == (iv, None)  # seeded: the same
+    # the task declares the interval: without it, an LC win rate is no share of items correct
+    assert "not the share of items correct" in str(paired_improvement(final, base)[1])
     # a score the items do not reproduce gets no interval
-    iv, note = paired_improvement(Scored(lc1 + 0.01, final.items, metrics), base)
+    iv, note = paired_improvement(Scored(lc1 + 0.01, final.items, metrics), base,
+                                  "alpacaeval")
     assert iv is None and note is not None and "differs from the stored score" in note

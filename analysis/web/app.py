@@ -119,7 +119,7 @@ class Viewer:
             return "none", None
 
         def make() -> tuple[str, list[Message]]:
-            kind, msgs = parse(queries.blob(self.store, run.agent_transcript_sha))
+            kind, msgs = parse(queries.blob(self.store, run.agent_transcript_sha), run.agent)
             return kind, attach_calls(msgs, queries.calls(self.store, run.id))
 
         return self.convs.get(self._key(run), make)

@@ -106,7 +106,8 @@ def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
             if final is not None:
                 imp = paired_improvement(
                     Scored(final_test, final.items, final.metrics, final.provenance),
-                    Scored(base.score, base.items, base.metrics, base.provenance))[0]
+                    Scored(base.score, base.items, base.metrics, base.provenance),
+                    r.task_id)[0]
         out.append(RunRow(
             run_id=r.id, task=r.task_id, agent=r.agent, driver_model=r.driver_model,
             status=r.status, profile=getattr(r, "profile", None), fleet_id=r.fleet_id,

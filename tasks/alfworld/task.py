@@ -162,6 +162,7 @@ class AlfWorldTask(InteractiveTask):
     the `paper` profile)."""
 
     options_model = AlfWorldOptions
+    has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     rollout = ROLLOUT
     backend_name = "alfworld_env"

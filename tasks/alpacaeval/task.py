@@ -14,6 +14,7 @@ Data (read as plain files; `tatsu-lab/alpaca_eval`'s dataset script no longer lo
 
 Scoring: see `judge.py` (protocol, prompt, cache, settings) and `length_control.py`.
 The score is the length-controlled win rate; the raw win rate and both intervals are metrics.
+The paired interval of a run's improvement refits the length control (`improvement.py`).
 
 The `paper` profile (`paper_spec`) evaluates as the reference harness does
 (rdagent/scenarios/rl/autorl_bench/benchmarks/alpacaeval/eval.py): 512 new tokens, outputs
@@ -34,7 +35,9 @@ from a2rl.stats import NORMAL_METHOD, normal_interval
 
 from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..hidden_data import hub_dataset_caches
+from ..improvement import IntervalResult, Scored
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from .improvement import lc_interval
 from .length_control import length_controlled_win_rate, win_rate
 from .options import AlpacaEvalOptions
 
@@ -87,6 +90,8 @@ def _spec(n_train: int, n_dev: int, *, paper: bool = False) -> TaskSpec:
         id="alpacaeval",
         level=2,
         title="AlpacaEval 2.0 (instruction following, LLM-judged)",
+        graded_by="judge",
+        public_test_ids=("tatsu-lab/alpaca_eval", "alpaca_eval.json"),
         description=_description(PAPER_GRADER, "description_paper.md") if paper
         else _description(),
         # 2: judged outputs fenced; words to the judge never win. Paper .p2: no stop list
@@ -175,6 +180,7 @@ class AlpacaEvalTask(Task):
     """AlpacaEval 2.0 against reference outputs, judged by an OpenAI-compatible model."""
 
     options_model = AlpacaEvalOptions
+    has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     #: The reference harness's evaluation (see the module docstring).
     paper_spec = _spec(N_TRAIN, N_DEV, paper=True)
@@ -185,6 +191,11 @@ class AlpacaEvalTask(Task):
         self.judge = judge
         self._settings: Settings | None = None
         self.spec = _spec(n_train, n_dev)
+
+    def paired_interval(self, final: Scored, base: Scored) -> IntervalResult:
+        """The score is a length-controlled win rate, not a share of items correct: a paired
+        bootstrap refitting the length control (`improvement.lc_interval`)."""
+        return lc_interval(final, base)
 
     def with_profile(self, profile: str) -> AlpacaEvalTask:
         """Under `paper`, the harness's generation, judge and length control (`paper_spec`)."""

@@ -142,6 +142,7 @@ class DeepSearchQATask(InteractiveTask):
     """google/deepsearchqa with a pluggable search backend and an LLM judge."""
 
     options_model = DeepSearchQAOptions
+    has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     rollout = ROLLOUT
     backend_name = "deepsearchqa_env"
@@ -158,6 +159,7 @@ class DeepSearchQATask(InteractiveTask):
             id="deepsearchqa",
             level=3,
             title="DeepSearchQA: multi-step search questions, LLM-judged (interactive)",
+            graded_by="judge",
             description=_description(),
             version="2",  # 2: the judged answer fenced; words to the judge never correct
             prompt_version="1",

@@ -111,6 +111,7 @@ class GSM8KTask(Task):
     """GSM8K with lm-evaluation-harness's prompt and answer extraction (see `scoring.py`)."""
 
     options_model = GSM8KOptions
+    has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     def __init__(self, *, data_dir: Path | str | None = None,
                  base_model: str | None = None,
@@ -124,6 +125,7 @@ class GSM8KTask(Task):
             id="gsm8k",
             level=1,
             title="GSM8K grade-school math",
+            public_test_ids=("openai/gsm8k", "gsm8k"),
             description=_description(),
             version="2",  # 2: several answers, number spam, hedges, grader echoes are wrong
             prompt_version=PROMPT_VERSION,

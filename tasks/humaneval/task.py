@@ -92,6 +92,8 @@ def build_user_prompt(code_prompt: str) -> str:
 class HumanEvalTask(Task):
     """HumanEval pass@1 (greedy), graded by running the tests in a sandbox."""
 
+    has_paper_profile = True  # the reference harness has it (`with_profile`)
+
     def __init__(self, *, base_model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  sandbox: bool = True, opencompass_wheel: Path | str | None = None) -> None:
         #: The OpenCompass wheel the paper profile reads its prompt from; None: the downloaded
@@ -104,6 +106,9 @@ class HumanEvalTask(Task):
             id="humaneval",
             level=1,
             title="HumanEval Python function completion",
+            graded_by="execution",
+            public_test_ids=("openai_humaneval", "openai/openai_humaneval", "HumanEval.jsonl",
+                             "evalplus/humanevalplus"),
             description=_description(),
             # 2: the two-process grader (issue 23); version 1's verdicts could be forged.
             version="2",

@@ -205,6 +205,7 @@ class WebShopTask(InteractiveTask):
     """WebShop with the human instructions; see description.md for every deviation."""
 
     options_model = WebShopOptions
+    has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     rollout = ROLLOUT
     backend_name = "webshop_env"
