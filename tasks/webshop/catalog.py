@@ -262,7 +262,9 @@ def _load(folder: str, num_products: int, small_first: bool = False) -> WebShopD
     attributes = json.loads(attributes_file.read_text())
     human = json.loads(_first(root, (HUMAN_FILE,)).read_text())
     reviews: dict[str, dict[str, Any]] = {}
-    if (root / REVIEW_FILE).is_file():
+    # the original never reads reviews.json (its load_products has that code commented out):
+    # under the paper profile every rating is N.A. and no product has reviews, as there
+    if (root / REVIEW_FILE).is_file() and not small_first:
         reviews = {r["asin"]: r for r in json.loads((root / REVIEW_FILE).read_text())}
     rng = random.Random(PRICE_SEED)
     products = process_products(raw, attributes, reviews, rng)

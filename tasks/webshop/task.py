@@ -59,6 +59,8 @@ PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": paper.MAX_NEW_TOKENS,
                                          "stop": list(paper.STOP)})
 #: Where the workspace gets the harness's prompt text under the paper profile (data/webshop/).
 PAPER_TEXT_FILE = "paper_text.json"
+#: Which site the workspace's environment plays (data/webshop/): the original's under paper.
+SITE_FILE = "site.json"
 
 
 def paper_success(episode: Episode) -> bool:
@@ -247,7 +249,9 @@ class WebShopTask(InteractiveTask):
             task._catalogs, task._graded = {}, None
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
-                "version": f"{task.spec.version}.p2",  # .p2: the harness's stop list only
+                # .p2: the harness's stop list only; .p3: the original site (Lucene search,
+                # pages, action parsing, option reward), compared with its code
+                "version": f"{task.spec.version}.p3",
                 "prompt_version": "paper-3",
                 "description": _description(paper=True),
                 "splits": {
@@ -278,10 +282,11 @@ class WebShopTask(InteractiveTask):
                          options=self.options(settings), harness_files=paper_profile)
 
     def catalog(self, data: WebShopData) -> sim.Catalog:
-        """The site's catalog and search index, built once per data."""
+        """The site's catalog and search index, built once per data; under the `paper`
+        profile the original site's (its Lucene search, pages, action parsing and reward)."""
         key = id(data)
         if key not in self._catalogs:
-            self._catalogs = {key: sim.Catalog(data.products)}
+            self._catalogs = {key: sim.Catalog(data.products, original=self.profile == "paper")}
         return self._catalogs[key]
 
     def paper_text(self, settings: Settings | None) -> rdagent.WebShopText:
@@ -358,7 +363,8 @@ class WebShopTask(InteractiveTask):
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
         files = {"webshop_env.py": here.joinpath("backend.py").read_text(),
-                 "webshop_sim.py": here.joinpath("sim.py").read_text()}
+                 "webshop_sim.py": here.joinpath("sim.py").read_text(),
+                 "webshop_lucene.py": here.joinpath("lucene.py").read_text()}
         if self.profile == "paper":  # the grader's own loop
             files["webshop_paper.py"] = here.joinpath("paper.py").read_text()
         return files
@@ -373,7 +379,8 @@ class WebShopTask(InteractiveTask):
         products = "".join(json.dumps(p) + "\n" for p in data.products)
         goals = "".join(json.dumps({"id": g["id"], "goal": g["goal"]}) + "\n"
                         for g in data.split_goals("train"))
-        files = {"products.jsonl": products, "train_goals.jsonl": goals}
+        files = {"products.jsonl": products, "train_goals.jsonl": goals,
+                 SITE_FILE: json.dumps({"original": self.profile == "paper"}) + "\n"}
         if self.profile == "paper":
             files[PAPER_TEXT_FILE] = json.dumps(self.paper_text(settings).to_dict(),
                                                 indent=1) + "\n"
