@@ -14,7 +14,8 @@ Files (princeton-nlp/WebShop's `data/` folder, fetched by its setup.sh; setting 
   which);
 - `items_human_ins.json`: `{asin: [{"instruction", "instruction_attributes",
   "instruction_options", ...}]}`, the human goals;
-- `reviews.json` (optional): `[{"asin", "reviews", "average_rating"}]`.
+- `reviews.json` (optional, the `a2rl` profile only: the original never reads it):
+  `[{"asin", "reviews", "average_rating"}]`.
 
 Goals are the human goals in product order, shuffled with `random.seed(233)` as the original
 `SimServer` does; the splits are the original baseline's (`baseline_models/env.py`): test =

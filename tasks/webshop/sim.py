@@ -2,16 +2,21 @@
 
 Standard library only (plus `bm25s` when it is installed), and no package-relative imports:
 this file is also written into the workspace as `env/webshop_sim.py`, next to the backend
-`env/webshop_env.py`, so the agent's training environment is the grader's, line for line.
+`env/webshop_env.py` and the original's search `env/webshop_lucene.py`, so the agent's
+training environment is the grader's, line for line.
 
 What it reproduces of princeton-nlp/WebShop (`web_agent_site/envs/web_agent_text_env.py`,
 `engine/engine.py`, `engine/goal.py`, `engine/normalize.py`): the pages and buttons of the text
 environment, `search[...]`/`click[...]` actions (an invalid action does nothing), 50 results
 shown 10 per page, the search documents (title, description, first bullet point, options) and
-the reward `get_reward` (type, attribute, option and price matching). Deviations are listed in
-the task's description.md; the main ones: BM25 by `bm25s` (Lucene's k1=0.9, b=0.4, no
-stemming) instead of Pyserini, `thefuzz` re-implemented, and spaCy's noun tagging replaced by a
-word filter in the type reward.
+the reward `get_reward` (type, attribute, option and price matching). Two sites:
+- `Catalog(..., original=True)`, the `paper` profile's: the original's as the harness runs it,
+  compared with the original's own code on fixed episodes (tests/test_webshop_original.py):
+  its Lucene search (`lucene.py`), pages, clickables, action parsing and reward
+  (`get_reward_original`), spaCy's nouns stood in for by `type_nouns`;
+- the `a2rl` profile's, with the deviations its description.md lists: BM25 by `bm25s`
+  (Lucene's k1=0.9, b=0.4, no stemming), `You have clicked ...` on item pages, its own option
+  matching, and a word filter (`type_words`) for spaCy.
 """
 
 from __future__ import annotations

@@ -173,6 +173,40 @@ PAPER_GRADING = """\
   `build_prompt` and `messages` render one step."""
 
 
+A2RL_DEVIATIONS = """\
+1. Search: BM25 by `bm25s` (Lucene scoring, k1=0.9, b=0.4 as Pyserini's defaults; words
+   lower-cased, English stop words dropped, **no stemming**) instead of Pyserini/Lucene's
+   analyzer; documents are the original's (title, description, first bullet, options). Without
+   `bm25s` the same formula runs in pure Python.
+2. The type reward's noun extraction (spaCy `en_core_web_sm`, NOUN/PROPN) is replaced by the
+   name's alphabetic words of 2+ letters that are not stop words or colours; `thefuzz`'s
+   `token_set_ratio` is re-implemented (same definition, rounded). The option reward also
+   counts a chosen value found in the product's text, and sizes match exactly.
+3. Prices: the original draws range prices and price caps from an unseeded `random`; here a
+   fixed seed, so every process agrees. The goal order (seed 233) is the original's.
+4. Item pages start with `You have clicked <option>.` for each chosen option (as the
+   original's `text_rich` mode says), since the prompt only keeps one earlier page.
+5. The item page's back button is `< Prev` (the text environment's name), images are not
+   shown, the done page shows the reward, and `reviews.json` is optional (ratings `N.A.`,
+   no reviews without it). Whitespace is collapsed so observations are one line; `Next >`
+   shows only when there is a next page; an action must end at its `]`.
+6. A copy with fewer than 1,501 goals (test fixtures) is split in quarters (test, dev, then
+   train the rest) instead of the fixed ranges."""
+PAPER_DEVIATIONS = """\
+The site is the original's text mode (`WebAgentTextEnv(observation_mode="text")`, as the
+harness runs it), compared with the original's own code on fixed episodes: its search (Lucene's
+English analyzer with Porter stemming, BM25 k1=0.9, b=0.4), pages, buttons (`Next >` on every
+results page), action parsing and reward. What remains:
+1. The type reward's noun extraction (spaCy `en_core_web_sm`, NOUN/PROPN) is replaced by the
+   name's lower-cased words holding a letter, function words left out (`type_nouns`).
+2. Search is Lucene's scoring re-done in Python (double precision: two scores that differ in
+   the 7th digit may rank the other way); equal scores rank by asin, as there.
+3. Prices: the original draws range prices and price caps from an unseeded `random`; here a
+   fixed seed, so every process agrees. The goal order (seed 233) is the original's.
+4. The done page shows the reward (the original's shows its MTurk page); images are not shown.
+5. A copy with fewer than 1,501 human goals (test fixtures) splits train and dev in quarters."""
+
+
 def _description(paper: bool = False) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
     if paper:
@@ -191,7 +225,7 @@ def _description(paper: bool = False) -> str:
                                                   max_new_tokens=PAPER_GRADER.max_new_tokens,
                                                   max_steps=PAPER_STEPS,
                                                   text_file=PAPER_TEXT_FILE),
-                  "max_steps": PAPER_STEPS}
+                  "max_steps": PAPER_STEPS, "deviations": PAPER_DEVIATIONS}
     else:
         fields = {"success_rule": "An episode **succeeds only at reward 1** (the original's "
                                   "success rule).",
@@ -199,7 +233,7 @@ def _description(paper: bool = False) -> str:
                   "action_case": "lower-cased by the grader", "paper_files": "",
                   "grading": A2RL_GRADING.format(instruction=INSTRUCTION,
                                                  max_new_tokens=GRADER.max_new_tokens),
-                  "max_steps": MAX_STEPS}
+                  "max_steps": MAX_STEPS, "deviations": A2RL_DEVIATIONS}
     return template.format(n_test=N_TEST, n_dev=N_DEV, n_demo=N_DEMO_GOALS, **fields)
 
 
