@@ -151,8 +151,12 @@ def run(orig: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
     for i in range(reader.stats()["documents"]):
         docid = reader.convert_internal_docid_to_collection_docid(i)
         documents[docid] = reader.get_document_vector(docid)
+    from jnius import autoclass
+
+    small_float = autoclass("org.apache.lucene.util.SmallFloat")
+    norms = [small_float.byte4ToInt(small_float.intToByte4(n)) for n in inputs["lengths"]]
     analyzer = {"words": [orig["analyzer"].analyze(w) for w in inputs["words"]],
-                "documents": documents}
+                "documents": documents, "stored_lengths": norms}
 
     server.goals = [ep["goal"] for ep in inputs["episodes"]]
     episodes = []
@@ -213,7 +217,9 @@ def header(webshop: Path, commit: str | None, orig: dict[str, Any]) -> dict[str,
                "goal, env.reset(session=i), env.step per action, get_available_actions; "
                "rewards = goal.get_reward(product, goal, price, options, verbose=True); "
                "type_nouns = goal.nlp's NOUN/PROPN/PNOUN tokens of the catalog's names, the "
-               "goals' and inputs.names; descending_search = the queries' hits over a second "
+               "goals' and inputs.names; stored_lengths = Lucene's SmallFloat norm of "
+               "each of inputs.lengths (a document's length as BM25 reads it); "
+               "descending_search = the queries' hits over a second "
                "index, of the catalog sorted by descending asin",
         "stood_in": {
             "torch": "imported by web_agent_text_env for image features only (get_image=0)",

@@ -74,6 +74,14 @@ def test_analyzer_equals_anserinis() -> None:
         s["tokens"] for s in EXPECTED["search"]]
 
 
+def test_stored_lengths_equal_lucenes_norms() -> None:
+    """A document's length as Lucene's BM25 reads it back from its one-byte norm (exact below
+    24, then 4 significant bits), for 503 lengths up to 2**31 - 1: Lucene's SmallFloat."""
+    assert [lucene.stored_length(n) for n in INPUTS["lengths"]] == EXPECTED["analyzer"][
+        "stored_lengths"]
+    assert lucene.stored_length(23) == 23 and lucene.stored_length(1000) != 1000
+
+
 def _hits(engine: lucene.LuceneSearch, query: str) -> list[tuple[str, float]]:
     scores = engine.scores(query)
     order = sorted(scores, key=lambda i: (-scores[i], engine.asins[i]))
