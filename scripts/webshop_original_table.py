@@ -202,6 +202,7 @@ def header(webshop: Path, commit: str | None, orig: dict[str, Any]) -> dict[str,
         commit = got.stdout.strip() or "unknown"
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     nlp = orig["goal"].nlp
+    about = (nlp.meta.get("description") or "no description").splitlines()[0]
     pyserini_dir = Path(sys.modules["pyserini"].__file__ or "").parent
     jars = sorted(p.name for p in (pyserini_dir / "resources" / "jars").glob("*.jar"))
     return {
@@ -226,7 +227,7 @@ def header(webshop: Path, commit: str | None, orig: dict[str, Any]) -> dict[str,
             "pyserini dense modules": f"{', '.join(STUB_MODULES)}: imported by pyserini's "
                                       "search package, never used (the Lucene searcher is real)",
             "spaCy pipeline": f"{nlp.meta.get('lang')}_{nlp.meta.get('name')} "
-                              f"{nlp.meta.get('version')} in place of en_core_web_sm (the "
+                              f"{nlp.meta.get('version')} ({about}) for en_core_web_sm (the "
                               "harness: spacy==3.7.2 and `python -m spacy download "
                               "en_core_web_sm`)",
         },
