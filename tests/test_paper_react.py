@@ -170,8 +170,9 @@ def test_webshop_paper_prompt_format(shop: Settings, fixture_wheel: Path) -> Non
 def test_webshop_paper_workspace_plays_the_graders_loop(shop: Settings, fixture_wheel: Path,
                                                         tmp_path: Path) -> None:
     """The workspace under paper: the harness's text in data/webshop/, the grader's loop in
-    env/ (standard library only), which plays a training goal as the grader would; the
-    demonstrations are the harness's chats."""
+    env/ (standard library only), which plays a training goal as the grader would, on the
+    grader's site (the original's: data/webshop/site.json); the demonstrations are the
+    harness's chats."""
     task = WebShopTask().with_profile("paper")
     rows = task.train_items(shop)
     assert rows and rows[0]["messages"][0] == {
@@ -195,17 +196,20 @@ def generate(chats):
     return [{rows[0]["answer"]!r}]
 (ep,) = webshop_paper.play(ids, [lambda: webshop_env.make_train_env(ids[0])], text,
                            generate, max_steps=2)
-print(json.dumps({{"steps": ep.steps, "prompt": seen[0][-9:]}}))
+print(json.dumps({{"steps": ep.steps, "prompt": seen[0][-9:],
+                  "original": webshop_env.catalog().original}}))
 """
     out = subprocess.run([sys.executable, "-I", "-c", script], cwd=ws, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout) == {"steps": 2, "prompt": "Action 1:"}
+    assert json.loads(out.stdout) == {"steps": 2, "prompt": "Action 1:", "original": True}
     a2rl_ws = tmp_path / "a2rl"
     a2rl_ws.mkdir()
     WebShopTask().prepare_workspace(a2rl_ws, shop)
     assert not (a2rl_ws / "env" / "webshop_paper.py").exists()
     assert not (a2rl_ws / "data" / "webshop" / "paper_text.json").exists()
+    site = json.loads((a2rl_ws / "data" / "webshop" / "site.json").read_text())
+    assert site == {"original": False}
 
 
 def test_missing_harness_wheel_is_one_clear_error(shop: Settings) -> None:

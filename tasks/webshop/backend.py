@@ -2,7 +2,8 @@
 
 Standard library only (the site itself is `env/webshop_sim.py`, the grader's own code). It
 reads the catalog and the **training** goals the harness wrote under `data/webshop/`
-(`products.jsonl`, `train_goals.jsonl`); dev and test goals are never written there. The search
+(`products.jsonl`, `train_goals.jsonl`; dev and test goals are never written there) and which
+site the grader plays (`site.json`: the original's under the `paper` profile). The search
 index is built once per process, on the first episode.
 """
 
@@ -31,8 +32,10 @@ def _goals() -> dict[str, dict[str, Any]]:
 
 @lru_cache(maxsize=1)
 def catalog() -> Any:
-    """The shared `webshop_sim.Catalog` (products and BM25 index)."""
-    return webshop_sim.Catalog(_jsonl(DATA / "products.jsonl"))
+    """The shared `webshop_sim.Catalog` (products and BM25 index), the grader's site."""
+    site = DATA / "site.json"
+    original = bool(json.loads(site.read_text()).get("original")) if site.is_file() else False
+    return webshop_sim.Catalog(_jsonl(DATA / "products.jsonl"), original=original)
 
 
 def train_ids() -> list[str]:

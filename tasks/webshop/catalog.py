@@ -14,7 +14,8 @@ Files (princeton-nlp/WebShop's `data/` folder, fetched by its setup.sh; setting 
   which);
 - `items_human_ins.json`: `{asin: [{"instruction", "instruction_attributes",
   "instruction_options", ...}]}`, the human goals;
-- `reviews.json` (optional): `[{"asin", "reviews", "average_rating"}]`.
+- `reviews.json` (optional, the `a2rl` profile only: the original never reads it):
+  `[{"asin", "reviews", "average_rating"}]`.
 
 Goals are the human goals in product order, shuffled with `random.seed(233)` as the original
 `SimServer` does; the splits are the original baseline's (`baseline_models/env.py`): test =
@@ -262,7 +263,9 @@ def _load(folder: str, num_products: int, small_first: bool = False) -> WebShopD
     attributes = json.loads(attributes_file.read_text())
     human = json.loads(_first(root, (HUMAN_FILE,)).read_text())
     reviews: dict[str, dict[str, Any]] = {}
-    if (root / REVIEW_FILE).is_file():
+    # the original never reads reviews.json (its load_products has that code commented out):
+    # under the paper profile every rating is N.A. and no product has reviews, as there
+    if (root / REVIEW_FILE).is_file() and not small_first:
         reviews = {r["asin"]: r for r in json.loads((root / REVIEW_FILE).read_text())}
     rng = random.Random(PRICE_SEED)
     products = process_products(raw, attributes, reviews, rng)

@@ -59,6 +59,8 @@ PAPER_GRADER = GRADER.model_copy(update={"max_new_tokens": paper.MAX_NEW_TOKENS,
                                          "stop": list(paper.STOP)})
 #: Where the workspace gets the harness's prompt text under the paper profile (data/webshop/).
 PAPER_TEXT_FILE = "paper_text.json"
+#: Which site the workspace's environment plays (data/webshop/): the original's under paper.
+SITE_FILE = "site.json"
 
 
 def paper_success(episode: Episode) -> bool:
@@ -171,6 +173,40 @@ PAPER_GRADING = """\
   `build_prompt` and `messages` render one step."""
 
 
+A2RL_DEVIATIONS = """\
+1. Search: BM25 by `bm25s` (Lucene scoring, k1=0.9, b=0.4 as Pyserini's defaults; words
+   lower-cased, English stop words dropped, **no stemming**) instead of Pyserini/Lucene's
+   analyzer; documents are the original's (title, description, first bullet, options). Without
+   `bm25s` the same formula runs in pure Python.
+2. The type reward's noun extraction (spaCy `en_core_web_sm`, NOUN/PROPN) is replaced by the
+   name's alphabetic words of 2+ letters that are not stop words or colours; `thefuzz`'s
+   `token_set_ratio` is re-implemented (same definition, rounded). The option reward also
+   counts a chosen value found in the product's text, and sizes match exactly.
+3. Prices: the original draws range prices and price caps from an unseeded `random`; here a
+   fixed seed, so every process agrees. The goal order (seed 233) is the original's.
+4. Item pages start with `You have clicked <option>.` for each chosen option (as the
+   original's `text_rich` mode says), since the prompt only keeps one earlier page.
+5. The item page's back button is `< Prev` (the text environment's name), images are not
+   shown, the done page shows the reward, and `reviews.json` is optional (ratings `N.A.`,
+   no reviews without it). Whitespace is collapsed so observations are one line; `Next >`
+   shows only when there is a next page; an action must end at its `]`.
+6. A copy with fewer than 1,501 goals (test fixtures) is split in quarters (test, dev, then
+   train the rest) instead of the fixed ranges."""
+PAPER_DEVIATIONS = """\
+The site is the original's text mode (`WebAgentTextEnv(observation_mode="text")`, as the
+harness runs it), compared with the original's own code on fixed episodes: its search (Lucene's
+English analyzer with Porter stemming, BM25 k1=0.9, b=0.4), pages, buttons (`Next >` on every
+results page), action parsing and reward. What remains:
+1. The type reward's noun extraction (spaCy `en_core_web_sm`, NOUN/PROPN) is replaced by the
+   name's lower-cased words holding a letter, function words left out (`type_nouns`).
+2. Search is Lucene's scoring re-done in Python (double precision: two scores that differ in
+   the 7th digit may rank the other way); equal scores rank by asin, as there.
+3. Prices: the original draws range prices and price caps from an unseeded `random`; here a
+   fixed seed, so every process agrees. The goal order (seed 233) is the original's.
+4. The done page shows the reward (the original's shows its MTurk page); images are not shown.
+5. A copy with fewer than 1,501 human goals (test fixtures) splits train and dev in quarters."""
+
+
 def _description(paper: bool = False) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
     if paper:
@@ -189,7 +225,7 @@ def _description(paper: bool = False) -> str:
                                                   max_new_tokens=PAPER_GRADER.max_new_tokens,
                                                   max_steps=PAPER_STEPS,
                                                   text_file=PAPER_TEXT_FILE),
-                  "max_steps": PAPER_STEPS}
+                  "max_steps": PAPER_STEPS, "deviations": PAPER_DEVIATIONS}
     else:
         fields = {"success_rule": "An episode **succeeds only at reward 1** (the original's "
                                   "success rule).",
@@ -197,7 +233,7 @@ def _description(paper: bool = False) -> str:
                   "action_case": "lower-cased by the grader", "paper_files": "",
                   "grading": A2RL_GRADING.format(instruction=INSTRUCTION,
                                                  max_new_tokens=GRADER.max_new_tokens),
-                  "max_steps": MAX_STEPS}
+                  "max_steps": MAX_STEPS, "deviations": A2RL_DEVIATIONS}
     return template.format(n_test=N_TEST, n_dev=N_DEV, n_demo=N_DEMO_GOALS, **fields)
 
 
@@ -248,7 +284,9 @@ class WebShopTask(InteractiveTask):
             task._catalogs, task._graded = {}, None
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
-                "version": f"{task.spec.version}.p2",  # .p2: the harness's stop list only
+                # .p2: the harness's stop list only; .p3: the original site (Lucene search,
+                # pages, action parsing, option reward), compared with its code
+                "version": f"{task.spec.version}.p3",
                 "prompt_version": "paper-3",
                 "description": _description(paper=True),
                 "splits": {
@@ -279,10 +317,11 @@ class WebShopTask(InteractiveTask):
                          options=self.options(settings), harness_files=paper_profile)
 
     def catalog(self, data: WebShopData) -> sim.Catalog:
-        """The site's catalog and search index, built once per data."""
+        """The site's catalog and search index, built once per data; under the `paper`
+        profile the original site's (its Lucene search, pages, action parsing and reward)."""
         key = id(data)
         if key not in self._catalogs:
-            self._catalogs = {key: sim.Catalog(data.products)}
+            self._catalogs = {key: sim.Catalog(data.products, original=self.profile == "paper")}
         return self._catalogs[key]
 
     def paper_text(self, settings: Settings | None) -> rdagent.WebShopText:
@@ -359,7 +398,8 @@ class WebShopTask(InteractiveTask):
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
         files = {"webshop_env.py": here.joinpath("backend.py").read_text(),
-                 "webshop_sim.py": here.joinpath("sim.py").read_text()}
+                 "webshop_sim.py": here.joinpath("sim.py").read_text(),
+                 "webshop_lucene.py": here.joinpath("lucene.py").read_text()}
         if self.profile == "paper":  # the grader's own loop
             files["webshop_paper.py"] = here.joinpath("paper.py").read_text()
         return files
@@ -374,7 +414,8 @@ class WebShopTask(InteractiveTask):
         products = "".join(json.dumps(p) + "\n" for p in data.products)
         goals = "".join(json.dumps({"id": g["id"], "goal": g["goal"]}) + "\n"
                         for g in data.split_goals("train"))
-        files = {"products.jsonl": products, "train_goals.jsonl": goals}
+        files = {"products.jsonl": products, "train_goals.jsonl": goals,
+                 SITE_FILE: json.dumps({"original": self.profile == "paper"}) + "\n"}
         if self.profile == "paper":
             files[PAPER_TEXT_FILE] = json.dumps(self.paper_text(settings).to_dict(),
                                                 indent=1) + "\n"
