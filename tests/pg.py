@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -55,6 +55,7 @@ class PgServer:
     root: Path
     port: int
     owner: str | None  # the OS user the server runs as when the tests run as root
+    cheating: set[str] = field(default_factory=set)  # databases of tests marked `cheats`
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{database}"
@@ -123,6 +124,12 @@ def postgres() -> Iterator[PgServer]:
     server = start_postgres(bindir)
     try:
         yield server
+        from .audit_guard import postgres_findings
+
+        found = postgres_findings(server.port, USER, server.cheating)
+        if found:
+            pytest.fail(f"{len(found)} honest runs raised a high audit flag: "
+                        + " | ".join(found[:20]))
     finally:
         server.stop()
 
@@ -133,4 +140,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'a2rl.db'}"
     server: PgServer = request.getfixturevalue("postgres")
-    return server.create_database()
+    url = server.create_database()
+    if request.node.get_closest_marker("cheats"):
+        server.cheating.add(url.rsplit("/", 1)[1])
+    return url

@@ -14,6 +14,7 @@ from sqlmodel import select
 
 from a2rl.store import Evaluation, Job, Revision, Run, Store, Submission, ToolCall
 
+from .audit_guard import expect_cheating
 from .conftest import require_bwrap
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
@@ -85,6 +86,53 @@ def test_heldout_kept_test_hidden_until_the_end(demo: dict[str, Any]) -> None:
     assert test_evals[0].started_at >= last_call.started_at
     assert all('"split": "dev"' in c.result_summary for c in scores if not c.is_error)
     assert not any('"items"' in c.result_summary for c in scores)
+
+
+def test_audit_walkthrough_clean_demo_then_a_flagged_cheat(demo: dict[str, Any]) -> None:
+    """The README's "Auditing a run", as a newcomer does it after `make demo`: `a2rl audit`
+    of the demo (no flags, exit 0), the cheating example (flags with evidence, exit 1), and
+    the same two verdicts in `a2rl view`'s runs table and run page."""
+    import socket
+    import time
+
+    import httpx
+
+    env, run_id = demo["env"], demo["summary"]["run_id"]
+    clean = subprocess.run([A2RL, "audit", run_id], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert clean.returncode == 0 and "no flags" in clean.stdout.lower(), clean.stdout
+    example = Path(__file__).resolve().parents[1] / "examples" / "cheating_run.py"
+    made = subprocess.run([sys.executable, str(example), "hidden-reach"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-2000:]
+    cheat = made.stdout.strip().splitlines()[-1]
+    expect_cheating(demo["home"], cheat)
+    flagged = subprocess.run([A2RL, "audit", cheat], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert flagged.returncode == 1, flagged.stdout + flagged.stderr
+    assert "high" in flagged.stdout and "hidden_data_reach" in flagged.stdout
+    assert "evidence: tool calls" in flagged.stdout  # the evidence is named
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    viewer = subprocess.Popen([A2RL, "view", "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                runs = httpx.get(f"{url}/?audit=flagged", timeout=5).text
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert cheat in runs and run_id not in runs  # the filter: only the flagged run
+        page = httpx.get(f"{url}/run/{cheat}", timeout=10).text
+        assert 'class="audit-status bad"' in page and "hidden_data_reach" in page
+        honest = httpx.get(f"{url}/run/{run_id}", timeout=10).text
+        assert 'class="audit-status good"' in honest
+    finally:
+        viewer.terminate()
+        viewer.wait(timeout=30)
 
 
 def _summary(**kw: Any) -> Any:
