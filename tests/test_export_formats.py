@@ -254,6 +254,7 @@ def test_inspect_log_reads_back_with_inspect(made: dict[str, Any]) -> None:
         log = read_eval_log(str(path))
         assert log.status == "success" and log.eval.task == "a2rl/arith"
         assert log.eval.model == "fake-model" and log.results is not None
+        assert log.eval.viewer is not None and log.eval.viewer.trust_content is False
         assert log.results.scores[0].name == "final_test"
         assert log.results.scores[0].metrics["mean"].value == TEST
         assert log.samples is not None and len(log.samples) == 1

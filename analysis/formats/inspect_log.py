@@ -9,6 +9,10 @@ recorded result a tool message), its score
 scored, which Inspect counts as an unscored sample). The run's summary, submissions, score
 trajectory and audit are in the sample's metadata, under the keys of a2rl's report.
 
+The log is marked untrusted (`ViewerConfig(trust_content=False)`): what an agent wrote is an
+adversary's text here, so the viewer shows it as plain text (no markdown, links or media, and
+invisible or direction-changing characters made visible) rather than rendering it.
+
 inspect-ai is an optional extra (`pip install 'a2rl-bench[inspect]'`; `make demo` and
 `make test` install it with the `dev` extra): it brings about 45 packages nothing else needs.
 """
@@ -115,6 +119,7 @@ def to_eval_log(rec: RunRecord) -> EvalLog:
     )
     from inspect_ai.model import ChatMessageAssistant, ModelOutput, ModelUsage
     from inspect_ai.scorer import Score
+    from inspect_ai.viewer import ViewerConfig
 
     run, report, usage = rec.run, rec.report, rec.usage
     summary = report.summary
@@ -167,6 +172,7 @@ def to_eval_log(rec: RunRecord) -> EvalLog:
             solver=run.agent, dataset=EvalDataset(name=run.task_id, samples=1,
                                                   sample_ids=[run.id]),
             model=model, config=EvalConfig(), packages={"a2rl": __version__},
+            viewer=ViewerConfig(trust_content=False),
             metadata={"a2rl_run": run.id, "agent": run.agent,
                       "agent_version": run.agent_version, "base_model": run.base_model,
                       "exported_by": f"a2rl {__version__}"}),
