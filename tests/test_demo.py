@@ -159,10 +159,11 @@ def test_the_demo_run_in_the_fields_formats(demo: dict[str, Any],
     shown = f"{final:.3f}".rstrip("0").rstrip(".")
     with _inspect_view(tmp_path) as base, browser_page((1280, 900)) as (page, errors):
         page.goto(base)
-        page.get_by_text(run_id).first.wait_for(timeout=60_000)  # the log opens on its sample
+        # the log opens on its one sample: its conversation, from the first call on
+        page.get_by_text(first.tool).first.wait_for(timeout=60_000)
         body = page.inner_text("body")
-        assert "a2rl/arith" in body and "final_test" in body and shown in body, body[:2000]
-        assert page.get_by_text(first.tool).count() > 0  # the conversation: its first call
+        assert f"{run_id}\n" in body and "a2rl/arith" in body, body[:2000]  # not only the file
+        assert "final_test" in body and shown in body, body[:2000]
         # below the breadcrumb, which names the log folder by its path on this machine
         nav = page.locator("nav[aria-label=breadcrumb]").first.bounding_box()
         top = nav["y"] + nav["height"] if nav else 0
