@@ -1050,32 +1050,41 @@ def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, Any]],
 
 @app.command("export")
 def export_cmd(
-    run_id: Annotated[str, typer.Argument(help="a finished run")],
+    run_id: Annotated[str | None, typer.Argument(help="a finished run")] = None,
+    fmt: Annotated[choices("archive", "atif", "inspect"), typer.Option(
+        "--format", help="archive (a2rl import reads it), atif (Harbor's trajectory format) "
+        "or inspect (an Inspect AI eval log: inspect view opens it)")] = "archive",
+    fleet: Annotated[str | None, typer.Option(
+        help="every run of this fleet instead: one file each and index.json, in --out")] = None,
     out: Annotated[str | None, typer.Option(
-        "--out", help="archive path (default: a2rl-RUN.tar.gz here)")] = None,
+        "--out", help="the file (default a2rl-RUN.tar.gz, .trajectory.json or .eval here); "
+        "with --fleet, the folder (default a2rl-fleet-FLEET)")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Write one archive with a finished run's rows, blobs, report and a manifest of hashes."""
+    """Write a finished run (or a fleet's runs) as a2rl's archive, ATIF or an Inspect log."""
     from pathlib import Path
 
-    from a2rl.analysis.archive import ArchiveError, export_run
+    from a2rl.analysis.export import ExportError, export_fleet, export_run
 
+    if (run_id is None) == (fleet is None):
+        _fail("give a run id or --fleet FLEET (one of them)")
     settings = _settings()
     store = _read_store(settings)
+    if store is None and fleet:
+        _fail(f"fleet {fleet!r} has no runs in this store")
     if store is None:
-        _no_run(run_id)
+        _no_run(str(run_id))
     try:
-        result = export_run(store, run_id, Path(out) if out else None)
+        result = (export_fleet(store, fleet, fmt, Path(out) if out else None) if fleet else
+                  export_run(store, str(run_id), fmt, Path(out) if out else None))
     except KeyError:
-        _no_run(run_id)
-        raise
-    except (ArchiveError, OSError) as exc:
+        _no_run(str(run_id))
+    except (ExportError, OSError) as exc:
         _fail(str(exc))
     if as_json:
         _print_json(result.model_dump())
         return
-    typer.echo(f"wrote {result.path} ({result.bytes} bytes: {result.counts['toolcall']} tool "
-               f"calls, {result.counts['submission']} submissions, {result.counts['blob']} blobs)")
+    typer.echo(result.line())
 
 
 @app.command("import")

@@ -5,7 +5,8 @@
     report.model_dump_json(indent=2)              # JSON, schema in analysis/report.schema.json
 
 Everything here reads the store and returns values; only callers write files, except
-`export_run`/`import_run` (run archives, `archive.py`), whose job is a file and a store load.
+`export_run`/`import_run` (run archives, `archive.py`) and `a2rl export`'s other formats
+(`export.py`, `formats/`: ATIF and Inspect logs), whose job is a file and a store load.
 """
 
 from .archive import ArchiveError, export_run, import_run

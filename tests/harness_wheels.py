@@ -1,9 +1,12 @@
-"""The reference harness's wheels the tests read (never installed, never imported): fetched
-once into a cache outside the repository, `$A2RL_WHEEL_CACHE` (default
-`${XDG_CACHE_HOME:-~/.cache}/a2rl/wheels`), by `make test` (`python -m tests.harness_wheels`).
+"""The reference code's wheels the tests read (never installed): fetched once into a cache
+outside the repository, `$A2RL_WHEEL_CACHE` (default `${XDG_CACHE_HOME:-~/.cache}/a2rl/wheels`),
+by `make test` (`python -m tests.harness_wheels`).
 
 Tests that check our `paper` profile against the harness's own code and configs take a wheel
-with `require_wheel`: a user without it skips, CI fails.
+with `require_wheel` (its files are read, never imported); so do the export tests, which run
+Harbor's own ATIF validator out of its wheel (a subprocess with the wheel on PYTHONPATH: Harbor
+requires Python 3.12 and a large dependency tree, its trajectory models only pydantic). A user
+without a wheel skips, CI fails.
 """
 
 from __future__ import annotations
@@ -20,7 +23,18 @@ from a2rl.tasks.wheels import Wheel
 
 from .conftest import require
 
-WHEELS: tuple[Wheel, ...] = (OPENCOMPASS, RDAGENT)
+
+class HarborUnavailable(RuntimeError):
+    """Harbor's wheel is not in the cache."""
+
+
+#: Harbor, whose ATIF validator checks `a2rl export --format atif` (tests/test_export_formats.py)
+HARBOR = Wheel(package="harbor", version="0.25.0",
+               sha256="51923ac567fc57b03279e93468b105f689628bcac2cd3d541d4e44aa5c0ec309",
+               label="Harbor", what="its ATIF trajectory validator", unavailable=HarborUnavailable)
+WHEELS: tuple[Wheel, ...] = (OPENCOMPASS, RDAGENT, HARBOR)
+#: the Python a wheel declares it needs, when ours is older: pip downloads it only for that
+PYTHON_FOR = {"harbor": "3.12"}
 
 
 def cache_dir() -> Path:
@@ -55,10 +69,11 @@ def fetch() -> int:
     for wheel in WHEELS:
         if cached(wheel) is not None:
             continue
+        python = PYTHON_FOR.get(wheel.package)
         done = subprocess.run(
             [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", "download",
              f"{wheel.package}=={wheel.version}", "--no-deps", "--only-binary=:all:", "-d",
-             str(folder)], check=False)
+             str(folder), *(["--python-version", python] if python else [])], check=False)
         if done.returncode != 0 or cached(wheel) is None:
             missing += 1
             print(f"harness_wheels: {wheel.filename} could not be fetched into {folder} "

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sqlmodel import select
 
 from a2rl.store import Evaluation, Job, Revision, Run, Store, Submission, ToolCall
 
 from .audit_guard import expect_cheating
-from .conftest import require_bwrap
+from .conftest import require, require_bwrap
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
@@ -133,6 +138,89 @@ def test_audit_walkthrough_clean_demo_then_a_flagged_cheat(demo: dict[str, Any])
     finally:
         viewer.terminate()
         viewer.wait(timeout=30)
+
+
+@contextmanager
+def _inspect_view(log_dir: Path) -> Iterator[str]:
+    """`inspect view` over `log_dir` on a loopback port, as a user starts it; its base URL.
+    Stopped (its process group) when done."""
+    from a2rl.analysis.web.browser import free_port
+
+    port = free_port()
+    view = subprocess.Popen(
+        [str(Path(sys.executable).parent / "inspect"), "view", "--log-dir", str(log_dir),
+         "--host", "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if httpx.get(base + "/api/logs", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert view.poll() is None, view.stderr.read().decode() if view.stderr else ""
+            time.sleep(0.1)
+        else:
+            raise AssertionError("inspect view did not answer within a minute")
+        yield base
+    finally:
+        os.killpg(view.pid, signal.SIGTERM)
+        try:
+            view.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(view.pid, signal.SIGKILL)
+            view.wait(10)
+
+
+@pytest.mark.timeout(900)  # the demo run, when this test is the first to need it
+def test_the_demo_run_in_the_fields_formats(demo: dict[str, Any],
+                                            tmp_path: Path) -> None:
+    """A newcomer exports the demo run to ATIF and to an Inspect log (the default names, in
+    the current folder), and opens the log with `inspect view`: checked by Harbor's validator,
+    by Inspect's reader and in the real browser, whose screenshot is the README's
+    (`A2RL_INSPECT_SCREENSHOT=PATH`, scripts/inspect-screenshot.sh)."""
+    from inspect_ai.log import read_eval_log
+
+    from a2rl.analysis.web.browser import browser_page, chromium_path
+
+    from .test_export_formats import _harbor_validate
+
+    run_id, final = demo["summary"]["run_id"], demo["summary"]["final_score"]
+    with demo["store"].session() as s:
+        first = s.exec(select(ToolCall).where(ToolCall.run_id == run_id)
+                       .order_by(ToolCall.id)).first()  # type: ignore[arg-type]
+    assert first is not None
+    for fmt in ("atif", "inspect"):
+        p = subprocess.run([A2RL, "export", run_id, "--format", fmt], env=demo["env"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    atif, log = tmp_path / f"a2rl-{run_id}.trajectory.json", tmp_path / f"a2rl-{run_id}.eval"
+    _harbor_validate(atif)
+    doc = json.loads(atif.read_text())
+    assert doc["extra"]["summary"]["final_test"] == final
+    assert sum(len(s.get("tool_calls", [])) for s in doc["steps"]) == demo["summary"][
+        "tool_calls"]
+    sample = (read_eval_log(str(log)).samples or [])[0]
+    assert sample.id == run_id and sample.scores and sample.scores["final_test"].value == final
+    require(chromium_path() is not None, "chromium is not installed (apt-get install chromium)")
+    shown = f"{final:.3f}".rstrip("0").rstrip(".")
+    with _inspect_view(tmp_path) as base, browser_page((1280, 900)) as (page, errors):
+        page.goto(base)
+        # the log opens on its one sample: its conversation, from the first call on
+        page.get_by_text(first.tool).first.wait_for(timeout=60_000)
+        body = page.inner_text("body")
+        assert f"{run_id}\n" in body and "a2rl/arith" in body, body[:2000]  # not only the file
+        assert "final_test" in body and shown in body, body[:2000]
+        # below the breadcrumb, which names the log folder by its path on this machine
+        nav = page.locator("nav[aria-label=breadcrumb]").first.bounding_box()
+        top = nav["y"] + nav["height"] if nav else 0
+        clip = {"x": 0, "y": top, "width": 1280, "height": 900 - top}
+        for path in [tmp_path / "inspect-view.png",
+                     *filter(None, [os.environ.get("A2RL_INSPECT_SCREENSHOT")])]:
+            page.screenshot(path=str(path), clip=clip)
+        # the viewer asks for a resource it may lack (a 404); nothing else may fail
+        assert not [e for e in errors if "404" not in e], errors
 
 
 def _summary(**kw: Any) -> Any:
