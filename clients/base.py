@@ -26,7 +26,7 @@ from mcp import Client
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
-    from .transcript import Message
+    from .transcript import Message, Usage
 
 SERVER_NAME = "a2rl"  # the MCP server's name in every agent's configuration
 
@@ -94,6 +94,11 @@ class Connector(Protocol):
         the text."""
         ...
 
+    def transcript_usage(self, data: bytes) -> Usage | None:
+        """The driver model's token totals (and cost) stated in a transcript this agent
+        wrote, or None when it states none. Pure and defensive, like `parse_transcript`."""
+        ...
+
 
 class ProcessConnector(Connector, Protocol):
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
@@ -133,6 +138,9 @@ class BaseConnector:
         return None
 
     def parse_transcript(self, data: bytes) -> list[Message] | None:
+        return None
+
+    def transcript_usage(self, data: bytes) -> Usage | None:
         return None
 
     def recorded_transcript(self) -> bytes | None:

@@ -16,7 +16,16 @@ from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
-from .transcript import MAX_TEXT, RECOGNIZE_LINES, Message, bare_tool, json_lines, text_of
+from .transcript import (
+    MAX_TEXT,
+    RECOGNIZE_LINES,
+    Message,
+    Usage,
+    bare_tool,
+    count,
+    json_lines,
+    text_of,
+)
 
 BINARY = "claude"
 TOOL_TIMEOUT_MS = 120_000  # our tools long-poll up to 60 s; Claude Code's default is lower
@@ -70,6 +79,37 @@ def parse_stream(docs: list[dict[str, Any]]) -> list[Message]:
     return out
 
 
+def _usage_of(u: dict[str, Any]) -> tuple[int, int, int, int]:
+    """(prompt with cache, completion, cache read, cache written) of one usage object."""
+    cached, written = count(u.get("cache_read_input_tokens")), count(
+        u.get("cache_creation_input_tokens"))
+    return (count(u.get("input_tokens")) + cached + written, count(u.get("output_tokens")),
+            cached, written)
+
+
+def stream_usage(docs: list[dict[str, Any]]) -> Usage | None:
+    """The final `result` event's usage and `total_cost_usd`; without one, the assistant
+    messages', each counted once by message id (its content blocks repeat it)."""
+    for d in reversed(docs):
+        if d.get("type") == "result" and isinstance(d.get("usage"), dict):
+            p, c, k, w = _usage_of(d["usage"])
+            cost = d.get("total_cost_usd")
+            return Usage(prompt_tokens=p, completion_tokens=c, cached_tokens=k,
+                         cache_write_tokens=w,
+                         cost_usd=float(cost) if isinstance(cost, int | float) else None,
+                         source="claude-code result event")
+    seen: dict[str, tuple[int, int, int, int]] = {}
+    for d in docs:
+        msg = d.get("message") if d.get("type") == "assistant" else None
+        if isinstance(msg, dict) and isinstance(msg.get("usage"), dict):
+            seen[str(msg.get("id"))] = _usage_of(msg["usage"])
+    if not seen:
+        return None
+    p, c, k, w = (sum(v[i] for v in seen.values()) for i in range(4))
+    return Usage(prompt_tokens=p, completion_tokens=c, cached_tokens=k, cache_write_tokens=w,
+                 source="claude-code assistant messages (no result event)")
+
+
 class ClaudeCodeConnector(CliConnector):
     binary_name = BINARY
     name = "claude-code"
@@ -86,6 +126,9 @@ class ClaudeCodeConnector(CliConnector):
     def parse_transcript(self, data: bytes) -> list[Message] | None:
         docs = json_lines(data)
         return parse_stream(docs) if recognizes(docs) else None
+
+    def transcript_usage(self, data: bytes) -> Usage | None:
+        return stream_usage(json_lines(data))
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()

@@ -16,7 +16,16 @@ from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
-from .transcript import RECOGNIZE_LINES, Message, arguments_of, bare_tool, json_lines, text_of
+from .transcript import (
+    RECOGNIZE_LINES,
+    Message,
+    Usage,
+    arguments_of,
+    bare_tool,
+    count,
+    json_lines,
+    text_of,
+)
 
 BINARY = "codex"
 TOKEN_ENV = "A2RL_MCP_TOKEN"
@@ -134,6 +143,18 @@ def parse_events(docs: list[dict[str, Any]]) -> list[Message]:
     return out
 
 
+def events_usage(docs: list[dict[str, Any]]) -> Usage | None:
+    """The `turn.completed` events' usage, summed over the turns."""
+    turns = [d["usage"] for d in docs
+             if d.get("type") == "turn.completed" and isinstance(d.get("usage"), dict)]
+    if not turns:
+        return None
+    return Usage(prompt_tokens=sum(count(u.get("input_tokens")) for u in turns),
+                 completion_tokens=sum(count(u.get("output_tokens")) for u in turns),
+                 cached_tokens=sum(count(u.get("cached_input_tokens")) for u in turns),
+                 source=f"codex turn.completed events ({len(turns)})")
+
+
 class CodexConnector(CliConnector):
     binary_name = BINARY
     name = "codex"
@@ -149,6 +170,9 @@ class CodexConnector(CliConnector):
     def parse_transcript(self, data: bytes) -> list[Message] | None:
         docs = json_lines(data)
         return parse_events(docs) if recognizes(docs) else None
+
+    def transcript_usage(self, data: bytes) -> Usage | None:
+        return events_usage(json_lines(data))
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()

@@ -16,7 +16,7 @@ from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
-from .transcript import RECOGNIZE_LINES, Message, bare_tool, json_lines, text_of
+from .transcript import RECOGNIZE_LINES, Message, Usage, bare_tool, count, json_lines, text_of
 
 BINARY = "gemini"
 KEY_ENV = "GEMINI_API_KEY"
@@ -89,6 +89,18 @@ def parse_stream(docs: list[dict[str, Any]]) -> list[Message]:
     return out
 
 
+def stream_usage(docs: list[dict[str, Any]]) -> Usage | None:
+    """The last `result` event's stats."""
+    for d in reversed(docs):
+        stats = d.get("stats") if d.get("type") == "result" else None
+        if isinstance(stats, dict):
+            return Usage(prompt_tokens=count(stats.get("input_tokens")),
+                         completion_tokens=count(stats.get("output_tokens")),
+                         cached_tokens=count(stats.get("cached")),
+                         source="gemini-cli result stats")
+    return None
+
+
 class GeminiConnector(CliConnector):
     binary_name = BINARY
     name = "gemini-cli"
@@ -104,6 +116,9 @@ class GeminiConnector(CliConnector):
     def parse_transcript(self, data: bytes) -> list[Message] | None:
         docs = json_lines(data)
         return parse_stream(docs) if recognizes(docs) else None
+
+    def transcript_usage(self, data: bytes) -> Usage | None:
+        return stream_usage(json_lines(data))
 
     def prepare(self, ctx: AgentContext) -> AgentLaunch:
         binary = self.binary()

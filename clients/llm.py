@@ -63,7 +63,16 @@ import a2rl
 from a2rl.llm import AsyncChatClient, Endpoint, RequestFailure, RetryPolicy
 
 from .base import AgentContext, BaseConnector
-from .transcript import RECOGNIZE_LINES, Message, arguments_of, bare_tool, json_lines, text_of
+from .transcript import (
+    RECOGNIZE_LINES,
+    Message,
+    Usage,
+    arguments_of,
+    bare_tool,
+    count,
+    json_lines,
+    text_of,
+)
 
 KEEP_RECENT_TURNS = 2  # assistant messages (with their tool results) never elided
 BUDGET_OVER_MARKERS = ("budget exhausted", "this run has ended")
@@ -258,6 +267,20 @@ def parse_events(docs: list[dict[str, Any]]) -> list[Message]:
 
 # --- the connector --------------------------------------------------------------------------
 
+def events_usage(docs: list[dict[str, Any]]) -> Usage | None:
+    """The API's usage of every `response` event, summed."""
+    used = [d["usage"] for d in docs
+            if d.get("kind") == "response" and isinstance(d.get("usage"), dict)]
+    if not used:
+        return None
+    return Usage(
+        prompt_tokens=sum(count(u.get("prompt_tokens")) for u in used),
+        completion_tokens=sum(count(u.get("completion_tokens")) for u in used),
+        cached_tokens=sum(count(d.get("cached_tokens")) for u in used
+                          if isinstance(d := u.get("prompt_tokens_details"), dict)),
+        source=f"llm response events ({len(used)})")
+
+
 class LlmConnector(BaseConnector):
     """Drives a run with any OpenAI-compatible chat model through our own small loop."""
 
@@ -282,6 +305,9 @@ class LlmConnector(BaseConnector):
     def parse_transcript(self, data: bytes) -> list[Message] | None:
         docs = json_lines(data)
         return parse_events(docs) if recognizes(docs) else None
+
+    def transcript_usage(self, data: bytes) -> Usage | None:
+        return events_usage(json_lines(data))
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
         """A model and an endpoint; the key is optional (local servers take none)."""

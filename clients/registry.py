@@ -14,7 +14,7 @@ from typing import Any, cast
 from a2rl.registry import PluginLoadError, Registry
 
 from .base import Connector, missing_members
-from .transcript import Message, as_text
+from .transcript import Message, Usage, as_text
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,19 @@ def parse_transcript(data: bytes | None, agent: str | None = None) -> tuple[str,
         if messages is not None:
             return name, messages
     return "text", as_text(data)
+
+
+def transcript_usage(data: bytes | None, fmt: str) -> Usage | None:
+    """The token totals a transcript states, read by the agent whose parser recognized it
+    (`fmt`, as `parse_transcript` returns it); None for "text", "none" or an agent that
+    does not load here."""
+    if not data or fmt not in agent_names():
+        return None
+    try:
+        return get_connector(fmt).transcript_usage(data)
+    except Exception as exc:  # the bytes are the agent's: a reader's bug is logged
+        log.warning("agent %r's usage reader failed: %s", fmt, exc)
+        return None
 
 
 def list_connectors() -> list[dict[str, Any]]:

@@ -76,6 +76,30 @@ def arguments_of(x: Any) -> Any:
     return x
 
 
+class Usage(BaseModel):
+    """The driver model's token totals (and cost, where the agent reports it) that a
+    transcript states: `Connector.transcript_usage`. Totals, not per step: Claude Code repeats
+    one response's usage on each of its content blocks and Codex counts per turn, so only
+    totals can be said for every agent alike."""
+
+    #: input tokens, cached ones included (the ATIF and Inspect convention)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    #: the part of `prompt_tokens` read from the provider's cache
+    cached_tokens: int = 0
+    #: the part of `prompt_tokens` written to it (Claude Code reports it apart)
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    #: what the counts were read from, for a reader to judge them
+    source: str
+
+
+def count(x: Any) -> int:
+    """A token count the agent wrote: a non-negative int, anything else 0 (the bytes are the
+    agent's)."""
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else 0
+
+
 def json_lines(data: bytes) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines stream; other lines (logs, banners) are skipped."""
     out = []

@@ -340,7 +340,8 @@ def test_an_agent_lacking_a_declared_member_is_named_one_line() -> None:
         AGENTS.unregister("bare")
         AGENTS.unregister("quiet")
     assert "\n" not in str(err.value) and "BaseConnector" in str(err.value)
-    assert "lacks missing_config, unreachable, parse_transcript, prepare (" in str(err.value)
+    assert ("lacks missing_config, unreachable, parse_transcript, transcript_usage, prepare ("
+            in str(err.value))
     assert "lacks run (" in str(quiet.value)
 
 

@@ -46,13 +46,13 @@ class RunRecord:
         return self.run.id
 
 
-def conversation(transcript: bytes | None, calls: list[ToolCall]) -> tuple[str, list[Message]]:
+def conversation(transcript: bytes | None, calls: list[ToolCall],
+                 agent: str | None = None) -> tuple[str, list[Message]]:
     """(format, messages): the transcript's messages with the recorded calls attached, or the
-    recorded calls alone. Transcript parsing belongs to the agents' connectors; this is the
-    single call into it, to re-point when it moves."""
+    recorded calls alone. The run's `agent` parses it first (its connector owns the format)."""
     if not transcript:
         return "none", [from_call(c) for c in calls]
-    fmt, msgs = parse(transcript)
+    fmt, msgs = parse(transcript, agent)
     return fmt, attach_calls(msgs, calls)
 
 
@@ -92,7 +92,7 @@ def read_record(store: Store, run_id: str) -> RunRecord:
                                f"(a2rl finish {run_id})")
     calls = queries.calls(store, run_id)
     transcript = queries.blob(store, run.agent_transcript_sha)
-    fmt, messages = conversation(transcript, calls)
+    fmt, messages = conversation(transcript, calls, run.agent)
     return RunRecord(
         run=run, report=build_report(store, run_id), transcript_format=fmt, messages=messages,
         calls={c.id: c for c in calls if c.id is not None},

@@ -19,8 +19,8 @@ b=0.4). This file re-does both in plain Python, for what `sim.WebShopEnv` needs:
 
 tests/test_webshop_original.py checks both against the original's own index on the fixture
 (its analyzer on 1,711 words, every document's indexed terms, Lucene's stored length of 503
-lengths, the hits and scores of 32 queries). Standard library only, no package-relative imports: the workspace gets this file as
-`env/webshop_lucene.py`, beside the site.
+lengths, the hits and scores of 32 queries). Standard library only, no package-relative
+imports: the workspace gets this file as `env/webshop_lucene.py`, beside the site.
 """
 
 from __future__ import annotations
