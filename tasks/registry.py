@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from importlib import import_module
 from typing import Any
 
 from a2rl.grading.seam import register_task_loader
@@ -37,6 +38,21 @@ BUILTIN_TASKS: dict[str, str] = {
     "alfworld": "a2rl.tasks.alfworld.task:AlfWorldTask",
     "deepsearchqa": "a2rl.tasks.deepsearchqa.task:DeepSearchQATask",
 }
+
+
+#: The option declarations of the built-in tasks that had global settings before tasks had
+#: options (`TaskOptions.legacy_settings`): imported with the package (`declare_legacy_settings`)
+#: so that the settings accept those old names (`A2RL_GSM8K_DIR`, `webshop_dir` in config.toml)
+#: before any task is built. A new task has no such settings and no entry here.
+LEGACY_DECLARATIONS = ("a2rl.tasks.gsm8k.options", "a2rl.tasks.alpacaeval.options",
+                       "a2rl.tasks.webshop.options", "a2rl.tasks.alfworld.options",
+                       "a2rl.tasks.deepsearchqa.options")
+
+
+def declare_legacy_settings() -> None:
+    """Import the declarations above: each registers its old names with the settings."""
+    for module in LEGACY_DECLARATIONS:
+        import_module(module)
 
 
 def _is_task_factory(target: object) -> bool:
