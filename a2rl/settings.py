@@ -8,9 +8,10 @@ line's values, and says where each value came from (`a2rl config show`).
 
 Deprecated settings of tasks' options (config.toml keys and `A2RL_<NAME>` variables from before
 tasks had options) are named by the tasks that own them, never here: a task's options declare
-their old names (`a2rl.tasks.options.TaskOptions.legacy_settings`) and register them on import
-(`register_legacy_setting`); their values are kept in `Settings.legacy_task_settings` and set
-the option when the task resolves its options.
+their old names (`a2rl.tasks.options.TaskOptions.legacy_settings`), registered when the class is
+made (`register_legacy_setting`; `load_settings` first has the tasks' package import the
+declarations, `register_legacy_declarations`). Their values are kept in
+`Settings.legacy_task_settings` and set the option when the task resolves its options.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -271,6 +272,18 @@ def register_legacy_setting(name: str, field: FieldInfo) -> None:
     _LEGACY[name] = (field, TypeAdapter(kind))
 
 
+#: what declares more of those names when settings load (`a2rl.tasks` registers the import of
+#: its built-in tasks' declarations): run then, not when the tasks are imported, so that
+#: listing tasks imports none of them
+_DECLARERS: list[Callable[[], object]] = []
+
+
+def register_legacy_declarations(declare: Callable[[], object]) -> None:
+    """Call `declare` whenever settings load (it registers names; calling it again is cheap)."""
+    if declare not in _DECLARERS:
+        _DECLARERS.append(declare)
+
+
 def legacy_setting_names() -> list[str]:
     """The deprecated names the tasks imported so far have declared."""
     return sorted(_LEGACY)
@@ -398,6 +411,8 @@ def load_settings(
 
     Raises `SettingsError` naming the file, variable or flag of a bad value and what is allowed.
     """
+    for declare in _DECLARERS:
+        declare()
     env = os.environ if environ is None else environ
     cli = {k: v for k, v in (overrides or {}).items() if v is not None}
     home = Path(env.get("A2RL_HOME") or cli.get("home") or "~/.a2rl").expanduser()

@@ -10,14 +10,7 @@ from .base import ItemResult, Messages, Split, Task, TaskScore, copy_tree_readon
 from .base_models import resolve_base_model
 from .hidden_seed import secret_seed
 from .options import OptionsError, TaskOptions, parse_assignments
-from .registry import (
-    declare_legacy_settings,
-    get_task,
-    list_tasks,
-    register,
-    task_ids,
-    task_load_errors,
-)
+from .registry import get_task, list_tasks, register, task_ids, task_load_errors
 from .spec import GraderSettings, SplitInfo, TaskSpec
 from .tiny_model import ensure_base_model
 
@@ -27,5 +20,3 @@ __all__ = [
     "get_task", "list_tasks", "parse_assignments", "register", "resolve_base_model",
     "secret_seed", "task_ids", "task_load_errors",
 ]
-
-declare_legacy_settings()  # the settings then know the built-in tasks' deprecated names
