@@ -229,6 +229,8 @@ def _task_options(task: str, pairs: list[str] | None, settings: Settings,
 
 
 def _settings(**overrides: Any) -> Settings:
+    import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
+
     try:
         return load_settings(overrides)[0]
     except SettingsError as exc:  # a broken config file or variable: say which, don't trace
@@ -349,6 +351,8 @@ def _score(x: float | None) -> str:
 @config_app.command("show")
 def config_show(as_json: JsonFlag = False) -> None:
     """Show every setting, its value and where it came from (default, file, env, cli)."""
+    import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
+
     settings, sources = load_settings()
     rows = {name: {"value": getattr(settings, name), "source": sources[name],
                    "description": field.description}

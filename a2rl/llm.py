@@ -27,7 +27,9 @@ share what is said here, once:
   verdict): that attempt counts as a retryable failure under the same policy.
 
 Why not the SDK's built-in retries: they are invisible per attempt, and the agent's transcript
-and the judges' records must show each one; the statuses are the SDK's all the same.
+and the judges' records must show each one; the statuses are the SDK's all the same. The loop
+itself (attempts, stop, waits, the hook before each wait) is tenacity's; what is retried and how
+long to wait are decided here (`_Exchange.retrying`).
 """
 
 from __future__ import annotations
@@ -207,31 +209,49 @@ OnRetry = Callable[[int, RequestFailure, float], None]
 
 
 class _Exchange(Generic[T]):
-    """The retry decisions of one request, shared by the sync and the async client."""
+    """The retry decisions of one request, shared by the sync and the async client: what an
+    attempt's result means (`record`) and, for tenacity's loop, when to try again and how long
+    to wait first (`retrying`)."""
 
     def __init__(self, policy: RetryPolicy, accept: Accept[T] | None) -> None:
         self.policy = policy
         self.accept = accept
         self.outcome: Outcome[T] = Outcome(None)
 
-    def record(self, result: Reply | RequestFailure) -> float | None:
-        """Take one attempt's result; the seconds to wait before the next, or None: done."""
-        failure: RequestFailure | None
-        if isinstance(result, Reply):
-            value, why = self.accept(result) if self.accept else (result, "")  # type: ignore[assignment]
-            failure = None if value is not None else RequestFailure("refused_answer", why)
-            self.outcome.attempts.append(Attempt(result.text, failure))
-            if value is not None:
-                self.outcome.value = value  # type: ignore[assignment]
-                return None
-        else:
-            failure = result
-            self.outcome.attempts.append(Attempt(None, failure))
-        assert failure is not None
-        n = len(self.outcome.attempts)
-        if not failure.retryable or n > self.policy.max_retries:
-            return None
-        return self.policy.delay(n - 1, failure.retry_after)
+    def record(self, result: Reply | RequestFailure) -> RequestFailure | None:
+        """Take one attempt's result: its failure, or None when an answer was accepted."""
+        if isinstance(result, RequestFailure):
+            self.outcome.attempts.append(Attempt(None, result))
+            return result
+        value, why = self.accept(result) if self.accept else (result, "")  # type: ignore[assignment]
+        failure = None if value is not None else RequestFailure("refused_answer", why)
+        self.outcome.attempts.append(Attempt(result.text, failure))
+        if value is not None:
+            self.outcome.value = value  # type: ignore[assignment]
+        return failure
+
+    def retrying(self, on_retry: OnRetry | None, sleep: Callable[[float], Any]) -> dict[str, Any]:
+        """tenacity's arguments for this policy: retry a retryable failure up to `max_retries`
+        times, wait `RetryPolicy.delay` (the server's Retry-After first), tell `on_retry`
+        before each wait, and end on the last failure rather than raising (the outcome holds
+        every attempt). An exception other than a request's failure is raised as is."""
+        import tenacity
+
+        policy = self.policy
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            failure: RequestFailure = state.outcome.result()  # type: ignore[union-attr]
+            return policy.delay(state.attempt_number - 1, failure.retry_after)
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            if on_retry:
+                on_retry(state.attempt_number, state.outcome.result(),  # type: ignore[union-attr]
+                         state.upcoming_sleep)
+
+        return {"stop": tenacity.stop_after_attempt(policy.max_retries + 1),
+                "retry": tenacity.retry_if_result(lambda f: f is not None and f.retryable),
+                "wait": wait, "sleep": sleep, "before_sleep": before_sleep,
+                "retry_error_callback": lambda state: None}
 
 
 def _reply(text: str) -> Reply | RequestFailure:
@@ -315,12 +335,11 @@ class ChatClient(_Base):
         """`send` under the retry policy until an answer is accepted or the policy gives up."""
         import time
 
+        import tenacity
+
         exchange: _Exchange[T] = _Exchange(self.policy, accept)
-        while (delay := exchange.record(self.send(body))) is not None:
-            if on_retry:
-                on_retry(len(exchange.outcome.attempts), exchange.outcome.attempts[-1].failure,
-                         delay)  # type: ignore[arg-type]
-            time.sleep(delay)
+        tenacity.Retrying(**exchange.retrying(on_retry, time.sleep))(
+            lambda: exchange.record(self.send(body)))
         return exchange.outcome
 
     def close(self) -> None:
@@ -351,13 +370,14 @@ class AsyncChatClient(_Base):
     async def complete(self, body: Mapping[str, Any], accept: Accept[T] | None = None,
                        on_retry: OnRetry | None = None) -> Outcome[T]:
         import anyio
+        import tenacity
 
         exchange: _Exchange[T] = _Exchange(self.policy, accept)
-        while (delay := exchange.record(await self.send(body))) is not None:
-            if on_retry:
-                on_retry(len(exchange.outcome.attempts), exchange.outcome.attempts[-1].failure,
-                         delay)  # type: ignore[arg-type]
-            await anyio.sleep(delay)
+
+        async def attempt() -> RequestFailure | None:
+            return exchange.record(await self.send(body))
+
+        await tenacity.AsyncRetrying(**exchange.retrying(on_retry, anyio.sleep))(attempt)
         return exchange.outcome
 
     async def aclose(self) -> None:

@@ -1,7 +1,17 @@
 """Settings: command line over environment over `$A2RL_HOME/config.toml` over defaults.
 
 One resolved `Settings` object is passed down explicitly; nothing reads the environment on its
-own, so that a test (or a second server in one process) can hold different settings.
+own, so that a test (or a second server in one process) can hold different settings: building
+`Settings(...)` takes its arguments and the defaults only. `load_settings` adds the sources,
+pydantic-settings' own: the environment (`A2RL_` prefix) and the TOML file, behind the command
+line's values, and says where each value came from (`a2rl config show`).
+
+Deprecated settings of tasks' options (config.toml keys and `A2RL_<NAME>` variables from before
+tasks had options) are named by the tasks that own them, never here: a task's options declare
+their old names (`a2rl.tasks.options.TaskOptions.legacy_settings`), registered when the class is
+made (`register_legacy_setting`; `load_settings` first has the tasks' package import the
+declarations, `register_legacy_declarations`). Their values are kept in
+`Settings.legacy_task_settings` and set the option when the task resolves its options.
 """
 
 from __future__ import annotations
@@ -10,10 +20,22 @@ import difflib
 import os
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+from pydantic_settings import SettingsError as SourceError
 
 from .layout import BASE_MODEL, DATA, ENV, LOGS, OUTPUT
 
@@ -22,9 +44,11 @@ ENV_PREFIX = "A2RL_"
 SIZE_FIELDS = ("docker_memory", "docker_shm_size", "sandbox_memory", "sandbox_disk",
                "sandbox_file_size", "job_log_max_bytes")
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
+#: settings that are tables, never variables: set in config.toml (and `-T`)
+_NOT_VARIABLES = ("tasks", "legacy_task_settings")
 
 
-class Settings(BaseModel):
+class Settings(BaseSettings):
     """Every knob of an installation. Field descriptions are shown by `a2rl config show`."""
 
     home: Path = Field(Path("~/.a2rl"), description="where runs, secrets and the store live")
@@ -56,7 +80,7 @@ class Settings(BaseModel):
     revision_run_max_bytes: int = Field(
         256 << 20, ge=0, description="file content bytes one run's revisions may store; past it "
         "a change is recorded by path, size and sha256 without its content (0: no limit)")
-    revision_exclude: list[str] = Field(
+    revision_exclude: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: [
             f"{OUTPUT}/*", f"{LOGS}/*", f"{BASE_MODEL}/*", f"{DATA}/*", f"{ENV}/*", ".cache/*",
             "*/__pycache__/*", "__pycache__/*", "*.pyc", ".a2rl/*",
@@ -103,28 +127,15 @@ class Settings(BaseModel):
     tasks: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="each task's options, from the [tasks.<id>] tables "
         "of config.toml (`a2rl tasks <id>` lists them; -T key=value overrides)")
-    # Deprecated aliases of task options (a2rl.tasks.options): each still sets its task's
-    # option when given, under [tasks.<id>] and -T. Kept so that existing configurations and
-    # variables (A2RL_GSM8K_DIR...) go on working; new task options are never added here.
-    task_base_models: dict[str, str] = Field(
+    # Deprecated: the options' older global forms. New task options are never added here.
+    task_base_models: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, description="deprecated: -T base_model= / [tasks.<id>] "
         "base_model. Base model per task (env: A2RL_<TASK>_BASE_MODEL, or "
         "A2RL_TASK_BASE_MODELS=task=model,task=model)")
-    gsm8k_dir: str = Field("", description="deprecated: gsm8k option data_dir")
-    alpacaeval_dir: str = Field("", description="deprecated: alpacaeval option data_dir")
-    alpacaeval_reference_file: str = Field(
-        "alpaca_eval_gpt4_baseline.json",
-        description="deprecated: alpacaeval option reference_file")
-    webshop_dir: str = Field("", description="deprecated: webshop option data_dir")
-    webshop_num_products: int = Field(0, ge=0, description="deprecated: webshop option "
-                                      "num_products")
-    alfworld_dir: str = Field("", description="deprecated: alfworld option data_dir")
-    deepsearchqa_dir: str = Field("", description="deprecated: deepsearchqa option data_dir")
-    deepsearchqa_corpus: str = Field("", description="deprecated: deepsearchqa option corpus")
-    deepsearchqa_search_url: str = Field("", description="deprecated: deepsearchqa option "
-                                         "search_url")
-    deepsearchqa_search_key_env: str = Field("A2RL_SEARCH_API_KEY", description="deprecated: "
-                                             "deepsearchqa option search_key_env")
+    legacy_task_settings: dict[str, Any] = Field(
+        default_factory=dict, description="deprecated: the global settings tasks' options had "
+        "before [tasks.<id>] (`a2rl tasks <id>` names each beside its option), as config.toml "
+        "keys or A2RL_<NAME> variables; each still sets its option, under [tasks.<id>] and -T")
     judge_base_url: str = Field("https://api.openai.com/v1",
                                 description="OpenAI-compatible endpoint of the judge, up to /v1")
     judge_model: str = Field("gpt-4-turbo", description="the judge model (AlpacaEval 2.0's)")
@@ -161,12 +172,43 @@ class Settings(BaseModel):
         2, ge=1, description="a run's submissions queued or being graded at once; one more is "
         "refused at submit_checkpoint until one is graded")
 
-    model_config = {"extra": "forbid"}
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True,
+                                      extra="forbid")
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        **_: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """`Settings(...)` reads no variable and no file: `load_settings` adds them."""
+        return (init_settings,)
+
+    @field_validator("revision_exclude", mode="before")
+    @classmethod
+    def _patterns(cls, value: Any) -> Any:
+        """A variable holds the patterns comma-separated."""
+        return [p for p in value.split(",") if p] if isinstance(value, str) else value
+
+    @field_validator("task_base_models", mode="before")
+    @classmethod
+    def _task_pairs(cls, value: Any) -> Any:
+        """A variable holds `task=model,task=model`."""
+        return _pairs(value) if isinstance(value, str) else value
 
     @field_validator("task_base_models")
     @classmethod
     def _task_keys(cls, value: dict[str, str]) -> dict[str, str]:
         return {task_key(k): v for k, v in value.items()}
+
+    @field_validator("legacy_task_settings")
+    @classmethod
+    def _legacy_values(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Each value checked as its option checks it (names no task has registered in this
+        process pass as they are: a grading worker rebuilds settings before loading tasks)."""
+        try:
+            return {name: check_legacy_setting(name, v) for name, v in value.items()}
+        except ValidationError as exc:
+            raise ValueError(_allowed(exc.errors(include_url=False)[0])) from None
 
     @field_validator(*SIZE_FIELDS, mode="before")
     @classmethod
@@ -213,41 +255,115 @@ class SettingsError(ValueError):
     """A setting with a bad value; the message names where it came from and what is allowed."""
 
 
-def _origin(name: str, source: str, value: Any) -> str:
-    """A value where a user would look for it: `FILE: key = value`, `VAR=value`, `--flag value`."""
-    if source.startswith("file:"):
-        return f"{source[5:]}: {name} = {value!r}"
-    if source == "env":
-        return f"{ENV_PREFIX}{name.upper()}={value!r}"
-    if source == "cli":
-        return f"--{name.replace('_', '-')} {value!r}"
-    return f"{name} = {value!r}"
+# --- deprecated settings of tasks' options -------------------------------------------------
+
+#: old name -> the field of the option it sets, and the adapter checking a value as that option
+#: checks it; registered by the tasks' option declarations
+_LEGACY: dict[str, tuple[FieldInfo, TypeAdapter[Any]]] = {}
 
 
-def _coerce(name: str, raw: str) -> Any:
-    field = Settings.model_fields[name]
-    if field.annotation is bool:
-        return raw.strip().lower() in {"1", "true", "yes", "on"}
-    if field.annotation in (int, float):
+def register_legacy_setting(name: str, field: FieldInfo) -> None:
+    """Accept `name` (a config.toml key, an `A2RL_<NAME>` variable) as a deprecated setting
+    holding a value of the option `field`. A task's options call this for each old name they
+    declare, when their class is made."""
+    if name in Settings.model_fields:
+        raise ValueError(f"{name!r} is a setting; a task cannot declare it as its own")
+    kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+    _LEGACY[name] = (field, TypeAdapter(kind))
+
+
+#: what declares more of those names when settings load (`a2rl.tasks` registers the import of
+#: its built-in tasks' declarations): run then, not when the tasks are imported, so that
+#: listing tasks imports none of them
+_DECLARERS: list[Callable[[], object]] = []
+
+
+def register_legacy_declarations(declare: Callable[[], object]) -> None:
+    """Call `declare` whenever settings load (it registers names; calling it again is cheap)."""
+    if declare not in _DECLARERS:
+        _DECLARERS.append(declare)
+
+
+def legacy_setting_names() -> list[str]:
+    """The deprecated names the tasks imported so far have declared."""
+    return sorted(_LEGACY)
+
+
+def check_legacy_setting(name: str, value: Any) -> Any:
+    """`value` as the option `name` sets checks it (a variable's "7" becomes 7); a
+    `ValidationError` otherwise. A name no task has registered passes as it is."""
+    return _LEGACY[name][1].validate_python(value) if name in _LEGACY else value
+
+
+# --- sources ----------------------------------------------------------------------------------
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment source over the mapping given (the process's by
+    default), plus what is no field: the per-task base model variables
+    (`A2RL_<TASK>_BASE_MODEL`) and the deprecated names tasks declare (`A2RL_<NAME>`)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = environ
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {k.lower(): v for k, v in self.environ.items() if v != ""}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name in _NOT_VARIABLES:
+            return None, field_name, False
+        return super().get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        data = super().__call__()
+        per_task = {task_key(m.group(1)): v for k, v in self.environ.items()
+                    if (m := _TASK_MODEL_VAR.match(k)) and v}
+        if per_task:
+            listed = data.get("task_base_models", {})
+            data["task_base_models"] = {**(_pairs(listed) if isinstance(listed, str)
+                                           else listed), **per_task}
+        legacy = {name: value for name in _LEGACY
+                  if (value := self.env_vars.get(f"{ENV_PREFIX}{name}".lower()))}
+        if legacy:
+            data["legacy_task_settings"] = legacy
+        return data
+
+
+class _ConfigFile(TomlConfigSettingsSource):
+    """pydantic-settings' TOML source for config.toml: settings at the top or under `[a2rl]`,
+    tasks' tables under `[tasks.<id>]` (top-level even beside an `[a2rl]` table), a task's
+    deprecated name into `legacy_task_settings`. A key that is none of these (a typo such as
+    `sandbox_memroy`) would otherwise be silently not applied: it is refused by name."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
         try:
-            return field.annotation(raw)
-        except ValueError:
-            kind = "an integer" if field.annotation is int else "a number"
-            raise SettingsError(f"{_origin(name, 'env', raw)}: must be {kind}") from None
-    if name == "revision_exclude":
-        return [p for p in raw.split(",") if p]
-    if name == "task_base_models":
-        return _pairs(raw)
-    return raw
+            data = tomllib.loads(Path(file_path).read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise SettingsError(f"{file_path}: not readable TOML ({exc})") from None
+        table = data.get("a2rl", data)
+        if not isinstance(table, dict):
+            raise SettingsError(f"{file_path}: a2rl must be a table of settings")
+        _refuse_unknown(file_path, [k for k in table
+                                    if k not in Settings.model_fields and k not in _LEGACY]
+                        + [k for k in data if table is not data and k not in ("a2rl", "tasks")])
+        values = {k: v for k, v in table.items() if k in Settings.model_fields}
+        legacy = {k: v for k, v in table.items() if k in _LEGACY}
+        if legacy:
+            values["legacy_task_settings"] = {**values.get("legacy_task_settings", {}),
+                                              **legacy}
+        tables = data.get("tasks")
+        if isinstance(tables, dict):
+            values["tasks"] = tables
+        return values
 
 
 def _refuse_unknown(config_file: Path, keys: list[str]) -> None:
-    """A key that is no setting (a typo such as `sandbox_memroy`) would otherwise be ignored
-    and its value silently not applied: name it, and the settings it is closest to."""
+    """Name the first key that is no setting, and the settings it is closest to."""
     if not keys:
         return
     key = keys[0]
-    close = difflib.get_close_matches(key, list(Settings.model_fields), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(key, [*Settings.model_fields, *_LEGACY], n=3,
+                                      cutoff=0.6)
     names = [repr(c) for c in close]
     hint = (f"; did you mean {', '.join(names[:-1])} or {names[-1]}?" if len(names) > 1
             else f"; did you mean {names[0]}?" if names else "")
@@ -255,57 +371,85 @@ def _refuse_unknown(config_file: Path, keys: list[str]) -> None:
                         "lists them)")
 
 
+# --- loading ----------------------------------------------------------------------------------
+
+def _origin(name: str, source: str, value: Any) -> str:
+    """A value where a user would look for it: `FILE: key = value`, `VAR=value`, `--flag value`."""
+    if source.startswith("file:"):
+        return f"{source[5:]}: {name} = {value!r}"
+    if source == "env":
+        return f"{ENV_PREFIX}{name.upper()}={_as_typed(name, value)!r}"
+    if source == "cli":
+        return f"--{name.replace('_', '-')} {value!r}"
+    return f"{name} = {value!r}"
+
+
+def _as_typed(name: str, raw: Any) -> Any:
+    """A variable's text as the number it reads as, for a numeric setting (`A2RL_X=0`)."""
+    field = Settings.model_fields.get(name) or _LEGACY.get(name, (None,))[0]
+    kind = field.annotation if field is not None else None
+    if isinstance(raw, str) and kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _allowed(error: Any, source: str = "") -> str:
+    """What pydantic says is allowed, without its "Input"/"Value error" openings; a variable
+    that is no number says so as a variable would be told."""
+    if source == "env" and error["type"] in ("int_parsing", "float_parsing"):
+        return "must be an integer" if error["type"] == "int_parsing" else "must be a number"
+    return str(error["msg"]).removeprefix("Input ").removeprefix("Value error, ")
+
+
 def load_settings(
-    overrides: dict[str, Any] | None = None, environ: dict[str, str] | None = None
+    overrides: dict[str, Any] | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[Settings, dict[str, str]]:
     """Resolve settings and say where each value came from (default, file, env or cli).
 
     Raises `SettingsError` naming the file, variable or flag of a bad value and what is allowed.
     """
+    for declare in _DECLARERS:
+        declare()
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    sources = {name: "default" for name in Settings.model_fields}
-    home = Path(env.get("A2RL_HOME") or (overrides or {}).get("home") or "~/.a2rl").expanduser()
+    cli = {k: v for k, v in (overrides or {}).items() if v is not None}
+    home = Path(env.get("A2RL_HOME") or cli.get("home") or "~/.a2rl").expanduser()
     config_file = home / "config.toml"
-    if config_file.is_file():
-        try:
-            data = tomllib.loads(config_file.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise SettingsError(f"{config_file}: not readable TOML ({exc})") from None
-        table = data.get("a2rl", data)
-        if not isinstance(table, dict):
-            raise SettingsError(f"{config_file}: a2rl must be a table of settings")
-        _refuse_unknown(config_file, [k for k in table if k not in Settings.model_fields]
-                        + [k for k in data if table is not data and k not in ("a2rl", "tasks")])
-        for key, value in table.items():
-            values[key], sources[key] = value, f"file:{config_file}"
-        tables = data.get("tasks")  # [tasks.<id>], top-level even beside an [a2rl] table
-        if isinstance(tables, dict):
-            values["tasks"], sources["tasks"] = tables, f"file:{config_file}"
-    for name in Settings.model_fields:
-        if name == "tasks":  # tables, not a variable: set with -T or config.toml
-            continue
-        raw = env.get(ENV_PREFIX + name.upper())
-        if raw not in (None, ""):
-            values[name], sources[name] = _coerce(name, raw), "env"
-    per_task = {task_key(m.group(1)): v for k, v in env.items()
-                if (m := _TASK_MODEL_VAR.match(k)) and v}
-    if per_task:
-        values["task_base_models"] = {**values.get("task_base_models", {}), **per_task}
-        sources["task_base_models"] = "env"
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            values[key], sources[key] = value, "cli"
     try:
-        return Settings(**values), sources
+        # first over later: the order pydantic-settings merges them in
+        ordered: list[tuple[str, PydanticBaseSettingsSource]] = [
+            ("cli", InitSettingsSource(Settings, cli)), ("env", _Environment(env)),
+            (f"file:{config_file}", _ConfigFile(Settings, toml_file=config_file))]
+        states = [(label, source()) for label, source in ordered]
+    except SourceError as exc:
+        raise SettingsError(f"bad settings: {exc}") from None
+    sources = {name: "default" for name in Settings.model_fields}
+    given: dict[str, tuple[str, Any]] = {}  # name -> (source, value) of the value in force
+    for label, state in reversed(states):
+        for name, value in state.items():
+            sources[name], given[name] = label, (label, value)
+        for name, value in state.get("legacy_task_settings", {}).items():
+            given[name] = (label, value)
+    for name in _LEGACY.keys() & given.keys():
+        source, value = given[name]
+        try:
+            check_legacy_setting(name, value)
+        except ValidationError as exc:
+            raise SettingsError(f"{_origin(name, source, value)}: "
+                                f"{_allowed(exc.errors(include_url=False)[0], source)}"
+                                ) from None
+    try:
+        return Settings(_build_sources=(tuple(s for _, s in ordered), {})), sources
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         name = str(error["loc"][0]) if error["loc"] else ""
-        allowed = error["msg"].removeprefix("Input ").removeprefix("Value error, ")
-        if name in values:
-            raise SettingsError(f"{_origin(name, sources[name], values[name])}: {allowed}"
+        if name in given:
+            source, value = given[name]
+            raise SettingsError(f"{_origin(name, source, value)}: {_allowed(error, source)}"
                                 ) from None
-        raise SettingsError(f"bad settings: {allowed}") from None
+        raise SettingsError(f"bad settings: {_allowed(error)}") from None
 
 
 def parse_size(text: str | int) -> int:

@@ -5,8 +5,8 @@ in several threads and processes queue for the write lock instead of failing on 
 PostgreSQL (a fleet's shared store) runs plain READ COMMITTED transactions: the few places that
 race use row locks (the grading queue's `FOR UPDATE SKIP LOCKED`), `ON CONFLICT DO NOTHING`
 (blobs) or a transaction-scoped advisory lock (schema creation and migration, which several
-nodes may attempt at once). Keep transactions short: a session is opened per operation, never
-held across a tool call.
+nodes may attempt at once). Migrations are Alembic revisions (`migrate`, `migrations/`). Keep
+transactions short: a session is opened per operation, never held across a tool call.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -23,74 +23,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from sqlmodel import Session, SQLModel, create_engine, select
 
-from . import models
+from . import migrate, models
 from .models import Blob, Meta
-
-
-def _v1_to_v2(conn: Connection) -> None:
-    """Runs gain the agent process's outcome and transcript."""
-    for column, kind in (("agent_status", "VARCHAR"), ("agent_exit_code", "INTEGER"),
-                         ("agent_transcript_sha", "VARCHAR"), ("agent_stderr_sha", "VARCHAR")):
-        conn.exec_driver_sql(f"ALTER TABLE run ADD COLUMN {column} {kind}")
-
-
-def _v2_to_v3(conn: Connection) -> None:
-    """Runs gain their fleet membership (`a2rl fleet`: the resume key and the node)."""
-    for column, kind in (("fleet_id", "VARCHAR"), ("fleet_repeat", "INTEGER"),
-                         ("fleet_node", "VARCHAR")):
-        conn.exec_driver_sql(f"ALTER TABLE run ADD COLUMN {column} {kind}")
-    conn.exec_driver_sql("CREATE INDEX ix_run_fleet_id ON run (fleet_id)")
-
-
-def _v3_to_v4(conn: Connection) -> None:
-    """Runs gain their evaluation profile; every earlier run was evaluated as `a2rl`."""
-    conn.exec_driver_sql("ALTER TABLE run ADD COLUMN profile VARCHAR DEFAULT 'a2rl'")
-    conn.exec_driver_sql("UPDATE run SET profile = 'a2rl' WHERE profile IS NULL")
-
-
-def _v4_to_v5(conn: Connection) -> None:
-    """Revisions gain their size and whether their content was stored (a run's revision bytes
-    are capped); every earlier revision stored its content."""
-    have = {c["name"] for c in inspect(conn).get_columns("revision")}
-    if "size" not in have:
-        conn.exec_driver_sql("ALTER TABLE revision ADD COLUMN size INTEGER")
-    if "content_stored" not in have:
-        conn.exec_driver_sql(
-            "ALTER TABLE revision ADD COLUMN content_stored BOOLEAN DEFAULT TRUE")
-    conn.exec_driver_sql("UPDATE revision SET content_stored = TRUE WHERE content_stored IS NULL")
-
-
-#: Columns schema v6 adds to existing tables: (table, column, SQL type and default). One line
-#: per column, so that work on different columns merges line by line. New tables (`audit`)
-#: need no entry: `create_all` makes them on every store.
-V6_COLUMNS: list[tuple[str, str, str]] = [
-    ("run", "end_kind", "VARCHAR"),
-    ("job", "end_cause", "VARCHAR"),
-    ("job", "end_evidence", "VARCHAR"),
-    ("run", "owner", "VARCHAR"),
-    ("toolcall", "seq", "INTEGER"),
-]
-
-
-def _v5_to_v6(conn: Connection) -> None:
-    """Columns added in v6 (`V6_COLUMNS`), each only where missing: `create_all` may already
-    have made a table whole."""
-    add_missing_v6_columns(conn)
-
-
-def add_missing_v6_columns(conn: Connection) -> None:
-    """Add each `V6_COLUMNS` column its table lacks. Also run on stores already at v6: the
-    first v6 release made the audit table with no new columns yet, and its stores say v6."""
-    have: dict[str, set[str]] = {}
-    added = set()
-    for table, column, kind in V6_COLUMNS:
-        if table not in have:
-            have[table] = {c["name"] for c in inspect(conn).get_columns(table)}
-        if column not in have[table]:
-            conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
-            added.add((table, column))
-    if ("toolcall", "seq") in added:
-        number_tool_calls(conn)
 
 
 def number_tool_calls(conn: Connection) -> None:
@@ -102,11 +36,6 @@ def number_tool_calls(conn: Connection) -> None:
         "WHERE earlier.run_id = toolcall.run_id AND earlier.id <= toolcall.id) "
         "WHERE seq IS NULL")
 
-
-# Each entry upgrades the schema from version n to n + 1.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2, 2: _v2_to_v3,
-                                                        3: _v3_to_v4, 4: _v4_to_v5,
-                                                        5: _v5_to_v6}
 
 #: pg_advisory_xact_lock key serializing schema creation and migration across processes.
 SCHEMA_LOCK_KEY = 0x61327266  # "a2rf"
@@ -262,6 +191,8 @@ class Store:
             raise StoreError(not_a_store(display_url(self.url)))
 
     def _ensure_schema(self) -> None:
+        """Make a new store at the code's schema, or bring an older one to it (Alembic, only
+        when its revision differs: `migrate`); a newer one is a `StoreVersionError`."""
         with self.engine.begin() as conn:
             if self.dialect == "postgresql":  # nodes opening a new store at once take turns
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})")
@@ -270,24 +201,31 @@ class Store:
             if fresh:
                 conn.execute(Meta.__table__.insert().values(
                     key="schema_version", value=str(models.SCHEMA_VERSION)))
+                migrate.stamp(conn, migrate.head())
                 return
             row = conn.execute(
                 select(Meta.value).where(Meta.key == "schema_version")).scalar_one_or_none()
             version = int(row) if row else 0
             if version > models.SCHEMA_VERSION:
-                raise StoreVersionError(
-                    f"the store at {self.engine.url!r} has schema v{version}, newer than this "
-                    f"a2rl understands (v{models.SCHEMA_VERSION}); upgrade a2rl or point "
-                    "A2RL_DB_URL at another database")
-            if version == models.SCHEMA_VERSION == 6:
-                add_missing_v6_columns(conn)
-            while version < models.SCHEMA_VERSION:
-                if version not in MIGRATIONS:
+                raise self._newer(f"schema v{version}")
+            revision = migrate.stored_revision(conn)
+            if revision == migrate.head() and version == models.SCHEMA_VERSION:
+                return
+            if revision is None:  # a store from before Alembic
+                if version < 1:
                     raise StoreVersionError(f"no migration from store schema v{version}")
-                MIGRATIONS[version](conn)
-                version += 1
+                migrate.stamp_legacy(conn, version)
+            try:
+                migrate.upgrade(conn)
+            except migrate.UnknownRevision as exc:
+                raise self._newer(f"schema revision {exc.revision!r}") from None
             conn.execute(Meta.__table__.update().where(Meta.key == "schema_version")
-                         .values(value=str(version)))
+                         .values(value=str(models.SCHEMA_VERSION)))
+
+    def _newer(self, what: str) -> StoreVersionError:
+        return StoreVersionError(
+            f"the store at {self.engine.url!r} has {what}, newer than this a2rl understands "
+            f"(v{models.SCHEMA_VERSION}); upgrade a2rl or point A2RL_DB_URL at another database")
 
     @contextmanager
     def session(self) -> Iterator[Session]:

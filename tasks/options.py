@@ -7,7 +7,9 @@ they are set, later over earlier, by:
 
 1. the model's defaults;
 2. deprecated global settings that used to hold them (`gsm8k_dir`, `A2RL_GSM8K_DIR`,
-   `task_base_models`...; `legacy_settings`), when set away from their default;
+   `task_base_models`...), when given: a task's options declare their old names
+   (`legacy_settings`), registered with the settings when the class is made, so that settings
+   accept them without naming any task (`Settings.legacy_task_settings` holds their values);
 3. the `[tasks.<id>]` table of `$A2RL_HOME/config.toml` (`Settings.tasks`);
 4. `-T key=value` on `a2rl run/create/fleet` (`Task.with_options`), which is also how a run's
    recorded options reach its grader.
@@ -22,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from a2rl.settings import register_legacy_setting
 
 if TYPE_CHECKING:
     from a2rl.settings import Settings
@@ -41,8 +45,17 @@ class TaskOptions(BaseModel):
                             "tiny-llama); empty: the global base_model, else the task's "
                             "default")
 
-    #: option -> the deprecated global `Settings` field that still sets it
+    #: option -> the deprecated global setting (config.toml key, `A2RL_<NAME>` variable) that
+    #: still sets it; only the built-in tasks that had such settings declare any
     legacy_settings: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Register the old names with the settings (once the fields are made, to check a
+        value as the option does when the settings load)."""
+        super().__pydantic_init_subclass__(**kwargs)
+        for option, name in cls.legacy_settings.items():
+            register_legacy_setting(name, cls.model_fields[option])
 
     @classmethod
     def describe(cls) -> list[dict[str, Any]]:
@@ -61,16 +74,15 @@ class TaskOptions(BaseModel):
         """The options in force for `task_id` (see the module docstring for the order).
 
         Raises `OptionsError` on an unknown key or a bad value."""
-        from a2rl.settings import Settings, task_key
+        from a2rl.settings import task_key
 
         values: dict[str, Any] = {}
         legacy_base = settings.task_base_models.get(task_key(task_id), "")
         if legacy_base and "base_model" in cls.model_fields:
             values["base_model"] = legacy_base
         for option, name in cls.legacy_settings.items():
-            value = getattr(settings, name)
-            if value != Settings.model_fields[name].get_default():
-                values[option] = value
+            if name in settings.legacy_task_settings:
+                values[option] = settings.legacy_task_settings[name]
         table = settings.tasks.get(task_id, {})
         check_keys(cls, task_id, table, where=f"[tasks.{task_id}] in config.toml")
         values.update(table)

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from importlib import import_module
 from typing import Any
 
 from a2rl.grading.seam import register_task_loader
 from a2rl.registry import PluginLoadError, Registry
+from a2rl.settings import register_legacy_declarations
 
 from .base import Task
 from .profiles import check_profile
@@ -43,6 +45,25 @@ BUILTIN_TASKS: dict[str, str] = {
 #: demo and `a2rl run` use by default. Shared code names it through this constant, never
 #: by its id.
 DEFAULT_TASK = "arith"
+
+
+#: The option declarations of the built-in tasks that had global settings before tasks had
+#: options (`TaskOptions.legacy_settings`): imported when settings load
+#: (`declare_legacy_settings`, registered below), so that they accept those old names
+#: (`A2RL_GSM8K_DIR`, `webshop_dir` in config.toml) before any task is built, while listing
+#: tasks still imports none. A new task has no such settings and no entry here.
+LEGACY_DECLARATIONS = ("a2rl.tasks.gsm8k.options", "a2rl.tasks.alpacaeval.options",
+                       "a2rl.tasks.webshop.options", "a2rl.tasks.alfworld.options",
+                       "a2rl.tasks.deepsearchqa.options")
+
+
+def declare_legacy_settings() -> None:
+    """Import the declarations above: each registers its old names with the settings."""
+    for module in LEGACY_DECLARATIONS:
+        import_module(module)
+
+
+register_legacy_declarations(declare_legacy_settings)
 
 
 def _is_task_factory(target: object) -> bool:

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlmodel import select
 
+from a2rl.settings import Settings
 from a2rl.store import Store, ToolCall
 
 
@@ -27,6 +28,14 @@ def last_call(store: Store, run_id: str) -> ToolCall:
 
 def text_of(result: Any) -> str:
     return " ".join(getattr(p, "text", "") for p in result.content)
+
+
+def with_task_options(settings: Settings, task_id: str, **options: Any) -> Settings:
+    """A copy of `settings` whose `[tasks.<task_id>]` table takes `options` over its own (what
+    that table of config.toml sets)."""
+    tables = dict(settings.tasks)
+    tables[task_id] = {**tables.get(task_id, {}), **options}
+    return settings.model_copy(update={"tasks": tables})
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

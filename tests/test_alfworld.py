@@ -24,6 +24,7 @@ import pytest
 from a2rl.settings import Settings
 
 from .conftest import require
+from .helpers import with_task_options
 
 FIXTURE = Path(__file__).parent / "fixtures" / "alfworld"
 TASK_MARK = "Your task is to: "
@@ -58,8 +59,8 @@ def alf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def alf(settings: Settings, alf_root: Path) -> Settings:
-    return settings.model_copy(update={"alfworld_dir": str(alf_root),
-                                       "base_model": "tiny-llama"})
+    return with_task_options(settings.model_copy(update={"base_model": "tiny-llama"}),
+                             "alfworld", data_dir=str(alf_root))
 
 
 def expert_plan(game_dir: Path) -> list[str]:
@@ -118,7 +119,7 @@ def test_splits_are_the_real_alfredtwenv_listing(alf: Settings, alf_root: Path) 
 def test_missing_download_is_one_clear_line(settings: Settings, tmp_path: Path) -> None:
     from a2rl.tasks.alfworld.task import AlfWorldTask
 
-    empty = settings.model_copy(update={"alfworld_dir": str(tmp_path / "none")})
+    empty = with_task_options(settings, "alfworld", data_dir=str(tmp_path / "none"))
     with pytest.raises(RuntimeError, match="a2rl alfworld download") as err:
         AlfWorldTask().load_split("test", empty)
     assert "\n" not in str(err.value)
@@ -180,8 +181,8 @@ def test_a_broken_game_loses_only_its_episode(alf: Settings, alf_root: Path,
     broken = list_games(root, "dev")[0]
     (game_dir(root, broken) / "game.tw-pddl").write_text('{"pddl_domain": "(define", ')
     task = AlfWorldTask()
-    items = task.load_split("dev", alf.model_copy(update={"alfworld_dir": str(root)}))
-    items += task.load_split("test", alf.model_copy(update={"alfworld_dir": str(root)}))
+    items = task.load_split("dev", with_task_options(alf, "alfworld", data_dir=str(root)))
+    items += task.load_split("test", with_task_options(alf, "alfworld", data_dir=str(root)))
     good = items[1]
     plan = expert_plan(game_dir(root, good["id"]))
     task_text = task.make_env(good).reset().observation.split(TASK_MARK, 1)[1]

@@ -27,6 +27,7 @@ from a2rl.tasks.envapi.a2rl_env import Episode
 from .conftest import require_bwrap
 from .fake_judge import FakeJudge
 from .fake_search import FakeSearch
+from .helpers import with_task_options
 
 FIXTURE = Path(__file__).parent / "fixtures" / "deepsearchqa"
 CORPUS = FIXTURE / "corpus.jsonl"
@@ -34,9 +35,9 @@ CORPUS = FIXTURE / "corpus.jsonl"
 
 @pytest.fixture
 def dsqa(settings: Settings) -> Settings:
-    return settings.model_copy(update={
-        "deepsearchqa_dir": str(FIXTURE), "deepsearchqa_corpus": str(CORPUS),
-        "base_model": "tiny-llama", "judge_max_retries": 0, "judge_concurrency": 1})
+    return with_task_options(settings.model_copy(update={
+        "base_model": "tiny-llama", "judge_max_retries": 0, "judge_concurrency": 1}),
+        "deepsearchqa", data_dir=str(FIXTURE), corpus=str(CORPUS))
 
 
 def test_split_is_the_seeded_shuffle_and_disjoint(dsqa: Settings) -> None:
@@ -97,7 +98,7 @@ def test_corpus_and_web_search_backends(dsqa: Settings) -> None:
     assert hits and hits[0].title == "Triton"
     assert corpus.search("zzzz qqqq") == []
     with FakeSearch() as fake:
-        web_settings = dsqa.model_copy(update={"deepsearchqa_search_url": fake.url})
+        web_settings = with_task_options(dsqa, "deepsearchqa", search_url=fake.url)
         # without a key, the corpus is used; with one, the web endpoint
         assert isinstance(make_search(web_settings, environ={}), CorpusSearch)
         web = make_search(web_settings, environ={"A2RL_SEARCH_API_KEY": "sk-test"})
@@ -110,7 +111,7 @@ def test_corpus_and_web_search_backends(dsqa: Settings) -> None:
         fake.malformed = True
         with pytest.raises(RuntimeError, match="malformed"):
             web.search("anything")
-    none = dsqa.model_copy(update={"deepsearchqa_corpus": ""})
+    none = with_task_options(dsqa, "deepsearchqa", corpus="")
     with pytest.raises(RuntimeError, match="no search backend"):
         make_search(none, environ={})
 
@@ -264,7 +265,7 @@ def test_paper_split_is_the_harness_datasets_shuffle(settings: Settings, tmp_pat
     from datasets import load_dataset
 
     folder = _write_900(tmp_path / "dsqa")
-    dsqa = settings.model_copy(update={"deepsearchqa_dir": str(folder)})
+    dsqa = with_task_options(settings, "deepsearchqa", data_dir=str(folder))
     shuffled = load_dataset("csv", data_files=str(folder / data.FILE),
                             split="train").shuffle(seed=42)
     harness_train = shuffled.select(range(0, 100))["problem"]
@@ -350,7 +351,7 @@ def test_sandbox_search_withholds_hidden_answers_and_the_datasets_pages(
                   and len(r["answer"]) >= 4)
     train = data.split_rows(data.load_rows(dsqa), "train")[0]
     with FakeSearch() as fake:
-        web = dsqa.model_copy(update={"deepsearchqa_search_url": fake.url})
+        web = with_task_options(dsqa, "deepsearchqa", search_url=fake.url)
         search = DeepSearchQATask().services(web)["search"]
         leak = search({"query": f"facts about {single['answer'].upper()}!", "k": 3})
         assert leak["backend"] == "web" and leak["results"] == [] and leak["withheld"] == 3

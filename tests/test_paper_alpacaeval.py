@@ -161,7 +161,8 @@ def paper_task(server: Any, cache: Any = None) -> Any:
 def home(tmp_path: Path) -> Any:
     from a2rl.settings import Settings
 
-    return Settings(home=tmp_path / "home", alpacaeval_dir=str(FIXTURES))
+    return Settings(home=tmp_path / "home",
+                    tasks={"alpacaeval": {"data_dir": str(FIXTURES)}})
 
 
 def test_paper_task_judges_with_the_package_annotator(home: Any, library_lc: Any) -> None:

@@ -46,6 +46,7 @@ from .fake_judge import FakeJudge, unfence_all
 from .fake_vllm import FakeVLLM
 from .fake_vllm import ScriptedEngine as ModelEngine
 from .harness_wheels import require_wheel
+from .helpers import with_task_options
 from .rdagent_fixture import build_wheel
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -61,16 +62,16 @@ def fixture_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def shop(settings: Settings) -> Settings:
-    return settings.model_copy(update={"webshop_dir": str(FIXTURES / "webshop"),
-                                       "base_model": "tiny-llama"})
+    return with_task_options(settings.model_copy(update={"base_model": "tiny-llama"}),
+                             "webshop", data_dir=str(FIXTURES / "webshop"))
 
 
 @pytest.fixture
 def dsqa(settings: Settings) -> Settings:
-    return settings.model_copy(update={
-        "deepsearchqa_dir": str(FIXTURES / "deepsearchqa"),
-        "deepsearchqa_corpus": str(FIXTURES / "deepsearchqa" / "corpus.jsonl"),
-        "base_model": "tiny-llama", "judge_max_retries": 0, "judge_concurrency": 1})
+    return with_task_options(settings.model_copy(update={
+        "base_model": "tiny-llama", "judge_max_retries": 0, "judge_concurrency": 1}),
+        "deepsearchqa", data_dir=str(FIXTURES / "deepsearchqa"),
+        corpus=str(FIXTURES / "deepsearchqa" / "corpus.jsonl"))
 
 
 class ScriptedEngine:

@@ -41,7 +41,7 @@ def paper_home(a2rl_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     (the real wheel's on a user's machine)."""
     wheel = build_wheel(a2rl_home / "opencompass")
     monkeypatch.setattr(oc, "WHEEL_SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
-    return Settings(home=a2rl_home, gsm8k_dir=str(GSM8K_FIXTURE),
+    return Settings(home=a2rl_home, tasks={"gsm8k": {"data_dir": str(GSM8K_FIXTURE)}},
                     base_model="tiny-llama", grader_max_new_tokens=8)
 
 

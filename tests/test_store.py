@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, text
+from sqlalchemy import Connection, create_engine, func, inspect, text
 from sqlmodel import select
 
 from a2rl.store import (
@@ -99,18 +99,82 @@ def test_newer_schema_is_a_clear_error(db_url: str) -> None:
         Store(url)
 
 
-def test_older_schema_is_migrated(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from a2rl.store import db, models
+def test_a_store_with_an_unknown_revision_is_a_clear_error(db_url: str) -> None:
+    """A store an a2rl with more revisions upgraded (or another branch's) is refused in one
+    line, and left as it was."""
+    Store(db_url).close()
+    s = Store(db_url)
+    with s.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = 'v99'"))
+    s.close()
+    with pytest.raises(StoreVersionError, match="revision 'v99', newer than this a2rl") as err:
+        Store(db_url)
+    assert "\n" not in str(err.value)
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "v99"
+    engine.dispose()
 
-    url = db_url
-    Store(url).close()
-    applied = []
-    monkeypatch.setattr(models, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
-    monkeypatch.setitem(db.MIGRATIONS, SCHEMA_VERSION, lambda conn: applied.append(conn))
-    s = Store(url)
+
+def test_the_next_revision_runs_on_a_store_at_the_previous_one(
+        db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """How the next schema change lands: one more revision file, `SCHEMA_VERSION` one up; a
+    store at the previous head gets it when opened (and then says the new version)."""
+    import shutil
+
+    from a2rl.store import migrate, models
+
+    Store(db_url).close()
+    scripts = tmp_path / "migrations"
+    shutil.copytree(migrate.MIGRATIONS_DIR, scripts,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    nxt = SCHEMA_VERSION + 1
+    (scripts / "versions" / f"v{nxt}_note.py").write_text(
+        f'revision = "v{nxt}"\ndown_revision = "v{SCHEMA_VERSION}"\n'
+        "branch_labels = None\ndepends_on = None\n\n"
+        "import sqlalchemy as sa\nfrom a2rl.store.migrate import add_missing_columns\n\n"
+        "def upgrade():\n    add_missing_columns('run', sa.Column('note_r28', sa.String()))\n")
+    monkeypatch.setattr(migrate, "MIGRATIONS_DIR", scripts)
+    monkeypatch.setattr(models, "SCHEMA_VERSION", nxt)
+    s = Store(db_url)
     with s.session() as session:
-        assert session.get(Meta, "schema_version").value == str(SCHEMA_VERSION + 1)
-    assert len(applied) == 1
+        assert session.get(Meta, "schema_version").value == str(nxt)
+    with s.engine.connect() as conn:
+        assert "note_r28" in {c["name"] for c in inspect(conn).get_columns("run")}
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() \
+            == f"v{nxt}"
+    s.close()
+
+
+def test_revisions_are_one_line_from_v1_to_the_schema_version() -> None:
+    """Revision vN is schema version N: one chain, its head the code's `SCHEMA_VERSION` (a
+    revision added without the bump, or the bump without a revision, fails here)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from a2rl.store import migrate
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrate.MIGRATIONS_DIR))
+    script = ScriptDirectory.from_config(cfg)
+    assert script.get_heads() == [f"v{SCHEMA_VERSION}"]
+    chain = [(r.revision, r.down_revision) for r in script.walk_revisions()]
+    assert chain == [(f"v{n}", f"v{n - 1}" if n > 1 else None)
+                     for n in range(SCHEMA_VERSION, 0, -1)]
+
+
+def test_opening_a_current_store_does_not_load_alembic(tmp_path: Path) -> None:
+    """Alembic (0.1-0.4 s to import) runs only for a store whose revision is not the code's:
+    making a store and opening it again never import it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from a2rl.store import Store; "
+            f"u = 'sqlite:///{tmp_path / 'a.db'}'; Store(u).close(); Store(u).close(); "
+            "print('alembic' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
 
 
 def test_concurrent_writers_in_threads(store: Store) -> None:
@@ -181,6 +245,82 @@ def test_processes_opening_a_new_store_at_once(db_url: str) -> None:
 _ADDED = {2: ("agent_status", "agent_exit_code", "agent_transcript_sha", "agent_stderr_sha"),
           3: ("fleet_id", "fleet_repeat", "fleet_node"),
           4: ("profile",)}
+#: (table, column) that v5 and v6 added; v6 also made the audit table
+_ADDED_IN_V5 = [("revision", "size"), ("revision", "content_stored")]
+_ADDED_IN_V6 = [("run", "end_kind"), ("job", "end_cause"), ("job", "end_evidence"),
+                ("run", "owner"), ("toolcall", "seq")]
+
+
+def _before_alembic(conn: Connection, version: int) -> None:
+    """Make the store on `conn` say `version` as the releases before Alembic wrote it: in
+    `meta` only, with no Alembic version table."""
+    conn.execute(text(f"UPDATE meta SET value = '{version}' WHERE key = 'schema_version'"))
+    conn.execute(text("DROP TABLE alembic_version"))
+
+
+def _schema_of(conn: Connection, version: int) -> None:
+    """Turn a current store into the schema `version` had (what later versions added goes)."""
+    if version < 6:
+        conn.execute(text("DROP TABLE audit"))
+        for table, column in _ADDED_IN_V6:
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+    if version < 5:
+        for table, column in _ADDED_IN_V5:
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+    if version < 3:
+        conn.execute(text("DROP INDEX ix_run_fleet_id"))
+    for added, columns in _ADDED.items():
+        if version < added:
+            for column in columns:
+                conn.execute(text(f"ALTER TABLE run DROP COLUMN {column}"))
+
+
+def _columns(conn: Connection) -> dict[str, tuple[set[str], set[str | None]]]:
+    """Each table's columns and indexes."""
+    found = inspect(conn)
+    return {t: ({c["name"] for c in found.get_columns(t)},
+                {i["name"] for i in found.get_indexes(t)}) for t in found.get_table_names()}
+
+
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
+def test_every_older_store_is_upgraded_by_alembic(db_url: str, version: int) -> None:
+    """A store of each schema version before Alembic (meta only) opens at the current schema:
+    the same tables and columns as a new store, its rows kept, Alembic's revision the head;
+    and a store already under Alembic at that revision does too."""
+    fresh = Store(db_url)
+    with fresh.engine.connect() as conn:
+        want = _columns(conn)
+    fresh.close()
+    for under_alembic in (False, True):
+        old = Store(db_url)
+        with old.engine.begin() as conn:  # apart: PostgreSQL alters no table with checks due
+            conn.execute(text("DELETE FROM run"))
+        with old.engine.begin() as conn:
+            _schema_of(conn, version)
+            profile = ("", "") if version < 4 else (", profile", ", 'a2rl'")
+            conn.execute(text(
+                "INSERT INTO run (id, task_id, status, backend, protocol, workspace, budget_s, "
+                f"grading_clock, created_at, config{profile[0]}) VALUES ('r-old', 'arith', "
+                f"'finished', 'local', 'heldout', '/x', 60, 'counted', '2026-01-01', "
+                f"'{{}}'{profile[1]})"))
+            if under_alembic:
+                conn.execute(text(f"UPDATE meta SET value = '{version}' "
+                                  "WHERE key = 'schema_version'"))
+                conn.execute(text(f"UPDATE alembic_version SET version_num = 'v{version}'"))
+            else:
+                _before_alembic(conn, version)
+        old.close()
+        store = Store(db_url)
+        with store.engine.connect() as conn:
+            assert _columns(conn) == want, (version, under_alembic)
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).all() == [
+                (f"v{SCHEMA_VERSION}",)]
+        with store.session() as s:
+            assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
+            run = s.get(Run, "r-old")
+            assert run is not None and run.profile == "a2rl" and run.task_id == "arith"
+        _run(store, f"r-new-{under_alembic}")
+        store.close()
 
 
 def test_v1_store_is_migrated(db_url: str) -> None:
@@ -198,7 +338,7 @@ def test_v1_store_is_migrated(db_url: str) -> None:
             "INSERT INTO run (id, task_id, status, backend, protocol, workspace, budget_s, "
             "grading_clock, created_at, config) VALUES ('r-old', 'arith', 'finished', "
             "'local', 'heldout', '/x', 60, 'counted', '2026-01-01', '{}')"))
-        conn.execute(text("UPDATE meta SET value = '1' WHERE key = 'schema_version'"))
+        _before_alembic(conn, 1)
     old.close()
     store = Store(url)
     with store.session() as s:
@@ -225,7 +365,7 @@ def test_v3_store_is_migrated(db_url: str) -> None:
             "INSERT INTO run (id, task_id, status, backend, protocol, workspace, budget_s, "
             "grading_clock, created_at, config, fleet_id) VALUES ('r-v3', 'gsm8k', "
             "'finished', 'local', 'paper', '/x', 60, 'counted', '2026-01-01', '{}', 'f0')"))
-        conn.execute(text("UPDATE meta SET value = '3' WHERE key = 'schema_version'"))
+        _before_alembic(conn, 3)
     old.close()
     store = Store(url)
     with store.session() as s:
@@ -252,7 +392,7 @@ def test_v4_store_is_migrated(db_url: str) -> None:
         conn.execute(text("ALTER TABLE revision DROP COLUMN content_stored"))
         conn.execute(text("INSERT INTO revision (run_id, path, blob_sha, source, created_at) "
                           "VALUES ('r-v4', 'code/a.py', 'abc', 'command', '2026-01-01')"))
-        conn.execute(text("UPDATE meta SET value = '4' WHERE key = 'schema_version'"))
+        _before_alembic(conn, 4)
     old.close()
     store = Store(url)
     with store.session() as s:
@@ -286,7 +426,7 @@ def test_v5_tool_calls_are_numbered_per_run(db_url: str) -> None:
                               "is_error, started_at, duration_ms) VALUES "
                               f"('{run_id}', 'budget_status', '{{}}', '', false, "
                               "'2026-01-01', 0)"))
-        conn.execute(text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
+        _before_alembic(conn, 5)
     old.close()
     store = Store(url)
     start_call(store, "r-b", "budget_status", {}, "memory")
@@ -375,7 +515,7 @@ def test_v5_store_gains_the_audit_table(db_url: str) -> None:
     _run(old, "r-v5")
     with old.engine.begin() as conn:
         conn.execute(text("DROP TABLE audit"))
-        conn.execute(text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
+        _before_alembic(conn, 5)
     old.close()
     store = Store(db_url)
     with store.session() as s:
@@ -392,15 +532,14 @@ def test_v5_store_gains_the_audit_table(db_url: str) -> None:
 
 def test_early_v6_store_gains_the_columns_added_since(db_url: str) -> None:
     """The first v6 release made the audit table and no column: its stores say v6 yet lack
-    the columns v6 grew since (`V6_COLUMNS`). Opening one adds them and numbers its calls."""
-    from a2rl.store.db import V6_COLUMNS
-
+    the columns v6 grew since. Opening one adds them and numbers its calls."""
     Store(db_url).close()
     old = Store(db_url)
     _run(old, "r-e6")
     with old.engine.begin() as conn:
-        for table, column, _ in V6_COLUMNS:
+        for table, column in _ADDED_IN_V6:
             conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        _before_alembic(conn, 6)
         conn.execute(text("INSERT INTO toolcall (run_id, tool, arguments, result_summary, "
                           "is_error, started_at, duration_ms) VALUES ('r-e6', 'budget_status', "
                           "'{}', '', false, '2026-01-01', 0)"))

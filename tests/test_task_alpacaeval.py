@@ -26,6 +26,7 @@ from a2rl.tasks.alpacaeval.length_control import length_controlled_win_rate, win
 from a2rl.tasks.untrusted import Fence
 
 from .fake_judge import FakeJudge, always, answer, shown_outputs
+from .helpers import with_task_options
 
 FIXTURES = Path(__file__).parent / "fixtures" / "alpacaeval"
 
@@ -38,7 +39,8 @@ def fake() -> Iterator[FakeJudge]:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Settings:
-    return Settings(home=tmp_path / "home", alpacaeval_dir=str(FIXTURES))
+    return Settings(home=tmp_path / "home",
+                    tasks={"alpacaeval": {"data_dir": str(FIXTURES)}})
 
 
 def make_judge(server: FakeJudge, cache: JudgeCache | None = None, **kw: Any) -> Judge:
@@ -75,10 +77,10 @@ def test_splits_from_fixtures(home: Settings) -> None:
 
 
 def test_reference_file_override(home: Settings) -> None:
-    v1 = home.model_copy(update={"alpacaeval_reference_file": "alpaca_eval.json"})
+    v1 = with_task_options(home, "alpacaeval", reference_file="alpaca_eval.json")
     test = AlpacaEvalTask(n_train=8, n_dev=4).load_split("test", v1)
     assert test[0]["reference_generator"] == "text_davinci_003"
-    missing = home.model_copy(update={"alpacaeval_reference_file": "missing.json"})
+    missing = with_task_options(home, "alpacaeval", reference_file="missing.json")
     with pytest.raises(FileNotFoundError):
         AlpacaEvalTask().load_split("test", missing)
 
@@ -90,7 +92,7 @@ def test_hub_loading_calls(home: Settings, monkeypatch: pytest.MonkeyPatch) -> N
 
     import huggingface_hub
 
-    home = home.model_copy(update={"alpacaeval_dir": ""})
+    home = with_task_options(home, "alpacaeval", data_dir="")
     calls: list[dict[str, Any]] = []
 
     def download(**kw: Any) -> str:

@@ -90,7 +90,7 @@ class EchoEngine:
 def test_options_resolve_defaults_then_legacy_then_table_then_flags(tmp_path: Path) -> None:
     base = Settings(home=tmp_path)
     assert GSM8KTask().options(base).data_dir == ""
-    legacy = base.model_copy(update={"gsm8k_dir": "/legacy",
+    legacy = base.model_copy(update={"legacy_task_settings": {"gsm8k_dir": "/legacy"},
                                      "task_base_models": {"gsm8k": "/m/g"}})
     assert GSM8KTask().options(legacy).data_dir == "/legacy"
     assert GSM8KTask().base_model_name(legacy) == "/m/g"
@@ -140,6 +140,100 @@ def test_config_toml_task_tables(tmp_path: Path) -> None:
     legacy, _ = load_settings(environ={"A2RL_HOME": str(tmp_path), "A2RL_GSM8K_DIR": "/env"})
     assert get_task("gsm8k").options(legacy).data_dir == "/from/toml"
     assert get_task("gsm8k").with_options({"data_dir": "/t"}).options(legacy).data_dir == "/t"
+
+
+# the built-in tasks' deprecated global settings: (config.toml key, variable, option, value)
+OLD_SETTINGS = [
+    ("gsm8k", "gsm8k_dir", "data_dir", "/g"),
+    ("alpacaeval", "alpacaeval_dir", "data_dir", "/a"),
+    ("alpacaeval", "alpacaeval_reference_file", "reference_file", "alpaca_eval.json"),
+    ("webshop", "webshop_dir", "data_dir", "/w"),
+    ("webshop", "webshop_num_products", "num_products", 7),
+    ("alfworld", "alfworld_dir", "data_dir", "/alf"),
+    ("deepsearchqa", "deepsearchqa_dir", "data_dir", "/d"),
+    ("deepsearchqa", "deepsearchqa_corpus", "corpus", "/c.jsonl"),
+    ("deepsearchqa", "deepsearchqa_search_url", "search_url", "http://127.0.0.1:9/s"),
+    ("deepsearchqa", "deepsearchqa_search_key_env", "search_key_env", "MY_SEARCH_KEY"),
+]
+
+
+@pytest.mark.parametrize("where", ["top", "a2rl table", "variables"])
+def test_deprecated_settings_still_set_their_options(tmp_path: Path, where: str) -> None:
+    """An old config.toml (keys at the top or under [a2rl]) or old variables still set each
+    task's option; the task table is over them, -T over both; the settings module names no
+    task (each task's options declare their old names)."""
+    def toml(value: Any) -> str:
+        return json.dumps(value)  # a JSON string or integer is a TOML one
+
+    lines = [f"{name} = {toml(value)}" for _, name, _, value in OLD_SETTINGS]
+    environ = {"A2RL_HOME": str(tmp_path)}
+    if where == "variables":
+        environ |= {f"A2RL_{name.upper()}": str(value) for _, name, _, value in OLD_SETTINGS}
+    else:
+        header = "[a2rl]\n" if where == "a2rl table" else ""
+        (tmp_path / "config.toml").write_text(header + "\n".join(lines) + "\n")
+    settings, sources = load_settings(environ=environ)
+    assert sources["legacy_task_settings"] == ("env" if where == "variables" else
+                                               f"file:{tmp_path / 'config.toml'}")
+    for task_id, _, option, value in OLD_SETTINGS:
+        assert getattr(get_task(task_id).options(settings), option) == value, (task_id, option)
+    table = settings.model_copy(update={"tasks": {"webshop": {"num_products": 3}}})
+    assert get_task("webshop").options(table).num_products == 3
+    assert get_task("webshop").options(table).data_dir == "/w"
+    assert get_task("webshop").with_options({"num_products": "2"}).options(table) \
+        .num_products == 2
+    source = (REPO / "a2rl" / "settings.py").read_text().lower()
+    assert not [name for _, name, _, _ in OLD_SETTINGS if name in source]
+
+
+def test_bad_deprecated_settings_are_named_where_they_were_set(tmp_path: Path) -> None:
+    from a2rl.settings import SettingsError
+
+    config = tmp_path / "config.toml"
+    config.write_text("webshop_num_products = -1\n")
+    with pytest.raises(SettingsError) as err:
+        load_settings(environ={"A2RL_HOME": str(tmp_path)})
+    assert str(err.value) == (f"{config}: webshop_num_products = -1: should be greater than or "
+                              "equal to 0")
+    config.write_text('gsm8k_dri = "/x"\n')
+    with pytest.raises(SettingsError, match="'gsm8k_dri' is not a setting; did you mean "
+                                            "'gsm8k_dir'"):
+        load_settings(environ={"A2RL_HOME": str(tmp_path)})
+    config.unlink()
+    with pytest.raises(SettingsError) as err:
+        load_settings(environ={"A2RL_HOME": str(tmp_path), "A2RL_WEBSHOP_NUM_PRODUCTS": "x"})
+    assert str(err.value) == "A2RL_WEBSHOP_NUM_PRODUCTS='x': must be an integer"
+
+
+def test_a_plugin_tasks_declared_old_name_is_a_setting_too(tmp_path: Path) -> None:
+    """Declaring `legacy_settings` is all a task does: the name is then accepted from
+    config.toml and the environment, and sets the option."""
+    class OldGreetOptions(GreetOptions):
+        legacy_settings: ClassVar[dict[str, str]] = {"times": "greet_times_r28"}
+
+    (tmp_path / "config.toml").write_text("greet_times_r28 = 4\n")
+    settings, _ = load_settings(environ={"A2RL_HOME": str(tmp_path)})
+    assert OldGreetOptions.resolve("greet", settings).times == 4
+    env, _ = load_settings(environ={"A2RL_HOME": str(tmp_path / "none"),
+                                    "A2RL_GREET_TIMES_R28": "5"})
+    assert OldGreetOptions.resolve("greet", env).times == 5
+
+
+def test_cli_applies_an_old_config_toml(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env |= {"A2RL_HOME": str(tmp_path), "A2RL_WEBSHOP_NUM_PRODUCTS": "9"}
+    (tmp_path / "config.toml").write_text('gsm8k_dir = "/old/gsm8k"\n')
+    p = subprocess.run([A2RL, "tasks", "gsm8k", "--json"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = {r["name"]: r for r in json.loads(p.stdout)["options"]}
+    assert rows["data_dir"]["value"] == "/old/gsm8k"
+    assert rows["data_dir"]["deprecated_setting"] == "gsm8k_dir"
+    p = subprocess.run([A2RL, "config", "show", "--json"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["legacy_task_settings"] == {
+        "value": {"gsm8k_dir": "/old/gsm8k", "webshop_num_products": 9}, "source": "env"}
 
 
 def test_cli_lists_a_tasks_options_and_refuses_bad_ones(tmp_path: Path) -> None:

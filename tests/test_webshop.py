@@ -24,13 +24,15 @@ from a2rl.tasks.webshop.catalog import load_data
 from a2rl.tasks.webshop.task import WebShopTask, expert_actions, paper_success
 
 from .conftest import require_bwrap
+from .helpers import with_task_options
 
 FIXTURE = Path(__file__).parent / "fixtures" / "webshop"
 
 
 @pytest.fixture
 def shop(settings: Settings) -> Settings:
-    return settings.model_copy(update={"webshop_dir": str(FIXTURE), "base_model": "tiny-llama"})
+    return with_task_options(settings.model_copy(update={"base_model": "tiny-llama"}), "webshop",
+                             data_dir=str(FIXTURE))
 
 
 @pytest.fixture
@@ -317,7 +319,7 @@ def test_paper_profile_reads_the_harness_product_files(settings: Settings,
     attributes = json.loads((FIXTURE / "items_ins_v2_1000.json").read_text())
     (folder / "items_ins_v2.json").write_text(json.dumps(
         {"B0FULL" + k[-4:]: v for k, v in attributes.items()}))
-    both = settings.model_copy(update={"webshop_dir": str(folder)})
+    both = with_task_options(settings, "webshop", data_dir=str(folder))
     ours, paper = WebShopTask(), WebShopTask().with_profile("paper")
     assert {p["asin"][:6] for p in ours.data(both).products} == {"B0FULL"}
     assert ours.data(both).source == "items_shuffle.json; items_ins_v2.json"
@@ -330,7 +332,7 @@ def test_paper_profile_reads_the_harness_product_files(settings: Settings,
     only_full.mkdir()
     for name in ("items_shuffle.json", "items_ins_v2.json", "items_human_ins.json"):
         shutil.copy(folder / name, only_full / name)
-    fallback = paper.data(settings.model_copy(update={"webshop_dir": str(only_full)}))
+    fallback = paper.data(with_task_options(settings, "webshop", data_dir=str(only_full)))
     assert {p["asin"][:6] for p in fallback.products} == {"B0FULL"}
     assert fallback.source == "items_shuffle.json; items_ins_v2.json"  # fewer than 1,000 rows
     assert "gdown 1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib" in paper.profile_settings()["data_download"]

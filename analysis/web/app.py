@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import hmac
 import secrets
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+import threading
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from typing import Any, TypeVar
 
 import anyio.to_thread
+from cachetools import LRUCache, cached
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
@@ -45,6 +46,8 @@ REV_PAGE = 100
 LIVE_STATES = ("created", "running", "finalizing")
 MAX_ROW_ID = 2**63 - 1  # a larger id in a URL is no row (and would overflow the database's)
 
+T = TypeVar("T")
+
 
 def _count_param(request: Request, name: str) -> int:
     """A non-negative integer query parameter; anything else counts as 0 (never a 500)."""
@@ -52,21 +55,10 @@ def _count_param(request: Request, name: str) -> int:
     return min(int(value), 10**9) if value.isdigit() else 0
 
 
-class _Lru:
-    """A small cache of computed pages' data, keyed by what changes them."""
-
-    def __init__(self, size: int = 16) -> None:
-        self.size, self.data = size, OrderedDict[Any, Any]()
-
-    def get(self, key: Any, make: Callable[[], Any]) -> Any:
-        if key in self.data:
-            self.data.move_to_end(key)
-            return self.data[key]
-        value = make()
-        self.data[key] = value
-        while len(self.data) > self.size:
-            self.data.popitem(last=False)
-        return value
+def _lru(compute: Callable[[Run], T], key: Callable[[Run], Hashable]) -> Callable[[Run], T]:
+    """`compute` with a small cache of its results (the 16 most recently used), keyed by what
+    changes them (`Viewer._key`). Locked: reports are computed in worker threads."""
+    return cached(LRUCache(maxsize=16), key=key, lock=threading.Lock())(compute)
 
 
 class TokenGate(BaseHTTPMiddleware):
@@ -91,7 +83,13 @@ class TokenGate(BaseHTTPMiddleware):
 class Viewer:
     def __init__(self, store: ReadOnlyStore, fleet: str | None = None) -> None:
         self.store, self.fleet, self.env = store, fleet, environment()
-        self.reports, self.convs, self.curves = _Lru(), _Lru(), _Lru()
+        # the data of the pages, cached: a finished run never changes, a live one is keyed by
+        # its counts (`_key`)
+        self.report: Callable[[Run], Report] = _lru(
+            lambda run: build_report(self.store, run.id), self._key)
+        self._messages = _lru(self._parse_conversation, self._key)
+        self.training_curves: Callable[[Run], list[tuple[str, str, str]]] = _lru(
+            lambda run: training_curves(self.store, run.id), self._key)
         for name in self.env.list_templates(extensions=["jinja"]):
             self.env.get_template(name)  # compiled at start, not on a user's first visit
 
@@ -109,20 +107,17 @@ class Viewer:
         a = queries.activity(self.store, run.id)
         return (run.id, run.status, a.model_dump_json() if a else "")
 
-    def report(self, run: Run) -> Report:
-        return self.reports.get(self._key(run), lambda: build_report(self.store, run.id))
-
     def conversation(self, run: Run) -> tuple[str, list[Message] | None]:
         """(format, messages); messages is None for agents without a transcript, whose
         conversation is the store's calls, paged in SQL."""
         if not run.agent_transcript_sha:
             return "none", None
+        return self._messages(run)
 
-        def make() -> tuple[str, list[Message]]:
-            kind, msgs = parse(queries.blob(self.store, run.agent_transcript_sha), run.agent)
-            return kind, attach_calls(msgs, queries.calls(self.store, run.id))
-
-        return self.convs.get(self._key(run), make)
+    def _parse_conversation(self, run: Run) -> tuple[str, list[Message]]:
+        kind, msgs = parse(queries.blob(self.store, run.agent_transcript_sha or ""),
+                           run.agent)
+        return kind, attach_calls(msgs, queries.calls(self.store, run.id))
 
     def conversation_page(self, run: Run, offset: int) -> tuple[str, list[Message], int]:
         kind, msgs = self.conversation(run)
@@ -180,9 +175,6 @@ class Viewer:
         top = self.env.get_template("report_top.html.jinja").render(**ctx)
         bottom = self.env.get_template("report_bottom.html.jinja").render(**ctx)
         return JSONResponse({"top": top, "bottom": bottom})
-
-    def training_curves(self, run: Run) -> list[tuple[str, str, str]]:
-        return self.curves.get(self._key(run), lambda: training_curves(self.store, run.id))
 
     async def conversation_fragment(self, request: Request) -> Response:
         run = queries.get_run(self.store, request.path_params["run_id"])

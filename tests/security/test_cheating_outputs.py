@@ -31,6 +31,7 @@ from a2rl.tasks.textquest.game import RULE, Quest
 
 from ..conftest import backend_settings, require_bwrap
 from ..fake_judge import FakeJudge, shown_outputs
+from ..helpers import with_task_options
 from .test_checkpoint_attacks import graded
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -146,8 +147,8 @@ def test_textquest_forged_observations_and_success_claims_earn_nothing(cheat: st
 
 # --- DeepSearchQA: the judged answer is fenced and cannot talk to the judge ----------------
 def _dsqa_items(settings: Settings) -> list[dict[str, Any]]:
-    local = settings.model_copy(update={"deepsearchqa_dir": str(DSQA),
-                                        "deepsearchqa_corpus": str(DSQA / "corpus.jsonl")})
+    local = with_task_options(settings, "deepsearchqa", data_dir=str(DSQA),
+                              corpus=str(DSQA / "corpus.jsonl"))
     return dsqa_data.split_rows(dsqa_data.load_rows(local), "test")
 
 
@@ -221,7 +222,7 @@ def test_alpacaeval_forged_records_and_words_to_the_judge_never_win(
     own), a forged header and verdict, a forged chat turn, read by a judge that heeds them,
     won. Now the output arrives whole inside its fenced record (its delimiters escaped), is
     flagged and loses; an honest output carrying GOOD wins, its text in the prompt intact."""
-    home = Settings(home=tmp_path / "home", alpacaeval_dir=str(ALPACA))
+    home = Settings(home=tmp_path / "home", tasks={"alpacaeval": {"data_dir": str(ALPACA)}})
     with FakeJudge(_obedient) as fake:
         task = _alpaca_task(fake)
         items = task.load_split("test", home)[:2]

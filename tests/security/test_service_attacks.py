@@ -30,6 +30,7 @@ from a2rl.settings import Settings
 from a2rl.store import Store, ToolCall
 
 from ..fake_search import FakeSearch
+from ..helpers import with_task_options
 from .conftest import Agent, open_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -152,10 +153,10 @@ async def search_agent(backend: Settings, store: Store, monkeypatch: pytest.Monk
     fixture = Path(__file__).parents[1] / "fixtures" / "deepsearchqa"
     monkeypatch.setenv("A2RL_SEARCH_API_KEY", "sk-test")
     with FakeSearch() as fake:
-        settings = backend.model_copy(update={
-            "deepsearchqa_dir": str(fixture), "deepsearchqa_search_url": fake.url,
+        settings = with_task_options(backend.model_copy(update={
             "base_model": "tiny-llama", "service_max_connections": 4,
-            "service_requests_per_s": 5.0})
+            "service_requests_per_s": 5.0}), "deepsearchqa", data_dir=str(fixture),
+            search_url=fake.url)
         async for a in open_agent(settings, store, task_id="deepsearchqa"):
             yield a, fake
 
