@@ -504,6 +504,7 @@ def test_revision_cap_counts_what_the_run_stored_across_processes(store: Store,
         store.get_blob(c.blob_sha)
 
 
+@pytest.mark.cheats("stores a made-up audit with a high flag, to see it kept")
 def test_v5_store_gains_the_audit_table(db_url: str) -> None:
     """A store written before audits (v5, no `audit` table) opens as v6 with the table made,
     and keeps its runs."""
