@@ -107,7 +107,7 @@ def test_logging_is_configured_once_and_quiet(monkeypatch: pytest.MonkeyPatch) -
 
     from mcp.server.mcpserver.utilities.logging import configure_logging
 
-    from a2rl.cli import _configure_logging
+    from a2rl.cli.program import configure_logging as _configure_logging
 
     root = logging.getLogger()
     handlers = list(root.handlers)
