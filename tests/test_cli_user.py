@@ -1,8 +1,9 @@
 """The CLI as a user meets it: what each command prints, and every mistake a user can make
 answered by one `a2rl: ...` line on stderr, a non-zero exit, no traceback and no file made.
 
-In-process through typer's CliRunner (the same `_A2rlGroup.main` the installed command runs),
-except where only a real process shows it (--version, -h, a store that cannot be opened).
+In-process through typer's CliRunner (the same `a2rl.cli.errors.A2rlGroup.main` the installed
+command runs), except where only a real process shows it (--version, -h, a store that cannot be
+opened).
 """
 
 from __future__ import annotations
