@@ -8,11 +8,10 @@ summarizes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from a2rl.clients.orchestrator import Orchestrator, RunOptions, RunSummary
+from a2rl.clients.orchestrator import Orchestrator, RunSummary
 from a2rl.settings import Settings
-from a2rl.store import Store
+from a2rl.store import RunConfig, Store
 
 DEMO_FIELDS = ["run_id", "task", "baseline_score", "best_score", "final_score", "submissions",
                "tool_calls", "revisions", "seconds"]
@@ -35,7 +34,8 @@ def demo_failure(summary: RunSummary) -> str | None:
     return None
 
 
-def run_demo(settings: Settings, store: Store, task: str = "arith", backend: str | None = None,
-             say: Callable[[str], None] = lambda _m: None, **sandbox: Any) -> RunSummary:
-    opts = RunOptions(task=task, agent="reference", backend=backend, sandbox=sandbox)
-    return Orchestrator(settings, store, say).run(opts)
+def run_demo(settings: Settings, store: Store, config: RunConfig | None = None,
+             say: Callable[[str], None] = lambda _m: None) -> RunSummary:
+    """The demo's run: `config` (default: the reference agent on arith) run by the
+    orchestrator."""
+    return Orchestrator(settings, store, say).run(config or RunConfig(agent="reference"))

@@ -102,8 +102,7 @@ def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenDa
     data = HiddenData(task_id=run.task_id,
                       dataset_ids=list(PUBLIC_TEST_IDS.get(run.task_id, ())))
     try:
-        task = task_for_grading(run.task_id, run.profile,
-                                (run.config or {}).get("task_options") or {})
+        task = task_for_grading(run.task_id, run.profile, run.task_options)
         data.paths = [Path(p).expanduser() for p in task.hidden_data_paths(settings)]
         data.dataset_ids += [i for i in dataset_ids_of_paths(data.paths)
                              if i not in data.dataset_ids]

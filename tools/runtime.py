@@ -98,13 +98,13 @@ class RunRuntime(Generic[ClockT]):
         sandbox start (the tasks know them; the tools import no task)."""
         self.settings, self.store, self.run_id = settings, store, run.id
         self.dir = run_dir(run)
-        if run.ended_at is None and (run.config or {}).get("disk_volume"):
+        if run.ended_at is None and run.config.setup.disk_volume:
             volume.remount(self.dir, Path(run.workspace))  # before anything opens it
         readonly = readonly_inputs(run)
         self.workspace = Workspace(Path(run.workspace), readonly)
         self.readonly = readonly
         self.backend = run.backend
-        self.config = dict(run.config or {})
+        self.config = run.config
         self.owner = sandbox_owner(settings)
         # Job logs: written by the supervisor only, outside the workspace; jobs see them
         # read-only, and `logs/<job>.log` names them for the agent (see jobs.log_file_of).
@@ -148,7 +148,7 @@ class RunRuntime(Generic[ClockT]):
         fields: dict[str, Any] = {
             "memory": st.sandbox_memory, "pids_limit": st.sandbox_pids_limit,
             # a container's own settings, fixed when the run was made, come over these
-            **self.config.get("container", {}),
+            **self.config.setup.container,
         }
         return SandboxSpec(
             run_id=self.run_id, store_id=self.store.identity,
@@ -156,8 +156,8 @@ class RunRuntime(Generic[ClockT]):
             readonly_paths=self.readonly, control_dir=self.dir / "control",
             services_dir=self.dir / "services",
             deadline=self.clock.deadline_ts(),
-            network=bool(self.config.get("network", False)),
-            require_isolation=not self.config.get("allow_unisolated", False),
+            network=self.config.network,
+            require_isolation=not self.config.setup.allow_unisolated,
             python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
             masked_paths=self.hidden_paths(),
             env=thread_env(),

@@ -51,6 +51,7 @@ def fleet(
     from pydantic import ValidationError
 
     from a2rl.fleet import FleetRunner, load_plan, plan_from_flags
+    from a2rl.store.run_config import one_line
 
     options = key_values(agent_option, "--agent-option")
     fields = {"budget": budget, "gpus_per_run": gpus_per_run, "resource": resource,
@@ -64,9 +65,7 @@ def fleet(
             plan = plan_from_flags(name or "", task or [], agent or [], repeats or 1, options,
                                    **fields)
     except ValidationError as exc:
-        fail(f"bad plan{f' {plan_file}' if plan_file else ''}: " + "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'plan'}: {e['msg']}"
-            for e in exc.errors(include_url=False)))
+        fail(f"bad plan{f' {plan_file}' if plan_file else ''}: {one_line(exc)}")
     except OSError as exc:
         fail(f"--plan {plan_file}: {exc.strerror or exc}")
     except ValueError as exc:

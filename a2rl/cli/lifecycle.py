@@ -26,9 +26,10 @@ from a2rl.cli.options import (
     ProtocolOpt,
     TaskOptionOpt,
     UnsafeLocalOpt,
-    check_run_options,
+    check_task,
+    gpu_ids,
     key_values,
-    sandbox_options,
+    run_config,
     task_options,
 )
 from a2rl.cli.output import print_json, score
@@ -55,18 +56,19 @@ def create(
     from a2rl.tools.sandbox.base import SandboxError
 
     settings = context.settings(backend=backend)
-    options = sandbox_options(gpus, network, keep_container)
-    check_run_options(task, budget)
-    options_of_task = task_options(task, task_option, settings, profile)
+    check_task(task)
+    config = run_config(
+        task_id=task, budget=budget, backend=backend, max_submissions=max_submissions,
+        protocol=protocol, profile=profile, grading_clock=grading_clock,
+        unsafe_local=unsafe_local or None, gpus=gpu_ids(gpus), network=network == "bridge",
+        keep_container=keep_container,
+        task_options=task_options(task, task_option, settings, profile))
     store = context.store(settings)
     say = context.progress()
     say(f"creating a run of '{task}' and scoring the base model (the baseline; cached after "
         "the first time)")
     try:
-        created = create_run(settings, store, task_id=task, budget=budget,
-                             max_submissions=max_submissions, unsafe_local=unsafe_local or None,
-                             protocol=protocol, grading_clock=grading_clock, profile=profile,
-                             task_options=options_of_task, **options)
+        created = create_run(settings, store, config)
     except (KeyError, ValueError, SandboxError, BaseModelUnavailable) as exc:
         fail(message(exc))  # no hub for the base model: one line, as `a2rl run` says it
     run = created.run
@@ -157,6 +159,27 @@ def serve(
         serve_stdio(settings, store, run)
 
 
+def _config_of_file(ctx: typer.Context, path: str) -> Any:
+    """The `RunConfig` in `path` (`a2rl run --config`, what a fleet's node writes); no other
+    run flag may come with it, since none would apply."""
+    from pathlib import Path
+
+    from a2rl.store import RunConfig, RunConfigError
+
+    given = [p.opts[0] for p in ctx.command.params
+             if p.name not in ("config_file", "as_json") and p.name is not None
+             and (source := ctx.get_parameter_source(p.name)) is not None
+             and source.name in ("COMMANDLINE", "ENVIRONMENT")]
+    if given:
+        fail(f"--config holds the whole run: give no other run flag ({', '.join(given)})")
+    try:
+        return RunConfig.parse(Path(path).read_bytes())
+    except OSError as exc:
+        fail(f"--config {path}: {exc.strerror or exc}")
+    except RunConfigError as exc:
+        fail(f"--config {path}: {exc}")
+
+
 def _check_port(host: str, port: int) -> None:
     """Say in one line that the address is taken, before the server starts and fails."""
     from a2rl.listen import ListenError, check_listen
@@ -168,6 +191,7 @@ def _check_port(host: str, port: int) -> None:
 
 
 def run(
+    ctx: typer.Context,
     task: Annotated[str, typer.Option(help="task id (see a2rl tasks)")] = "arith",
     agent: Annotated[str, typer.Option(help="agent system (see a2rl agents)")] = "reference",
     model: Annotated[str | None, typer.Option(help="the driver model of the agent")] = None,
@@ -191,38 +215,42 @@ def run(
     agent_option: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE passed to the connector, e.g. anthropic_base_url=http://...")] = None,
     task_option: TaskOptionOpt = None,
-    fleet: Annotated[str | None, typer.Option(hidden=True, help="set by a2rl fleet")] = None,
-    fleet_repeat: Annotated[int | None, typer.Option(hidden=True)] = None,
-    fleet_node: Annotated[str | None, typer.Option(hidden=True)] = None,
+    config_file: Annotated[str | None, typer.Option(
+        "--config", hidden=True, help="set by a2rl fleet: the whole run's RunConfig as JSON, "
+        "in place of every other flag")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Run an agent on a task: create, serve MCP, launch headless, budget, finalize, report."""
-    from a2rl.clients.orchestrator import Orchestrator, RunOptions, check_options
+    from a2rl.clients.orchestrator import Orchestrator, check_options
 
-    settings = context.settings(backend=backend)
-    sandbox = sandbox_options(gpus, network, keep_container)
-    agent_options = {"llm_api_key_env": llm_api_key_env}
-    if llm_base_url:
-        agent_options["llm_base_url"] = llm_base_url
-    agent_options.update(key_values(agent_option, "--agent-option"))
-    check_run_options(task, budget)
-    options_of_task = task_options(task, task_option, settings, profile)
+    if config_file is not None:  # a fleet's node: the config its plan made, as JSON
+        config = _config_of_file(ctx, config_file)
+        settings = context.settings(backend=config.backend)
+        check_task(config.task_id)
+    else:
+        settings = context.settings(backend=backend)
+        agent_options = {"llm_api_key_env": llm_api_key_env}
+        if llm_base_url:
+            agent_options["llm_base_url"] = llm_base_url
+        agent_options.update(key_values(agent_option, "--agent-option"))
+        check_task(task)
+        config = run_config(
+            task_id=task, agent=agent, driver_model=model, budget=budget, backend=backend,
+            protocol=protocol, profile=profile, grading_clock=grading_clock,
+            unsafe_local=unsafe_local or None, max_submissions=max_submissions, seed=seed,
+            agent_options=agent_options, gpus=gpu_ids(gpus), network=network == "bridge",
+            keep_container=keep_container,
+            task_options=task_options(task, task_option, settings, profile))
     try:
-        check_options(RunOptions(task=task, agent=agent, model=model, budget=budget,
-                                 agent_options=agent_options))
+        check_options(config)
     except (KeyError, ValueError, RuntimeError) as exc:
         fail(message(exc))
     store = context.store(settings)
     say = context.progress()
     summaries = []
     for i in range(repeats):
-        opts = RunOptions(task=task, agent=agent, model=model, budget=budget, backend=backend,
-                          protocol=protocol, profile=profile, max_submissions=max_submissions,
-                          grading_clock=grading_clock, unsafe_local=unsafe_local or None,
-                          seed=None if seed is None else seed + i, agent_options=agent_options,
-                          sandbox=sandbox, task_options=options_of_task,
-                          fleet_id=fleet, fleet_node=fleet_node,
-                          fleet_repeat=None if fleet is None else (fleet_repeat or 0) + i)
+        opts = config.model_copy(update={"seed": None if config.seed is None
+                                         else config.seed + i})
         try:
             summaries.append(Orchestrator(settings, store, say, warn=say_error).run(opts))
         except (KeyError, ValueError, RuntimeError) as exc:
@@ -250,12 +278,13 @@ def demo(
     from a2rl.demo import DEMO_FIELDS, demo_failure, run_demo
 
     settings = context.settings(backend=backend)
-    options = sandbox_options(gpus, "none", keep_container)
-    check_run_options(task)
+    check_task(task)
+    config = run_config(task_id=task, agent="reference", backend=backend, gpus=gpu_ids(gpus),
+                        keep_container=keep_container)
     store = context.store(settings)
     say = context.progress()
     try:
-        summary = run_demo(settings, store, task=task, backend=backend, say=say, **options)
+        summary = run_demo(settings, store, config, say=say)
     except (KeyError, ValueError, RuntimeError) as exc:
         fail(message(exc))
     if as_json:

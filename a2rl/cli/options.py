@@ -22,12 +22,12 @@ def choices(*values: str) -> Any:
 
 
 BACKENDS = get_args(Settings.model_fields["backend"].annotation)
-PROTOCOLS = ("heldout", "paper")
-PROFILES = ("a2rl", "paper")  # a2rl.tasks.profiles.PROFILES, without importing the tasks
 NETWORKS = ("none", "bridge")
 FORMATS = ("md", "html", "json")
-# the values of a2rl.store.RunStatus and GradingClock (a test holds them equal), spelled out:
-# the CLI starts without importing the store
+# the values of a2rl.store's Protocol, Profile, RunStatus and GradingClock (tests hold them
+# equal), spelled out: the CLI starts without importing the store
+PROTOCOLS = ("heldout", "paper")
+PROFILES = ("a2rl", "paper")
 RUN_STATUSES = ("created", "running", "finalizing", "finished", "failed")
 GRADING_CLOCKS = ("counted", "paused")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -58,30 +58,38 @@ TaskOptionOpt = Annotated[list[str] | None, typer.Option(
     help="a task option (repeatable; see a2rl tasks <id>), over \\[tasks.<id>] in config.toml")]
 
 
-def sandbox_options(gpus: str | None, network: str, keep_container: bool) -> dict[str, Any]:
-    """--gpus, --network and --keep-container as the sandbox's options."""
-    ids = [g.strip() for g in (gpus or "").split(",") if g.strip()]
-    if any(not g.isdigit() for g in ids):
-        fail(f"--gpus takes device numbers such as 0 or 0,1, not {gpus!r}")
-    return {"gpus": ids, "network": network == "bridge", "keep_container": keep_container}
+def gpu_ids(gpus: str | None) -> list[str]:
+    """--gpus 0,1 as the run config's list (which checks that each is a device number)."""
+    return [g.strip() for g in (gpus or "").split(",") if g.strip()]
 
 
-def check_run_options(task: str | None = None, budget: str | None = None) -> None:
-    """Refuse a bad task or budget before anything is created or printed."""
-    from a2rl.settings import parse_duration
+def check_task(task: str) -> None:
+    """Refuse an unknown task before anything is created or printed."""
+    from a2rl.tasks import get_task
 
-    if budget is not None:
-        try:
-            parse_duration(budget)
-        except ValueError as exc:
-            fail(f"--budget: {exc}")
-    if task is not None:
-        from a2rl.tasks import get_task
+    try:
+        get_task(task)
+    except KeyError as exc:
+        fail(message(exc))
 
-        try:
-            get_task(task)
-        except KeyError as exc:
-            fail(message(exc))
+
+#: RunConfig fields whose flag is not `--` and the field's name with dashes
+FLAG_OF_FIELD = {"task_id": "--task", "driver_model": "--model", "task_options": "-T",
+                 "agent_options": "--agent-option"}
+
+
+def run_config(**fields: Any) -> Any:
+    """The run's `RunConfig` from a command's flags, built once; a bad value is one line
+    naming its flag (`--budget: bad duration 'soon': ...`)."""
+    from a2rl.store.run_config import RunConfig, RunConfigError
+
+    try:
+        return RunConfig.build(**fields)
+    except RunConfigError as exc:
+        if exc.field is None:
+            fail(str(exc))
+        flag = FLAG_OF_FIELD.get(exc.field, "--" + exc.field.replace("_", "-"))
+        fail(f"{flag}{str(exc).removeprefix(exc.field)}")
 
 
 def task_options(task: str, pairs: list[str] | None, settings: Settings,

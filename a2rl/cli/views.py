@@ -121,12 +121,14 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
          "budget)"
          if doc["started_at"] else "not started (the clock starts at the first tool call)")
     typer.echo("settings")
-    config = doc.get("config") or {}
-    container = config.get("container") or {}
+    from a2rl.store import RunConfig
+
+    config = RunConfig.from_stored(doc.get("config"))
+    container = config.setup.container
     line("backend", doc["backend"] + (f" (image {container.get('image')}, GPUs "
                                       f"{','.join(container.get('gpus') or []) or 'none'})"
                                       if container else ""))
-    line("network", "bridge" if config.get("network") else "none")
+    line("network", "bridge" if config.network else "none")
     line("protocol", doc["protocol"])
     line("profile", doc.get("profile") or "a2rl")
     line("grading clock", doc["grading_clock"])
