@@ -149,13 +149,15 @@ class Run(SQLModel, table=True):
 
 def _row_config(run: Run) -> RunConfig:
     """The run's config with the row's own columns laid over it (`ROW_FIELDS`; a null in a
-    column the config requires leaves the config's value)."""
-    config = run.__dict__.get("config")
+    column the config requires leaves the config's value). Only what the instance holds is
+    read (an event must not load attributes); the agent's options do not come along (a dump
+    leaves them out), so a row never holds them."""
+    held = run.__dict__
+    config = held.get("config")
     if not isinstance(config, RunConfig):  # a new row given a dict, or none
         config = RunConfig.from_stored(config)
-    row = {name: getattr(run, name) for name in ROW_FIELDS}
-    row = {k: v for k, v in row.items() if v is not None or RunConfig.model_fields[k].default
-           is None}
+    row = {k: held[k] for k in ROW_FIELDS
+           if k in held and (held[k] is not None or RunConfig.model_fields[k].default is None)}
     return RunConfig.parse(config.model_dump() | row)
 
 
@@ -164,19 +166,23 @@ def _config_matches_row(run: Run, _context: Any) -> None:
     """A row read back: its config says what its columns say. A row stored before the config
     held these fields (older stores and archives) reads whole; set as committed, so reading
     writes nothing."""
-    set_committed_value(run, "config", _row_config(run))
+    if "config" in run.__dict__:
+        set_committed_value(run, "config", _row_config(run))
 
 
 @event.listens_for(Run, "refresh")
 def _config_matches_refreshed_row(run: Run, _context: Any, _attrs: Any) -> None:
-    set_committed_value(run, "config", _row_config(run))
+    if "config" in run.__dict__:
+        set_committed_value(run, "config", _row_config(run))
 
 
 @event.listens_for(Run, "before_insert")
 @event.listens_for(Run, "before_update")
 def _config_from_row(_mapper: Any, _connection: Any, run: Run) -> None:
-    """A row written: its stored config says what its columns say."""
-    run.config = _row_config(run)
+    """A row written: its stored config says what its columns say (a config not loaded is
+    left as stored: read back, the columns are laid over it)."""
+    if "config" in run.__dict__:
+        run.config = _row_config(run)
 
 
 class ToolCall(SQLModel, table=True):

@@ -3,7 +3,9 @@
 `a2rl create` and `a2rl run` build a `RunConfig` from their flags, the orchestrator takes one,
 a fleet expands its plan into one per run and hands each to its node as JSON, `create_run`
 makes the run from one, and the run's row keeps it (`Run.config`, a JSON column read and
-written as a `RunConfig`). A new knob is a field here, and the code that uses it.
+written as a `RunConfig`). A new knob is a field here (on `RunKnobs` when every run of a
+fleet shares it: fleet plans then take it too), the code that uses it, and a flag of
+`a2rl run`/`create` if users set it there.
 
 Some fields are also columns of the run's row (`ROW_FIELDS`: the task, agent, protocol,
 profile, fleet membership, ...), because SQL filters and sorts on them. The row's columns are
