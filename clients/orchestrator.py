@@ -142,9 +142,9 @@ def missing_config(connector: Any, opts: RunConfig) -> list[str]:
 
 def check_options(opts: RunConfig, connector: Any = None) -> None:
     """Refuse what would fail only after the run was made and its baseline scored: an unknown
-    agent or task, an agent not installed or missing its key, a dead endpoint, a bad budget.
-    Raises KeyError, ValueError or RuntimeError with a one-line message."""
-    from a2rl.settings import parse_duration
+    agent or task, an agent not installed or missing its key, a dead endpoint (a bad budget
+    or any other bad knob never made a `RunConfig`). Raises KeyError, ValueError or
+    RuntimeError with a one-line message."""
     from a2rl.tasks import get_task
 
     connector = connector or get_connector(_agent(opts))
@@ -156,8 +156,6 @@ def check_options(opts: RunConfig, connector: Any = None) -> None:
     if (check := getattr(connector, "unreachable", None)) and (why := check(opts.agent_options)):
         raise RuntimeError(f"agent {opts.agent!r} can't reach its endpoint: {why}")
     get_task(opts.task_id)
-    if opts.budget is not None:
-        parse_duration(opts.budget)
 
 
 class Orchestrator:

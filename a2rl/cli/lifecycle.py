@@ -7,7 +7,7 @@ and say why (`exit_on_grading_failure`, `exit_if_interrupted`).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,6 +33,9 @@ from a2rl.cli.options import (
     task_options,
 )
 from a2rl.cli.output import print_json, score
+
+if TYPE_CHECKING:  # imported when a command needs it: the CLI starts light
+    from a2rl.store import RunConfig
 
 
 def create(
@@ -159,7 +162,7 @@ def serve(
         serve_stdio(settings, store, run)
 
 
-def _config_of_file(ctx: typer.Context, path: str) -> Any:
+def _config_of_file(ctx: typer.Context, path: str) -> RunConfig:
     """The `RunConfig` in `path` (`a2rl run --config`, what a fleet's node writes); no other
     run flag may come with it, since none would apply."""
     from pathlib import Path

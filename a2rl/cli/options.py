@@ -6,12 +6,15 @@ everywhere), and the parsers that refuse a bad value in one line before anything
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import typer
 
 from a2rl.cli.errors import fail, message
 from a2rl.settings import Settings
+
+if TYPE_CHECKING:  # the store is imported when a command needs it: the CLI starts light
+    from a2rl.store import RunConfig
 
 
 def choices(*values: str) -> Any:
@@ -78,7 +81,7 @@ FLAG_OF_FIELD = {"task_id": "--task", "driver_model": "--model", "task_options":
                  "agent_options": "--agent-option"}
 
 
-def run_config(**fields: Any) -> Any:
+def run_config(**fields: Any) -> RunConfig:
     """The run's `RunConfig` from a command's flags, built once; a bad value is one line
     naming its flag (`--budget: bad duration 'soon': ...`)."""
     from a2rl.store.run_config import RunConfig, RunConfigError
