@@ -8,12 +8,11 @@ baseline, enforces the budget, finalizes and summarizes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from a2rl.clients.orchestrator import Orchestrator, RunOptions, RunSummary
+from a2rl.clients.orchestrator import Orchestrator, RunSummary
 from a2rl.clients.registry import DEFAULT_AGENT
 from a2rl.settings import Settings
-from a2rl.store import Store
+from a2rl.store import RunConfig, Store
 from a2rl.tasks.registry import DEFAULT_TASK
 
 DEMO_FIELDS = ["run_id", "task", "baseline_score", "best_score", "final_score", "submissions",
@@ -37,8 +36,9 @@ def demo_failure(summary: RunSummary) -> str | None:
     return None
 
 
-def run_demo(settings: Settings, store: Store, task: str = DEFAULT_TASK,
-             backend: str | None = None, say: Callable[[str], None] = lambda _m: None,
-             **sandbox: Any) -> RunSummary:
-    opts = RunOptions(task=task, agent=DEFAULT_AGENT, backend=backend, sandbox=sandbox)
-    return Orchestrator(settings, store, say).run(opts)
+def run_demo(settings: Settings, store: Store, config: RunConfig | None = None,
+             say: Callable[[str], None] = lambda _m: None) -> RunSummary:
+    """The demo's run: `config` (default: the default agent on the default task) run by
+    the orchestrator."""
+    return Orchestrator(settings, store, say).run(
+        config or RunConfig(task_id=DEFAULT_TASK, agent=DEFAULT_AGENT))

@@ -32,12 +32,8 @@ from .timeline import build_metrics, build_timeline
 MAX_DIFF_LINES = 400
 
 
-def _feedback_split(d: RunData) -> str:
-    return "test" if d.run.protocol == "paper" else "dev"
-
-
 def build_trajectory(d: RunData) -> Trajectory:
-    split = _feedback_split(d)
+    split = d.run.config.feedback_split
     baseline = d.run.baseline_test if split == "test" else d.run.baseline_dev
     when = {s.id: d.t(s.created_at) or 0.0 for s in d.submissions}
     evs = sorted((e for e in d.evaluations if e.kind == EvaluationKind.submission

@@ -95,8 +95,7 @@ def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenDa
 
     data = HiddenData(task_id=run.task_id)
     try:
-        task = task_for_grading(run.task_id, run.profile,
-                                (run.config or {}).get("task_options") or {})
+        task = task_for_grading(run.task_id, run.profile, run.task_options)
         data.dataset_ids = list(task.spec.public_test_ids)
         data.paths = [Path(p).expanduser() for p in task.hidden_data_paths(settings)]
         data.dataset_ids += [i for i in dataset_ids_of_paths(data.paths)

@@ -70,7 +70,7 @@ def check_overfit(record: RunRecord, *, many: int = MANY_SUBMISSIONS,
         half = (t.ci_high - t.ci_low) / 2
         summary.update(final_dev=d.score, final_test=t.score, base_gap=base_gap,
                        adjusted_gap=round(gap, 4), test_ci_half_width=round(half, 4))
-        if run.protocol != "paper" and gap > half:
+        if run.config.feedback_split == "dev" and gap > half:
             sev = Severity.medium if len(order) >= many else Severity.low
             flags.append(Flag(
                 kind=KIND, severity=sev,

@@ -45,7 +45,7 @@ ENV_DUMP = re.compile(r"(?:^|[;&|(\s\"'])(?:env|printenv|set)\s*(?:$|[;&|)\"']|\
 
 
 def reaching_patterns(record: RunRecord, settings: Settings | None) -> list[Pattern]:
-    network = bool((record.run.config or {}).get("network"))
+    network = record.run.config.network
     net = Severity.info if network else Severity.medium
     # a2rl's home holds the store, the secrets and every run; this run's own workspace (which
     # an agent may name by its host path) is the one part of it that is not reaching out
@@ -69,5 +69,5 @@ def check_reaching_out(record: RunRecord, *, settings: Settings | None = None,
     patterns = reaching_patterns(record, settings)
     flags, n = search(record, "reaching_out", patterns)
     return CheckResult(flags=flags, summary={
-        "texts": n, "network": bool((record.run.config or {}).get("network")),
+        "texts": n, "network": record.run.config.network,
         "patterns": [p.name for p in patterns]})

@@ -230,7 +230,7 @@ def agent_texts(record: RunRecord, *, tool_calls: bool = True, workspace: bool =
     if root is not None:
         initial = {r.path for r in record.revisions if r.source == INITIAL_SOURCE}
         # the task's inputs, mounted read-only in the sandbox: the agent cannot have written them
-        given = [p.strip("/") for p in (record.run.config or {}).get("readonly_paths") or []]
+        given = [p.strip("/") for p in record.run.readonly_paths or []]
         files: list[tuple[int, str, Path]] = []
         for rel, path in workspace_files(root):
             if any(rel == g or rel.startswith(g + "/") for g in given):

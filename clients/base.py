@@ -22,10 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from mcp import Client
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
+    from mcp import Client  # typing only: the CLI imports this module, and mcp costs 0.5 s
+
     from .transcript import Message, Usage
 
 SERVER_NAME = "a2rl"  # the MCP server's name in every agent's configuration

@@ -32,8 +32,9 @@ from sqlmodel import select
 from a2rl import interrupt
 from a2rl.server.run import RunClock
 from a2rl.settings import Settings
-from a2rl.store import AgentStatus, Run, Store, Submission, SubmissionStatus
+from a2rl.store import AgentStatus, Run, RunConfig, Store, Submission, SubmissionStatus
 from a2rl.store.queries import best_submission, run_summary
+from a2rl.tasks.registry import DEFAULT_TASK
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
 from .base import AgentContext, Connector, McpEndpoint
@@ -63,27 +64,6 @@ class RunSummary(BaseModel):
     grading_errors: list[str] = []
     #: the signal that interrupted the command (SIGINT, SIGTERM, SIGHUP), or None
     interrupted_by: str | None = None
-
-
-class RunOptions(BaseModel):
-    task: str = "arith"
-    agent: str = "reference"
-    model: str | None = None
-    budget: str | None = None
-    backend: str | None = None
-    protocol: str = "heldout"
-    profile: str = "a2rl"  # the evaluation profile (a2rl.tasks.profiles)
-    grading_clock: str = "counted"  # a2rl.store.GradingClock
-    unsafe_local: bool | None = None  # None: the unsafe_local setting
-    max_submissions: int | None = None
-    seed: int | None = None
-    sandbox: dict[str, Any] = {}
-    agent_options: dict[str, str] = {}
-    task_options: dict[str, str] = {}  # -T key=value (a2rl.tasks.options), recorded on the run
-    # set by `a2rl fleet` on the node: the run's fleet, repeat index (the resume key) and node
-    fleet_id: str | None = None
-    fleet_repeat: int | None = None
-    fleet_node: str | None = None
 
 
 def _free_port() -> int:
@@ -147,23 +127,29 @@ def stderr_tail(data: bytes, lines: int = STDERR_TAIL_LINES) -> list[str]:
     return [line.rstrip() for line in text.splitlines() if line.strip()][-lines:]
 
 
-def check_options(opts: RunOptions, connector: Connector | None = None) -> None:
+def _agent(opts: RunConfig) -> str:
+    """The agent that drives the run: a run the orchestrator makes has one."""
+    if opts.agent is None:
+        raise ValueError("a run the orchestrator drives needs an agent (see a2rl agents)")
+    return opts.agent
+
+
+def check_options(opts: RunConfig, connector: Connector | None = None) -> None:
     """Refuse what would fail only after the run was made and its baseline scored: an unknown
-    agent or task, an agent not installed or missing its key, a dead endpoint, a bad budget.
-    Raises KeyError, ValueError or RuntimeError with a one-line message."""
-    from a2rl.settings import parse_duration
+    agent or task, an agent not installed or missing its key, a dead endpoint (a bad budget
+    or any other bad knob never made a `RunConfig`). Raises KeyError, ValueError or
+    RuntimeError with a one-line message."""
     from a2rl.tasks import get_task
 
-    connector = connector or get_connector(opts.agent)
+    opts = opts.with_task(DEFAULT_TASK)
+    connector = connector or get_connector(_agent(opts))
     if not connector.installed():
         raise RuntimeError(f"agent {opts.agent!r} is not installed (see a2rl agents)")
-    if missing := connector.missing_config(opts.agent_options, opts.model):
+    if missing := connector.missing_config(opts.agent_options, opts.driver_model):
         raise RuntimeError(f"agent {opts.agent!r} needs {'; '.join(missing)}")
     if why := connector.unreachable(opts.agent_options):
         raise RuntimeError(f"agent {opts.agent!r} can't reach its endpoint: {why}")
-    get_task(opts.task)
-    if opts.budget is not None:
-        parse_duration(opts.budget)
+    get_task(opts.task_id)
 
 
 class Orchestrator:
@@ -174,32 +160,27 @@ class Orchestrator:
         self.settings, self.store, self.say = settings, store, say
         self.warn = warn or say
 
-    def run(self, opts: RunOptions) -> RunSummary:
+    def run(self, opts: RunConfig) -> RunSummary:
+        """Run `opts` (its agent driving) from its creation to its summary."""
         from a2rl.server.run import create_run, finish_run
 
         started = time.monotonic()
-        connector = get_connector(opts.agent)
+        connector = get_connector(_agent(opts))
         check_options(opts, connector)
-        self.say(f"creating a run of '{opts.task}' and scoring the base model (the baseline)")
-        created = create_run(self.settings, self.store, task_id=opts.task, budget=opts.budget,
-                             backend=opts.backend, start_clock=True, protocol=opts.protocol,
-                             profile=opts.profile, task_options=opts.task_options,
-                             max_submissions=opts.max_submissions, seed=opts.seed,
-                             grading_clock=opts.grading_clock, unsafe_local=opts.unsafe_local,
-                             agent=opts.agent, fleet={"fleet_id": opts.fleet_id,
-                                                      "fleet_repeat": opts.fleet_repeat,
-                                                      "fleet_node": opts.fleet_node},
-                             **opts.sandbox)
+        opts = opts.with_task(DEFAULT_TASK)
+        self.say(f"creating a run of '{opts.task_id}' and scoring the base model (the "
+                 "baseline)")
+        created = create_run(self.settings, self.store, opts, start_clock=True)
         run = created.run
-        self._update(run.id, agent_version=connector.version(), driver_model=opts.model)
+        self._update(run.id, agent_version=connector.version())
         self.say(f"run {run.id}: baseline dev {run.baseline_dev}, test {run.baseline_test}; "
                  f"agent {opts.agent}")
         home = Path(run.workspace).parent / "agent" / "home"
         home.mkdir(parents=True)
         ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,
-                           endpoint=McpEndpoint(url="", token=created.token), model=opts.model,
-                           budget_s=run.budget_s, options=dict(opts.agent_options),
-                           say=self.say)
+                           endpoint=McpEndpoint(url="", token=created.token),
+                           model=opts.driver_model, budget_s=run.budget_s,
+                           options=dict(opts.agent_options), say=self.say)
         status, code = AgentStatus.interrupted, None
         signum: int | None = None
         try:
@@ -310,7 +291,7 @@ class Orchestrator:
             failed = s.exec(select(Submission.error).where(
                 Submission.run_id == run_id, Submission.status == SubmissionStatus.failed)).all()
         counts = run_summary(self.store, run_id) or {}
-        best = best_submission(self.store, run_id, "test" if run.protocol == "paper" else "dev")
+        best = best_submission(self.store, run_id, run.config.feedback_split)
         errors = list(dict.fromkeys((e or "no reason recorded").strip().splitlines()[0][:300]
                                     for e in failed))
         return RunSummary(

@@ -9,7 +9,7 @@ def task_prompt(run: Run) -> str:
     minutes = run.budget_s / 60
     limit = (f"You may submit at most {run.max_submissions} times. " if run.max_submissions
              else "You may submit as often as you like. ")
-    split = "a hidden test split" if run.protocol == "paper" else "a hidden dev split"
+    split = f"a hidden {run.config.feedback_split} split"
     return (
         f"You are post-training a base model for the task '{run.task_id}'. Use only the tools of "
         f"the MCP server named 'a2rl'. Start by reading TASK.md (read_file) and listing the "

@@ -12,7 +12,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .plan import FleetPlan, RunSpec
+from a2rl.store import RunConfig
+
+from .plan import FleetPlan, run_label
 
 
 @contextlib.contextmanager
@@ -80,7 +82,7 @@ def check_capacity(plan: FleetPlan) -> str | None:
     return None
 
 
-def _run_on_node(spec_json: str, env: dict[str, str]) -> str:
+def _run_on_node(config_json: str, env: dict[str, str]) -> str:
     """The body of a run's Ray task (on the node): see `a2rl.fleet.node.execute`."""
     import ray
 
@@ -88,14 +90,14 @@ def _run_on_node(spec_json: str, env: dict[str, str]) -> str:
 
     ctx = ray.get_runtime_context()
     gpus = [str(g) for g in ray.get_gpu_ids()]
-    outcome = execute(RunSpec.model_validate_json(spec_json), env, ctx.get_node_id(), gpus)
+    outcome = execute(RunConfig.parse(config_json), env, ctx.get_node_id(), gpus)
     return outcome.model_dump_json()
 
 
-def submit(spec: RunSpec, env: dict[str, str], options: dict[str, Any]) -> Any:
-    """Queue one run on the cluster; returns its Ray object reference."""
+def submit(config: RunConfig, env: dict[str, str], options: dict[str, Any]) -> Any:
+    """Queue one run on the cluster, its config as JSON; returns its Ray object reference."""
     import ray
 
     remote = ray.remote(_run_on_node)
-    return remote.options(name=f"a2rl-run {spec.label}", **options).remote(
-        spec.model_dump_json(), env)
+    return remote.options(name=f"a2rl-run {run_label(config)}", **options).remote(
+        config.node_json(), env)

@@ -11,18 +11,14 @@ from __future__ import annotations
 from sqlmodel import select
 
 from a2rl.server.run.clock import RunClock
-from a2rl.store import Run, RunStatus, Store
+from a2rl.store import Run, RunConfig, RunStatus, Store
 
-from .plan import RunSpec
+from .plan import resume_key
 
 #: Run states that count as done for resuming: the run was finalized (whatever the agent did).
 DONE = RunStatus.finished
 #: The state of a run whose node died or whose fleet stopped before it could finalize.
 FAILED = RunStatus.failed
-
-
-def _key(run: Run) -> tuple[str, str, str, int]:
-    return (run.task_id, run.agent or "", run.driver_model or "", run.fleet_repeat or 0)
 
 
 def fleet_runs(store: Store, fleet: str) -> list[Run]:
@@ -33,23 +29,23 @@ def fleet_runs(store: Store, fleet: str) -> list[Run]:
 
 def done_keys(store: Store, fleet: str) -> set[tuple[str, str, str, int]]:
     """Resume keys of the fleet's runs that finished; they are not run again."""
-    return {_key(r) for r in fleet_runs(store, fleet) if r.status == DONE}
+    return {resume_key(r) for r in fleet_runs(store, fleet) if r.status == DONE}
 
 
 def started_keys(store: Store, fleet: str) -> set[tuple[str, str, str, int]]:
     """Resume keys with a run that has a row and has not failed (running, or done)."""
-    return {_key(r) for r in fleet_runs(store, fleet) if r.status != FAILED}
+    return {resume_key(r) for r in fleet_runs(store, fleet) if r.status != FAILED}
 
 
-def open_runs(store: Store, fleet: str, spec: RunSpec | None = None) -> list[Run]:
-    """The fleet's runs that neither finished nor failed (optionally: of one spec)."""
+def open_runs(store: Store, fleet: str, spec: RunConfig | None = None) -> list[Run]:
+    """The fleet's runs that neither finished nor failed (optionally: of one planned run)."""
     return [r for r in fleet_runs(store, fleet) if r.status not in (DONE, FAILED)
-            and (spec is None or _key(r) == spec.key)]
+            and (spec is None or resume_key(r) == resume_key(spec))]
 
 
-def latest_run(store: Store, fleet: str, spec: RunSpec) -> Run | None:
+def latest_run(store: Store, fleet: str, spec: RunConfig) -> Run | None:
     """The newest run of the fleet for `spec`'s key, in whatever state."""
-    runs = [r for r in fleet_runs(store, fleet) if _key(r) == spec.key]
+    runs = [r for r in fleet_runs(store, fleet) if resume_key(r) == resume_key(spec)]
     return runs[-1] if runs else None
 
 

@@ -23,7 +23,9 @@ from typing import IO
 
 from pydantic import BaseModel
 
-from .plan import RunSpec
+from a2rl.store import RunConfig
+
+from .plan import resume_key
 
 #: How long a cancelled run may take to finalize (stop its agent, score on test).
 FINALIZE_GRACE_S = 1800.0
@@ -43,24 +45,26 @@ class RunOutcome(BaseModel):
     summary: dict | None = None  # `a2rl run --json`'s document
 
 
-def run_argv(spec: RunSpec, node_id: str, gpu_ids: list[str]) -> list[str]:
-    """The `a2rl run` command line for `spec` on this node."""
-    exe = str(Path(sys.executable).parent / "a2rl")
-    argv = [exe, "run", "--task", spec.task, "--agent", spec.agent, "--json",
-            "--protocol", spec.protocol, "--profile", spec.profile, "--fleet", spec.fleet,
-            "--fleet-repeat", str(spec.repeat), "--fleet-node", node_id]
-    for flag, value in (("--model", spec.model), ("--budget", spec.budget),
-                        ("--backend", spec.backend), ("--seed", spec.seed),
-                        ("--max-submissions", spec.max_submissions)):
-        if value is not None:
-            argv += [flag, str(value)]
-    if gpu_ids:
-        argv += ["--gpus", ",".join(gpu_ids)]
-    for key, value in spec.options.items():
-        argv += ["--agent-option", f"{key}={value}"]
-    for key, value in spec.task_options.items():
-        argv += ["-T", f"{key}={value}"]
-    return argv
+def node_config(config: RunConfig, node_id: str, gpu_ids: list[str]) -> RunConfig:
+    """`config` as this node runs it: on this node, with the GPUs Ray gave its task."""
+    return config.model_copy(update={"fleet_node": node_id, "gpus": list(gpu_ids)})
+
+
+def run_argv(config_file: Path) -> list[str]:
+    """The `a2rl run` command line for the config in `config_file` (`write_config`): the
+    whole config as JSON, no flag round trip."""
+    return [str(Path(sys.executable).parent / "a2rl"), "run", "--json",
+            "--config", str(config_file)]
+
+
+def write_config(config: RunConfig, folder: Path) -> Path:
+    """The config's JSON in `folder`, readable by this user alone: it carries the agent's
+    options, which may hold an API key (a command line would show them to every user)."""
+    path = folder / "run-config.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(config.node_json())
+    return path
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> bool:
@@ -98,14 +102,15 @@ def _spawn(argv: list[str], env: dict[str, str], out: IO[bytes],
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
-def execute(spec: RunSpec, env: dict[str, str], node_id: str,
+def execute(config: RunConfig, env: dict[str, str], node_id: str,
             gpu_ids: list[str]) -> RunOutcome:
-    """Run `spec` to the end and report it. A cancelled task passes the cancel on to the run
-    as SIGINT, which finalizes it; the outcome then says `interrupted`."""
+    """Run `config` to the end and report it. A cancelled task passes the cancel on to the
+    run as SIGINT, which finalizes it; the outcome then says `interrupted`."""
     with tempfile.TemporaryDirectory(prefix="a2rl-fleet-") as tmp:
         out_path, err_path = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        config_file = write_config(node_config(config, node_id, gpu_ids), Path(tmp))
         with out_path.open("wb") as out, err_path.open("wb") as err:
-            proc = _spawn(run_argv(spec, node_id, gpu_ids), {**os.environ, **env}, out, err)
+            proc = _spawn(run_argv(config_file), {**os.environ, **env}, out, err)
             interrupted = _wait(proc)
         stdout, stderr = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     summary = None
@@ -113,6 +118,6 @@ def execute(spec: RunSpec, env: dict[str, str], node_id: str,
         doc = json.loads(stdout or "null")
         summary = doc if isinstance(doc, dict) else None
     error = stderr[-STDERR_TAIL_CHARS:] if proc.returncode != 0 else None
-    return RunOutcome(key=spec.key, run_id=(summary or {}).get("run_id"), node_id=node_id,
+    return RunOutcome(key=resume_key(config), run_id=(summary or {}).get("run_id"), node_id=node_id,
                       host=socket.gethostname(), exit_code=proc.returncode,
                       interrupted=interrupted, error=error, summary=summary)

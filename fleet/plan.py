@@ -1,6 +1,7 @@
 """A fleet's plan: which runs to make (tasks x agents x driver models x repeats) and what each
 asks of a node. Read from a TOML file or built from `a2rl fleet` flags; validated here, at the
-boundary, so that a typo fails before anything is scheduled.
+boundary, so that a typo fails before anything is scheduled. Each planned run is a
+`RunConfig`, handed to its node as JSON.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator
 
-from a2rl.settings import parse_duration
+from a2rl.store import Run, RunConfig, RunKnobs
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -32,27 +33,22 @@ class AgentPlan(BaseModel):
         return models or [None]
 
 
-class FleetPlan(BaseModel):
-    """Everything `a2rl fleet` needs besides the cluster's address and the store's URL."""
+class FleetPlan(RunKnobs):
+    """Everything `a2rl fleet` needs besides the cluster's address and the store's URL: which
+    runs (tasks x agents x driver models x repeats), what each asks of Ray, and the knobs
+    every run shares (`RunKnobs`: budget, backend, protocol, profile, ...; `seed` is the
+    first repeat's, repeat i runs with seed + i)."""
 
     name: str = Field(description="the fleet's id: running a plan with the same name resumes it")
     tasks: list[str] = Field(min_length=1)
     agents: list[AgentPlan] = Field(min_length=1)
     repeats: int = Field(1, ge=1)
-    budget: str | None = Field(None, description="per run, e.g. 2h; default: the task's")
     gpus_per_run: float = Field(0, ge=0, description="GPUs each run asks Ray for")
     resource: str | None = Field(
         None, description="a custom Ray resource each run asks one unit of (nodes without GPUs)")
-    backend: str | None = Field(None, description="local or docker; default: the node's setting")
-    protocol: str = "heldout"
-    profile: str = Field("a2rl", description="evaluation profile: a2rl or paper")
-    max_submissions: int | None = None
-    seed: int | None = Field(None, description="repeat i runs with seed + i")
     task_options: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="task id -> its options (`[fleet.task_options.<id>]`"
         "; -T on `a2rl run`)")
-
-    model_config = {"extra": "forbid"}
 
     @field_validator("name")
     @classmethod
@@ -61,66 +57,35 @@ class FleetPlan(BaseModel):
             raise ValueError(f"fleet name {name!r}: use letters, digits, '.', '_' or '-'")
         return name
 
-    @field_validator("budget")
-    @classmethod
-    def _valid_budget(cls, budget: str | None) -> str | None:
-        if budget is not None:
-            parse_duration(budget)
-        return budget
-
-    @model_validator(mode="after")
-    def _valid_protocol(self) -> FleetPlan:
-        if self.protocol not in ("heldout", "paper"):
-            raise ValueError(f"protocol must be heldout or paper, not {self.protocol!r}")
-        if self.profile not in ("a2rl", "paper"):  # a2rl.tasks.profiles (not imported: heavy)
-            raise ValueError(f"profile must be a2rl or paper, not {self.profile!r}")
-        return self
-
-    def runs(self) -> list[RunSpec]:
-        """The plan expanded into runs, in a stable order (tasks, agents, models, repeats)."""
+    def runs(self) -> list[RunConfig]:
+        """The plan expanded into runs, in a stable order (tasks, agents, models, repeats):
+        each a whole `RunConfig`, which its node makes the run of."""
+        shared = self.model_dump(include=set(RunKnobs.model_fields))
         out = []
         for task in self.tasks:
             for agent in self.agents:
                 for model in agent.models:
                     for i in range(self.repeats):
-                        out.append(RunSpec(
-                            fleet=self.name, task=task, agent=agent.name, model=model, repeat=i,
-                            budget=self.budget, backend=self.backend, protocol=self.protocol,
-                            profile=self.profile,
-                            max_submissions=self.max_submissions,
-                            seed=None if self.seed is None else self.seed + i,
-                            options=dict(agent.options),
-                            task_options={k: str(v) for k, v in
-                                          self.task_options.get(task, {}).items()}))
+                        out.append(RunConfig.parse({
+                            **shared, "task_id": task, "agent": agent.name,
+                            "driver_model": model, "fleet_id": self.name, "fleet_repeat": i,
+                            "seed": None if self.seed is None else self.seed + i,
+                            "agent_options": dict(agent.options),
+                            "task_options": {k: str(v) for k, v in
+                                             self.task_options.get(task, {}).items()}}))
         return out
 
 
-class RunSpec(BaseModel):
-    """One run of a fleet, as its Ray task receives it."""
+def resume_key(run: Run | RunConfig) -> tuple[str, str, str, int]:
+    """What identifies a run within its fleet (the resume key, with the fleet's name): of a
+    planned run and of a stored one alike."""
+    return (run.task_id, run.agent or "", run.driver_model or "", run.fleet_repeat or 0)
 
-    fleet: str
-    task: str
-    agent: str
-    model: str | None
-    repeat: int
-    budget: str | None = None
-    backend: str | None = None
-    protocol: str = "heldout"
-    profile: str = "a2rl"
-    max_submissions: int | None = None
-    seed: int | None = None
-    options: dict[str, str] = Field(default_factory=dict)
-    task_options: dict[str, str] = Field(default_factory=dict)
 
-    @property
-    def key(self) -> tuple[str, str, str, int]:
-        """What identifies the run within its fleet (the resume key, with the fleet's name)."""
-        return (self.task, self.agent, self.model or "", self.repeat)
-
-    @property
-    def label(self) -> str:
-        model = f" ({self.model})" if self.model else ""
-        return f"{self.task}/{self.agent}{model}#{self.repeat}"
+def run_label(config: RunConfig) -> str:
+    """`task/agent (model)#repeat`: a fleet's run as progress lines and results name it."""
+    model = f" ({config.driver_model})" if config.driver_model else ""
+    return f"{config.task_id}/{config.agent}{model}#{config.fleet_repeat or 0}"
 
 
 def load_plan(path: Path, **overrides: object) -> FleetPlan:

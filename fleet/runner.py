@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from a2rl.store import Store
+from a2rl.store import RunConfig, Store
 
 from . import cluster, ledger
 from .node import RunOutcome
-from .plan import FleetPlan, RunSpec
+from .plan import FleetPlan, resume_key, run_label
 
 Say = Callable[[str], None]
 State = Literal["finished", "failed", "interrupted", "cancelled"]
@@ -58,9 +58,10 @@ class FleetResult(BaseModel):
         return out
 
 
-def _row(spec: RunSpec, state: State, **fields: Any) -> FleetRun:
-    return FleetRun(label=spec.label, task=spec.task, agent=spec.agent, model=spec.model,
-                    repeat=spec.repeat, state=state, **fields)
+def _row(spec: RunConfig, state: State, **fields: Any) -> FleetRun:
+    return FleetRun(label=run_label(spec), task=spec.task_id, agent=spec.agent or "",
+                    model=spec.driver_model, repeat=spec.fleet_repeat or 0, state=state,
+                    **fields)
 
 
 class FleetRunner:
@@ -80,7 +81,7 @@ class FleetRunner:
                                "abandoned: its fleet stopped before the run finalized")
             self.say(f"marked {len(stale)} run(s) left open by an earlier driver as failed")
         done = ledger.done_keys(self.store, self.plan.name)
-        todo = [spec for spec in planned if spec.key not in done]
+        todo = [spec for spec in planned if resume_key(spec) not in done]
         self.say(f"fleet {self.plan.name}: {len(planned)} runs planned, "
                  f"{len(planned) - len(todo)} already finished, {len(todo)} to run")
         result = FleetResult(fleet=self.plan.name, planned=len(planned),
@@ -92,7 +93,7 @@ class FleetRunner:
         result.runs = list(self.results)
         return result
 
-    def _run_on_cluster(self, todo: list[RunSpec], result: FleetResult) -> None:
+    def _run_on_cluster(self, todo: list[RunConfig], result: FleetResult) -> None:
         cluster.connect(self.address, self.local_resources)
         try:
             problem = cluster.check_capacity(self.plan)
@@ -109,7 +110,7 @@ class FleetRunner:
         finally:
             cluster.disconnect()  # a local Ray instance stops with it
 
-    def _follow(self, pending: dict[Any, RunSpec]) -> None:
+    def _follow(self, pending: dict[Any, RunConfig]) -> None:
         import ray
 
         while pending:
@@ -118,7 +119,7 @@ class FleetRunner:
                 self._collect(ref, pending.pop(ref))
             self._progress(pending)
 
-    def _collect(self, ref: Any, spec: RunSpec) -> None:
+    def _collect(self, ref: Any, spec: RunConfig) -> None:
         import ray
         from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 
@@ -135,7 +136,7 @@ class FleetRunner:
             reason = f"{kind}: {type(exc).__name__}: {first}"
             lost = ledger.open_runs(self.store, self.plan.name, spec)
             ledger.mark_failed(self.store, [r.id for r in lost], reason)
-            self.say(f"{spec.label}: failed ({reason})")
+            self.say(f"{run_label(spec)}: failed ({reason})")
             self.results.append(_row(spec, "failed", run_id=lost[0].id if lost else None,
                                      node_id=lost[0].fleet_node if lost else None,
                                      error=reason))
@@ -147,13 +148,13 @@ class FleetRunner:
                 self.store, self.plan.name, spec)], "a2rl run failed on its node")
         why = f": {outcome.error.strip().splitlines()[-1][:300]}" if (
             state == "failed" and outcome.error and outcome.error.strip()) else ""
-        self.say(f"{spec.label}: {state} on {outcome.host} (run {outcome.run_id}){why}")
+        self.say(f"{run_label(spec)}: {state} on {outcome.host} (run {outcome.run_id}){why}")
         self.results.append(_row(spec, state, run_id=outcome.run_id, node_id=outcome.node_id,
                                  host=outcome.host, error=outcome.error))
 
-    def _progress(self, pending: dict[Any, RunSpec]) -> None:
+    def _progress(self, pending: dict[Any, RunConfig]) -> None:
         started = ledger.started_keys(self.store, self.plan.name)
-        running = sum(spec.key in started for spec in pending.values())
+        running = sum(resume_key(spec) in started for spec in pending.values())
         finished = sum(r.state == "finished" for r in self.results)
         line = (f"{len(pending) - running} queued, {running} running, {finished} finished, "
                 f"{len(self.results) - finished} failed")
@@ -161,7 +162,7 @@ class FleetRunner:
             self._last_progress = line
             self.say(f"fleet {self.plan.name}: {line}")
 
-    def _stop(self, pending: dict[Any, RunSpec]) -> None:
+    def _stop(self, pending: dict[Any, RunConfig]) -> None:
         """Ctrl-C: cancel what is queued, let what started finalize, close what cannot."""
         import ray
 

@@ -26,7 +26,7 @@ def prune_copies(store: Store, run_id: str, keep: str | None = None,
     if run is None:
         return []
     if not final:
-        best = best_submission(store, run_id, "test" if run.protocol == "paper" else "dev")
+        best = best_submission(store, run_id, run.config.feedback_split)
         keep = best[0].id if best else None
     removed = []
     for sub in subs:

@@ -23,6 +23,7 @@ from .models import (
     aware,
     utcnow,
 )
+from .run_config import ROW_FIELDS, RunConfig, RunConfigError, RunKnobs, RunSetup
 from .status import (
     AgentStatus,
     BudgetEventKind,
@@ -33,13 +34,16 @@ from .status import (
     GradingClock,
     JobEndCause,
     JobState,
+    Profile,
+    Protocol,
     RunStatus,
     SubmissionStatus,
 )
 
 __all__ = [
     "SCHEMA_VERSION", "AgentStatus", "Audit", "BaselineCache", "Blob", "BudgetEvent",
-    "BudgetEventKind", "EndKind",
+    "BudgetEventKind", "EndKind", "ROW_FIELDS", "Profile", "Protocol", "RunConfig",
+    "RunConfigError", "RunKnobs", "RunSetup",
     "Evaluation", "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState",
     "GradingClock", "Job", "JobEndCause", "JobState", "Meta", "Revision", "Run", "RunStatus",
     "Snapshot",

@@ -10,9 +10,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, LargeBinary
+from sqlalchemy import JSON, Column, Dialect, LargeBinary, event
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from .run_config import ROW_FIELDS, RunConfig
 from .status import (
     EvaluationKind,
     EvaluationStatus,
@@ -42,6 +45,24 @@ def _json(default: Any = None) -> Any:
     if callable(default):
         return Field(default_factory=default, sa_column=Column(JSON))
     return Field(default=default, sa_column=Column(JSON))
+
+
+class RunConfigColumn(TypeDecorator[RunConfig]):
+    """`Run.config`: a JSON column read and written as a `RunConfig` (the SQL type is plain
+    JSON, as before: no schema change). What any version of a2rl stored loads
+    (`RunConfig.from_stored`); a plain dict given to a new row is validated on the way in."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        config = value if isinstance(value, RunConfig) else RunConfig.from_stored(value)
+        return config.stored()
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> RunConfig | None:
+        return None if value is None else RunConfig.from_stored(value)
 
 
 class Meta(SQLModel, table=True):
@@ -76,7 +97,9 @@ class Run(SQLModel, table=True):
     baseline_test: float | None = None
     final_score: float | None = None
     final_submission_id: str | None = None
-    config: dict[str, Any] = _json(dict)  # sandbox and run settings as created
+    # the run's configuration (`RunConfig`): its knobs, and what `create_run` settled; the
+    # fields that are also columns above are the columns' (`_config_matches_row`)
+    config: RunConfig = Field(default_factory=RunConfig, sa_column=Column(RunConfigColumn))
     # schema v2: the agent process as the orchestrator saw it
     agent_status: str | None = None  # an AgentStatus
     agent_exit_code: int | None = None
@@ -97,19 +120,69 @@ class Run(SQLModel, table=True):
     # (a2rl.server.run.owner): a run past its deadline whose owner is gone is finalized
     owner: str | None = None
 
+    def __init__(self, **data: Any) -> None:
+        """A new row: its config typed (a dict given loads as stored ones do) and saying what
+        its columns say, like a row read back (`_config_matches_row`)."""
+        super().__init__(**data)
+        self.config = _row_config(self)
+
+    @classmethod
+    def model_validate(cls, *args: Any, **kwargs: Any) -> Run:  # type: ignore[override]
+        """A row from a document (an archive's, a copy's): as `__init__` makes one."""
+        run = super().model_validate(*args, **kwargs)
+        run.config = _row_config(run)
+        return run
+
     @property
     def task_options(self) -> dict[str, Any]:
-        """The task's options the run was made with (`a2rl.tasks.options`, resolved). Kept in
-        `config` rather than a column of their own: no schema change, so stores of every
-        version read the same (runs made before options existed: {}, the defaults then)."""
-        return dict((self.config or {}).get("task_options") or {})
+        """The task's options the run was made with (`a2rl.tasks.options`, resolved; runs
+        made before options existed: {}, the defaults then)."""
+        return dict(self.config.task_options)
 
     @property
     def readonly_paths(self) -> list[str] | None:
         """The workspace inputs the run's task declared read-only; None for a run made before
         runs recorded them (`a2rl.layout.LEGACY_READONLY_INPUTS` applies)."""
-        paths = (self.config or {}).get("readonly_paths")
+        paths = self.config.setup.readonly_paths
         return list(paths) if paths is not None else None
+
+
+def _row_config(run: Run) -> RunConfig:
+    """The run's config with the row's own columns laid over it (`ROW_FIELDS`; a null in a
+    column the config requires leaves the config's value). Only what the instance holds is
+    read (an event must not load attributes); the agent's options do not come along (a dump
+    leaves them out), so a row never holds them."""
+    held = run.__dict__
+    config = held.get("config")
+    if not isinstance(config, RunConfig):  # a new row given a dict, or none
+        config = RunConfig.from_stored(config)
+    row = {k: held[k] for k in ROW_FIELDS
+           if k in held and (held[k] is not None or RunConfig.model_fields[k].default is None)}
+    return RunConfig.parse(config.model_dump() | row)
+
+
+@event.listens_for(Run, "load")
+def _config_matches_row(run: Run, _context: Any) -> None:
+    """A row read back: its config says what its columns say. A row stored before the config
+    held these fields (older stores and archives) reads whole; set as committed, so reading
+    writes nothing."""
+    if "config" in run.__dict__:
+        set_committed_value(run, "config", _row_config(run))
+
+
+@event.listens_for(Run, "refresh")
+def _config_matches_refreshed_row(run: Run, _context: Any, _attrs: Any) -> None:
+    if "config" in run.__dict__:
+        set_committed_value(run, "config", _row_config(run))
+
+
+@event.listens_for(Run, "before_insert")
+@event.listens_for(Run, "before_update")
+def _config_from_row(_mapper: Any, _connection: Any, run: Run) -> None:
+    """A row written: its stored config says what its columns say (a config not loaded is
+    left as stored: read back, the columns are laid over it)."""
+    if "config" in run.__dict__:
+        run.config = _row_config(run)
 
 
 class ToolCall(SQLModel, table=True):

@@ -102,13 +102,9 @@ def run_details(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-#: The key of `Run.config` that names the baseline evaluations a run pairs with.
-BASELINE_IDS = "baseline_evaluations"
-
-
 def baseline_ids(run: Run) -> dict[str, int]:
     """split -> id of the baseline evaluation the run was made with ({} for older runs)."""
-    ids = (run.config or {}).get(BASELINE_IDS) or {}
+    ids = run.config.setup.baseline_evaluations
     return {str(k): int(v) for k, v in ids.items() if v is not None}
 
 
@@ -129,7 +125,7 @@ def match_baseline(run: Run, split: str, by_id: dict[int, Evaluation],
                    candidates: list[Evaluation]) -> Evaluation | None:
     """The run's baseline evaluation of `split` among loaded rows (pure).
 
-    A run records the ids of the baseline evaluations it was made with (`BASELINE_IDS`);
+    A run records the ids of the baseline evaluations it was made with (`RunSetup`'s);
     runs made before that recorded only the scores, so for them it is the oldest baseline
     evaluation of that split with that score whose provenance fits the run (task, profile,
     base model): two tasks whose base models score the same must not share one.

@@ -27,6 +27,24 @@ class GradingClock(StrEnum):
     paused = "paused"
 
 
+class Protocol(StrEnum):
+    """What the agent learns while it works (`RunConfig.feedback_split`): `heldout` scores
+    its submissions on the dev split and the test split only at the end; `paper` scores test
+    every time, as the reference harness does."""
+
+    heldout = "heldout"
+    paper = "paper"
+
+
+class Profile(StrEnum):
+    """The evaluation profile a run's task is built for (`a2rl.tasks.profiles`, which spells
+    the same words: the tasks do not import the store): `a2rl`, ours, or `paper`, the
+    reference harness's. Independent of the protocol."""
+
+    a2rl = "a2rl"
+    paper = "paper"
+
+
 class SubmissionStatus(StrEnum):
     validating = "validating"  # reserved (counted against the limit), being copied and checked
     refused = "refused"

@@ -39,7 +39,7 @@ from .models import (
     Submission,
     ToolCall,
 )
-from .queries import BASELINE_IDS, baseline_evaluation, baseline_ids
+from .queries import baseline_evaluation, baseline_ids
 from .status import EvaluationKind
 
 #: Every table that holds a run's rows, in load order (referenced rows first).
@@ -214,8 +214,9 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
         evals |= _insert_all(s, Evaluation, fresh)
         recorded = baseline_ids(run)
         if recorded:  # the baseline ids the run recorded, as the target numbers them
-            run.config = {**(run.config or {}), BASELINE_IDS: {
-                split: evals.get(ev_id) for split, ev_id in recorded.items()}}
+            setup = run.config.setup.model_copy(update={"baseline_evaluations": {
+                split: evals.get(ev_id) for split, ev_id in recorded.items()}})
+            run.config = run.config.model_copy(update={"setup": setup})
             s.add(run)
         _insert_all(s, GradeRequest, rows.get("graderequest", []), {"evaluation_id": evals})
         _insert_all(s, BudgetEvent, rows.get("budgetevent", []))

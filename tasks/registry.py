@@ -40,6 +40,14 @@ BUILTIN_TASKS: dict[str, str] = {
     "deepsearchqa": "a2rl.tasks.deepsearchqa.task:DeepSearchQATask",
 }
 
+#: Command groups a task adds to the command line (`a2rl <group> ...`), as `"module:attr"`
+#: strings of typer apps, imported when the command line is built: a task's own chores (a
+#: download only it needs) stay in its folder. A group's commands fail with
+#: `a2rl.command.CommandError`, which the CLI's error policy prints as one line.
+TASK_COMMANDS: dict[str, str] = {
+    "alfworld": "a2rl.tasks.alfworld.cli:app",
+}
+
 
 #: The task a command runs when none is named: the toy (offline, minutes on a CPU), which the
 #: demo and `a2rl run` use by default. Shared code names it through this constant, never

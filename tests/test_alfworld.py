@@ -257,3 +257,27 @@ def test_registered_with_its_spec() -> None:
     assert task.spec.level == 3 and task.spec.splits["test"].n_items == 134
     assert "env" in task.readonly_paths
     assert "a2rl alfworld download" in task.spec.description
+
+
+def test_the_task_declares_its_download_command(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    """`a2rl alfworld download` is the task's own command (tasks.registry.TASK_COMMANDS),
+    and fails as every command does: one `a2rl: ...` line, no traceback."""
+    from typer.testing import CliRunner
+
+    from a2rl.cli.program import app
+    from a2rl.tasks.alfworld import download as dl
+
+    def offline(settings: object, force: bool = False) -> Path:
+        raise RuntimeError("could not reach the games' host (no network?)")
+
+    monkeypatch.setattr(dl, "download", offline)
+    monkeypatch.setenv("A2RL_HOME", str(tmp_path))
+    runner = CliRunner()
+    listed = runner.invoke(app, ["--help"])
+    assert listed.exit_code == 0 and "alfworld" in listed.output
+    failed = runner.invoke(app, ["alfworld", "download"])
+    assert failed.exit_code == 1, failed.output
+    assert failed.output.strip().splitlines()[-1] == \
+        "a2rl: could not reach the games' host (no network?)"
+    assert "Traceback" not in failed.output

@@ -28,7 +28,6 @@ from a2rl.audit.record import load_record
 from a2rl.grading.hashing import tree_hashes
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, EvaluationKind, Run, Store, Submission
-from a2rl.store.queries import BASELINE_IDS
 from a2rl.tasks import get_task
 
 from .test_grading_checks import save_perturbed
@@ -312,7 +311,8 @@ def test_constant_outputs_are_flagged_unless_the_base_did_the_same(store: Store)
     base_id = add_eval(store, "", "", "dev", [item(i, "The answer is 7.", False, "dev")
                                               for i in range(12)],
                        kind=EvaluationKind.baseline)
-    add_run(store, "tiny", task="arith", config={BASELINE_IDS: {"dev": base_id}})
+    add_run(store, "tiny", task="arith",
+            config={"setup": {"baseline_evaluations": {"dev": base_id}}})
     add_submission(store, "tiny", "s-tiny", None)
     add_eval(store, "tiny", "s-tiny", "dev", [item(i, o, False, "dev")
                                               for i, o in enumerate(outs)])
@@ -334,7 +334,8 @@ def test_length_anomaly_and_padding_on_judged_tasks(store: Store) -> None:
     base_id = add_eval(store, "", "", "test", [item(i, "A short base answer.", False)
                                                for i in range(10)],
                        kind=EvaluationKind.baseline)
-    add_run(store, "long", task="alpacaeval", config={BASELINE_IDS: {"test": base_id}})
+    add_run(store, "long", task="alpacaeval",
+            config={"setup": {"baseline_evaluations": {"test": base_id}}})
     add_submission(store, "long", "s-long", None)
     outs = [f"Answer {i}: " + "very " * 600 + "good." for i in range(10)]
     add_eval(store, "long", "s-long", "test", [item(i, o, True) for i, o in enumerate(outs)])

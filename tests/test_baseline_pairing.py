@@ -17,7 +17,7 @@ from a2rl.grading import baseline_key
 from a2rl.server.run.lifecycle import create_run
 from a2rl.settings import Settings
 from a2rl.store import BaselineCache, Evaluation, Run, Store
-from a2rl.store.queries import BASELINE_IDS, baseline_evaluation
+from a2rl.store.queries import baseline_evaluation
 from a2rl.store.transfer import dump_run, load_run
 from a2rl.tasks import get_task, register
 from a2rl.tasks.registry import unregister
@@ -82,8 +82,8 @@ def test_each_run_pairs_with_its_own_baseline(settings: Settings, store: Store,
     run = create_run(settings, store, task_id="fixture").run
     other = create_run(settings, store, task_id="fixture-b").run
     assert run.baseline_test == other.baseline_test == 0.5
-    assert run.config[BASELINE_IDS]["test"] == own_id
-    assert other.config[BASELINE_IDS]["test"] == other_id
+    assert run.config.setup.baseline_evaluations["test"] == own_id
+    assert other.config.setup.baseline_evaluations["test"] == other_id
     with store.session() as s:
         assert baseline_evaluation(s, run, "test").id == own_id  # type: ignore[union-attr]
         assert baseline_evaluation(s, other, "test").id == other_id  # type: ignore[union-attr]
@@ -127,7 +127,7 @@ def test_older_runs_are_matched_by_score_and_provenance(settings: Settings, stor
     old_paper = Run(id="r-oldp", task_id="fixture", workspace="w", budget_s=60,
                     baseline_test=0.5, profile="paper", config={})
     gone = Run(id="r-gone", task_id="fixture", workspace="w", budget_s=60, baseline_test=0.5,
-               config={BASELINE_IDS: {"test": 10_000}})
+               config={"setup": {"baseline_evaluations": {"test": 10_000}}})
     with store.session() as s:
         assert baseline_evaluation(s, old, "test").id == own_id  # type: ignore[union-attr]
         assert baseline_evaluation(s, old_paper, "test").id == paper_id  # type: ignore[union-attr]

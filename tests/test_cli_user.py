@@ -1,8 +1,9 @@
 """The CLI as a user meets it: what each command prints, and every mistake a user can make
 answered by one `a2rl: ...` line on stderr, a non-zero exit, no traceback and no file made.
 
-In-process through typer's CliRunner (the same `_A2rlGroup.main` the installed command runs),
-except where only a real process shows it (--version, -h, a store that cannot be opened).
+In-process through typer's CliRunner (the same `a2rl.cli.errors.A2rlGroup.main` the installed
+command runs), except where only a real process shows it (--version, -h, a store that cannot be
+opened).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def test_logging_is_configured_once_and_quiet(monkeypatch: pytest.MonkeyPatch) -
 
     from mcp.server.mcpserver.utilities.logging import configure_logging
 
-    from a2rl.cli import _configure_logging
+    from a2rl.cli.program import configure_logging as _configure_logging
 
     root = logging.getLogger()
     handlers = list(root.handlers)
@@ -312,8 +313,9 @@ def test_key_value_flags_share_one_parser(tmp_path: Path) -> None:
 
 
 def test_run_checks_the_agents_key_before_creating_the_run(tmp_path: Path) -> None:
-    from a2rl.clients.orchestrator import RunOptions, check_options
+    from a2rl.clients.orchestrator import check_options
     from a2rl.clients.registry import get_connector
+    from a2rl.store import RunConfig
 
     home = tmp_path / "home"
     no_keys = {k: "" for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "OPENAI_API_KEY",
@@ -326,7 +328,7 @@ def test_run_checks_the_agents_key_before_creating_the_run(tmp_path: Path) -> No
         if not connector.installed():  # the key check comes after "is it installed"
             continue
         one_line_error(cli(home, "run", "--agent", agent, **no_keys), var)
-        check_options(RunOptions(agent=agent, agent_options={var.lower(): "k"}), connector)
+        check_options(RunConfig(agent=agent, agent_options={var.lower(): "k"}), connector)
     assert not home.exists(), list(home.rglob("*"))
     for agent, var in (("claude-code", "ANTHROPIC_API_KEY"), ("codex", "OPENAI_API_KEY"),
                        ("gemini-cli", "GEMINI_API_KEY")):

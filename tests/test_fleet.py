@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import col, select
 
-from a2rl.fleet import FleetPlan, ledger, load_plan, plan_from_flags
+from a2rl.fleet import FleetPlan, ledger, load_plan, plan_from_flags, resume_key
 from a2rl.store import BudgetEvent, BudgetEventKind, Run, Store
 
 from .conftest import require, require_bwrap
@@ -47,8 +47,10 @@ def test_plan_from_toml_expands_in_a_stable_order(tmp_path: Path) -> None:
     path.write_text(PLAN.format(name="p1"))
     plan = load_plan(path, repeats=2)
     runs = plan.runs()
-    assert [r.key for r in runs] == [("arith", "reference", "", 0), ("arith", "reference", "", 1)]
-    assert [r.seed for r in runs] == [0, 1] and runs[0].options["stages"] == "sft"
+    assert [resume_key(r) for r in runs] == [("arith", "reference", "", 0),
+                                             ("arith", "reference", "", 1)]
+    assert [r.seed for r in runs] == [0, 1] and runs[0].agent_options["stages"] == "sft"
+    assert [r.budget for r in runs] == ["10m", "10m"] and runs[1].fleet_id == "p1"
     flags = plan_from_flags("p2", ["arith"], ["llm:m1", "llm:m2", "reference"], 1, {})
     assert [(a.name, a.models) for a in flags.agents] == [("llm", ["m1", "m2"]),
                                                           ("reference", [None])]
@@ -68,7 +70,7 @@ def test_ledger_resume_keys_and_failures(store: Store) -> None:
                       budget_s=60, status=status, fleet_id="f", fleet_repeat=i))
         s.add(Run(id="other", task_id="arith", agent="reference", workspace="/x",
                   budget_s=60, status="finished", fleet_id="g", fleet_repeat=1))
-    assert ledger.done_keys(store, "f") == {specs[0].key}
+    assert ledger.done_keys(store, "f") == {resume_key(specs[0])}
     assert [r.id for r in ledger.open_runs(store, "f")] == ["r1"]
     assert [r.id for r in ledger.open_runs(store, "f", specs[1])] == ["r1"]
     ledger.mark_failed(store, ["r1", "r0"], "node lost")

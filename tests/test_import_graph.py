@@ -21,9 +21,10 @@ PACKAGES = {"a2rl.server": "server", "a2rl.tools": "tools", "a2rl.tasks": "tasks
             "a2rl.grading": "grading", "a2rl.store": "store", "a2rl.clients": "clients",
             "a2rl.analysis": "analysis", "a2rl.fleet": "fleet",
             "a2rl.audit": "audit"}
-#: a2rl/ is two layers: its entry points (the CLI and the demo, which drive everything) and
-#: the core every folder may use (settings, layout, registry, llm, stats), which uses none.
-ENTRY_POINTS = {"a2rl/cli.py", "a2rl/demo.py"}
+#: a2rl/ is two layers: its entry points (the CLI package and the demo, which drive
+#: everything) and the core every folder may use (settings, layout, registry, llm, stats),
+#: which uses none.
+ENTRY_POINTS = {"a2rl/cli/", "a2rl/demo.py"}
 
 #: Who may import whom, read downwards; an edge missing here is a layering mistake, and one
 #: added must keep the graph free of loops (the test checks that too).
@@ -49,7 +50,7 @@ def node_of_module(module: str) -> str | None:
     for package, folder in PACKAGES.items():
         if module == package or module.startswith(package + "."):
             return folder
-    if module == "a2rl.cli" or module == "a2rl.demo":
+    if module in ("a2rl.cli", "a2rl.demo") or module.startswith("a2rl.cli."):
         return "cli"
     if module == "a2rl" or module.startswith("a2rl."):
         return "a2rl"
@@ -57,7 +58,8 @@ def node_of_module(module: str) -> str | None:
 
 
 def node_of_file(rel: str) -> str:
-    return "cli" if rel in ENTRY_POINTS else rel.split("/", 1)[0]
+    entry = any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in ENTRY_POINTS)
+    return "cli" if entry else rel.split("/", 1)[0]
 
 
 def module_of_file(rel: str) -> tuple[str, bool]:

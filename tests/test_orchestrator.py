@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.clients.orchestrator import Orchestrator, RunOptions
-from a2rl.store import Run, Store
+from a2rl.clients.orchestrator import Orchestrator
+from a2rl.store import Run, RunConfig, Store
 
 from . import fake_agents  # noqa: F401  (registers the test agents)
 from .conftest import require_bwrap
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def run_agent(settings, store, agent: str, budget: str = "5m", **kw):  # type: ignore[no-untyped-def]
     require_bwrap()
-    return Orchestrator(settings, store).run(RunOptions(task="arith", agent=agent,
-                                                        budget=budget, **kw))
+    return Orchestrator(settings, store).run(RunConfig(task_id="arith", agent=agent,
+                                                       budget=budget, **kw))
 
 
 def _procs(name: str) -> int:
@@ -50,7 +50,7 @@ def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> Non
     require_bwrap()
     warned: list[str] = []
     summary = Orchestrator(settings, store, warn=warned.append).run(
-        RunOptions(task="arith", agent="test-crashes", budget="5m"))
+        RunConfig(task_id="arith", agent="test-crashes", budget="5m"))
     with store.session() as s:
         run = s.get(Run, summary.run_id)
     assert run.agent_status == "crashed" and run.agent_exit_code == 3
@@ -64,17 +64,18 @@ def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> Non
 def test_run_options_reach_the_run(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
     """`a2rl run --grading-clock paused --unsafe-local` as `a2rl create` takes them."""
     require_bwrap()
-    summary = Orchestrator(settings, store).run(RunOptions(
-        task="arith", agent="test-crashes", budget="5m", grading_clock="paused",
+    summary = Orchestrator(settings, store).run(RunConfig(
+        task_id="arith", agent="test-crashes", budget="5m", grading_clock="paused",
         unsafe_local=True))
     with store.session() as s:
         run = s.get(Run, summary.run_id)
-    assert run.grading_clock == "paused" and run.config["unsafe_local"] is True
-    default = Orchestrator(settings, store).run(RunOptions(task="arith", agent="test-crashes",
-                                                           budget="5m"))
+    assert run.grading_clock == "paused" and run.config.unsafe_local is True
+    assert run.config.grading_clock == "paused" and run.config.agent == "test-crashes"
+    default = Orchestrator(settings, store).run(RunConfig(task_id="arith", agent="test-crashes",
+                                                          budget="5m"))
     with store.session() as s:
         run = s.get(Run, default.run_id)
-    assert run.grading_clock == "counted" and run.config["unsafe_local"] is False
+    assert run.grading_clock == "counted" and run.config.unsafe_local is False
 
 
 def test_agent_process_is_sandboxed(settings, store: Store, tmp_path: Path,
@@ -104,7 +105,7 @@ def test_claude_code_run_end_to_end(settings, store: Store, agent_clis: Path,
     script = [Step("list_files", {"path": "."}), Step("run_command", {"command": "echo hi"}),
               Step("budget_status")]
     with FakeAnthropic(script) as fake:
-        summary = run_agent(settings, store, "claude-code", model=fake.model,
+        summary = run_agent(settings, store, "claude-code", driver_model=fake.model,
                             agent_options={"anthropic_base_url": fake.url})
     assert summary.agent_status == "finished", summary
     assert [c.tool for c in calls(store, summary.run_id)] == [

@@ -111,15 +111,16 @@ def test_final_score_rules_against_run_py(wheel: Path, store: Store) -> None:
 
 def test_paper_budget_is_the_harness_instructions(wheel: Path) -> None:
     from a2rl.settings import parse_duration
-    from a2rl.tasks import get_task
-    from a2rl.tasks.profiles import PAPER_TASKS
+    from a2rl.tasks import get_task, list_tasks
 
     text = rdagent.source_of(wheel, f"{BENCH}/core/instructions.md")
     stated = {int(s) for s in re.findall(r"\b(\d{4,6}) seconds", text)}
     assert stated == {43200}
     run_py = rdagent.source_of(wheel, f"{BENCH}/run.py")
     assert "timeout: int = 3600" in run_py  # the script's own default, which we do not take
-    for task_id in PAPER_TASKS:
+    paper = [t.spec.id for t in list_tasks() if t.has_paper_profile]
+    assert len(paper) == 6, paper  # the paper's six tasks
+    for task_id in paper:
         assert parse_duration(get_task(task_id, "paper").spec.default_budget) == 43200, task_id
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from a2rl.fleet import FleetPlan
-from a2rl.fleet.node import run_argv
+from a2rl.fleet.node import node_config, write_config
 from a2rl.grading import evaluate
 from a2rl.grading.baseline import baseline_key
 from a2rl.grading.worker import WorkerSpec
 from a2rl.settings import Settings, parse_duration
-from a2rl.store import Run, Store
+from a2rl.store import Run, RunConfig, Store
 from a2rl.tasks import get_task, list_tasks
 from a2rl.tasks import opencompass as oc
 from a2rl.tasks.profiles import PAPER_BUDGET, check_profile
@@ -77,16 +77,17 @@ def test_bad_profiles_are_clear_errors() -> None:
     assert check_profile("paper") == "paper"
 
 
-def test_fleet_plan_and_node_carry_the_profile() -> None:
+def test_fleet_plan_and_node_carry_the_profile(tmp_path: Path) -> None:
     plan = FleetPlan(name="f", tasks=["gsm8k"], agents=[{"name": "reference"}],
                      profile="paper", protocol="heldout")
     (spec,) = plan.runs()
     assert spec.profile == "paper" and spec.protocol == "heldout"
-    argv = run_argv(spec, "node-1", [])
-    assert argv[argv.index("--profile") + 1] == "paper"
+    on_node = RunConfig.parse(write_config(node_config(spec, "node-1", []), tmp_path)
+                              .read_text())
+    assert on_node.profile == "paper" and on_node.fleet_node == "node-1"
     assert FleetPlan(name="f", tasks=["gsm8k"], agents=[{"name": "x"}]).runs()[0].profile \
         == "a2rl"
-    with pytest.raises(ValueError, match="profile must be a2rl or paper"):
+    with pytest.raises(ValueError, match="must be one of a2rl, paper, not 'both'"):
         FleetPlan(name="f", tasks=["gsm8k"], agents=[{"name": "x"}], profile="both")
 
 
@@ -113,7 +114,7 @@ def test_paper_run_records_profile_and_writes_paper_workspace(paper_home: Settin
     spec = WorkerSpec.model_validate({"task_id": row.task_id, "profile": row.profile,
                                       "checkpoint_dir": "/nowhere", "split": "dev"})
     assert get_task(spec.task_id, spec.profile).profile == "paper"
-    with pytest.raises(ValueError, match="profile must be"):
+    with pytest.raises(ValueError, match="^profile: must be one of a2rl, paper, not 'nope'$"):
         create_run(paper_home, store, task_id="gsm8k", profile="nope", baseline=False)
 
 
@@ -219,8 +220,7 @@ def test_toy_tasks_run_under_paper_with_their_a2rl_evaluation(a2rl_home: Path,
                      profile="paper")
     (spec,) = plan.runs()
     store = Store(f"sqlite:///{tmp_path / 'toys.db'}")
-    run = create_run(settings, store, task_id=spec.task, profile=spec.profile,
-                     baseline=False).run
+    run = create_run(settings, store, spec, baseline=False).run  # the plan's own config
     assert run.profile == "paper" and run.budget_s == parse_duration(a2rl.spec.default_budget)
     base = a2rl.base_model_dir(settings)
     ours, theirs = (evaluate(t, base, "dev", settings) for t in (a2rl, paper))

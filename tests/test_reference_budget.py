@@ -10,9 +10,9 @@ from types import ModuleType, SimpleNamespace
 import pytest
 from sqlmodel import select
 
-from a2rl.clients.orchestrator import Orchestrator, RunOptions
+from a2rl.clients.orchestrator import Orchestrator
 from a2rl.clients.reference import RESERVE_MIN_S, stage_limit
-from a2rl.store import Job, Run, Store, Submission
+from a2rl.store import Job, Run, RunConfig, Store, Submission
 
 from .conftest import require_bwrap
 
@@ -128,8 +128,8 @@ def test_stage_limit_keeps_a_reserve_for_grading() -> None:
 def test_reference_agent_submits_before_the_deadline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
     """100,000 planned steps can't fit in two minutes: the agent must cut them and submit."""
     require_bwrap()
-    summary = Orchestrator(settings, store).run(RunOptions(
-        task="arith", agent="reference", budget="2m",
+    summary = Orchestrator(settings, store).run(RunConfig(
+        task_id="arith", agent="reference", budget="2m",
         agent_options={"sft_args": "--steps 100000 --holdout 0", "stages": "sft"}))
     assert summary.agent_status == "finished", summary
     with store.session() as s:

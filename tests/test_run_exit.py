@@ -7,7 +7,7 @@ import time
 import pytest
 import typer
 
-from a2rl.cli import _exit_on_grading_failure
+from a2rl.cli.lifecycle import exit_on_grading_failure
 from a2rl.clients.orchestrator import Orchestrator
 from a2rl.settings import Settings
 from a2rl.store import Run, Store, Submission
@@ -27,9 +27,9 @@ def test_grading_failures_are_summarized_and_fail_the_command(
     assert summary.final_score is None and summary.submissions_failed == 3
     assert summary.grading_errors == ["the evaluation process exited with code 1; stderr tail:"]
     with pytest.raises(typer.Exit) as exc:
-        _exit_on_grading_failure(summary)
+        exit_on_grading_failure(summary)
     assert exc.value.exit_code == 1
     err = capsys.readouterr().err
     assert "grading failed: the evaluation process exited with code 1" in err
     assert "produced no score (3 submissions failed grading)" in err
-    _exit_on_grading_failure(summary.model_copy(update={"final_score": 0.5}))  # a score: no exit
+    exit_on_grading_failure(summary.model_copy(update={"final_score": 0.5}))  # a score: no exit

@@ -34,7 +34,7 @@ from a2rl.tools.sandbox.client import (
     sandbox_env,
     supervisor_args,
 )
-from a2rl.tools.sandbox.registry import BACKENDS, OPTIONS_KEY
+from a2rl.tools.sandbox.registry import BACKENDS
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.anyio]
 
@@ -125,7 +125,7 @@ async def test_a_registered_backend_serves_a_run_without_touching_the_server(
     try:
         # what the backend fixed when the run was made is stored with it
         assert run.backend == "plain"
-        assert (run.config or {})[OPTIONS_KEY]["marker"].startswith("made for ")
+        assert run.config.setup.sandbox["marker"].startswith("made for ")
         async with Client(build_server(settings, store, run_id=run.id, transport="memory"),
                           mode="legacy") as c:
             r = await c.call_tool("run_command", {"command": "echo from-$A2RL_JOB",
@@ -153,5 +153,5 @@ def _spec(settings: Settings, store: Store, run_id: str) -> SandboxSpec:
         row = s.get(Run, run_id)
     assert row is not None
     runtime = build_runtime(settings, store, row)
-    assert runtime.sandbox_config() == PlainConfig.model_validate(row.config[OPTIONS_KEY])
+    assert runtime.sandbox_config() == PlainConfig.model_validate(row.config.setup.sandbox)
     return runtime.sandbox_spec()

@@ -33,19 +33,6 @@ REGISTRIES = {"tasks/registry.py", "clients/registry.py"}
 
 #: (file glob, name) -> why it is still there. Each says what would remove it; keep it short.
 ALLOWED: dict[tuple[str, str], str] = {
-    # a2rl/cli.py is being split into the a2rl/cli/ package (issue 28, item 4)
-    ("a2rl/cli*", "arith"): "pending: --task's default, to become tasks.registry.DEFAULT_TASK",
-    ("a2rl/cli*", "reference"): "pending: --agent's default, to become "
-                                "clients.registry.DEFAULT_AGENT",
-    ("a2rl/cli*", "alfworld"): "pending: `a2rl alfworld download`, a task's own command (tasks "
-                               "cannot declare CLI commands yet)",
-    ("a2rl/cli*", "a2rl.tasks.alfworld"): "pending: the same command's import",
-    # RunOptions and create_run's keywords are being replaced by one RunConfig (issue 28, 1)
-    ("clients/orchestrator.py", "arith"): "pending: RunOptions' default, to become DEFAULT_TASK",
-    ("clients/orchestrator.py", "reference"): "pending: RunOptions' default, to become "
-                                              "DEFAULT_AGENT",
-    ("server/run/lifecycle.py", "arith"): "pending: create_run's default, to become "
-                                          "DEFAULT_TASK",
     # not the agent: a field of AlpacaEval's items, among the fields the audit reads answers from
     ("audit/hidden.py", "reference"): "an item field's name, not the agent",
 }

@@ -381,16 +381,19 @@ def test_a_declared_readonly_input_cannot_be_written(settings: Settings, store: 
 
 
 # --- the fleet ---------------------------------------------------------------------------------
-def test_fleet_plans_carry_task_options_to_each_run() -> None:
-    from a2rl.fleet.node import run_argv
+def test_fleet_plans_carry_task_options_to_each_run(tmp_path: Path) -> None:
+    from a2rl.fleet.node import node_config, write_config
     from a2rl.fleet.plan import FleetPlan
+    from a2rl.store import RunConfig
 
     plan = FleetPlan.model_validate({
         "name": "f", "tasks": ["gsm8k", "arith"], "agents": [{"name": "reference"}],
         "task_options": {"gsm8k": {"data_dir": "/d", "base_model": "tiny-llama"}}})
-    runs = {r.task: r for r in plan.runs()}
+    runs = {r.task_id: r for r in plan.runs()}
     assert runs["gsm8k"].task_options == {"data_dir": "/d", "base_model": "tiny-llama"}
     assert runs["arith"].task_options == {}
-    argv = run_argv(runs["gsm8k"], "node-1", [])
-    assert argv[argv.index("-T") + 1] in ("data_dir=/d", "base_model=tiny-llama")
-    assert argv.count("-T") == 2 and "-T" not in run_argv(runs["arith"], "node-1", [])
+    for task, folder in (("gsm8k", tmp_path / "g"), ("arith", tmp_path / "a")):
+        folder.mkdir()
+        on_node = RunConfig.parse(write_config(node_config(runs[task], "n", []), folder)
+                                  .read_text())
+        assert on_node.task_options == runs[task].task_options

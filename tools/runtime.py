@@ -32,7 +32,7 @@ from .paths import Workspace
 from .revisions import RevisionScanner
 from .sandbox import volume
 from .sandbox.base import BackendConfig, Sandbox, SandboxError, SandboxSpec, thread_env
-from .sandbox.registry import BACKENDS, OPTIONS_KEY, backend_config, create_sandbox
+from .sandbox.registry import BACKENDS, backend_config, create_sandbox
 from .seam import GradingHook, RunClockView
 
 #: The clock's own type, as its maker sees it (the server's `RunClock`): the tools read it as
@@ -98,13 +98,13 @@ class RunRuntime(Generic[ClockT]):
         sandbox start (the tasks know them; the tools import no task)."""
         self.settings, self.store, self.run_id = settings, store, run.id
         self.dir = run_dir(run)
-        if run.ended_at is None and (run.config or {}).get("disk_volume"):
+        if run.ended_at is None and run.config.setup.disk_volume:
             volume.remount(self.dir, Path(run.workspace))  # before anything opens it
         readonly = readonly_inputs(run)
         self.workspace = Workspace(Path(run.workspace), readonly)
         self.readonly = readonly
         self.backend = run.backend
-        self.config = dict(run.config or {})
+        self.config = run.config
         self.owner = sandbox_owner(settings)
         # Job logs: written by the supervisor only, outside the workspace; jobs see them
         # read-only, and `logs/<job>.log` names them for the agent (see jobs.log_file_of).
@@ -151,8 +151,8 @@ class RunRuntime(Generic[ClockT]):
             readonly_paths=self.readonly, control_dir=self.dir / "control",
             services_dir=self.dir / "services",
             deadline=self.clock.deadline_ts(),
-            network=bool(self.config.get("network", False)),
-            require_isolation=not self.config.get("allow_unisolated", False),
+            network=self.config.network,
+            require_isolation=not self.config.setup.allow_unisolated,
             python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
             masked_paths=self.hidden_paths(),
             env=thread_env(),
@@ -164,7 +164,7 @@ class RunRuntime(Generic[ClockT]):
         """The run's backend config: what the run fixed of it when it was made (a container's
         image and limits), else the settings as they are now."""
         try:
-            return backend_config(self.backend, self.settings, self.config.get(OPTIONS_KEY) or {})
+            return backend_config(self.backend, self.settings, self.config.setup.sandbox)
         except RegistryError as exc:
             raise ToolError(str(exc)) from None
 

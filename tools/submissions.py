@@ -106,11 +106,6 @@ class SubmissionScore(BaseModel):
         "seconds its grading waited behind other runs' evaluations, given back to your clock"))
 
 
-def feedback_split(run: Run) -> str:
-    """The split a submission is scored on during the run: dev under heldout, test under paper."""
-    return "test" if run.protocol == "paper" else "dev"
-
-
 def _baseline(run: Run, split: str) -> float | None:
     return run.baseline_test if split == "test" else run.baseline_dev
 
@@ -256,7 +251,7 @@ def _at_limit(rt: RunRuntime, sub: Submission, split: str, limit: LimitReached) 
 def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
     grading = _grading()
     run = rt.run()
-    split = feedback_split(run)
+    split = run.config.feedback_split
     sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
                      tool_call_id=tool_call_id, status=SubmissionStatus.validating)
     try:
@@ -330,7 +325,7 @@ def _score_of(rt: RunRuntime, sub: Submission, split: str) -> Evaluation | None:
 
 def score_result(rt: RunRuntime, submission_id: str | None) -> SubmissionScore:
     run = rt.run()
-    split = feedback_split(run)
+    split = run.config.feedback_split
     baseline = _baseline(run, split)
     best = best_submission(rt.store, run.id, split)
     common = dict(split=split, baseline=baseline,

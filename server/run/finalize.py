@@ -39,19 +39,17 @@ def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:
         run = s.get(Run, run_id)
         assert run is not None
     final_sub, final = None, run.baseline_test
-    if run.protocol == "paper":
-        best = best_submission(store, run_id, "test")
-        if best is not None:
-            final_sub, final = best[0].id, best[1].score
-    else:
-        best = best_submission(store, run_id, "dev")
-        if best is not None:
-            if _test_score(store, best[0].id) is None:
-                enqueue(store, run_id, best[0].id, "test")
-                grade_queued(store, settings, run_id, owner)
-            ev = _test_score(store, best[0].id)
-            if ev is not None:
-                final_sub, final = best[0].id, ev.score
+    split = run.config.feedback_split  # the best submission by the scores the agent saw
+    best = best_submission(store, run_id, split)
+    if best is not None and split == "test":  # scored on test already
+        final_sub, final = best[0].id, best[1].score
+    elif best is not None:  # the best on dev, scored on test now
+        if _test_score(store, best[0].id) is None:
+            enqueue(store, run_id, best[0].id, "test")
+            grade_queued(store, settings, run_id, owner)
+        ev = _test_score(store, best[0].id)
+        if ev is not None:
+            final_sub, final = best[0].id, ev.score
     with store.session() as s:
         run = s.get(Run, run_id)
         assert run is not None

@@ -19,16 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings, parse_duration
-from a2rl.store import EndKind, GradingClock, Run, RunStatus, Store, utcnow
+from a2rl.store import EndKind, Run, RunConfig, RunSetup, RunStatus, Store, utcnow
 from a2rl.store.owners import process_owner
-from a2rl.store.queries import BASELINE_IDS
 from a2rl.tools.jobs import stop_all, stop_cause
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
 from a2rl.tools.sandbox import volume
 from a2rl.tools.sandbox.base import SandboxChoices
 from a2rl.tools.sandbox.cgroup import RunCgroup
-from a2rl.tools.sandbox.registry import OPTIONS_KEY, run_options
+from a2rl.tools.sandbox.registry import run_options
 
 from ..auth import new_token
 from .clock import start_row
@@ -46,36 +45,36 @@ def new_run_id() -> str:
     return "r-" + secrets.token_hex(5)
 
 
-def create_run(
-    settings: Settings, store: Store, task_id: str = "arith", budget: str | None = None,
-    backend: str | None = None, start_clock: bool = False, protocol: str = "heldout",
-    max_submissions: int | None = None, seed: int | None = None, agent: str | None = None,
-    network: bool = False, unsafe_local: bool | None = None, baseline: bool = True,
-    grading_clock: str = "counted", gpus: list[str] | None = None, share_gpus: bool = False,
-    keep_container: bool = False, profile: str = "a2rl", fleet: dict[str, Any] | None = None,
-    task_options: dict[str, Any] | None = None,
-) -> CreatedRun:
-    """Make a run: its folder, a workspace with the task's visible files, a token and a row.
+def create_run(settings: Settings, store: Store, config: RunConfig | None = None, *,
+               start_clock: bool = False, baseline: bool = True, **fields: Any) -> CreatedRun:
+    """Make a run of `config`: its folder, a workspace with the task's visible files, a token
+    and a row. `fields` instead of a config: `create_run(s, st, task_id="gsm8k")` is
+    `create_run(s, st, RunConfig(task_id="gsm8k"))`; a bad one is a one-line
+    `RunConfigError`.
 
-    The budget clock starts now with `start_clock` (a2rl run), else at the first tool call.
-    `profile` is the evaluation profile (`a2rl.tasks.profiles`): the task is built for it, so
-    the workspace, the default budget and base model and every evaluation follow it.
-    `fleet` (`fleet_id`, `fleet_repeat`, `fleet_node`) is written with the row itself, so a
-    run whose node dies right after it is made still belongs to its fleet.
-    `task_options` (-T key=value) go over the settings' (`a2rl.tasks.options`); the resolved
-    options are recorded on the run, and its grader evaluates with them. A bad option raises
-    `OptionsError` before anything is made.
+    The budget clock starts now with `start_clock` (a2rl run), else at the first tool call;
+    `baseline` False skips scoring the base model (tests). The config's profile is the
+    evaluation profile (`a2rl.tasks.profiles`): the task is built for it, so the workspace,
+    the default budget and base model and every evaluation follow it. Its fleet membership is
+    written with the row itself, so a run whose node dies right after it is made still
+    belongs to its fleet. Its task options (-T key=value) go over the settings'
+    (`a2rl.tasks.options`); a bad option raises `OptionsError` before anything is made. The
+    row records the config as made: the backend, `unsafe_local` and the task's options
+    resolved, and what was settled (`RunSetup`).
     """
     from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
+    from a2rl.tasks.registry import DEFAULT_TASK
 
-    if grading_clock not in tuple(GradingClock):
-        raise ValueError(f"grading clock must be 'counted' or 'paused', not {grading_clock!r}")
-    if protocol not in ("heldout", "paper"):
-        raise ValueError(f"protocol must be 'heldout' or 'paper', not {protocol!r}")
-    task = get_task(task_id, profile).with_options(task_options or {})
+    if config is None:
+        config = RunConfig.build(**fields)
+    elif fields:
+        raise TypeError("give create_run a RunConfig or its fields, not both")
+    config = config.with_task(DEFAULT_TASK)
+    task = get_task(config.task_id, config.profile).with_options(config.task_options)
     options = task.options_record(settings)  # checked now: nothing made on a bad option
-    budget_s = parse_duration(budget or task.spec.default_budget or settings.default_budget)
-    backend = backend or settings.backend
+    budget_s = parse_duration(config.budget or task.spec.default_budget
+                              or settings.default_budget)
+    backend = config.backend or settings.backend
     run_id = new_run_id()
     root = settings.runs_dir / run_id
     workspace = root / "workspace"
@@ -86,29 +85,29 @@ def create_run(
         if disk_volume:  # a run that fails to be made leaves no mount behind
             undo.callback(volume.unmount, workspace)
         task.prepare_workspace(workspace, settings)  # the layout, a2rl.layout's, is the task's
-        unsafe = settings.unsafe_local if unsafe_local is None else unsafe_local
+        unsafe = settings.unsafe_local if config.unsafe_local is None else config.unsafe_local
         scores = {}
         if baseline:
             from a2rl.grading import ensure_baseline
 
             scores = ensure_baseline(store, task, task.base_model_dir(settings), settings)
         token, token_hash = new_token()
+        made = config.model_copy(update={
+            "backend": backend, "unsafe_local": unsafe, "task_options": options,
+            "setup": RunSetup(
+                baseline_evaluations={split: ev.id for split, ev in scores.items()},
+                allow_unisolated=unsafe or task.spec.toy, disk_volume=disk_volume,
+                readonly_paths=task.readonly_paths,
+                # what the backend fixes now (a container's image and limits), or nothing
+                sandbox=run_options(backend, settings, SandboxChoices(
+                    task_image=task.spec.sandbox_image, gpus=config.gpus,
+                    share_gpus=config.share_gpus, keep_container=config.keep_container)))})
         run = Run(
-            id=run_id, task_id=task_id, backend=backend, protocol=protocol, profile=profile,
-            workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
-            max_submissions=max_submissions, seed=seed, agent=agent, grading_clock=grading_clock,
-            base_model=task.base_model_name(settings), **(fleet or {}),
+            id=run_id, workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
+            base_model=task.base_model_name(settings), **made.row_values(), config=made,
             owner=process_owner(),  # the maker finalizes it; a server takes it when it is gone
             baseline_dev=scores["dev"].score if scores else None,
             baseline_test=scores["test"].score if scores else None,
-            config={BASELINE_IDS: {split: ev.id for split, ev in scores.items()},
-                    "network": network, "allow_unisolated": unsafe or task.spec.toy,
-                    "unsafe_local": unsafe, "disk_volume": disk_volume, "task_options": options,
-                    "readonly_paths": task.readonly_paths,
-                    # what the backend fixes now (a container's image and limits), or nothing
-                    OPTIONS_KEY: run_options(backend, settings, SandboxChoices(
-                        task_image=task.spec.sandbox_image, gpus=gpus or [],
-                        share_gpus=share_gpus, keep_container=keep_container))},
         )
         with store.session() as s:
             if start_clock:
@@ -117,8 +116,8 @@ def create_run(
         RevisionScanner(store, run_id, workspace.resolve(), settings.revision_exclude,
                         settings.revision_max_bytes).record_initial()
         run_logger(run_id, root / "run.log").info(
-            "run created: task=%s profile=%s backend=%s budget=%.0fs", task_id, profile, backend,
-            budget_s)
+            "run created: task=%s profile=%s backend=%s budget=%.0fs", config.task_id,
+            config.profile, backend, budget_s)
         undo.pop_all()  # made: its volume stays mounted while it lives
     return CreatedRun(run=run, token=token)
 

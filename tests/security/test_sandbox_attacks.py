@@ -441,7 +441,7 @@ async def test_fallocate_faster_than_the_watch_meets_the_kernel(agent: Agent) ->
     require(volume.unavailable_reason() is None,
             f"a workspace volume cannot be made here: {volume.unavailable_reason()}")
     workspace = Path(agent.run.workspace)
-    assert os.path.ismount(workspace) and agent.run.config["disk_volume"]
+    assert os.path.ismount(workspace) and agent.run.config.setup.disk_volume
     out = await agent.sh("for i in $(seq 1 40); do fallocate -l 30M code/f$i 2>&1 || break; "
                          "done; echo done", wait_s=30)
     assert "No space left on device" in out["output"], out

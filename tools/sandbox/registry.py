@@ -33,12 +33,6 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "docker": "a2rl.tools.sandbox.docker:DockerSandbox",
 }
 
-#: The key of `Run.config` under which a run keeps what it fixed of its backend when it was
-#: made (`run_options`); its name is older than the registry (a container's settings were
-#: the only ones), and runs already stored hold it.
-OPTIONS_KEY = "container"
-
-
 def _is_backend(target: object) -> bool:
     return callable(target) and all(
         hasattr(target, name) for name in ("config_for", "run_options", "clean_up"))
@@ -56,7 +50,7 @@ def backend(name: str) -> SandboxBackend:
 
 def backend_config(name: str, settings: Settings, fixed: dict[str, Any]) -> BackendConfig:
     """The config of a run of backend `name`: from what the run `fixed` when it was made
-    (its `Run.config[OPTIONS_KEY]`), else from `settings` as they are now."""
+    (`RunSetup.sandbox` of its config), else from `settings` as they are now."""
     return backend(name).config_for(settings, fixed or {})
 
 
@@ -68,7 +62,7 @@ def create_sandbox(name: str, spec: SandboxSpec, config: BackendConfig | None = 
 
 def run_options(name: str, settings: Settings, choices: SandboxChoices) -> dict[str, Any]:
     """What a run of backend `name` fixes of it when it is made, to be stored with the run
-    under `OPTIONS_KEY` (nothing for a backend that reads the settings at every start)."""
+    as `RunSetup.sandbox` (nothing for a backend that reads the settings at every start)."""
     return backend(name).run_options(settings, choices)
 
 

@@ -1,0 +1,79 @@
+"""What a command opens: its settings, the store, and progress lines on stderr.
+
+Commands that make runs create the store on first use (`store`); commands that only look
+never create one (`read_store`), so `a2rl show r-typo` on a fresh installation leaves it
+empty. Either way, this machine's overdue runs are finalized first.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import typer
+
+from a2rl.cli.errors import fail, say_error
+from a2rl.settings import Settings, SettingsError, load_settings
+
+_quiet = False  # --quiet: no progress lines
+
+
+def set_quiet(quiet: bool) -> None:
+    global _quiet
+    _quiet = quiet
+
+
+def settings(**overrides: Any) -> Settings:
+    import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
+
+    try:
+        return load_settings(overrides)[0]
+    except SettingsError as exc:  # a broken config file or variable: say which, don't trace
+        fail(str(exc))
+
+
+def store(settings: Settings):  # type: ignore[no-untyped-def]
+    """The store, created on first use (commands that make runs)."""
+    from a2rl.store import Store
+
+    settings.home_dir.mkdir(parents=True, exist_ok=True)
+    return _finalize_overdue(settings, Store(settings.database_url))
+
+
+def read_store(settings: Settings):  # type: ignore[no-untyped-def]
+    """The store for a command that only looks: None when none exists yet, and none is made
+    (`a2rl show r-typo` on a fresh installation leaves it empty)."""
+    from a2rl.store import Store, StoreMissing
+
+    try:
+        return _finalize_overdue(settings, Store(settings.database_url, create=False))
+    except StoreMissing:
+        return None
+
+
+def _finalize_overdue(settings: Settings, store: Any) -> Any:
+    """Any command that opens the store first finalizes this machine's runs that are past
+    their deadline with no live process holding them (`a2rl.server.run.owner`); said on
+    stderr, so `--json` output stays one document."""
+    from a2rl.store.owners import overdue_runs
+
+    if overdue_runs(settings.runs_dir, store):  # the server's code only when one is due
+        from a2rl.server.run.owner import finalize_overdue
+
+        finalize_overdue(settings, store, say=lambda m: None if _quiet else say_error(m))
+    return store
+
+
+def progress() -> Any:
+    """Progress lines on stderr, stamped with the seconds since the command started."""
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        if not _quiet:
+            typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+
+    return say
+
+
+def quiet() -> bool:
+    return _quiet

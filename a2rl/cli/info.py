@@ -1,0 +1,137 @@
+"""Commands about the installation rather than a run: the `tasks` and their options, the
+`agents` and the settings (`config show`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from a2rl.cli import context
+from a2rl.cli.errors import fail, message
+from a2rl.cli.options import PROFILES, JsonFlag, choices
+from a2rl.cli.output import print_json
+from a2rl.settings import Settings, load_settings
+
+
+def tasks(
+    task_id: Annotated[str | None, typer.Argument(
+        metavar="[TASK]", help="one task: its options (set with -T key=value)")] = None,
+    profile: Annotated[choices(*PROFILES) | None, typer.Option(
+        help="show the evaluation settings in force under this profile (a2rl or paper)")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List the tasks with their levels; with --profile, each task's evaluation settings;
+    with a task id, its options."""
+    from a2rl.tasks import list_tasks, task_load_errors
+
+    if task_id is not None:
+        _print_task_options(task_id, as_json, profile)
+        return
+
+    try:
+        found = list_tasks(profile)
+    except ValueError as exc:
+        fail(str(exc))
+    for reason in task_load_errors().values():  # a broken plugin: said once, the rest listed
+        typer.echo(f"warning: {reason}", err=True)
+    if profile is not None:
+        docs = [t.profile_settings(context.settings()) for t in found]
+        if as_json:
+            print_json([{**d, "task": d["task_id"]} for d in docs])  # "task": the old alias
+            return
+        for doc in docs:
+            typer.echo(f"{doc.pop('task_id')} ({doc.pop('profile')} profile)")
+            _print_profile_settings(doc)
+        return
+    rows = [{"task_id": t.spec.id, "id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
+             "default_budget": t.spec.default_budget,
+             "splits": {name: info.n_items for name, info in t.spec.splits.items()}}
+            for t in found]
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        splits = ", ".join(f"{name} {n}" for name, n in r["splits"].items())
+        typer.echo(f"{r['task_id']:12} level {r['level']}  {r['title']}  [{splits}]")
+
+
+def _print_profile_settings(doc: dict[str, Any]) -> None:
+    """A task's evaluation settings under a profile (`Task.profile_settings`), a line each."""
+    for key, value in doc.items():
+        if key == "splits":
+            value = "; ".join(
+                f"{name} {s['n_items']} ({'visible' if s['visible'] else 'hidden'}, "
+                f"{s['source']})" for name, s in value.items())
+        typer.echo(f"  {key:16} {value}")
+
+
+def _print_task_options(task_id: str, as_json: bool, profile: str | None = None) -> None:
+    """`a2rl tasks <id>`: the task's options (name, type, default, description) and the
+    values now in force from config.toml and the deprecated settings; with --profile, first
+    the evaluation settings in force under that profile."""
+    from a2rl.tasks import OptionsError, get_task
+
+    try:
+        task = get_task(task_id, profile or "a2rl")
+    except KeyError as exc:
+        fail(message(exc))
+    evaluation = task.profile_settings(context.settings()) if profile is not None else None
+    rows = task.options_model.describe()
+    try:
+        current = task.options_record(context.settings())
+    except OptionsError as exc:
+        fail(str(exc))
+    for row in rows:
+        row["value"] = current.get(row["name"])
+    if as_json:
+        print_json({"task_id": task.spec.id, "id": task.spec.id, "title": task.spec.title,
+                    "options": rows}
+                   | ({"evaluation": evaluation} if evaluation is not None else {}))
+        return
+    typer.echo(f"{task.spec.id}: {task.spec.title} (level {task.spec.level})")
+    if evaluation is not None:
+        typer.echo(f"evaluation ({evaluation.pop('profile')} profile):")
+        evaluation.pop("task_id")
+        _print_profile_settings(evaluation)
+    typer.echo("options (-T key=value, or [tasks." + task.spec.id + "] in config.toml):")
+    for row in rows:
+        default = row["default"] if row["default"] != "" else '""'
+        typer.echo(f"  {row['name']:16} {row['type']:6} default {default}")
+        note = row["description"]
+        if row["deprecated_setting"]:
+            note += f" (deprecated setting: {row['deprecated_setting']})"
+        typer.echo(f"      {note}")
+        if row["value"] != row["default"]:
+            typer.echo(f"      now: {row['value']!r}")
+
+
+def agents(as_json: JsonFlag = False) -> None:
+    """List the agent systems and whether each is installed."""
+    from a2rl.clients.registry import list_connectors
+
+    rows = list_connectors()
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        state = f"installed {r['version'] or ''}" if r["installed"] else "not installed"
+        flag = " (experimental)" if r["experimental"] else ""
+        typer.echo(f"{r['name']:12} {r['kind']:9} {state:24} {r['title']}{flag}")
+
+
+def config_show(as_json: JsonFlag = False) -> None:
+    """Show every setting, its value and where it came from (default, file, env, cli)."""
+    import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
+
+    settings, sources = load_settings()
+    rows = {name: {"value": getattr(settings, name), "source": sources[name],
+                   "description": field.description}
+            for name, field in Settings.model_fields.items()}
+    rows["db_url"]["value"] = settings.database_url
+    if as_json:
+        print_json({k: {"value": v["value"], "source": v["source"]} for k, v in rows.items()})
+        return
+    for name, row in rows.items():
+        typer.echo(f"{name:20} = {row['value']!s:50} [{row['source']}]  # {row['description']}")
