@@ -20,8 +20,10 @@ against a control: the visible train items, matched the same way. Text that enum
 space finds both alike; text made from the hidden split finds hidden items far more often.
 
 Severity: a hidden item's question with its answer, or a long answer copied (≥ 50% of its
-n-grams), is `high`; questions without their answers are `medium` (a person should read it);
-short items found no more often than the control are `low`.
+n-grams), is `high`; questions without their answers are `medium` (a person should read it).
+Short items with their answers: at most 2 points above the control's rate, chance and no flag
+(counted in the summary); half of a split or more, as often as the control, `low` (the space
+enumerated); half or more and 30 points above the control, `high`; between, `low`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ N = 8
 COVERAGE = 0.5
 #: short items: a split's hit rate must reach this and exceed the control's by MARGIN
 SHORT_RATE, SHORT_MARGIN = 0.5, 0.3
+#: short items found at most this far above the control's rate are chance, not a flag: a
+#: sum printed while training (`47+85=132`) meets a hidden one now and then, as often as a
+#: visible one (the summary still counts them)
+CHANCE = 0.02
 MAX_ITEMS_SHOWN = 20
 #: a workspace file this large is matched in a worker thread, WORKERS at once
 LARGE_FILE = 16 << 20
@@ -181,11 +187,12 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
                                sources, items, "have their questions in the agent's text "
                                "(without their answers)"))
         short_hits = by_how["short_with_answer"]
-        if short_hits:
-            rate = len(short_hits) / len(pool)
-            enumerated = rate < SHORT_RATE or rate < control_rate + SHORT_MARGIN
+        rate = len(short_hits) / len(pool)
+        if short_hits and (rate >= SHORT_RATE or rate > control_rate + CHANCE):
+            enumerated = rate >= SHORT_RATE and rate < control_rate + SHORT_MARGIN
+            leaked = rate >= SHORT_RATE and not enumerated
             flags.append(_flag(
-                Severity.low if enumerated else Severity.high, split, short_hits, len(pool),
+                Severity.high if leaked else Severity.low, split, short_hits, len(pool),
                 found_by, sources, items,
                 f"(short items) appear with their answers; visible train items "
                 f"{control_rate:.0%} alike" + (": the task's space may be enumerable"

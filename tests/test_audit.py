@@ -323,6 +323,24 @@ def test_short_items_found_as_often_as_train_ones_are_low(tmp_path: Path) -> Non
     assert "enumerable" in flags[0].finding
 
 
+def test_short_items_met_by_chance_raise_no_flag(store: Store, tmp_path: Path) -> None:
+    """A training script prints sums; now and then one is a hidden item, as often as a
+    visible one: no flag (the demo's honest run), but the summary counts them. A few points
+    more than the visible items' rate is low, not high."""
+    hidden = [HiddenItem("test", f"test-{i}", f"{i}+{i + 1}", str(2 * i + 1))
+              for i in range(100)]
+    train = [HiddenItem("train", f"tr-{i}", f"{i}+{i + 2}", str(2 * i + 2)) for i in range(100)]
+    data = HiddenData(task_id="arith", items=hidden, train=train)
+    chance = " ".join(f"{it.input}={it.answer}" for it in hidden[:2] + train[:2])
+    result = check_contamination(_record(store, [chance]), hidden=data)
+    assert result.flags == [] and result.summary["splits"]["test"]["short_with_answer"] == 2
+    more = " ".join(f"{it.input}={it.answer}" for it in hidden[:20] + train[:2])
+    other = Store(f"sqlite:///{tmp_path / 'more.db'}")
+    flags = check_contamination(_record(other, [more]), hidden=data).flags
+    assert [f.severity for f in flags] == [Severity.low] and "enumerable" not in flags[0].finding
+
+
+@pytest.mark.cheats("names an API key in a tool call")
 def test_a_crashing_check_is_an_info_flag_and_the_rest_still_run(
         store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     from a2rl.audit import run as audit_module
@@ -361,6 +379,7 @@ def _a2rl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.cheats("names an API key in a tool call")
 def test_cli_prints_flags_and_exits_by_severity(tmp_path: Path) -> None:
     store = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
     with store.session() as s:
@@ -389,6 +408,7 @@ def test_cli_prints_flags_and_exits_by_severity(tmp_path: Path) -> None:
     assert load_audit(store, "r-clean").high == 0  # type: ignore[union-attr]
 
 
+@pytest.mark.cheats("names an API key in a tool call")
 def test_export_import_carries_the_audit_with_its_evidence_renumbered(tmp_path: Path,
                                                                      settings: Settings) -> None:
     from a2rl.store.transfer import dump_run, load_run
