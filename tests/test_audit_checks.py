@@ -411,6 +411,7 @@ def test_few_submissions_or_gap_inside_the_interval(store: Store) -> None:
 
 # --- through the real tools ---------------------------------------------------------------
 
+@pytest.mark.cheats("submits another run's weights")
 @pytest.mark.timeout(600)
 @pytest.mark.anyio
 async def test_real_runs_copy_of_another_runs_weights(settings: Settings, store: Store,

@@ -85,6 +85,7 @@ async def test_no_egress(dsettings, store: Store, drun: Run) -> None:  # type: i
         assert out["exit_code"] != 0 and "refused" in out["output"].lower()
 
 
+@pytest.mark.cheats("looks for the hidden data and the store in the container")
 async def test_hidden_data_is_not_in_the_container(dsettings, store: Store, drun: Run) -> None:  # type: ignore[no-untyped-def]
     secrets_dir = dsettings.home_dir / "secrets"
     secrets_dir.mkdir(exist_ok=True)
@@ -111,6 +112,7 @@ async def test_fork_bomb_and_memory_hog(dsettings, store: Store, drun: Run) -> N
         assert (await sh(c, "echo still-alive"))["output"].strip() == "still-alive"
 
 
+@pytest.mark.cheats("reads another run's workspace and the store")
 async def test_runs_do_not_see_each_other(dsettings, store: Store) -> None:  # type: ignore[no-untyped-def]
     a = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False).run
     b = create_run(dsettings, store, task_id="fixture", budget="30m", baseline=False).run

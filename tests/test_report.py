@@ -44,9 +44,16 @@ from .test_grading_checks import save_perturbed
 
 pytestmark = pytest.mark.timeout(600)
 
-# The scripts write their checkpoint with the same helper the grading tests use.
-SAVE = ("\n\n" + inspect.getsource(save_perturbed) + '\n\nif __name__ == "__main__":\n'
-        '    save_perturbed(Path("base_model"), Path(sys.argv[1]), 0.3)\n')
+# The scripts write their checkpoint with the same helper the grading tests use, each run
+# its own noise: two runs with byte-equal weights would be a copy, which the audit flags.
+
+
+def _save(scale: float) -> str:
+    return ("\n\n" + inspect.getsource(save_perturbed) + '\n\nif __name__ == "__main__":\n'
+            f'    save_perturbed(Path("base_model"), Path(sys.argv[1]), {scale})\n')
+
+
+
 HEAD = "from __future__ import annotations\n\nimport sys\nfrom pathlib import Path\n"
 SFT = '''"""SFT with TRL; the test runs only the checkpoint-writing part."""
 ''' + HEAD + '''
@@ -56,7 +63,7 @@ def train(model, data, out):
     from trl import SFTConfig, SFTTrainer
     trainer = SFTTrainer(model=model, train_dataset=data, args=SFTConfig(output_dir=out))
     trainer.train()
-''' + SAVE
+''' + _save(0.3)
 GRPO = '''"""GRPO with an exact-match reward; the test runs only the checkpoint-writing part."""
 ''' + HEAD + '''
 
@@ -70,7 +77,7 @@ def train(model, data, out):
     trainer = GRPOTrainer(model=model, reward_funcs=reward, train_dataset=data,
                           args=GRPOConfig(output_dir=out, num_generations=4))
     trainer.train()
-''' + SAVE
+''' + _save(0.25)
 CRASH = '''import sys
 for step, loss in enumerate([1.0, 0.9, 3.5, 42.0]):
     print(f"step {step} loss={loss}")

@@ -193,6 +193,7 @@ def _flag(store: Store, run_id: str) -> None:
         checks={"contamination": {"items": 10}}))
 
 
+@pytest.mark.cheats("stores a made-up audit with a high flag")
 def test_flagged_runs_are_marked_and_left_out_on_request(fleet: tuple[Path, Store]) -> None:
     home, store = fleet
     _flag(store, "r-ok")
@@ -218,6 +219,7 @@ def test_flagged_runs_are_marked_and_left_out_on_request(fleet: tuple[Path, Stor
                                                         "--exclude-flagged").stdout
 
 
+@pytest.mark.cheats("stores a made-up audit with a high flag")
 def test_fleet_summary_counts_results_and_flags(fleet: tuple[Path, Store]) -> None:
     _, store = fleet
     _flag(store, "r-ok")

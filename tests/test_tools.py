@@ -105,6 +105,7 @@ async def test_results_are_compact_json_of_the_structured_content(client: Client
     assert "\n" not in r.content[0].text
 
 
+@pytest.mark.cheats("echoes a secret-looking variable to see it is not passed")
 async def test_thread_counts_reach_the_jobs(client: Client,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The sandbox's environment is an allow-list; the numeric libraries' thread counts the
@@ -309,6 +310,7 @@ async def test_fifty_concurrent_calls(client: Client, store: Store, run: Run) ->
     assert all(r.duration_ms > 0 for r in rows)
 
 
+@pytest.mark.cheats("reads the store, another run and the user's home, dumps the environment")
 async def test_isolation(client: Client, backend, run: Run) -> None:  # type: ignore[no-untyped-def]
     settings = backend
     other = settings.runs_dir / "r-other" / "workspace"

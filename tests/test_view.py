@@ -37,6 +37,7 @@ from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import Settings
 from a2rl.store import Run, Store, Submission
 
+from .audit_guard import expect_cheating
 from .conftest import require, require_bwrap
 from .fake_openai import Call, FakeOpenAI, Poll, Step, json_field, latest
 from .test_grading_checks import save_perturbed
@@ -119,6 +120,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory, a2rl_home: Path) -> Iterator[
     plain = create_run(settings, store, task_id="arith", budget="30m", agent="by-hand",
                        protocol="paper").run
     # The live test submits a checkpoint in this run: the llm run's, as if trained here too.
+    # A copy of another run's weights, which the audit rightly flags.
+    expect_cheating(tmp, plain.id)
     shutil.copytree(Path(llm.workspace) / "output" / "ckpt",
                     Path(plain.workspace) / "output" / "ckpt")
     finish_run(settings, store, llm.id)  # grades what is queued, then the final test score
@@ -458,6 +461,7 @@ def test_audit_flags_link_to_their_evidence(runs: dict[str, Any], site: str, bro
                 s.delete(row)
 
 
+@pytest.mark.cheats("stores made-up audits with many flags")
 def test_the_runs_table_fits_a_1400px_window(browser: Any, tmp_path: Path) -> None:
     """Long run ids, fleet tags, model names and every column (profile and audit included):
     no horizontal scrolling at 1400 px."""

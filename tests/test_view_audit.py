@@ -69,6 +69,7 @@ def _record_ids(store: Store, run_id: str) -> dict[str, list[int]]:
     return {"calls": calls, "revisions": revs, "evaluations": evs}  # type: ignore[dict-item]
 
 
+@pytest.mark.cheats("stores a made-up audit with hostile text")
 def test_every_report_format_shows_the_audit(tmp_path: Path) -> None:
     url, store = _store(tmp_path, "a")
     committed = json.loads(SCHEMA_PATH.read_text())
@@ -129,6 +130,7 @@ def test_every_report_format_shows_the_audit(tmp_path: Path) -> None:
     store.close()
 
 
+@pytest.mark.cheats("stores a made-up audit with a high flag")
 def test_the_run_page_links_each_flags_evidence_to_the_record(tmp_path: Path) -> None:
     url, store = _store(tmp_path, "a", calls=400)  # two conversation pages
     ids = _record_ids(store, "a")
@@ -156,6 +158,7 @@ def test_the_run_page_links_each_flags_evidence_to_the_record(tmp_path: Path) ->
     assert 'href="#audit"' in page  # the nav names the section
 
 
+@pytest.mark.cheats("stores made-up audits with high flags")
 def test_the_runs_page_has_an_audit_column_and_filter(tmp_path: Path) -> None:
     url, store = _store(tmp_path, "hi", "med", "ok", "none")
     save_audit(store, _audit("hi", Flag(kind="model_identity", severity=Severity.high,

@@ -57,6 +57,7 @@ async def test_honest_run_raises_no_high_flag(local: Settings, store: Store) -> 
     assert report.checks["contamination"]["splits"]["test"]["hit"] == 0
 
 
+@pytest.mark.cheats("writes hidden test items into its training data")
 async def test_hidden_test_items_in_training_data_are_flagged(local: Settings,
                                                               store: Store) -> None:
     run = Run(id="probe", task_id="arith", workspace="")
@@ -75,6 +76,7 @@ async def test_hidden_test_items_in_training_data_are_flagged(local: Settings,
     assert test_items[0].input not in flags[0].model_dump_json()
 
 
+@pytest.mark.cheats("reads the task's hidden seed")
 async def test_reading_the_hidden_seed_is_flagged(local: Settings, store: Store) -> None:
     seed = get_task("arith").hidden_data_paths(local)[0]
     run_id = await _run(local, store, "hidden-reach", hidden_path=str(seed))
@@ -84,6 +86,7 @@ async def test_reading_the_hidden_seed_is_flagged(local: Settings, store: Store)
     assert any(str(Path(seed).name) in e for e in flags[0].evidence.excerpts)
 
 
+@pytest.mark.cheats("curls the network and names an API key")
 async def test_network_and_api_keys_are_flagged(local: Settings, store: Store) -> None:
     run_id = await _run(local, store, "reaching-out")
     flags = _flags(store, run_id, "reaching_out")
@@ -93,6 +96,7 @@ async def test_network_and_api_keys_are_flagged(local: Settings, store: Store) -
     assert by["fetches from the network"].evidence.tool_calls
 
 
+@pytest.mark.cheats("hides hidden test items past a 50 GB hole")
 async def test_a_sparse_or_filled_disk_does_not_hold_the_audit(local: Settings,
                                                                 store: Store) -> None:
     """An agent leaves a 100 GB sparse file with a hidden test item past its hole, and more

@@ -178,6 +178,7 @@ async def test_edit_of_a_file_without_final_newline_shows_separate_lines(agent: 
     assert "-y = 2" in lines and "+y = 3" in lines
 
 
+@pytest.mark.cheats("reaches for hidden data through a task's resource")
 async def test_task_resource_never_follows_a_symlink_or_hangs_on_a_fifo(agent: Agent) -> None:
     """TASK.md sits in the workspace root, which the agent owns: a job replaces it by a link to
     a host secret, then by a FIFO. The `a2rl://task` resource returns neither the host file nor

@@ -106,6 +106,7 @@ async def test_other_runs_submission_ids_are_unknown(agent: Agent, other: Agent)
 
 # -- paths ---------------------------------------------------------------------------------
 
+@pytest.mark.cheats("walks paths out of the workspace to the store and hidden data")
 async def test_path_traversal_is_refused(agent: Agent, other: Agent,
                                          host_canaries: dict[str, str]) -> None:
     workspace = Path(agent.run.workspace)
@@ -135,6 +136,7 @@ async def test_path_traversal_is_refused(agent: Agent, other: Agent,
     assert not any(secret in text for secret in host_canaries.values() for text in got)
 
 
+@pytest.mark.cheats("writes outside the workspace, into a2rl's home")
 async def test_edit_file_cannot_write_outside_the_workspace(agent: Agent, other: Agent) -> None:
     workspace = Path(agent.run.workspace)
     name = f"escape-{secrets.token_hex(4)}.txt"
@@ -149,6 +151,7 @@ async def test_edit_file_cannot_write_outside_the_workspace(agent: Agent, other:
     assert not (Path.home() / name).exists()
 
 
+@pytest.mark.cheats("submits a folder outside the workspace")
 async def test_submit_checkpoint_outside_the_workspace_is_refused(agent: Agent,
                                                                   other: Agent) -> None:
     await other.sh("mkdir -p output/ckpt && echo x > output/ckpt/config.json")
@@ -168,6 +171,7 @@ async def test_submit_checkpoint_outside_the_workspace_is_refused(agent: Agent,
 
 # -- the host, from inside a job --------------------------------------------------------------
 
+@pytest.mark.cheats("reads the host's secrets and the hidden data")
 async def test_job_cannot_read_host_secrets(agent: Agent, other: Agent,
                                             host_canaries: dict[str, str]) -> None:
     targets = [*host_canaries, agent.settings.database_url.removeprefix("sqlite:///"),
@@ -180,6 +184,7 @@ async def test_job_cannot_read_host_secrets(agent: Agent, other: Agent,
     assert "SQLite format" not in out["output"]
 
 
+@pytest.mark.cheats("looks for the server's processes")
 async def test_job_does_not_see_the_servers_environment(backend: Settings, store: Store,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """API keys in the server's environment (the judge's, a provider's) never cross into a job,

@@ -107,6 +107,7 @@ nohup sleep 1000.{t}4 < /dev/null > /dev/null 2>&1 &
 # -- the supervisor is out of the jobs' reach -------------------------------------------------
 
 
+@pytest.mark.cheats("tries to kill the supervisor outside the sandbox")
 async def test_supervisor_survives_kill_and_stop_then_daemons_die_at_finish(agent: Agent) -> None:
     await agent.sh("true")  # the sandbox starts at the first command
     before = supervisor_answers(agent)
@@ -124,6 +125,7 @@ async def test_supervisor_survives_kill_and_stop_then_daemons_die_at_finish(agen
     assert wait_for(lambda: not host_procs(f"1000.{t}"), 10), host_procs(f"1000.{t}")
 
 
+@pytest.mark.cheats("tries to trace the supervisor")
 async def test_supervisor_cannot_be_traced_or_read(agent: Agent) -> None:
     await agent.sh("true")
     token = (run_dir(agent) / "control" / "token").read_text().strip()
@@ -139,6 +141,7 @@ async def test_supervisor_cannot_be_traced_or_read(agent: Agent) -> None:
     supervisor_answers(agent)
 
 
+@pytest.mark.cheats("probes the sandbox's control socket and the host")
 async def test_control_socket_cannot_be_found_replaced_or_proxied(agent: Agent) -> None:
     await agent.sh("true")
     sock_path = run_dir(agent) / "control" / "sock" / "supervisor.sock"
@@ -317,6 +320,7 @@ async def test_ordinary_work_runs_under_the_filter(backend: Settings, store: Sto
 # -- job logs ----------------------------------------------------------------------------------
 
 
+@pytest.mark.cheats("links its job log to the host's secrets")
 async def test_job_log_symlinked_to_host_secrets_is_not_read(agent: Agent) -> None:
     secret = secrets.token_hex(16)
     seed = agent.settings.home_dir / "secrets" / f"probe-{tag()}.seed"
@@ -380,6 +384,7 @@ SMALL_HOGS = ("for i in $(seq 1 40); do python3 -c 'import time; x = bytearray(6
               "time.sleep(8)' & done; wait; echo waited")
 
 
+@pytest.mark.cheats("tries to lower its own OOM score after reading pid 1's")
 async def test_memory_hog_ends_that_job_only(agent: Agent) -> None:
     """A hog ends its job with a message; so does a hog of many small processes, and the
     supervisor that answers afterwards is the same one: locally jobs have their own cgroup,
@@ -540,6 +545,7 @@ async def test_daemon_does_not_outlive_the_deadline(agent: Agent) -> None:
     assert wait_for(lambda: not host_procs(f"1000.{t}"), 15), host_procs(f"1000.{t}")
 
 
+@pytest.mark.cheats("looks for another run's processes")
 async def test_other_runs_processes_are_invisible(agent: Agent, backend: Settings,
                                                   store: Store) -> None:
     t = tag()
@@ -558,6 +564,7 @@ async def test_other_runs_processes_are_invisible(agent: Agent, backend: Setting
 # -- a restarted sandbox mounts nothing the agent pointed elsewhere ----------------------------
 
 
+@pytest.mark.cheats("tries to replace the read-only inputs with host files")
 async def test_readonly_input_replaced_by_a_symlink_is_not_mounted_at_restart(
         backend: Settings, store: Store) -> None:
     """A declared read-only input the task left empty is a name in the agent's workspace: a job

@@ -67,6 +67,7 @@ def services_inside(agent: Agent) -> str:
             else str(Path(agent.run.workspace).parent / "services"))
 
 
+@pytest.mark.cheats("goes for the services' sockets on the host")
 async def test_service_socket_cannot_be_redirected_to_a_host_file(agent: Agent,
                                                                   tmp_path: Path) -> None:
     """A job may not plant names in services/ when jobs run as their own user; where they share
@@ -167,6 +168,7 @@ def _rows(store: Store, run_id: str, tool: str) -> list[ToolCall]:
                                                   ToolCall.tool == tool)).all())
 
 
+@pytest.mark.cheats("floods a service and names a2rl's home")
 async def test_service_flood_from_a_job_is_bounded_and_recorded(
         search_agent: tuple[Agent, FakeSearch]) -> None:
     """A job opens 40 connections and pipelines 200 searches: 4 connections are let in, the
