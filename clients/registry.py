@@ -28,6 +28,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "claude-code": "a2rl.clients.claude_code:ClaudeCodeConnector",
     "codex": "a2rl.clients.codex:CodexConnector",
     "gemini-cli": "a2rl.clients.gemini:GeminiConnector",
+    "opencode": "a2rl.clients.opencode:OpenCodeConnector",
     "openhands": "a2rl.clients.openhands:OpenHandsConnector",
 }
 

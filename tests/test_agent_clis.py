@@ -27,11 +27,19 @@ from a2rl.clients.claude_code import ClaudeCodeConnector
 from a2rl.clients.codex import CodexConnector
 from a2rl.clients.gemini import GeminiConnector
 from a2rl.clients.npm_clis import cli_path
+from a2rl.clients.opencode import OpenCodeConnector
 from a2rl.clients.openhands import OpenHandsConnector, write_config
 from a2rl.server import create_run, finish_run
 
 from .conftest import require_bwrap
-from .fake_model_apis import FakeAnthropic, FakeGemini, FakeModelApi, FakeResponses, Step
+from .fake_model_apis import (
+    FakeAnthropic,
+    FakeChatCompletions,
+    FakeGemini,
+    FakeModelApi,
+    FakeResponses,
+    Step,
+)
 from .helpers import calls
 
 pytestmark = pytest.mark.timeout(300)
@@ -74,6 +82,9 @@ CLIS = {
     "gemini-cli": Cli(GeminiConnector, FakeGemini,
                       lambda f: {"gemini_base_url": f.url},
                       _strip(f"mcp_{SERVER_NAME}_")),
+    "opencode": Cli(OpenCodeConnector, FakeChatCompletions,
+                    lambda f: {"openai_base_url": f.url + "/v1"},
+                    _strip(f"{SERVER_NAME}_")),
 }
 DUMMY_KEYS = {"ANTHROPIC_API_KEY": "sk-ant-dummy", "OPENAI_API_KEY": "sk-dummy",
               "GEMINI_API_KEY": "dummy"}
@@ -163,6 +174,15 @@ def test_cli_uses_only_our_tools(name, agent_clis, settings, store, mcp_url,  # 
     events = _jsonl(p.stdout)
     assert fake.final_text in p.stdout, events[-3:]
 
+    # Its own parser reads the stored transcript: our calls in order, the refusal an error.
+    messages = cli.connector().parse_transcript(p.stdout.encode())
+    assert messages is not None, f"{name}'s parser does not recognize its own stdout"
+    tools = [m for m in messages if m.role == "tool"]
+    assert [m.tool for m in tools] == [s.tool for s in SCRIPT], tools
+    assert [m.is_error for m in tools] == [False, False, False, True]
+    assert "hello" in (tools[1].result or "")
+    assert any(fake.final_text in m.text for m in messages if m.role == "assistant")
+
 
 def test_connector_versions(agent_clis) -> None:  # type: ignore[no-untyped-def]
     for name, cli in CLIS.items():
@@ -170,7 +190,7 @@ def test_connector_versions(agent_clis) -> None:  # type: ignore[no-untyped-def]
         assert conn.name == name and conn.kind == "process" and not conn.experimental
         version = conn.version()
         assert version and version[0].isdigit(), f"{name}: {version!r}"
-    for binary in ("claude", "codex", "gemini"):  # the script and npm_clis agree on the folder
+    for binary in ("claude", "codex", "gemini", "opencode"):  # the script and npm_clis agree
         assert cli_path(binary) == agent_clis / binary
 
 
@@ -187,6 +207,26 @@ def test_prepare_writes_only_under_home(name, agent_clis, tmp_path) -> None:  # 
     assert written and all(p == home or home in p.parents for p in written)
     assert launch.env["HOME"] == str(home) and "the prompt" in launch.argv
     assert not any("tok-123" in a for a in launch.argv)
+
+
+def test_opencode_config_keeps_the_token_out_and_denies_its_builtins(agent_clis,  # type: ignore[no-untyped-def]
+                                                                     tmp_path) -> None:
+    """The run's token reaches OpenCode through its environment, never a file; every tool
+    but ours is denied (which removes it from what the model is offered)."""
+    ctx = AgentContext(run_id="r-x", prompt="p", home=tmp_path / "h", budget_s=60, model="m",
+                       endpoint=McpEndpoint(url="http://127.0.0.1:9/mcp", token="tok-123"),
+                       options={"openai_base_url": "http://127.0.0.1:8/v1"})
+    launch = OpenCodeConnector().prepare(ctx)
+    assert not any("tok-123" in p.read_text() for p in ctx.home.rglob("*") if p.is_file())
+    assert "tok-123" in launch.env.values()
+    config = json.loads(Path(launch.env["OPENCODE_CONFIG"]).read_text())
+    assert config["permission"] == {"*": "deny", f"{SERVER_NAME}_*": "allow"}
+    assert config["model"] == "a2rl/m"
+    assert config["provider"]["a2rl"]["options"]["baseURL"] == "http://127.0.0.1:8/v1"
+    assert OpenCodeConnector().missing_config({}, None) == [
+        "a model (--model NAME, served by the endpoint)",
+        "OPENAI_API_KEY in the environment (or --agent-option openai_api_key=...)",
+    ] or os.environ.get("OPENAI_API_KEY")
 
 
 def test_openhands_is_experimental(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -2,7 +2,7 @@
 token, the plots' ticks and curves, and the pages' speed on a synthetic run.
 
 The CLI transcripts in tests/fixtures/transcripts are real stdout of the pinned Claude Code,
-Codex and Gemini CLIs driven by tests/test_agent_clis.py's script (list_files, run_command
+Codex, Gemini and OpenCode CLIs driven by tests/test_agent_clis.py's script (list_files, run_command
 "echo hello", budget_status, a refused submit_checkpoint) against the fake model APIs, with the
 temporary paths replaced.
 """
@@ -52,7 +52,7 @@ def _bench() -> object:
     return mod
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli"])
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli", "opencode"])
 def test_each_cli_transcript_becomes_one_message_list(agent: str) -> None:
     fmt, msgs = parse((FIXTURES / f"{agent}.jsonl").read_bytes())
     assert fmt == agent
