@@ -243,3 +243,41 @@ def test_openhands_is_experimental(tmp_path) -> None:  # type: ignore[no-untyped
     if conn.installed():
         launch = conn.prepare(ctx)
         assert "--headless" in launch.argv and launch.env["HOME"] == str(ctx.home)
+
+
+def test_opencode_through_a2rl_run(agent_clis, settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`a2rl run --agent opencode` as a user types it: the orchestrator launches the pinned
+    binary in its bubblewrap sandbox against the fake endpoint, and stores its transcript, its
+    version and the driver model with the run."""
+    require_bwrap()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    env.update(A2RL_HOME=str(settings.home), A2RL_DB_URL=settings.database_url,
+               OPENAI_API_KEY="sk-dummy")
+    if os.environ.get("A2RL_NPM_CACHE"):
+        env["A2RL_NPM_CACHE"] = os.environ["A2RL_NPM_CACHE"]
+    script = [Step("list_files", {"path": "."}), Step("run_command", {"command": "echo hi"})]
+    with FakeChatCompletions(script) as fake:
+        p = subprocess.run([A2RL, "run", "--task", "arith", "--agent", "opencode",
+                            "--model", fake.model, "--budget", "10m", "--json",
+                            "--agent-option", f"openai_base_url={fake.url}/v1"],
+                           env=env, capture_output=True, text=True, timeout=240,
+                           stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    summary = json.loads(p.stdout)
+    from a2rl.store import Run, Store
+
+    store = Store(settings.database_url)
+    try:
+        assert [c.tool for c in calls(store, summary["run_id"])] == ["list_files", "run_command"]
+        with store.session() as s:
+            run = s.get(Run, summary["run_id"])
+            assert run is not None
+            agent, version, model = run.agent, run.agent_version, run.driver_model
+            sha = run.agent_transcript_sha
+        transcript = store.get_blob(sha)
+    finally:
+        store.close()
+    assert (agent, model) == ("opencode", fake.model) and version == OpenCodeConnector().version()
+    messages = OpenCodeConnector().parse_transcript(transcript)
+    assert messages and [m.tool for m in messages if m.role == "tool"] == [
+        "list_files", "run_command"]
