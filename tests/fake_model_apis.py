@@ -367,6 +367,15 @@ class FakeChatCompletions(FakeModelApi):
                 out.append(str(content))
         return out
 
+    @staticmethod
+    def _properties(body: Json, tool: str) -> Json:
+        """The parameters the offered tool `tool` declares."""
+        for t in body.get("tools") or []:
+            fn = t.get("function") if isinstance(t, dict) else None
+            if isinstance(fn, dict) and fn.get("name") == tool:
+                return (fn.get("parameters") or {}).get("properties") or {}
+        return {}
+
     def other(self, method: str, path: str) -> tuple[int, str, bytes]:
         if method == "GET" and path.split("?")[0].endswith("/models"):
             return 200, "application/json", json.dumps({"object": "list", "data": [
@@ -375,6 +384,9 @@ class FakeChatCompletions(FakeModelApi):
 
     def reply(self, body: Json, step: Step | None, turn: int,
               path: str = "") -> tuple[str, bytes]:
+        if step is not None and "security_risk" in self._properties(body, step.tool):
+            # OpenHands' security analyzer asks the model to rate each action, as a model would
+            step = Step(step.tool, {**step.args, "security_risk": "LOW"})
         base = {"id": f"chatcmpl-{turn:04d}", "created": 0,
                 "model": body.get("model", self.model)}
         usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
