@@ -764,16 +764,14 @@ def run_cmd(
 @app.command()
 def agents(as_json: JsonFlag = False) -> None:
     """List the agent systems and whether each is installed."""
-    from a2rl.clients.registry import list_connectors
+    from a2rl.clients.registry import agent_lines, list_connectors
 
     rows = list_connectors()
     if as_json:
         _print_json(rows)
         return
-    for r in rows:
-        state = f"installed {r['version'] or ''}" if r["installed"] else "not installed"
-        flag = " (experimental)" if r["experimental"] else ""
-        typer.echo(f"{r['name']:12} {r['kind']:9} {state:24} {r['title']}{flag}")
+    for line in agent_lines(rows):
+        typer.echo(line)
 
 
 @app.command()

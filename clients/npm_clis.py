@@ -91,6 +91,7 @@ class CliConnector(BaseConnector):
 
     binary_name: str = ""
     kind = "process"
+    install_hint = "scripts/agent-clis.sh"
 
     def installed(self) -> bool:
         return cli_path(self.binary_name) is not None

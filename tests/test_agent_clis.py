@@ -314,3 +314,34 @@ def test_cli_through_a2rl_run(name, request, settings, tmp_path) -> None:  # typ
     messages = cli.connector().parse_transcript(transcript)
     assert messages and [m.tool for m in messages if m.role == "tool"] == [
         "list_files", "run_command"]
+
+
+def test_a2rl_agents_lists_every_agent(agent_clis, openhands_cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`a2rl agents` lists every built-in agent with its version once installed, and how to
+    install the missing ones when nothing is (an empty cache folder, a bare PATH)."""
+    from a2rl.clients.registry import BUILTIN_AGENTS, get_connector
+
+    def agents(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+        base.update(A2RL_HOME=str(tmp_path / "home"), **env)
+        if os.environ.get("A2RL_NPM_CACHE") and "A2RL_NPM_CACHE" not in env:
+            base["A2RL_NPM_CACHE"] = os.environ["A2RL_NPM_CACHE"]
+        p = subprocess.run([A2RL, "agents", *args], env=base, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p
+
+    rows = json.loads(agents("--json").stdout)
+    assert [r["name"] for r in rows] == list(BUILTIN_AGENTS)
+    for r in rows:
+        assert r["installed"] and r["version"] == get_connector(r["name"]).version(), r
+        assert not r["experimental"], r
+    text = agents().stdout.splitlines()
+    assert len(text) == len(BUILTIN_AGENTS) and "to install" not in agents().stdout
+    assert all(f"installed {r['version']}" in line for r, line in zip(rows, text, strict=True))
+
+    bare = agents(A2RL_NPM_CACHE=str(tmp_path / "empty"), PATH="/usr/bin:/bin").stdout
+    missing = {line.split()[0] for line in bare.splitlines() if "not installed" in line}
+    assert missing == {"claude-code", "codex", "gemini-cli", "opencode", "openhands"}, bare
+    assert "to install claude-code, codex, gemini-cli, opencode: scripts/agent-clis.sh" in bare
+    assert "to install openhands: scripts/openhands.sh" in bare
