@@ -271,6 +271,9 @@ def test_openhands_config_offers_only_our_tools(openhands_cli, tmp_path) -> None
                                                                 "agent_settings.json"))
     assert launch.env["LLM_API_KEY"] == "k" and launch.env["LLM_MODEL"] == "openai/m"
     assert not {"k", "t"} & set(launch.argv)
+    assert conn.missing_config({"llm_api_key": "k"}, None) == [
+        "a model (--model, a LiteLLM name such as openai/NAME or anthropic/NAME)"]
+    assert conn.missing_config({"llm_api_key": "k"}, "openai/m") == []
 
 
 @pytest.mark.parametrize("name", ["opencode", "openhands"])
