@@ -1,15 +1,17 @@
 """OpenHands CLI (`openhands --headless --json`) as a process connector, our tools its only ones.
 
-The CLI (PyPI `openhands`, pinned in `clients/openhands-requirements.txt`) needs Python 3.12:
-`scripts/openhands.sh` installs it into its own virtual environment, `<cache>/a2rl/openhands-
-<version>`, since its pins would clash with ours. Everything it reads is in the agent's private
-home, `~/.openhands`:
+The CLI (PyPI `openhands`, pinned in `clients/openhands-requirements.txt`, its dependencies in
+`openhands-constraints.txt`) needs Python 3.12: `scripts/openhands.sh` installs it into its
+own virtual environment in the cache folder (`venv_dir`), since its pins would clash with ours.
+Everything it reads is in the agent's private home, `~/.openhands`:
 
 - `mcp.json`: our server as a streamable-HTTP entry with the run's bearer header (0600);
 - `agent_settings.json`: the agent, whose `filter_tools_regex` keeps only our server's tools.
   The CLI re-attaches its default tools (terminal, file editor, task tracker, sub-agent task)
   at every start, but the filter applies after them, so the model is offered ours and the two
-  built-ins every OpenHands agent has and that act on nothing (`finish`, `think`).
+  built-ins every OpenHands agent has and that act on nothing (`finish`, `think`). The
+  filtered tools are still set up (its terminal may start a shell in the agent's sandbox),
+  but nothing can call them.
 
 The model comes from `--override-with-envs` (`LLM_MODEL`, a LiteLLM name such as
 `openai/NAME` for an OpenAI-compatible endpoint; `LLM_BASE_URL`; `LLM_API_KEY`), never written
@@ -22,6 +24,7 @@ event a pretty-printed JSON object after a `--JSON Event--` line, amid the termi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +38,7 @@ from .transcript import Message, arguments_of, bare_tool, text_of
 
 BINARY = "openhands"
 REQUIREMENTS = Path(__file__).with_name("openhands-requirements.txt")
+CONSTRAINTS = Path(__file__).with_name("openhands-constraints.txt")
 KEY_ENV = "LLM_API_KEY"
 MARKER = "--JSON Event--"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
@@ -51,8 +55,10 @@ def pinned_version() -> str:
 
 
 def venv_dir() -> Path:
-    """The virtual environment scripts/openhands.sh installs the pinned CLI into."""
-    return cache_root() / f"openhands-{pinned_version()}"
+    """The virtual environment scripts/openhands.sh installs the pinned CLI into: named after
+    the pin and the first 16 hex digits of the sha256 of the two files, as the script does."""
+    key = hashlib.sha256(REQUIREMENTS.read_bytes() + CONSTRAINTS.read_bytes()).hexdigest()[:16]
+    return cache_root() / f"openhands-{pinned_version()}-{key}"
 
 
 def cli_binary() -> Path | None:
