@@ -7,9 +7,9 @@
   points; `transcript`: the messages every connector's transcript parser returns.
 - The connectors, one module each with its own transcript parser: `reference` (the scripted
   reference agent), `llm` (a tool-calling loop over any OpenAI-compatible endpoint), and the
-  agent CLIs `claude_code`, `codex`, `gemini` and `openhands` (experimental); `npm_clis` finds
-  the pinned npm CLIs, `prompt` is the task prompt every connector hands its agent,
-  `agent_sandbox` the bubblewrap an agent CLI runs in.
+  agent CLIs `claude_code`, `codex`, `gemini`, `opencode` and `openhands`; `npm_clis` finds
+  the pinned npm CLIs (`openhands` its own virtual environment), `prompt` is the task prompt
+  every connector hands its agent, `agent_sandbox` the bubblewrap an agent CLI runs in.
 
 Importing the package imports no connector: each is loaded when its agent is first used.
 """

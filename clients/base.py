@@ -125,6 +125,8 @@ class BaseConnector:
     or `run` (in-process)."""
 
     experimental = False
+    #: how to install it, shown by `a2rl agents` while it is not installed
+    install_hint = ""
 
     def installed(self) -> bool:
         return True

@@ -39,8 +39,10 @@ def settings_json(ctx: AgentContext) -> dict[str, Any]:
 
 
 def recognizes(docs: list[dict[str, Any]]) -> bool:
-    """stream-json: `init`, `tool_use`, `tool_result`, and `message` lines with a role."""
-    return any(d.get("type") in ("init", "tool_use", "tool_result")
+    """stream-json: `init`, `tool_use` and `tool_result` lines with a `tool_id`, and
+    `message` lines with a role (OpenCode's events also have a `tool_use` type)."""
+    return any(d.get("type") == "init"
+               or (d.get("type") in ("tool_use", "tool_result") and "tool_id" in d)
                or (d.get("type") == "message" and "role" in d)
                for d in docs[:RECOGNIZE_LINES])
 

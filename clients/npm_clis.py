@@ -59,6 +59,11 @@ def _version_of(path: str) -> str | None:
     return match.group(0) if out.returncode == 0 and match else None
 
 
+def program_version(path: Path) -> str | None:
+    """`PATH --version` reduced to its version number; None when it fails."""
+    return _version_of(str(path))
+
+
 def cli_version(name: str) -> str | None:
     """`NAME --version` reduced to its version number; None when missing or broken."""
     path = cli_path(name)
@@ -86,6 +91,7 @@ class CliConnector(BaseConnector):
 
     binary_name: str = ""
     kind = "process"
+    install_hint = "scripts/agent-clis.sh"
 
     def installed(self) -> bool:
         return cli_path(self.binary_name) is not None

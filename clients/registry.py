@@ -28,6 +28,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "claude-code": "a2rl.clients.claude_code:ClaudeCodeConnector",
     "codex": "a2rl.clients.codex:CodexConnector",
     "gemini-cli": "a2rl.clients.gemini:GeminiConnector",
+    "opencode": "a2rl.clients.opencode:OpenCodeConnector",
     "openhands": "a2rl.clients.openhands:OpenHandsConnector",
 }
 
@@ -106,17 +107,36 @@ def transcript_usage(data: bytes | None, fmt: str) -> Usage | None:
 
 
 def list_connectors() -> list[dict[str, Any]]:
-    """One row per agent that loads; one that does not is shown as not installed, with why."""
+    """One row per agent (`a2rl agents --json`): its name, title, kind, whether it is
+    experimental, installed, its version, and how to install it (`install`, a connector's
+    optional `install_hint`). One that does not load is shown as not installed, with why."""
     rows = []
     for name in agent_names():
         try:
             c = get_connector(name)
         except PluginLoadError as exc:
             rows.append({"name": name, "title": str(exc), "kind": "?", "experimental": False,
-                         "installed": False, "version": None})
+                         "installed": False, "version": None, "install": None})
             continue
         installed = c.installed()
         rows.append({"name": name, "title": c.title, "kind": c.kind,
                      "experimental": c.experimental, "installed": installed,
-                     "version": c.version() if installed else None})
+                     "version": c.version() if installed else None,
+                     "install": getattr(c, "install_hint", "") or None})
     return rows
+
+
+def agent_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """`a2rl agents`' table: one line per row of `list_connectors`, then how to install the
+    ones missing."""
+    lines = []
+    for r in rows:
+        state = f"installed {r['version'] or ''}" if r["installed"] else "not installed"
+        flag = " (experimental)" if r["experimental"] else ""
+        lines.append(f"{r['name']:12} {r['kind']:9} {state:24} {r['title']}{flag}")
+    by_hint: dict[str, list[str]] = {}
+    for r in rows:
+        if not r["installed"] and r.get("install"):
+            by_hint.setdefault(r["install"], []).append(r["name"])
+    lines += [f"to install {', '.join(names)}: {hint}" for hint, names in by_hint.items()]
+    return lines

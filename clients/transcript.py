@@ -21,9 +21,10 @@ from .base import SERVER_NAME
 Role = Literal["system", "user", "assistant", "thinking", "tool", "result", "error", "info"]
 #: the longest text one message keeps (a transcript is shown, not archived)
 MAX_TEXT = 20_000
-#: how agent systems spell our server's tools (`mcp__a2rl__run_command`, `a2rl.run_command`...)
+#: how agent systems spell our server's tools (`mcp__a2rl__run_command`, `a2rl.run_command`,
+#: OpenCode's `a2rl_run_command`...); the longest first, so `a2rl__` wins over `a2rl_`
 PREFIXES = (f"mcp__{SERVER_NAME}__", f"mcp_{SERVER_NAME}_", f"mcp__{SERVER_NAME}/",
-            f"{SERVER_NAME}.", f"{SERVER_NAME}__")
+            f"{SERVER_NAME}.", f"{SERVER_NAME}__", f"{SERVER_NAME}_")
 #: how many of the first JSON lines a parser looks at to recognize its format
 RECOGNIZE_LINES = 50
 

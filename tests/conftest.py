@@ -189,3 +189,15 @@ def agent_clis() -> Path:
     p = subprocess.run([str(script)], capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     return Path(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def openhands_cli() -> Path:
+    """Install the pinned OpenHands CLI once into its own environment (Python 3.12, found by
+    the script); its bin folder."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "openhands.sh"
+    p = subprocess.run([str(script)], capture_output=True, text=True, timeout=900)
+    require(p.returncode == 0 or "needs Python 3.12" not in p.stderr,
+            "no Python 3.12 for the OpenHands CLI (see scripts/openhands.sh)")
+    assert p.returncode == 0, p.stderr[-3000:]
+    return Path(p.stdout.strip().splitlines()[-1])

@@ -5,8 +5,9 @@ answers from a script: one tool call per model turn, in order, then a final text
 derived from the conversation the CLI sends (how many tool results it carries), not from a
 request counter, so side requests (titles, warm-ups, retries) do not shift the script. Every
 request is recorded, so tests can read which tools the model was offered and what the tools
-returned. Protocols: Anthropic Messages (Claude Code), OpenAI Responses (Codex CLI) and Gemini
-streamGenerateContent (Gemini CLI), each as server-sent events.
+returned. Protocols: Anthropic Messages (Claude Code), OpenAI Responses (Codex CLI), Gemini
+streamGenerateContent (Gemini CLI) and OpenAI chat completions (OpenCode's OpenAI-compatible
+provider, OpenHands' LiteLLM), each as server-sent events.
 """
 
 from __future__ import annotations
@@ -340,3 +341,74 @@ class FakeGemini(FakeModelApi):
         if path.split("?")[0].endswith(":generateContent"):
             return "application/json", json.dumps(chunk).encode()
         return "text/event-stream", _sse([(None, chunk)])
+
+
+class FakeChatCompletions(FakeModelApi):
+    """OpenAI chat completions: `POST /v1/chat/completions`, streamed (SSE ending in `[DONE]`)
+    or not; `GET /v1/models` lists the model."""
+
+    protocol = "openai-chat"
+
+    def is_model_call(self, method: str, path: str) -> bool:
+        return method == "POST" and path.split("?")[0].endswith("/chat/completions")
+
+    def offered(self, body: Json) -> list[str]:
+        return [t["function"]["name"] for t in body.get("tools") or []
+                if isinstance(t, dict) and isinstance(t.get("function"), dict)
+                and "name" in t["function"]]
+
+    def results(self, body: Json) -> list[str]:
+        out = []
+        for msg in body.get("messages") or []:
+            if isinstance(msg, dict) and msg.get("role") == "tool":
+                content = msg.get("content")
+                if isinstance(content, list):
+                    content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+                out.append(str(content))
+        return out
+
+    @staticmethod
+    def _properties(body: Json, tool: str) -> Json:
+        """The parameters the offered tool `tool` declares."""
+        for t in body.get("tools") or []:
+            fn = t.get("function") if isinstance(t, dict) else None
+            if isinstance(fn, dict) and fn.get("name") == tool:
+                return (fn.get("parameters") or {}).get("properties") or {}
+        return {}
+
+    def other(self, method: str, path: str) -> tuple[int, str, bytes]:
+        if method == "GET" and path.split("?")[0].endswith("/models"):
+            return 200, "application/json", json.dumps({"object": "list", "data": [
+                {"id": self.model, "object": "model", "created": 0, "owned_by": "a2rl"}]}).encode()
+        return super().other(method, path)
+
+    def reply(self, body: Json, step: Step | None, turn: int,
+              path: str = "") -> tuple[str, bytes]:
+        if step is not None and "security_risk" in self._properties(body, step.tool):
+            # OpenHands' security analyzer asks the model to rate each action, as a model would
+            step = Step(step.tool, {**step.args, "security_risk": "LOW"})
+        base = {"id": f"chatcmpl-{turn:04d}", "created": 0,
+                "model": body.get("model", self.model)}
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        if step is not None:
+            call = {"id": f"call_{turn:04d}", "type": "function",
+                    "function": {"name": step.tool, "arguments": json.dumps(step.args)}}
+            message: Json = {"role": "assistant", "content": None, "tool_calls": [call]}
+            finish = "tool_calls"
+        else:
+            message = {"role": "assistant", "content": self.final_text}
+            finish = "stop"
+        if not body.get("stream"):
+            return "application/json", json.dumps(dict(
+                base, object="chat.completion", usage=usage, choices=[
+                    {"index": 0, "message": message, "finish_reason": finish}])).encode()
+        delta = dict(message)
+        if step is not None:
+            delta["tool_calls"] = [dict(call, index=0)]
+        chunks = [dict(base, object="chat.completion.chunk", choices=[
+                      {"index": 0, "delta": delta, "finish_reason": None}]),
+                  dict(base, object="chat.completion.chunk", choices=[
+                      {"index": 0, "delta": {}, "finish_reason": finish}])]
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append(dict(base, object="chat.completion.chunk", choices=[], usage=usage))
+        return "text/event-stream", _sse([(None, c) for c in chunks]) + b"data: [DONE]\n\n"

@@ -2,9 +2,9 @@
 token, the plots' ticks and curves, and the pages' speed on a synthetic run.
 
 The CLI transcripts in tests/fixtures/transcripts are real stdout of the pinned Claude Code,
-Codex and Gemini CLIs driven by tests/test_agent_clis.py's script (list_files, run_command
-"echo hello", budget_status, a refused submit_checkpoint) against the fake model APIs, with the
-temporary paths replaced.
+Codex, Gemini, OpenCode and OpenHands CLIs driven by tests/test_agent_clis.py's script
+(list_files, run_command "echo hello", budget_status, a refused submit_checkpoint) against the
+fake model APIs, with the temporary paths replaced.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ def _bench() -> object:
     return mod
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli"])
+@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli", "opencode",
+                                   "openhands"])
 def test_each_cli_transcript_becomes_one_message_list(agent: str) -> None:
-    fmt, msgs = parse((FIXTURES / f"{agent}.jsonl").read_bytes())
+    fmt, msgs = parse(next(FIXTURES.glob(f"{agent}.*")).read_bytes())  # OpenHands': not JSONL
     assert fmt == agent
     tools = [m for m in msgs if m.role == "tool"]
     assert [m.tool for m in tools] == SCRIPTED

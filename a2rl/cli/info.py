@@ -109,16 +109,14 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None)
 
 def agents(as_json: JsonFlag = False) -> None:
     """List the agent systems and whether each is installed."""
-    from a2rl.clients.registry import list_connectors
+    from a2rl.clients.registry import agent_lines, list_connectors
 
     rows = list_connectors()
     if as_json:
         print_json(rows)
         return
-    for r in rows:
-        state = f"installed {r['version'] or ''}" if r["installed"] else "not installed"
-        flag = " (experimental)" if r["experimental"] else ""
-        typer.echo(f"{r['name']:12} {r['kind']:9} {state:24} {r['title']}{flag}")
+    for line in agent_lines(rows):
+        typer.echo(line)
 
 
 def config_show(as_json: JsonFlag = False) -> None:
