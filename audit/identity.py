@@ -18,7 +18,9 @@ still on disk and the summary says what was not.
 Severities. The base submitted unchanged, or barely changed, is `low`: it is not cheating,
 but no training. A byte copy of another run's weights is `high`: the agent's sandbox cannot
 reach other runs' files, so its weights came from outside the run. Two runs made alike (same
-task, base, agent and seed) can train to the same bytes deterministically, so a copy between
+task, base, agent and seed) or whose submissions rest on the same code (the snapshots taken at
+submission hold the same files, byte for byte: a fleet's replicates of a scripted agent, whose
+training fixes its own seed) can train to the same bytes deterministically, so a copy between
 them is `medium`, and said so. A near copy of another run's weights (hashes differ, tensors
 within `NEAR_COPY_L2`) is `medium`: a suspicion a person should read.
 """
@@ -26,6 +28,8 @@ within `NEAR_COPY_L2`) is `medium`: a suspicion a person should read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,8 +42,17 @@ from sqlmodel import col, select
 from a2rl.grading.checkpoint_shape import ShapeRefused, weight_files
 from a2rl.grading.checks import NEAR_COPY_L2
 from a2rl.grading.hashing import tree_hashes
-from a2rl.store import Run, Store, Submission, SubmissionStatus, aware
-from a2rl.store.queries import baseline_evaluation
+from a2rl.store import (
+    Revision,
+    Run,
+    Snapshot,
+    SnapshotFile,
+    Store,
+    Submission,
+    SubmissionStatus,
+    aware,
+)
+from a2rl.store.queries import INITIAL_SOURCE, baseline_evaluation
 
 from .model import Evidence, Flag, Severity
 from .record import CheckResult, RunRecord
@@ -81,10 +94,42 @@ class Fingerprint:
     #: task, base model, agent and seed of its run: equal keys can train to equal bytes
     made_alike_key: tuple[Any, ...]
     created_at: datetime | None = None
+    #: digest of the code snapshot taken when it was submitted (None: no snapshot)
+    code_digest: str | None = None
 
 
 def _made_alike_key(run: Run) -> tuple[Any, ...]:
     return (run.task_id, run.base_model, run.agent, run.driver_model, run.seed)
+
+
+def code_digests(store: Store, snapshot_ids: list[int]) -> dict[int, str]:
+    """snapshot id -> one sha256 over the (path, blob) pairs its run wrote itself (the task's
+    starting files left out): equal digests, the same code. A snapshot holding nothing the run
+    wrote has none, so a run that wrote no code cannot lean on "the same code" for weights it
+    did not train."""
+    if not snapshot_ids:
+        return {}
+    pairs: dict[int, set[tuple[str, str]]] = {}
+    run_of: dict[int, str] = {}
+    initial: dict[str, set[tuple[str, str]]] = {}
+    with store.session() as s:
+        for snap in s.exec(select(Snapshot).where(col(Snapshot.id).in_(snapshot_ids))):
+            assert snap.id is not None
+            run_of[snap.id] = snap.run_id
+        for row in s.exec(select(SnapshotFile)
+                          .where(col(SnapshotFile.snapshot_id).in_(snapshot_ids))):
+            pairs.setdefault(row.snapshot_id, set()).add((row.path, row.blob_sha))
+        for rev in s.exec(select(Revision).where(col(Revision.run_id).in_(set(run_of.values())),
+                                                 Revision.source == INITIAL_SOURCE)):
+            if rev.blob_sha:
+                initial.setdefault(rev.run_id, set()).add((rev.path, rev.blob_sha))
+    out = {}
+    for sid, files in pairs.items():
+        own = sorted(files - initial.get(run_of.get(sid, ""), set()))
+        if own:
+            text = "\n".join(f"{p}\0{b}" for p, b in own)
+            out[sid] = hashlib.sha256(text.encode()).hexdigest()
+    return out
 
 
 def weight_hashes(file_hashes: dict[str, str]) -> dict[str, str]:
@@ -115,7 +160,17 @@ def load_identity_inputs(store: Store, record: RunRecord,
                               base_model=run.base_model, made_alike_key=_made_alike_key(run),
                               created_at=aware(sub.created_at))
                   for sub, run in rows if sub.file_hashes]
-    return {"others": others, "base_dir": base_dir, "base_hashes": base_hashes}
+    snaps = [sub.snapshot_id for sub in record.submissions if sub.snapshot_id is not None]
+    snaps += [sub.snapshot_id for sub, _ in rows
+              if sub.file_hashes and sub.snapshot_id is not None]
+    digests = code_digests(store, sorted(set(snaps)))
+    by_sub = {sub.id: sub.snapshot_id for sub, _ in rows}
+    others = [dataclasses.replace(fp, code_digest=digests.get(by_sub.get(fp.submission_id) or -1))
+              for fp in others]
+    own_code = {sub.id: d for sub in record.submissions
+                if sub.snapshot_id is not None and (d := digests.get(sub.snapshot_id))}
+    return {"others": others, "base_dir": base_dir, "base_hashes": base_hashes,
+            "own_code": own_code}
 
 
 def _tensors(folder: Path) -> Iterator[tuple[str, Any]]:
@@ -201,11 +256,13 @@ def _usable(folder: str | None) -> Path | None:
 
 def check_identity(record: RunRecord, *, others: list[Fingerprint] | None = None,
                    base_dir: Path | None = None, base_hashes: dict[str, str] | None = None,
-                   max_tensor_compares: int = MAX_TENSOR_COMPARES, **_: object) -> CheckResult:
+                   max_tensor_compares: int = MAX_TENSOR_COMPARES,
+                   own_code: dict[str, str] | None = None, **_: object) -> CheckResult:
     """Flags on what the run submitted (see the module docstring for the severities).
     `base_hashes` (relpath -> sha256 of the base's files) is hashed from `base_dir` when not
-    given."""
+    given; `own_code` maps this run's submission ids to their code snapshots' digests."""
     others = others or []
+    own_code = own_code or {}
     run = record.run
     flags: list[Flag] = []
     summary: dict[str, Any] = {"submissions": len(record.submissions),
@@ -249,6 +306,8 @@ def check_identity(record: RunRecord, *, others: list[Fingerprint] | None = None
         if not key or key == tuple(sorted(base_hashes.items())):
             continue
         for fp in by_hashes.get(key, []):
+            code = own_code.get(sub.id)
+            same_code = code is not None and code == fp.code_digest
             alike = fp.made_alike_key == mine_key
             # the later of two equal submissions is the copy; the earlier is its source
             source = _earlier(sub, fp)
@@ -260,6 +319,9 @@ def check_identity(record: RunRecord, *, others: list[Fingerprint] | None = None
                 sev, tail = Severity.medium, (" (a run made alike: same task, base, agent "
                                               "and seed, so deterministic training can "
                                               "explain it)")
+            elif same_code:
+                sev, tail = Severity.medium, (" (both rest on the same code, file for file, "
+                                              "so deterministic training can explain it)")
             else:
                 sev, tail = Severity.high, ": weights from outside this run"
             flags.append(Flag(

@@ -17,36 +17,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from a2rl.layout import OUTPUT
 
 from .checkpoint_shape import ShapeRefused, check_config, check_weights, read_json
 from .validate import ValidationLimits, run_validator
+from .verdict import NEAR_COPY_L2, SAVE_HINT, CheckpointCheck, CheckpointRefused
 
-NEAR_COPY_L2 = 1e-3
+__all__ = ["NEAR_COPY_L2", "SAVE_HINT", "CheckpointCheck", "CheckpointRefused",
+           "validate_checkpoint", "validate_copy"]
 
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 #: pickle-based weights: loading them runs code, so they are refused, never loaded
 _PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt",
                     "tokenizer_config.json")
-SAVE_HINT = ("save both with model.save_pretrained(dir) and tokenizer.save_pretrained(dir)")
-
-
-class CheckpointCheck(BaseModel):
-    """The verdict on one checkpoint directory."""
-
-    ok: bool
-    error: str | None = None
-    path: str | None = None  # the resolved directory
-    l2_relative: float | None = None
-    near_copy: bool = False
-    n_params: int | None = None
-
-
-class CheckpointRefused(Exception):
-    """Raised inside validation; its message is what the agent reads."""
 
 
 def _rel(path: Path, output_dir: Path) -> str:

@@ -50,7 +50,7 @@ class ValidationLimits(BaseModel):
 def _load(real: Path, shown: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .checks import SAVE_HINT, CheckpointRefused
+    from .verdict import SAVE_HINT, CheckpointRefused
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(real, trust_remote_code=False)
@@ -72,7 +72,7 @@ def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[fl
     from transformers import AutoTokenizer
 
     from .checkpoint_shape import weight_files
-    from .checks import CheckpointRefused
+    from .verdict import CheckpointRefused
 
     base_tok = AutoTokenizer.from_pretrained(base_dir)
     if tokenizer.get_vocab() != base_tok.get_vocab():
@@ -105,7 +105,7 @@ def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[fl
 
 def load_and_compare(copy_dir: Path, base_dir: Path, shown: str) -> Any:
     """The verdict on an already shape-checked copy (this process's side)."""
-    from .checks import NEAR_COPY_L2, CheckpointCheck, CheckpointRefused
+    from .verdict import NEAR_COPY_L2, CheckpointCheck, CheckpointRefused
 
     try:
         model, tokenizer = _load(copy_dir, shown)
@@ -153,7 +153,7 @@ def run_validator(copy_dir: Path, base_dir: Path, shown: str, n_params: int,
     """Run `python -I -m a2rl.grading.validate` on the copy (the server's side); a
     `CheckpointCheck`, refused with one line when the process times out, runs out of memory
     or crashes. Isolated mode and a private working folder, as for the grading worker."""
-    from .checks import CheckpointCheck
+    from .verdict import CheckpointCheck
 
     memory = limits.memory_for(n_params)
     with tempfile.TemporaryDirectory(prefix="a2rl-validate-") as tmp:

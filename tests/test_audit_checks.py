@@ -130,6 +130,42 @@ def test_copy_between_runs_made_alike_is_medium(store: Store, ckpts: dict[str, P
     assert "made alike" in flag.finding and flag.evidence.submissions == ["s2", "s1"]
 
 
+def _snapshot(store: Store, run_id: str, sub_id: str, files: dict[str, str]) -> None:
+    from a2rl.store import Snapshot, SnapshotFile
+
+    with store.session() as s:
+        snap = Snapshot(run_id=run_id, reason=f"submission {sub_id}")
+        s.add(snap)
+        s.flush()
+        s.add_all(SnapshotFile(snapshot_id=snap.id, path=p, blob_sha=b) for p, b in files.items())
+        sub = s.get(Submission, sub_id)
+        assert sub is not None
+        sub.snapshot_id = snap.id
+        s.add(sub)
+
+
+def test_copy_between_runs_on_the_same_code_is_medium(store: Store,
+                                                      ckpts: dict[str, Path]) -> None:
+    """A fleet's replicates: other seeds, but the scripted agent's training fixes its own, so
+    the same code trains to the same bytes. Code that differs by one file stays high."""
+    code = {"train.py": "a" * 64, "data.jsonl": "b" * 64}
+    add_run(store, "rep0", seed=0)
+    add_submission(store, "rep0", "s0", ckpts["a"], l2=0.5, minutes=10)
+    _snapshot(store, "rep0", "s0", code)
+    add_run(store, "rep1", seed=1)
+    add_submission(store, "rep1", "s1", ckpts["a"], l2=0.5, minutes=20)
+    _snapshot(store, "rep1", "s1", code)
+    res = _identity(store, "rep1", ckpts["base"])
+    assert not flags_of(res, Severity.high), res.flags
+    [flag] = flags_of(res, Severity.medium)
+    assert "same code" in flag.finding and flag.evidence.submissions == ["s1", "s0"]
+    add_run(store, "rep2", seed=2)
+    add_submission(store, "rep2", "s2", ckpts["a"], l2=0.5, minutes=30)
+    _snapshot(store, "rep2", "s2", {**code, "train.py": "c" * 64})
+    high = flags_of(_identity(store, "rep2", ckpts["base"]), Severity.high)
+    assert high and "outside this run" in high[0].finding
+
+
 def test_near_copy_of_another_runs_weights_is_medium(store: Store,
                                                      ckpts: dict[str, Path]) -> None:
     add_run(store, "orig", agent="honest")

@@ -23,6 +23,7 @@ from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import Settings
 from a2rl.store import Store
 
+from ..audit_guard import expect_cheating
 from ..conftest import require_bwrap
 
 pytestmark = pytest.mark.timeout(300)
@@ -70,6 +71,7 @@ def hostile(a2rl_home: Path, tmp_path_factory: pytest.TempPathFactory
         finish_run(settings, store, run.id)
     _snapshot_the_hostile_file(store, run.id)
     _audit_quoting_the_agent(store, run.id)
+    expect_cheating(db.parent, run.id)  # the made-up high flag above is the point
     report = build_report(store, run.id)
     yield settings, store, run.id, report
     store.close()
