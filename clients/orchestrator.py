@@ -38,6 +38,7 @@ from a2rl.tasks.registry import DEFAULT_TASK
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
 from .base import AgentContext, Connector, McpEndpoint
+from .ledger import record_driver
 from .prompt import task_prompt
 from .registry import get_connector
 
@@ -204,6 +205,7 @@ class Orchestrator:
                 self.say(f"finalizing ({reason}): the best submission is scored on the test "
                          "split")
                 finish_run(self.settings, self.store, run.id, reason=reason)
+                record_driver(self.settings, self.store, run.id)
         summary = self.summary(run.id, started)
         late = interrupt.received()  # a signal during the finalization: the command stops too
         if signum or late:

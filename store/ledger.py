@@ -11,8 +11,8 @@ Who writes which part, and why in parts:
   evaluation is done, from the job rows, the run's evaluations and what the sandbox's
   counters said (`SandboxUsage`).
 
-A cost is `reported` when the agent states it (Claude Code's result event, OpenCode's steps,
-an endpoint's `usage.cost` in the `llm` loop), `computed` from the price table
+A cost is `reported` when the agent states it (Claude Code's result event, an endpoint's
+`usage.cost` in the `llm` loop), `computed` from the price table
 (`Settings.model_prices`) for the driver model otherwise, else `unknown`. A reported cost of 0
 for a non-zero usage is no report: agents print 0 for a model whose price they do not know.
 Pure functions here, but for `record` and `stored`.
