@@ -4,6 +4,7 @@ or unknown), its jobs' CPU seconds and peak memory, and its grading time; writte
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -93,6 +94,32 @@ def test_an_llm_run_ledger_priced_by_the_table(settings: Settings, store: Store)
     assert row.jobs == 1 and row.jobs_cpu_s is not None and row.jobs_cpu_s >= 0.5
     assert row.jobs_memory_peak_bytes is not None and row.jobs_memory_peak_bytes > 0
     assert (row.evaluations, row.grading_s) == (0, 0.0)
+    _shown(settings, store, run, f"{sent_in:,} in (0 cached), {sent_out:,} out",
+           f"${row.cost_usd:.4f} (computed: price table model_prices['fake-model']")
+
+
+def _shown(settings: Settings, store: Store, run: Run, tokens: str, cost: str) -> None:
+    """`a2rl show` (text and JSON), the viewer's run page and `a2rl compare` show it."""
+    from starlette.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from a2rl.analysis import compare
+    from a2rl.analysis.web import create_app
+    from a2rl.cli import app
+
+    env = {"A2RL_HOME": str(settings.home), "A2RL_DB_URL": settings.db_url, "COLUMNS": "200"}
+    out = CliRunner().invoke(app, ["show", run.id], env=env)
+    assert out.exit_code == 0, out.output
+    block = out.output.split("cost ledger\n", 1)[1]
+    assert tokens in block and cost in block and "1: " in block, block
+    out = CliRunner().invoke(app, ["show", run.id, "--json"], env=env)
+    assert json.loads(out.output)["ledger"]["input_tokens"] == ledger.stored(
+        store, run.id).input_tokens  # type: ignore[union-attr]
+    page = TestClient(create_app(settings.database_url)).get(f"/run/{run.id}").text
+    assert 'id="ledger"' in page and tokens in page
+    row = compare(store, run_ids=[run.id]).rows[0]
+    assert row.cost_usd == ledger.stored(store, run.id).cost_usd  # type: ignore[union-attr]
+    assert row.gain_per_dollar is None  # no final submission: no improvement to divide
 
 
 def test_an_llm_run_ledger_with_the_endpoints_cost(settings: Settings, store: Store) -> None:
@@ -100,3 +127,25 @@ def test_an_llm_run_ledger_with_the_endpoints_cost(settings: Settings, store: St
     row = ledger.stored(store, run.id)
     assert row is not None and row.cost_basis == "reported"
     assert row.cost_usd == pytest.approx(0.0125 * len(fake.usages))
+    _shown(settings, store, run, f"{row.input_tokens:,} in", f"${row.cost_usd:.4f} (reported:")
+
+
+def test_gains_and_lines() -> None:
+    from a2rl.analysis.ledger_view import gain_per, gpu_hours, ledger_rows, size
+    from a2rl.analysis.schema import LedgerSection
+
+    assert gain_per(0.12, 0.5) == pytest.approx(0.24)
+    assert [gain_per(None, 1.0), gain_per(0.1, None), gain_per(0.1, 0.0)] == [None] * 3
+    s = LedgerSection(input_tokens=1200, output_tokens=30, cached_tokens=200, cost_usd=0.01,
+                      cost_basis="computed", cost_note="price table", jobs=2,
+                      jobs_cpu_s=12.25, jobs_memory_peak_bytes=3 << 29, gpu_s=1800.0,
+                      gpu_memory_peak_bytes=5 << 30, grading_s=42.0, evaluations=3)
+    assert gpu_hours(s) == 0.5 and gpu_hours(None) is None
+    rows = dict(ledger_rows(s))
+    assert rows["driver tokens"] == "1,200 in (200 cached), 30 out"
+    assert rows["driver cost"] == "$0.0100 (computed: price table)"
+    assert rows["jobs"] == "2: 12.2 CPU-seconds, peak memory 1.5 GiB"
+    assert rows["GPU"] == "0.500 GPU-hours, peak 5.0 GiB"
+    assert rows["grading"] == "42s over 3 evaluations"
+    assert size(None) == "–" and size(512) == "512 B" and size(1536) == "1.5 KiB"
+    assert ledger_rows(None)[0][0] == "ledger"

@@ -83,10 +83,13 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
     from a2rl.analysis.fmt import improvement
     from a2rl.audit import load_audit
 
-    summary = build_report(store, run_id).summary  # the paired improvement interval
+    rep = build_report(store, run_id)
+    summary = rep.summary  # the paired improvement interval
     audit = load_audit(store, run_id)
+    cost = rep.ledger
     marks = {"audit": None if audit is None else {
-        "flagged": audit.flagged, "high": audit.high, "flags": len(audit.flags)}}
+        "flagged": audit.flagged, "high": audit.high, "flags": len(audit.flags)},
+        "ledger": cost.model_dump() if cost is not None else None}
     if as_json:
         print_json({**doc, **details, "improvement": summary.improvement.model_dump()
                     if summary.improvement else None,
@@ -148,6 +151,13 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
          + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else
             f" ({doc['final_note']})" if doc.get("final_note") else ""))
     line("improvement", improvement)
+    from a2rl.analysis.ledger_view import ledger_rows
+    from a2rl.analysis.schema import LedgerSection
+
+    typer.echo("cost ledger")
+    cost = doc.get("ledger")
+    for label, value in ledger_rows(LedgerSection(**cost) if cost is not None else None):
+        line(label, value)
     jobs, subs = details["job_list"], details["submission_list"]
     if jobs:
         typer.echo("jobs")
