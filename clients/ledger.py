@@ -14,19 +14,9 @@ from a2rl.settings import Settings
 from a2rl.store import Run, Store, ledger
 
 from .registry import parse_transcript, transcript_usage
-from .transcript import Usage
+from .transcript import driver_usage
 
 log = logging.getLogger(__name__)
-
-
-def driver_usage(usage: Usage | None) -> ledger.DriverUsage | None:
-    """A connector's `Usage` as the ledger counts it."""
-    if usage is None:
-        return None
-    return ledger.DriverUsage(
-        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
-        cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens,
-        cost_usd=usage.cost_usd, source=usage.source)
 
 
 def run_driver_usage(store: Store, run: Run) -> ledger.DriverUsage | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from a2rl.settings import ModelPrice
@@ -177,3 +177,37 @@ def stored(store: Store, run_id: str) -> Ledger | None:
     with store.session() as s:
         row = s.get(Ledger, run_id)
         return Ledger.model_validate(row.model_dump()) if row is not None else None
+
+
+class SpendLimit(BaseModel):
+    """A run's spending limits on its driver model (`a2rl run --max-cost/--max-tokens`) and
+    the price that turns tokens into dollars where the agent reports no cost. The `llm` loop
+    checks it before each request; for a CLI agent the orchestrator checks the usage its
+    transcript streams. A limit is met once passed, so one response may go beyond it."""
+
+    max_cost_usd: float | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0)
+    price: ModelPrice | None = None
+
+    @property
+    def any(self) -> bool:
+        return self.max_cost_usd is not None or self.max_tokens is not None
+
+    def cost(self, usage: DriverUsage) -> float | None:
+        """The usage's cost as the ledger would say it: reported, else priced, else None."""
+        reported = usage.cost_usd
+        if reported is not None and (reported > 0 or usage.tokens == 0):
+            return reported
+        return computed_cost(usage, self.price) if self.price is not None else None
+
+    def passed(self, usage: DriverUsage | None) -> str | None:
+        """Why the run must stop (the limit passed, in words), or None."""
+        if usage is None:
+            return None
+        if self.max_tokens is not None and usage.tokens >= self.max_tokens:
+            return (f"spending limit: {usage.tokens:,} driver tokens used, --max-tokens "
+                    f"{self.max_tokens:,}")
+        cost = self.cost(usage)
+        if self.max_cost_usd is not None and cost is not None and cost >= self.max_cost_usd:
+            return f"spending limit: ${cost:.4f} of driver cost, --max-cost ${self.max_cost_usd:g}"
+        return None

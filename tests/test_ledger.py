@@ -5,14 +5,17 @@ or unknown), its jobs' CPU seconds and peak memory, and its grading time; writte
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlmodel import select
 
 from a2rl.clients.orchestrator import Orchestrator
 from a2rl.settings import ModelPrice, Settings
-from a2rl.store import Evaluation, Job, Run, RunConfig, Store, ledger
+from a2rl.store import Evaluation, Job, Run, RunConfig, Store, ToolCall, ledger
 
+from . import fake_agents  # noqa: F401  (registers the test agents)
 from .conftest import require_bwrap
 from .fake_openai import Call, FakeOpenAI, Step
 
@@ -64,13 +67,14 @@ def test_resource_totals_from_rows() -> None:
     assert (f["grading_s"], f["evaluations"]) == (15.5, 2)
 
 
-def _llm_run(settings: Settings, store: Store, cost: float | None) -> tuple[Run, FakeOpenAI]:
+def _llm_run(settings: Settings, store: Store, cost: float | None,
+             steps: list[Step] | None = None, **limits: float) -> tuple[Run, FakeOpenAI]:
     require_bwrap()
-    steps: list[Step] = [Call("run_command", {"command": BURN, "wait_s": 30}), "done"]
+    steps = steps or [Call("run_command", {"command": BURN, "wait_s": 30}), "done"]
     with FakeOpenAI(steps, cost=cost) as fake:
         summary = Orchestrator(settings, store).run(RunConfig(
             task_id="arith", agent="llm", driver_model="vendor/fake-model", budget="5m",
-            agent_options={"llm_base_url": fake.base_url}))
+            agent_options={"llm_base_url": fake.base_url}, **limits))
     assert not fake.errors, fake.errors[0]
     with store.session() as s:
         run = s.get(Run, summary.run_id)
@@ -149,3 +153,78 @@ def test_gains_and_lines() -> None:
     assert rows["grading"] == "42s over 3 evaluations"
     assert size(None) == "–" and size(512) == "512 B" and size(1536) == "1.5 KiB"
     assert ledger_rows(None)[0][0] == "ledger"
+
+
+def _stopped_by_a_limit(store: Store, run: Run, words: str) -> None:
+    assert run.agent_status == "budget" and run.end_kind == "budget_exhausted", run
+    assert (run.end_reason or "").startswith("budget exhausted (spending limit: "), run
+    assert words in (run.end_reason or ""), run.end_reason
+
+
+def test_the_llm_agent_stops_at_max_tokens(settings: Settings, store: Store) -> None:
+    """Past --max-tokens after its first response, the loop runs that response's call and
+    asks for nothing more; the run ends as its budget's end, saying which limit."""
+    steps: list[Step] = [Call("budget_status") for _ in range(6)] + ["done"]
+    run, fake = _llm_run(settings, store, None, steps, max_tokens=1)
+    assert len(fake.requests) == 1 and len(fake.issued) == 1
+    _stopped_by_a_limit(store, run, "--max-tokens 1")
+    with store.session() as s:
+        assert len(s.exec(select(ToolCall).where(ToolCall.run_id == run.id)).all()) == 1
+    stop = json.loads(store.get_blob(run.agent_transcript_sha).splitlines()[-1])
+    assert stop["reason"] == "spending_limit" and "--max-tokens" in stop["note"], stop
+
+
+def test_the_llm_agent_stops_at_max_cost(settings: Settings, store: Store) -> None:
+    """The endpoint's reported cost, $0.01 a response: past $0.025 after the third."""
+    steps: list[Step] = [Call("budget_status") for _ in range(6)] + ["done"]
+    run, fake = _llm_run(settings, store, 0.01, steps, max_cost=0.025)
+    assert len(fake.requests) == 3
+    _stopped_by_a_limit(store, run, "--max-cost $0.025")
+    row = ledger.stored(store, run.id)
+    assert row is not None and row.cost_usd == pytest.approx(0.03)
+
+
+def test_a_cli_agent_is_stopped_when_its_streamed_usage_passes_max_tokens(
+        settings: Settings, store: Store) -> None:
+    """A process agent streaming Claude Code's stream-json (1,050 tokens every 0.2 s, for
+    ever) is stopped by the orchestrator within a poll of passing --max-tokens 3000."""
+    require_bwrap()
+    started = time.monotonic()
+    summary = Orchestrator(settings, store).run(RunConfig(
+        task_id="arith", agent="test-spends", budget="5m", max_tokens=3000))
+    assert time.monotonic() - started < 120
+    with store.session() as s:
+        run = s.get(Run, summary.run_id)
+    assert run is not None
+    _stopped_by_a_limit(store, run, "--max-tokens 3,000")
+    row = ledger.stored(store, run.id)
+    assert row is not None and row.usage_source is not None
+    assert row.input_tokens is not None and 3000 <= row.input_tokens + row.output_tokens < 9000
+
+
+def test_spend_limits() -> None:
+    free = ledger.SpendLimit()
+    assert not free.any and free.passed(usage()) is None
+    tokens = ledger.SpendLimit(max_tokens=1100)
+    assert tokens.passed(usage()) == ("spending limit: 1,100 driver tokens used, --max-tokens "
+                                      "1,100")
+    assert tokens.passed(usage(output_tokens=99)) is None and tokens.passed(None) is None
+    priced = ledger.SpendLimit(max_cost_usd=0.002, price=PRICE)  # usage() costs $0.0022
+    assert "$0.0022 of driver cost, --max-cost $0.002" in (priced.passed(usage()) or "")
+    assert priced.passed(usage(output_tokens=50)) is None  # $0.0018
+    assert priced.passed(usage(cost_usd=0.001)) is None  # the agent's own word first
+    unpriced = ledger.SpendLimit(max_cost_usd=0.002)
+    assert unpriced.passed(usage()) is None and unpriced.passed(usage(cost_usd=0.5))
+
+
+def test_bad_limits_are_one_line_errors(settings: Settings) -> None:
+    from typer.testing import CliRunner
+
+    from a2rl.cli import app
+
+    env = {"A2RL_HOME": str(settings.home), "A2RL_DB_URL": settings.db_url, "COLUMNS": "200"}
+    for flag, value in (("--max-cost", "0"), ("--max-tokens", "-5")):
+        out = CliRunner().invoke(app, ["run", "--agent", "llm", "--model", "m", flag, value,
+                                       "--llm-base-url", "http://127.0.0.1:9/v1"], env=env)
+        assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+        assert flag in out.output and "greater than 0" in out.output, out.output
