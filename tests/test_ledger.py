@@ -117,8 +117,11 @@ def _shown(settings: Settings, store: Store, run: Run, tokens: str, cost: str) -
     block = out.output.split("cost ledger\n", 1)[1]
     assert tokens in block and cost in block and "1: " in block, block
     out = CliRunner().invoke(app, ["show", run.id, "--json"], env=env)
-    assert json.loads(out.output)["ledger"]["input_tokens"] == ledger.stored(
+    doc = json.loads(out.output)
+    assert doc["ledger"]["input_tokens"] == ledger.stored(
         store, run.id).input_tokens  # type: ignore[union-attr]
+    (job,) = doc["job_list"]  # each job's own account too
+    assert job["cpu_s"] >= 0.5 and job["memory_peak_bytes"] > 0, job
     page = TestClient(create_app(settings.database_url)).get(f"/run/{run.id}").text
     assert 'id="ledger"' in page and tokens in page
     row = compare(store, run_ids=[run.id]).rows[0]

@@ -160,11 +160,16 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
         line(label, value)
     jobs, subs = details["job_list"], details["submission_list"]
     if jobs:
+        from a2rl.analysis.ledger_view import size
+
         typer.echo("jobs")
         for j in jobs:
             code = "" if j["exit_code"] is None else f" exit {j['exit_code']}"
             took = duration(j["started_at"], j["ended_at"])
-            typer.echo(f"  {j['id']:12} {j['state'] + code:14} {took:>8}  {j['command'][:60]}")
+            cpu = "-" if j.get("cpu_s") is None else f"{j['cpu_s']:.1f}s"
+            peak = size(j.get("memory_peak_bytes"))
+            typer.echo(f"  {j['id']:12} {j['state'] + code:14} {took:>8}  cpu {cpu:>7}  "
+                       f"peak {peak:>9}  {j['command'][:60]}")
     if subs:
         typer.echo("submissions")
         for x in subs:
