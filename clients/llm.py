@@ -283,14 +283,14 @@ def _cost(x: Any) -> float | None:
 
 def events_usage(docs: list[dict[str, Any]]) -> Usage | None:
     """The API's usage of every `response` event, summed; the cost where the endpoint
-    reported one (None where no response did)."""
+    reported one for every response (else None: a partial sum would understate it)."""
     used = [d["usage"] for d in docs
             if d.get("kind") == "response" and isinstance(d.get("usage"), dict)]
     if not used:
         return None
     costs = [c for u in used if (c := _cost(u.get("cost"))) is not None]
     return Usage(
-        cost_usd=round(sum(costs), 9) if costs else None,
+        cost_usd=round(sum(costs), 9) if len(costs) == len(used) else None,
         prompt_tokens=sum(count(u.get("prompt_tokens")) for u in used),
         completion_tokens=sum(count(u.get("completion_tokens")) for u in used),
         cached_tokens=sum(count(d.get("cached_tokens")) for u in used

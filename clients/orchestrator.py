@@ -164,6 +164,7 @@ class Orchestrator:
         progress is off: an agent's crash and its last stderr lines."""
         self.settings, self.store, self.say = settings, store, say
         self.warn = warn or say
+        self.limit_note: str | None = None  # the spending limit that stopped the agent
 
     def run(self, opts: RunConfig) -> RunSummary:
         """Run `opts` (its agent driving) from its creation to its summary."""
@@ -189,7 +190,7 @@ class Orchestrator:
             model = opts.driver_model or "the driver model"
             self.warn(f"--max-cost: model_prices has no price for {model}: only a cost the "
                       "agent reports counts against it")
-        self.limit_note: str | None = None  # the spending limit that stopped the agent
+        self.limit_note = None
         ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,
                            endpoint=McpEndpoint(url="", token=created.token),
                            model=opts.driver_model, budget_s=run.budget_s,
