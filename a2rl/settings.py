@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -46,6 +46,18 @@ SIZE_FIELDS = ("docker_memory", "docker_shm_size", "sandbox_memory", "sandbox_di
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
 #: settings that are tables, never variables: set in config.toml (and `-T`)
 _NOT_VARIABLES = ("tasks", "legacy_task_settings")
+
+
+class ModelPrice(BaseModel):
+    """What a driver model costs, in USD per million tokens (`model_prices`): the input
+    tokens not read from the provider's cache, the output tokens, and the cached input tokens
+    (default: the input price)."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class Settings(BaseSettings):
@@ -171,6 +183,12 @@ class Settings(BaseSettings):
     max_pending_grades: int = Field(
         2, ge=1, description="a run's submissions queued or being graded at once; one more is "
         "refused at submit_checkpoint until one is graded")
+    model_prices: dict[str, ModelPrice] = Field(
+        default_factory=dict, description="USD per million tokens of each driver model, for "
+        "the cost ledger where the agent reports no cost and for --max-cost: a "
+        "[model_prices.\"NAME\"] table of config.toml with input, output and cached_input, or "
+        "A2RL_MODEL_PRICES as JSON; the model named as --model names it (or the part after its "
+        "last /). Empty: such costs are unknown")
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True,
                                       extra="forbid")

@@ -25,6 +25,7 @@ from a2rl.audit import flagged_run_ids
 from a2rl.store import Run, Store
 from a2rl.store.outcome import end_kind, is_result, not_result_reason
 
+from .ledger_view import gain_per, gpu_hours
 from .published import published_line
 from .report import build_report
 from .schema import PublishedBeside
@@ -60,6 +61,14 @@ class RunRow(BaseModel):
     #: the audit has a high-severity flag standing on the run (`a2rl audit RUN`)
     flagged: bool = False
     final_note: str | None = None
+    #: the cost ledger (`a2rl.store.ledger`): the driver model's cost in USD and how it is
+    #: known, the jobs' GPU-hours, and the improvement per GPU-hour and per dollar of driver
+    #: cost; None where not known (no ledger, no GPU measured, no cost, no improvement)
+    cost_usd: float | None = None
+    cost_basis: str | None = None
+    gpu_hours: float | None = None
+    gain_per_gpu_hour: float | None = None
+    gain_per_dollar: float | None = None
     #: the paper's and its harness's figures beside the run's (a paper-profile run with the
     #: figures' base model only; `analysis.published`); not a CSV column
     published: list[PublishedBeside] = Field(default_factory=list)
@@ -95,17 +104,19 @@ class Comparison(BaseModel):
 
 def run_row(store: Store, run_id: str) -> RunRow:
     rep = build_report(store, run_id)
-    s = rep.summary
+    s, cost = rep.summary, rep.ledger
     route_of = {r.submission_id: r.route for r in rep.routes}
     # The best submission's route; a run with none graded shows its last attempt's.
     best = s.final_submission_id or s.best_submission_id or (
         rep.routes[-1].submission_id if rep.routes else None)
+    gain = s.improvement.estimate if s.improvement else (
+        s.final_test - s.baseline_test
+        if s.final_test is not None and s.baseline_test is not None else None)
+    usd = cost.cost_usd if cost is not None else None
     return RunRow(run_id=s.run_id, task=s.task, profile=s.profile, agent=s.agent,
                   driver=s.driver_model,
                   seed=None, status=s.status, baseline=s.baseline_test, final=s.final_test,
-                  improvement=s.improvement.estimate if s.improvement else (
-                      s.final_test - s.baseline_test
-                      if s.final_test is not None and s.baseline_test is not None else None),
+                  improvement=gain,
                   improvement_low=s.improvement.low if s.improvement else None,
                   improvement_high=s.improvement.high if s.improvement else None,
                   within_noise=s.improvement.within_noise if s.improvement else None,
@@ -113,7 +124,10 @@ def run_row(store: Store, run_id: str) -> RunRow:
                   best_route=route_of.get(best) if best else None,
                   submissions=s.submissions_total, valid_submissions=s.submissions_valid,
                   budget_s=s.budget_s, budget_used_s=s.budget_used_s, end_kind=s.end_kind,
-                  result=bool(s.result), final_note=s.final_note, published=s.published)
+                  result=bool(s.result), final_note=s.final_note, published=s.published,
+                  cost_usd=usd, cost_basis=cost.cost_basis if cost is not None else None,
+                  gpu_hours=gpu_hours(cost), gain_per_gpu_hour=gain_per(gain, gpu_hours(cost)),
+                  gain_per_dollar=gain_per(gain, usd))
 
 
 def _mean_std(xs: list[float | None]) -> tuple[float | None, float | None]:
@@ -289,6 +303,8 @@ def published_text(rows: list[RunRow]) -> list[str]:
 def render_text(c: Comparison) -> str:
     def f(x: float | None, sign: str = "") -> str:
         return "–" if x is None else f"{x:{sign}.3f}"
+    def usd(x: float | None, basis: str | None) -> str:
+        return "–" if x is None else f"{x:.2f}" + ("*" if basis == "computed" else "")
     def ci(r: RunRow) -> str:
         if r.improvement_low is None or r.improvement_high is None:
             return "–"
@@ -298,9 +314,11 @@ def render_text(c: Comparison) -> str:
         return (f"{run:14} {r.task:10} {r.profile:7} {str(r.agent)[:12]:12} "
                 f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
                 f"{f(r.improvement, '+'):>8} {ci(r):17} {r.best_route or '–':14} "
-                f"{r.submissions}")
+                f"{r.submissions:>4} {usd(r.cost_usd, r.cost_basis):>9} "
+                f"{f(r.gain_per_gpu_hour, '+'):>9} {f(r.gain_per_dollar, '+'):>9}")
     head = (f"{'run':14} {'task':10} {'profile':7} {'agent':12} {'driver':16} {'baseline':>8} "
-            f"{'final':>8} {'improve':>8} {'paired 95% CI':17} {'route':14} subs")
+            f"{'final':>8} {'improve':>8} {'paired 95% CI':17} {'route':14} subs "
+            f"{'cost $':>9} {'gain/GPUh':>9} {'gain/$':>9}")
     counted = [r for r in c.rows if r.counted]
     apart = [r for r in c.rows if not r.counted]
     out = [head] + [line(r) for r in counted]
@@ -313,6 +331,12 @@ def render_text(c: Comparison) -> str:
     if any(r.flagged for r in c.rows):
         notes.append("!: the audit flagged the run (a2rl audit RUN)"
                      + ("" if c.exclude_flagged else "; --exclude-flagged leaves such runs out"))
+    if any(r.cost_basis == "computed" and r.cost_usd is not None for r in c.rows):
+        notes.append("cost $*: the driver's tokens priced by the price table (model_prices), "
+                     "not reported by the agent")
+    if c.rows:
+        notes.append("gain/GPUh, gain/$: the improvement per GPU-hour of the jobs and per "
+                     "dollar of the driver model; – where not measured or not known")
     if any(r.counted and r.final is None for r in c.rows):
         notes.append("final –: no final submission; such a run counts with no improvement")
     out += ["", *notes]

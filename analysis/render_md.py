@@ -17,11 +17,12 @@ from .fmt import (
     num,
     summary_rows,
 )
+from .ledger_view import ledger_rows
 from .md_escape import cell, code, fence, prose, text
 from .schema import AuditEvidence, AuditSection, Report
 
-SECTIONS = ["Summary", "Audit", "Score trajectory", "Training routes", "Failures", "Timeline",
-            "Process metrics", "Code history"]
+SECTIONS = ["Summary", "Audit", "Cost ledger", "Score trajectory", "Training routes",
+            "Failures", "Timeline", "Process metrics", "Code history"]
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
@@ -76,6 +77,9 @@ def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
                          if not isinstance(v, dict | list))
         out += ["", f"Final evaluation provenance: {text(prov)}"]
     out += ["", *audit_markdown(r.audit)]
+    out += ["## Cost ledger", ""]
+    out += _table(["item", "value"], [[text(k), text(v)] for k, v in ledger_rows(r.ledger)])
+    out += [""]
     out += ["## Score trajectory", "",
             f"Baseline on {text(r.trajectory.split)}: {num(r.trajectory.baseline)}", ""]
     out += _table(["time", "submission", "score", "95% CI", "new best"], [

@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 # `job_logs_not_stored`); 1.4: `summary.end_kind`, `summary.result`, `summary.final_note` (and
 # no final score nor improvement for a run without a final submission), failure types from a
 # job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`,
-# `job_lost`), and the optional `audit`; 1.5: `summary.published`
-SCHEMA_VERSION = "1.5"
+# `job_lost`), and the optional `audit`; 1.5: `summary.published`; 1.6: the optional `ledger`
+SCHEMA_VERSION = "1.6"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -308,6 +308,32 @@ class AuditSection(BaseModel):
                                       description="check -> what it looked at")
 
 
+class LedgerSection(BaseModel):
+    """What the run cost (`a2rl.store.ledger`, the store's `ledger` row; schema 1.6). Null
+    fields were not measured or are not known."""
+
+    input_tokens: int | None = Field(None, description="the driver model's input tokens, "
+                                     "cached ones included")
+    output_tokens: int | None = None
+    cached_tokens: int | None = Field(None, description="the part of the input read from the "
+                                      "provider's cache")
+    cache_write_tokens: int | None = None
+    usage_source: str | None = Field(None, description="what the counts were read from")
+    cost_usd: float | None = Field(None, description="the driver model's cost in USD")
+    cost_basis: Literal["reported", "computed", "unknown"] = Field(
+        "unknown", description="reported: by the agent or its endpoint; computed: from the "
+        "price table (settings' model_prices); unknown")
+    cost_note: str | None = None
+    jobs: int = 0
+    jobs_cpu_s: float | None = Field(None, description="the jobs' CPU seconds, summed")
+    jobs_memory_peak_bytes: int | None = Field(None, description="the largest job's peak "
+                                               "resident memory")
+    gpu_s: float | None = Field(None, description="the jobs' GPU seconds (NVML), summed")
+    gpu_memory_peak_bytes: int | None = None
+    grading_s: float = Field(0.0, description="wall time of the run's own evaluations")
+    evaluations: int = 0
+
+
 class Report(BaseModel):
     schema_version: str = SCHEMA_VERSION
     generated_at: str
@@ -322,6 +348,9 @@ class Report(BaseModel):
         None, description="optional LLM-written prose, marked as generated (schema 1.1)")
     audit: AuditSection | None = Field(
         None, description="the run's cheating audit; null in documents before schema 1.4")
+    ledger: LedgerSection | None = Field(
+        None, description="what the run cost; null for a run with no ledger stored (not "
+        "finished, or finished before it existed) and in documents before schema 1.6")
 
 
 def json_schema() -> dict[str, object]:

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from a2rl.store.ledger import SpendLimit
+
 if TYPE_CHECKING:
     from mcp import Client  # typing only: the CLI imports this module, and mcp costs 0.5 s
 
@@ -51,6 +53,8 @@ class AgentContext(BaseModel):
     model: str | None = Field(None, description="the driver model, when the user chose one")
     budget_s: float
     options: dict[str, str] = Field(default_factory=dict)  # e.g. llm_base_url
+    #: the run's spending limits on the driver model, with its price where the table has it
+    limits: SpendLimit = Field(default_factory=SpendLimit)
     #: where a connector's progress lines go (the user's terminal under `a2rl run`); an
     #: in-process agent reports its plan here, a process one has its own stdout
     say: Callable[[str], None] = Field(default=lambda _m: None, exclude=True, repr=False)

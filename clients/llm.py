@@ -44,7 +44,13 @@ llm_timeout_s, llm_temperature (omitted unless given), llm_max_tokens (omitted u
 message (`{"kind": "message", "message": ...}`, as sent, before any eliding) and per model
 response (`{"kind": "response", "turn", "elapsed_s", "usage", "finish_reason", "model"}`), one per
 retried request (`{"kind": "retry", ...}`), and a final `{"kind": "stop", "reason", "turns"}` with
-reason done, max_turns, budget, cancelled or error. `stop_reason` and `turns` say the same.
+reason done, max_turns, budget, spending_limit, cancelled or error. `stop_reason` and `turns` say
+the same.
+
+Spending limits (`AgentContext.limits`, `a2rl run --max-cost/--max-tokens`): before each request
+the responses' usage so far is summed (tokens in and out; the cost the endpoint reported in
+`usage.cost`, else the price table's for the model); once it has passed a limit the loop stops
+with `spending_limit` (`limit_note` says which), so one response may go beyond it.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from pydantic import BaseModel, Field
 
 import a2rl
 from a2rl.llm import AsyncChatClient, Endpoint, RequestFailure, RetryPolicy
+from a2rl.store.ledger import SpendLimit
 
 from .base import AgentContext, BaseConnector
 from .transcript import (
@@ -70,6 +77,7 @@ from .transcript import (
     arguments_of,
     bare_tool,
     count,
+    driver_usage,
     json_lines,
     text_of,
 )
@@ -267,13 +275,22 @@ def parse_events(docs: list[dict[str, Any]]) -> list[Message]:
 
 # --- the connector --------------------------------------------------------------------------
 
+def _cost(x: Any) -> float | None:
+    """A response's `usage.cost` (USD; OpenRouter and other gateways report it), else None."""
+    ok = isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x < float("inf")
+    return float(x) if ok else None
+
+
 def events_usage(docs: list[dict[str, Any]]) -> Usage | None:
-    """The API's usage of every `response` event, summed."""
+    """The API's usage of every `response` event, summed; the cost where the endpoint
+    reported one for every response (else None: a partial sum would understate it)."""
     used = [d["usage"] for d in docs
             if d.get("kind") == "response" and isinstance(d.get("usage"), dict)]
     if not used:
         return None
+    costs = [c for u in used if (c := _cost(u.get("cost"))) is not None]
     return Usage(
+        cost_usd=round(sum(costs), 9) if len(costs) == len(used) else None,
         prompt_tokens=sum(count(u.get("prompt_tokens")) for u in used),
         completion_tokens=sum(count(u.get("completion_tokens")) for u in used),
         cached_tokens=sum(count(d.get("cached_tokens")) for u in used
@@ -292,6 +309,7 @@ class LlmConnector(BaseConnector):
         self.transcript: list[dict[str, Any]] = []
         self.stop_reason: str | None = None
         self.turns = 0
+        self.limit_note: str | None = None  # which spending limit stopped the loop
 
     def installed(self) -> bool:
         return True  # only needs the openai SDK, a dependency
@@ -332,7 +350,7 @@ class LlmConnector(BaseConnector):
     async def run(self, client: Client, ctx: AgentContext) -> None:
         """Drive the run through `client` until the model is done, turns or budget run out."""
         opts = LlmOptions.from_context(ctx)
-        self.transcript, self.stop_reason, self.turns = [], None, 0
+        self.transcript, self.stop_reason, self.turns, self.limit_note = [], None, 0, None
         tools = await self._list_tools(client)
         known = {t.name for t in tools}
         payload_tools = openai_tools(tools)
@@ -343,19 +361,25 @@ class LlmConnector(BaseConnector):
         llm = AsyncChatClient(opts.endpoint(), opts.policy())
         try:
             self.stop_reason = await self._loop(client, opts, llm, messages, known,
-                                                payload_tools)
+                                                payload_tools, ctx.limits)
         except anyio.get_cancelled_exc_class():
             self.stop_reason = "cancelled"  # the orchestrator's deadline
             raise
         finally:
             await llm.aclose()
             self.transcript.append({"kind": "stop", "reason": self.stop_reason or "error",
-                                    "turns": self.turns})
+                                    "turns": self.turns,
+                                    **({"note": self.limit_note} if self.limit_note else {})})
 
     async def _loop(self, client: Client, opts: LlmOptions, llm: AsyncChatClient,
                     messages: list[dict[str, Any]], known: set[str],
-                    tools: list[dict[str, Any]]) -> str:
+                    tools: list[dict[str, Any]], limits: SpendLimit) -> str:
         for turn in range(1, opts.max_turns + 1):
+            # the spending limits, before each request: what was asked for is paid, so the
+            # tool calls of the response that passed one still ran
+            if limits.any and (why := limits.passed(driver_usage(events_usage(self.transcript)))):
+                self.limit_note = why
+                return "spending_limit"
             self.turns = turn
             trim_context(messages, opts.context_chars)
             body: dict[str, Any] = {"model": opts.model, "messages": wire(messages),

@@ -33,16 +33,21 @@ from a2rl import interrupt
 from a2rl.server.run import RunClock
 from a2rl.settings import Settings
 from a2rl.store import AgentStatus, Run, RunConfig, Store, Submission, SubmissionStatus
+from a2rl.store.ledger import SpendLimit, price_for
 from a2rl.store.queries import best_submission, run_summary
 from a2rl.tasks.registry import DEFAULT_TASK
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
 from .base import AgentContext, Connector, McpEndpoint
+from .ledger import record_driver
 from .prompt import task_prompt
 from .registry import get_connector
+from .transcript import driver_usage
 
 Say = Callable[[str], None]
 TERM_GRACE_S = 5.0
+#: how often a CLI agent's streamed usage is read against the run's spending limits
+USAGE_POLL_S = 1.0
 STDERR_TAIL_LINES = 12  # of a crashed agent's stderr, shown to the user
 
 
@@ -159,6 +164,7 @@ class Orchestrator:
         progress is off: an agent's crash and its last stderr lines."""
         self.settings, self.store, self.say = settings, store, say
         self.warn = warn or say
+        self.limit_note: str | None = None  # the spending limit that stopped the agent
 
     def run(self, opts: RunConfig) -> RunSummary:
         """Run `opts` (its agent driving) from its creation to its summary."""
@@ -177,10 +183,18 @@ class Orchestrator:
                  f"agent {opts.agent}")
         home = Path(run.workspace).parent / "agent" / "home"
         home.mkdir(parents=True)
+        found = price_for(self.settings.model_prices, opts.driver_model)
+        limits = SpendLimit(max_cost_usd=opts.max_cost, max_tokens=opts.max_tokens,
+                            price=found[1] if found else None)
+        if limits.max_cost_usd is not None and limits.price is None:
+            model = opts.driver_model or "the driver model"
+            self.warn(f"--max-cost: model_prices has no price for {model}: only a cost the "
+                      "agent reports counts against it")
+        self.limit_note = None
         ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,
                            endpoint=McpEndpoint(url="", token=created.token),
                            model=opts.driver_model, budget_s=run.budget_s,
-                           options=dict(opts.agent_options), say=self.say)
+                           options=dict(opts.agent_options), say=self.say, limits=limits)
         status, code = AgentStatus.interrupted, None
         signum: int | None = None
         try:
@@ -198,12 +212,14 @@ class Orchestrator:
                     signum = interrupt.received()
                 self._update(run.id, agent_status=status, agent_exit_code=code)
                 reason = {AgentStatus.finished: "agent finished",
-                          AgentStatus.budget: "budget exhausted",
+                          AgentStatus.budget: "budget exhausted" + (
+                              f" ({self.limit_note})" if self.limit_note else ""),
                           AgentStatus.crashed: f"agent crashed (exit {code})",
                           AgentStatus.interrupted: interrupt.reason(signum)}.get(status, status)
                 self.say(f"finalizing ({reason}): the best submission is scored on the test "
                          "split")
                 finish_run(self.settings, self.store, run.id, reason=reason)
+                record_driver(self.settings, self.store, run.id)
         summary = self.summary(run.id, started)
         late = interrupt.received()  # a signal during the finalization: the command stops too
         if signum or late:
@@ -223,7 +239,9 @@ class Orchestrator:
             try:
                 async with Client(stdio_params(self.settings, run.id), mode="legacy") as client:
                     await connector.run(client, ctx)
-                status = (AgentStatus.finished, 0)
+                # an in-process agent that stopped at a spending limit says which (`llm`)
+                self.limit_note = getattr(connector, "limit_note", None)
+                status = (AgentStatus.budget if self.limit_note else AgentStatus.finished, 0)
             except Exception as exc:
                 while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                     exc = exc.exceptions[0]  # type: ignore[assignment]
@@ -253,10 +271,11 @@ class Orchestrator:
                 self.say(f"agent started (pid {proc.pid}{', sandboxed' if sandboxed else ''})")
                 status: tuple[AgentStatus, int | None]
                 try:
-                    code = proc.wait(self._remaining(run))
+                    code = self._wait(proc, run, connector, ctx.limits,
+                                      logs / "transcript.jsonl")
                     status = (AgentStatus.finished if code == 0 else AgentStatus.crashed, code)
                 except subprocess.TimeoutExpired:
-                    self.say("the budget is spent: stopping the agent")
+                    self.say(f"{self.limit_note or 'the budget is spent'}: stopping the agent")
                     status = (AgentStatus.budget, None)
                 except KeyboardInterrupt:
                     status = (AgentStatus.interrupted, None)
@@ -275,6 +294,26 @@ class Orchestrator:
                 "; the last lines of its stderr:\n" + "\n".join(f"  | {t}" for t in tail)
                 if tail else "; it wrote nothing on stderr"))
         return status
+
+    def _wait(self, proc: subprocess.Popen[bytes], run: Run, connector: Any,
+              limits: SpendLimit, transcript: Path) -> int:
+        """The agent's exit code; TimeoutExpired at the deadline, or once the usage its
+        transcript streams has passed a spending limit (`limit_note` says which)."""
+        if not limits.any:
+            return proc.wait(self._remaining(run))
+        while True:
+            try:
+                return proc.wait(max(0.0, min(USAGE_POLL_S, self._remaining(run))))
+            except subprocess.TimeoutExpired:
+                if self._remaining(run) <= 0:
+                    raise
+            try:
+                used = driver_usage(connector.transcript_usage(transcript.read_bytes()))
+            except Exception:  # noqa: BLE001 - the bytes are the agent's; read them next time
+                continue
+            if why := limits.passed(used):
+                self.limit_note = why
+                raise subprocess.TimeoutExpired(proc.args, 0)
 
     def _update(self, run_id: str, **fields: Any) -> None:
         with self.store.session() as s:

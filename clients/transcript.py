@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from a2rl.store.ledger import DriverUsage
+
 from .base import SERVER_NAME
 
 Role = Literal["system", "user", "assistant", "thinking", "tool", "result", "error", "info"]
@@ -93,6 +95,16 @@ class Usage(BaseModel):
     cost_usd: float | None = None
     #: what the counts were read from, for a reader to judge them
     source: str
+
+
+def driver_usage(usage: Usage | None) -> DriverUsage | None:
+    """A connector's `Usage` as the ledger counts it."""
+    if usage is None:
+        return None
+    return DriverUsage(
+        input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
+        cached_tokens=usage.cached_tokens, cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd, source=usage.source)
 
 
 def count(x: Any) -> int:

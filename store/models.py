@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Dialect, LargeBinary, event
+from sqlalchemy import JSON, BigInteger, Column, Dialect, LargeBinary, event
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
@@ -26,7 +26,7 @@ from .status import (
     SubmissionStatus,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 def utcnow() -> datetime:
@@ -39,6 +39,12 @@ def aware(dt: datetime | None) -> datetime | None:
     if dt is not None and dt.tzinfo is None:
         return dt.replace(tzinfo=UTC)
     return dt
+
+
+def _big() -> Any:
+    """A nullable count that may pass 2**31 (bytes of memory, tokens): BIGINT, not
+    PostgreSQL's 32-bit INTEGER."""
+    return Field(default=None, sa_type=BigInteger)
 
 
 def _json(default: Any = None) -> Any:
@@ -264,6 +270,17 @@ class Job(SQLModel, table=True):
     # the kill, the cgroup's OOM count, the limit reached); null for a row of an older version
     end_cause: str | None = None
     end_evidence: str | None = None
+    # schema v7: what the job's processes used (the cost ledger, `a2rl.store.ledger`); null
+    # where it was not measured (rows of older versions, a supervisor that never reported).
+    # CPU seconds (user and system) of its whole process tree and the peak resident memory of
+    # its largest process, from the kernel's accounting of the processes its shim reaped
+    cpu_s: float | None = None
+    memory_peak_bytes: int | None = _big()
+    # GPU seconds (each sample: the run's devices the job had a process on, times the sample's
+    # length) and the peak GPU memory its processes held together, to be sampled through NVML;
+    # not measured yet (null)
+    gpu_s: float | None = None
+    gpu_memory_peak_bytes: int | None = _big()
 
 
 class Submission(SQLModel, table=True):
@@ -338,6 +355,44 @@ class Audit(SQLModel, table=True):
     checks: dict[str, Any] = _json(dict)  # check name -> what it looked at (counts, n, ...)
 
 
+class Ledger(SQLModel, table=True):
+    """A run's cost ledger (`a2rl.store.ledger`): what its driver model used and cost, what its
+    jobs and sandbox used, and its grading time. One row per run, written in parts: the
+    driver's by the orchestrator from the agent's transcript (null: unknown, such as a run of
+    an agent the user started), the rest when the run is finalized. (Schema v7: a new table,
+    made by `create_all`.)"""
+
+    run_id: str = Field(primary_key=True, foreign_key="run.id")
+    computed_at: datetime = Field(default_factory=utcnow)
+    # the driver model: input tokens (cached ones included), output tokens, the part of the
+    # input read from (and written to) the provider's cache, and what they were read from
+    input_tokens: int | None = _big()
+    output_tokens: int | None = _big()
+    cached_tokens: int | None = _big()
+    cache_write_tokens: int | None = _big()
+    usage_source: str | None = None
+    # its cost in USD and how it is known: reported (by the agent), computed (the price
+    # table's `model_prices` for the driver model), unknown; the note says from what
+    cost_usd: float | None = None
+    cost_basis: str = "unknown"
+    cost_note: str | None = None
+    # the jobs, from their rows: how many, CPU seconds summed, the largest peak memory, GPU
+    # seconds summed and the largest peak GPU memory (null: none was measured)
+    jobs: int = 0
+    jobs_cpu_s: float | None = None
+    jobs_memory_peak_bytes: int | None = _big()
+    gpu_s: float | None = None
+    gpu_memory_peak_bytes: int | None = _big()
+    # the run's sandbox as its cgroup (or container) counted it: every process of its jobs'
+    # group, the supervisor's shims included; `sandbox_source` says which counters
+    sandbox_cpu_s: float | None = None
+    sandbox_memory_peak_bytes: int | None = _big()
+    sandbox_source: str | None = None
+    # the wall time of the run's own evaluations (its submissions on dev and test)
+    grading_s: float = 0.0
+    evaluations: int = 0
+
+
 class BudgetEvent(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
@@ -363,5 +418,5 @@ def _defer_foreign_keys() -> None:
 
 _OURS = {m.__tablename__ for m in (Meta, Run, ToolCall, Blob, Revision, Snapshot, SnapshotFile,
                                    Job, Submission, Evaluation, GradeRequest, BaselineCache,
-                                   BudgetEvent, Audit)}
+                                   BudgetEvent, Audit, Ledger)}
 _defer_foreign_keys()

@@ -124,6 +124,10 @@ class RunConfig(RunKnobs):
     #: starts (`a2rl create`)
     agent: str | None = None
     driver_model: str | None = Field(None, description="the agent's model (--model)")
+    #: spending limits on the driver model (`a2rl run --max-cost/--max-tokens`): the agent is
+    #: stopped once its usage passes one (`a2rl.store.ledger.SpendLimit`); None: no limit
+    max_cost: float | None = Field(None, gt=0, description="USD of driver model cost")
+    max_tokens: int | None = Field(None, gt=0, description="driver tokens, input and output")
     #: KEY=VALUE for the agent's connector (endpoints, keys). They may hold an API key, so
     #: no dump shows them (`exclude`): not the store, an archive or `--json`; only a fleet's
     #: node gets them (`node_json`). A run read back from the store has none.

@@ -32,6 +32,7 @@ from .models import (
     Evaluation,
     GradeRequest,
     Job,
+    Ledger,
     Revision,
     Run,
     Snapshot,
@@ -47,6 +48,7 @@ RUN_TABLES: dict[str, type[SQLModel]] = {
     "run": Run, "toolcall": ToolCall, "snapshot": Snapshot, "snapshotfile": SnapshotFile,
     "revision": Revision, "job": Job, "submission": Submission, "evaluation": Evaluation,
     "graderequest": GradeRequest, "budgetevent": BudgetEvent, "audit": Audit,
+    "ledger": Ledger,
 }
 
 
@@ -111,6 +113,7 @@ def dump_run(store: Store, run_id: str) -> RunDump:
                      if (b := baseline_evaluation(s, run, split)) is not None]
         rows["evaluation"] = baselines + [e for e in evals if e.kind != EvaluationKind.baseline]
         rows["audit"] = [a for a in [s.get(Audit, run_id)] if a is not None]
+        rows["ledger"] = [x for x in [s.get(Ledger, run_id)] if x is not None]
         wanted = sorted(_referenced_blobs(run, rows))
         blobs: dict[str, bytes] = {}
         for i in range(0, len(wanted), 500):
@@ -223,6 +226,8 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
         for row in rows.get("audit", []):  # its evidence names rows by id: renumbered too
             s.add(Audit.model_validate({**row, "flags": [_remapped_flag(f, calls, revs, evals)
                                                          for f in row.get("flags", [])]}))
+        for row in rows.get("ledger", []):  # a dump from before schema v7 has none
+            s.add(Ledger.model_validate(row))
         inserted |= {name: len(rows.get(name, [])) for name in RUN_TABLES}
         inserted["evaluation"] = len(fresh)
     return inserted

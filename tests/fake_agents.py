@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from a2rl import __version__
 from a2rl.clients.base import AgentContext, AgentLaunch, BaseConnector
+from a2rl.clients.claude_code import ClaudeCodeConnector
 from a2rl.clients.registry import AGENTS
+from a2rl.clients.transcript import Usage
 
 
 class ScriptAgent(BaseConnector):
@@ -54,5 +56,18 @@ class Snoops(ScriptAgent):
         return launch
 
 
-for cls in (NeverStops, Crashes, Snoops):
+class Spends(ScriptAgent):
+    """Streams Claude Code's stream-json as the real CLI does while it works: an assistant
+    message of 1,000 input and 50 output tokens every 0.2 s, and never stops by itself."""
+
+    script = ("echo '{\"type\":\"system\",\"subtype\":\"init\"}'; i=0; while true; do i=$((i+1)); "
+              "echo '{\"type\":\"assistant\",\"message\":{\"id\":\"m'$i'\",\"role\":"
+              "\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"thinking\"}],"
+              "\"usage\":{\"input_tokens\":1000,\"output_tokens\":50}}}'; sleep 0.2; done")
+
+    def transcript_usage(self, data: bytes) -> Usage | None:
+        return ClaudeCodeConnector().transcript_usage(data)
+
+
+for cls in (NeverStops, Crashes, Snoops, Spends):
     AGENTS.register(f"test-{cls.__name__.lower()}", f"{__name__}:{cls.__name__}")

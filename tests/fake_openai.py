@@ -88,8 +88,10 @@ def latest(messages: Messages, key: str) -> str:
 class FakeOpenAI:
     """The server; use as a context manager. `base_url` ends in /v1."""
 
-    def __init__(self, steps: list[Step], model: str = "fake-model") -> None:
+    def __init__(self, steps: list[Step], model: str = "fake-model",
+                 cost: float | None = None) -> None:
         self.steps = list(steps)
+        self.cost = cost  # USD per response, as `usage.cost` (as OpenRouter reports it)
         self.model = model
         self.cursor = 0
         self.requests: list[dict[str, Any]] = []
@@ -97,6 +99,7 @@ class FakeOpenAI:
         self.issued: list[dict[str, Any]] = []  # every tool call sent to the agent
         self.errors: list[str] = []  # exceptions raised by the script itself
         self.overrun = False
+        self.usages: list[dict[str, Any]] = []  # the usage of every answer sent
         self._failures: list[tuple[int, str | None]] = []
         self._lock = threading.Lock()
         self._n = 0
@@ -147,11 +150,15 @@ class FakeOpenAI:
                 self.issued.append({"name": c.name, "arguments": raw})
             message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
             finish = "tool_calls"
+        usage: dict[str, Any] = {"prompt_tokens": len(json.dumps(messages)) // 4,
+                                 "completion_tokens": 10, "total_tokens": 0}
+        if self.cost is not None:
+            usage["cost"] = self.cost
+        self.usages.append(usage)
         return {"id": f"chatcmpl-{self._n}", "object": "chat.completion",
                 "created": int(time.time()), "model": body.get("model", self.model),
                 "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": len(json.dumps(messages)) // 4,
-                          "completion_tokens": 10, "total_tokens": 0}}
+                "usage": usage}
 
     def _next_reply(self, messages: Messages) -> Reply:
         while self.cursor < len(self.steps):

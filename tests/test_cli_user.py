@@ -422,7 +422,7 @@ def test_show_prints_settings_counts_jobs_submissions_scores(listed: tuple[Path,
     r = cli(home, "show", "r-aaaa")
     assert r.exit_code == 0, r.stderr
     text = r.stdout
-    for block in ("settings", "counts", "scores", "jobs", "submissions"):
+    for block in ("settings", "counts", "scores", "cost ledger", "jobs", "submissions"):
         assert re.search(rf"^{block}$", text, re.M), (block, text)
     assert re.search(r"tool calls\s+3 \(1 errors\)", text)
     assert re.search(r"ran\s+2026-12-02 13:05 to 2026-12-02 13:08 \(3m 20s of a 20m 00s "
@@ -432,7 +432,10 @@ def test_show_prints_settings_counts_jobs_submissions_scores(listed: tuple[Path,
     assert re.search(r"backend\s+docker \(image a2rl-test, GPUs 0,1\)", text)
     assert re.search(r"network\s+bridge", text)
     assert re.search(r"^  ?profile\s+a2rl$", text, re.M), text
-    assert re.search(r"j-1\s+exited exit 0\s+1m 15s\s+python code/train.py", text)
+    # a hand-made row: no CPU or memory measured, no ledger stored
+    assert re.search(r"j-1\s+exited exit 0\s+1m 15s\s+cpu\s+-\s+peak\s+–\s+python code/train.py",
+                     text), text
+    assert re.search(r"ledger\s+none stored", text), text
     assert re.search(r"s-1\s+graded\s+output/ckpt\s+dev 0.450\s+test 0.500", text)
     assert "train before submitting" in text and "Traceback" not in text
     shown = json.loads(cli(home, "show", "r-aaaa", "--json").stdout)

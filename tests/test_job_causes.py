@@ -153,6 +153,32 @@ async def test_a_background_job_is_recorded_when_it_ends(backend: Settings,
         assert [f.type for f in failures] == ["budget_kill"], failures
 
 
+BURN = ("python3 -c 'import time\nx = bytearray(120 << 20)\nt = time.process_time()\n"
+        "while time.process_time() - t < 1.0: pass'")
+
+
+async def test_a_jobs_cpu_seconds_and_peak_memory(backend: Settings, store: Store) -> None:
+    """The kernel's account of a job's whole tree reaches its row: a child of bash that burns
+    a CPU second holding 120 MiB, a job that does nothing, and one killed while it burns."""
+    async with opened(backend, store) as (c, _):
+        burn = await sh(c, f"{BURN}; echo done", wait_s=60)
+        idle = await sh(c, "true")
+        bg = await sh(c, "python3 -c 'while True: pass'", wait_s=0)
+        await anyio.sleep(1.5)
+        r = await c.call_tool("job_kill", {"job_id": bg["job_id"]})
+        assert not r.is_error, r
+        rows = {k: job(store, v["job_id"]) for k, v in
+                [("burn", burn), ("idle", idle), ("bg", bg)]}
+    assert rows["burn"].exit_code == 0, rows["burn"]
+    used = {k: (row.cpu_s, row.memory_peak_bytes) for k, row in rows.items()}
+    assert all(cpu is not None and peak is not None for cpu, peak in used.values()), used
+    cpu, peak = used["burn"]
+    assert 0.95 <= cpu < 5 and peak >= 120 << 20, used  # type: ignore[operator]
+    # the floor is the supervisor's size: the kernel carries a process's peak across exec
+    assert used["idle"][0] < 0.5 and used["idle"][1] < 64 << 20, used  # type: ignore[operator]
+    assert used["bg"][0] >= 0.5, used  # type: ignore[operator]
+
+
 @pytest.mark.parametrize("reason,cause", [("interrupted", "interrupted"),
                                           ("budget exhausted", "budget")])
 async def test_jobs_a_finalization_stops(backend: Settings, store: Store, reason: str,

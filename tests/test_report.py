@@ -271,6 +271,23 @@ def test_markdown_has_the_sections(runs: dict[str, Any]) -> None:
     assert "**SFT**" in md and "```diff" in md
 
 
+def test_the_cost_ledger_of_a_finished_run(runs: dict[str, Any]) -> None:
+    """finish_run stored what the jobs used and how long the run's grading took; the driver
+    part is unknown (no agent of ours drove it, so no transcript was read)."""
+    led = runs["reports"]["sft"].ledger
+    assert led is not None and led.jobs >= 1
+    assert led.jobs_cpu_s is not None and led.jobs_cpu_s > 0.5, led  # a real SFT ran
+    assert led.jobs_memory_peak_bytes is not None and led.jobs_memory_peak_bytes > 50 << 20
+    assert led.evaluations >= 2 and led.grading_s > 0, led  # its dev submission and the test
+    assert (led.cost_basis, led.cost_usd, led.input_tokens, led.gpu_s) == (
+        "unknown", None, None, None)
+    md = render(runs["reports"]["sft"], "md")
+    ledger_md = md.split("\n## Cost ledger\n", 1)[1].split("\n## ", 1)[0]
+    assert "CPU-seconds" in ledger_md and f"over {led.evaluations} evaluations" in ledger_md
+    assert "| GPU | not measured |" in ledger_md and "| driver cost | unknown |" in ledger_md
+    assert 'id="ledger"' in render(runs["reports"]["sft"], "html")
+
+
 def test_html_is_self_contained(runs: dict[str, Any]) -> None:
     for rep in runs["reports"].values():
         page = render(rep, "html")
@@ -308,6 +325,11 @@ def test_compare_tabulates_the_runs(runs: dict[str, Any]) -> None:
     assert render_csv(c).splitlines()[0].startswith("run_id,task,agent")
     assert json.loads(render_json(c))["rows"][0]["task"] == "arith"
     assert compare(runs["store"], agent="fake-sft").rows[0].agent == "fake-sft"
+    # no GPU measured and no driver cost known: no gain per GPU-hour nor per dollar, not 0
+    sft = next(r for r in c.rows if r.agent == "fake-sft")
+    assert sft.improvement is not None and sft.cost_basis == "unknown"
+    assert (sft.gpu_hours, sft.gain_per_gpu_hour, sft.gain_per_dollar) == (None, None, None)
+    assert "gain/GPUh" in render_text(c) and "gain_per_dollar" in render_csv(c).splitlines()[0]
 
 
 def test_report_of_10000_tool_calls_is_fast(tmp_path: Path) -> None:

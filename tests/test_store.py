@@ -245,10 +245,12 @@ def test_processes_opening_a_new_store_at_once(db_url: str) -> None:
 _ADDED = {2: ("agent_status", "agent_exit_code", "agent_transcript_sha", "agent_stderr_sha"),
           3: ("fleet_id", "fleet_repeat", "fleet_node"),
           4: ("profile",)}
-#: (table, column) that v5 and v6 added; v6 also made the audit table
+#: (table, column) that v5, v6 and v7 added; v6 also made the audit table, v7 the ledger
 _ADDED_IN_V5 = [("revision", "size"), ("revision", "content_stored")]
 _ADDED_IN_V6 = [("run", "end_kind"), ("job", "end_cause"), ("job", "end_evidence"),
                 ("run", "owner"), ("toolcall", "seq")]
+_ADDED_IN_V7 = [("job", "cpu_s"), ("job", "memory_peak_bytes"), ("job", "gpu_s"),
+                ("job", "gpu_memory_peak_bytes")]
 
 
 def _before_alembic(conn: Connection, version: int) -> None:
@@ -260,6 +262,10 @@ def _before_alembic(conn: Connection, version: int) -> None:
 
 def _schema_of(conn: Connection, version: int) -> None:
     """Turn a current store into the schema `version` had (what later versions added goes)."""
+    if version < 7:
+        conn.execute(text("DROP TABLE ledger"))
+        for table, column in _ADDED_IN_V7:
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
     if version < 6:
         conn.execute(text("DROP TABLE audit"))
         for table, column in _ADDED_IN_V6:
@@ -372,7 +378,7 @@ def test_v3_store_is_migrated(db_url: str) -> None:
         run = s.get(Run, "r-v3")
         assert run is not None and run.profile == "a2rl" and run.protocol == "paper"
         assert run.fleet_id == "f0"
-        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
     _run(store, "r-paper")
     with store.session() as s:
         s.get(Run, "r-paper").profile = "paper"
@@ -399,7 +405,7 @@ def test_v4_store_is_migrated(db_url: str) -> None:
         (rev,) = s.exec(select(Revision).where(Revision.run_id == "r-v4")).all()
         assert rev.path == "code/a.py" and rev.blob_sha == "abc"
         assert rev.content_stored is True and rev.size is None
-        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
         s.add(Revision(run_id="r-v4", path="code/b.py", blob_sha="def", size=9,
                        content_stored=False))
     with store.session() as s:
@@ -432,7 +438,7 @@ def test_v5_tool_calls_are_numbered_per_run(db_url: str) -> None:
     start_call(store, "r-b", "budget_status", {}, "memory")
     with store.session() as s:
         rows = s.exec(select(ToolCall.run_id, ToolCall.seq).order_by(ToolCall.id)).all()
-        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
     assert [tuple(r) for r in rows] == [("r-a", 1), ("r-b", 1), ("r-a", 2), ("r-a", 3),
                                         ("r-b", 2), ("r-b", 3)]
     store.close()
@@ -521,7 +527,7 @@ def test_v5_store_gains_the_audit_table(db_url: str) -> None:
     store = Store(db_url)
     with store.session() as s:
         assert s.get(Run, "r-v5") is not None
-        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION) == "6"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
     assert load_audit(store, "r-v5") is None
     save_audit(store, AuditReport(run_id="r-v5", audit_version=1, computed_at=utcnow(), flags=[
         Flag(kind="contamination", severity=Severity.high, finding="copied 3 test answers")]))
@@ -538,6 +544,7 @@ def test_early_v6_store_gains_the_columns_added_since(db_url: str) -> None:
     old = Store(db_url)
     _run(old, "r-e6")
     with old.engine.begin() as conn:
+        _schema_of(conn, 6)
         for table, column in _ADDED_IN_V6:
             conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
         _before_alembic(conn, 6)
@@ -550,5 +557,5 @@ def test_early_v6_store_gains_the_columns_added_since(db_url: str) -> None:
         run = s.get(Run, "r-e6")
         assert run is not None and run.end_kind is None and run.owner is None
         assert s.exec(select(ToolCall.seq).where(ToolCall.run_id == "r-e6")).all() == [1]
-        assert s.get(Meta, "schema_version").value == "6"
+        assert s.get(Meta, "schema_version").value == str(SCHEMA_VERSION)
     store.close()

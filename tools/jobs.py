@@ -112,6 +112,8 @@ def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: in
             row.ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
             row.log_blob_sha, row.log_bytes = blob, size
             row.end_cause, row.end_evidence = gone or _cause(row.state, sj)
+            if sj is not None:
+                row.cpu_s, row.memory_peak_bytes = sj.cpu_s, sj.memory_peak_bytes
             s.add(row)
             rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
                         row.end_cause, row.end_evidence)

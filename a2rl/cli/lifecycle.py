@@ -213,6 +213,12 @@ def run(
     seed: Annotated[int | None, typer.Option(help="seed of the first run")] = None,
     repeats: Annotated[int, typer.Option(min=1, help="runs one after another, seeds S, S+1..")
                        ] = 1,
+    max_cost: Annotated[float | None, typer.Option(
+        help="stop the agent once its driver model has cost this many USD (reported by the "
+             "agent, else priced by model_prices)")] = None,
+    max_tokens: Annotated[int | None, typer.Option(
+        help="stop the agent once its driver model has used this many tokens (in and out)")
+    ] = None,
     llm_base_url: Annotated[str | None, typer.Option(
         help="--agent llm: an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
     llm_api_key_env: Annotated[str, typer.Option(
@@ -241,6 +247,7 @@ def run(
         check_task(task)
         config = run_config(
             task_id=task, agent=agent, driver_model=model, budget=budget, backend=backend,
+            max_cost=max_cost, max_tokens=max_tokens,
             protocol=protocol, profile=profile, grading_clock=grading_clock,
             unsafe_local=unsafe_local or None, max_submissions=max_submissions, seed=seed,
             agent_options=agent_options, gpus=gpu_ids(gpus), network=network == "bridge",

@@ -83,10 +83,13 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
     from a2rl.analysis.fmt import improvement
     from a2rl.audit import load_audit
 
-    summary = build_report(store, run_id).summary  # the paired improvement interval
+    rep = build_report(store, run_id)
+    summary = rep.summary  # the paired improvement interval
     audit = load_audit(store, run_id)
+    cost = rep.ledger
     marks = {"audit": None if audit is None else {
-        "flagged": audit.flagged, "high": audit.high, "flags": len(audit.flags)}}
+        "flagged": audit.flagged, "high": audit.high, "flags": len(audit.flags)},
+        "ledger": cost.model_dump() if cost is not None else None}
     if as_json:
         print_json({**doc, **details, "improvement": summary.improvement.model_dump()
                     if summary.improvement else None,
@@ -148,13 +151,25 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
          + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else
             f" ({doc['final_note']})" if doc.get("final_note") else ""))
     line("improvement", improvement)
+    from a2rl.analysis.ledger_view import ledger_rows
+    from a2rl.analysis.schema import LedgerSection
+
+    typer.echo("cost ledger")
+    cost = doc.get("ledger")
+    for label, value in ledger_rows(LedgerSection(**cost) if cost is not None else None):
+        line(label, value)
     jobs, subs = details["job_list"], details["submission_list"]
     if jobs:
+        from a2rl.analysis.ledger_view import size
+
         typer.echo("jobs")
         for j in jobs:
             code = "" if j["exit_code"] is None else f" exit {j['exit_code']}"
             took = duration(j["started_at"], j["ended_at"])
-            typer.echo(f"  {j['id']:12} {j['state'] + code:14} {took:>8}  {j['command'][:60]}")
+            cpu = "-" if j.get("cpu_s") is None else f"{j['cpu_s']:.1f}s"
+            peak = size(j.get("memory_peak_bytes"))
+            typer.echo(f"  {j['id']:12} {j['state'] + code:14} {took:>8}  cpu {cpu:>7}  "
+                       f"peak {peak:>9}  {j['command'][:60]}")
     if subs:
         typer.echo("submissions")
         for x in subs:

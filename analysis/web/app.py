@@ -33,6 +33,7 @@ from a2rl.store import Run
 
 from .. import plots
 from ..audit_view import AUDIT_FILTERS, audit_section, audit_states
+from ..ledger_view import ledger_rows, ledger_section
 from ..render_html import TEMPLATES, environment, report_context, training_curves
 from ..report import build_report
 from ..schema import Report
@@ -161,6 +162,7 @@ class Viewer:
             rev_total=queries.count_revisions(self.store, run.id), rev_page=REV_PAGE,
             submissions=queries.submissions(self.store, run),
             audit=audit_section(self.store, run.id),
+            ledger_rows=ledger_rows(ledger_section(self.store, run.id)),
             live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id),
             clock=queries.live_clock(run))
 

@@ -134,10 +134,21 @@ def _audit(settings: Settings, store: Store, run_id: str, log: logging.Logger) -
     log.info("run %s audited: %d flags, %d high", run_id, len(report.flags), report.high)
 
 
+def _ledger(store: Store, run_id: str, log: logging.Logger) -> None:
+    """The ledger's part the run's rows give (jobs, grading time); never fails a finish."""
+    from a2rl.store import ledger
+
+    try:
+        ledger.record(store, run_id, ledger.run_resources(store, run_id, None))
+    except Exception:  # noqa: BLE001 - the run is finished whatever its ledger does
+        log.exception("run %s: ledger failed", run_id)
+
+
 def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "finished",
                end_kind: EndKind | None = None) -> Run:
     """Stop the run's sandbox and jobs, record what they left, close the run (its `end_kind`
-    as given, or derived from `reason` and the row) and audit it. Idempotent."""
+    as given, or derived from `reason` and the row), write its ledger's resources and audit
+    it. Idempotent."""
     with store.session() as s:
         run = s.get(Run, run_id)
         if run is None:
@@ -159,6 +170,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
     run = rt.clock.close(reason, end_kind=end_kind)
+    _ledger(store, run_id, rt.log)
     _audit(settings, store, run_id, rt.log)  # while the workspace's files are still mounted
     # A finished run holds no kernel resource: its volume's mount and loop device go now (the
     # files stay in workspace.img; show, report, view and export read the store).

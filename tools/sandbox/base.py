@@ -53,6 +53,10 @@ class SandboxJob(BaseModel):
     # empty while it runs, or from a supervisor of an older version
     cause: str = ""
     evidence: str = ""
+    # what its processes used, once it ended (the cost ledger): CPU seconds of its whole tree
+    # and the peak resident memory of its largest process; None from an older supervisor
+    cpu_s: float | None = None
+    memory_peak_bytes: int | None = None
 
 
 # How many threads numeric libraries start (OpenMP, MKL, OpenBLAS). A sandbox's environment is

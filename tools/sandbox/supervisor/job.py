@@ -48,6 +48,10 @@ class Job:
         self.out_read = -1  # the read end of its output pipe, owned by the pump
         self.oom0 = oom0  # the memory cgroup's OOM kill count when the job started
         self.written = 0  # bytes its live processes had written at the last disk check
+        # what its processes used (CPU seconds, the largest one's peak RSS in bytes): the
+        # shim's report at bash's exit, then the kernel's account when the shim is reaped
+        self.cpu_s: float | None = None
+        self.memory_peak_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -62,7 +66,16 @@ class Job:
             "reason": self.reason,
             "cause": self.cause,
             "evidence": self.evidence,
+            "cpu_s": self.cpu_s,
+            "memory_peak_bytes": self.memory_peak_bytes,
         }
+
+    def used(self, cpu_us: int, maxrss_kib: int) -> None:
+        """Keep the larger account: a later one (the shim's reap) covers an earlier one."""
+        cpu_s, peak = round(cpu_us / 1e6, 3), maxrss_kib * 1024  # Linux counts ru_maxrss in KiB
+        if self.cpu_s is None or cpu_s >= self.cpu_s:
+            self.cpu_s = cpu_s
+        self.memory_peak_bytes = max(self.memory_peak_bytes or 0, peak)
 
     def blame(self, cause: str, evidence: str) -> None:
         """Keep the first cause given: the first kill of a job is the one that ended it."""

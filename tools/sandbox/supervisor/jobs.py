@@ -24,6 +24,12 @@ from .kill import Killer
 from .shim import JOB_VAR, Forker, job_shim
 from .system import human, log
 
+#: How long a job's end waits for its shim to be reaped (the whole tree's account): briefly
+#: after bash exited (a shim with leftovers to reap lives on; the report's account stands),
+#: longer for a killed job, whose shim is killed once its tree is gone.
+SHIM_REAP_WAIT_S = 0.2
+KILLED_REAP_WAIT_S = 1.0
+
 
 class JobTable:
     def __init__(self, logs_fd: int, limits: Limits, oom_fd: int | None,
@@ -161,11 +167,18 @@ class JobTable:
                 parts = line.split()
                 if parts[:1] == [b"exit"]:
                     code = int(parts[1])
+                    if len(parts) >= 4:
+                        job.used(int(parts[2]), int(parts[3]))
                     break
         # What bash wrote before it exited is in the pipe: wait until the pump has moved it
         # (leftovers in the background may keep the pipe open, so not for its end).
         end = time.monotonic() + 2.0
         while time.monotonic() < end and not self.pipe_empty(job):
+            time.sleep(0.005)
+        # The kernel's account of the whole tree comes when the shim is reaped: at once when
+        # nothing of the job lingers; a killed job's shim is killed once its tree is gone.
+        end = time.monotonic() + (SHIM_REAP_WAIT_S if code is not None else KILLED_REAP_WAIT_S)
+        while time.monotonic() < end and not job.shim_reaped:
             time.sleep(0.005)
         if job.stop_reason is None and code is not None:
             self.explain_exit(job, code)
@@ -228,7 +241,7 @@ class JobTable:
     def reap_forever(self) -> None:
         while True:
             try:
-                pid, _ = os.waitpid(-1, 0)
+                pid, _, used = os.wait4(-1, 0)
             except ChildProcessError:
                 self.children.clear()
                 self.children.wait(1.0)
@@ -237,7 +250,8 @@ class JobTable:
                 continue
             with self.lock:
                 job = self.by_shim.pop(pid, None)
-                if job is not None:
+                if job is not None:  # its children's account: every process of the job
+                    job.used(int((used.ru_utime + used.ru_stime) * 1e6), used.ru_maxrss)
                     job.shim_reaped = True
                 # Otherwise an orphan whose shim was gone, adopted by this init or subreaper.
 

@@ -68,8 +68,10 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
     It becomes a session leader and a child subreaper, then forks bash, which alone drops to the
     sandbox user: a descendant that double-forks or calls setsid is reparented to this process,
     not to the supervisor, so the job's whole tree is always the tree under it, and the job
-    cannot signal the shim. It reports bash's pid and exit code on the `report` pipe and lives
-    on, reaping, while leftovers of the job run.
+    cannot signal the shim. It reports bash's pid and exit code on the `report` pipe (with the
+    CPU time and peak memory of what it reaped so far) and lives on, reaping, while leftovers
+    of the job run. Since every process of the tree is reaped inside it, the kernel's account
+    of the shim's children, read by the supervisor when it reaps the shim, is the whole job's.
     """
     code = 0
     try:
@@ -121,7 +123,12 @@ def job_shim(report: int, out_fd: int, bash: str, argv: list[str], env: dict[str
             except InterruptedError:
                 continue
             if child == pid:
-                os.write(report, b"exit %d\n" % os.waitstatus_to_exitcode(status))
+                # What the kernel accounted to the processes reaped so far in this tree (bash
+                # and whatever it waited for): CPU microseconds, the largest one's peak RSS
+                used = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu_us = int((used.ru_utime + used.ru_stime) * 1e6)
+                os.write(report, b"exit %d %d %d\n" % (os.waitstatus_to_exitcode(status),
+                                                        cpu_us, used.ru_maxrss))
     except BaseException:
         code = 127
     finally:
