@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -63,6 +64,8 @@ def nvmlDeviceGetHandleByIndex(index):
 
 
 def nvmlDeviceGetComputeRunningProcesses(handle):
+    if handle in _table().get("broken", []):
+        raise NVMLError("GPU is lost")
     return [SimpleNamespace(pid=pid, usedGpuMemory=used)
             for device, pid, used in _table()["procs"] if device == handle]
 '''
@@ -148,3 +151,36 @@ async def test_without_nvml_nothing_is_measured(settings: Settings, store: Store
     row = job(store, r["job_id"])
     assert row.state == "exited" and gpu_usage.nvml() is None
     assert (row.gpu_s, row.gpu_memory_peak_bytes) == (None, None), row
+
+
+def test_the_account_of_samples() -> None:
+    """Each sample credits a job once per GPU it is on; its peak is one sample's sum; nothing
+    sampled yet is "not measured", a job never seen is 0."""
+    usage = gpu_usage.GpuUsage()
+    assert usage.figures("a") == (None, None)
+    usage.add([("a", 0, 5 * MIB), ("a", 1, 2 * MIB), ("a", 1, 1 * MIB)], 0.5)
+    usage.add([("a", 0, 6 * MIB)], 0.25)
+    usage.add([], 0.5)
+    assert usage.figures("a") == (1.25, 8 * MIB)
+    assert usage.figures("b") == (0.0, 0)
+
+
+def test_a_process_is_placed_by_its_parents(fake_nvml: Path) -> None:
+    """Real processes: a grandchild of a "supervisor" (this process) is its child's (the
+    shim's) job; a process outside its tree is nobody's; a GPU NVML cannot list is skipped."""
+    secs = f"30.{random.randrange(10**6):06d}"
+    shim = subprocess.Popen(["bash", "-c", f"sleep {secs} & wait"])
+    try:
+        child = host_pids(["sleep", secs], 1)
+        assert gpu_usage._status(child[0]) == (shim.pid, child[0]), child
+        assert gpu_usage.owner(child[0], os.getpid(), {shim.pid: "j"}) == "j"
+        assert gpu_usage.owner(child[0], os.getpid(), {0: "j"}) is None
+        # a process below the supervisor's child is never a shim, whatever its pid
+        assert gpu_usage.owner(child[0], os.getpid(), {child[0]: "j"}) is None
+        assert gpu_usage.owner(os.getppid(), os.getpid(), {shim.pid: "j"}) is None
+    finally:
+        shim.kill()
+        shim.wait()
+    fake_nvml.write_text(json.dumps({"devices": 2, "broken": [0], "procs": [[0, 1, 5], [1, 2, 7]]}))
+    lib = gpu_usage.nvml()
+    assert lib is not None and gpu_usage.gpu_processes(lib) == [(1, 2, 7)]

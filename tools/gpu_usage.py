@@ -3,11 +3,10 @@
 NVML (`pynvml`, from the `nvidia-ml-py` package) names the processes on each GPU by their host
 pid, while a job's processes live in the sandbox's pid namespace. So a process is placed by the
 kernel's own account, read from /proc: walking its parents up to the run's supervisor
-(`Sandbox.supervisor_host_pid`) says it is the run's; the outermost process on that way that is
-a job's shim (its pid in the sandbox's namespace, the last `NSpid:` field, as the supervisor
-reports it) says whose. A job cannot leave its shim's tree (the shim is its subreaper) nor
-rewrite its parents, so a process cannot be put on another job's account; a namespace it
-nests inside its own only adds processes below its shim.
+(`Sandbox.supervisor_host_pid`) says it is the run's; the supervisor's child on that way is a
+job's shim, whose pid in the sandbox's namespace (the last `NSpid:` field) the supervisor
+reports with the job, which says whose. A job cannot leave its shim's tree (the shim is its
+subreaper) nor rewrite its parents, so a process cannot be put on another job's account.
 
 A sample every `gpu_sample_s` while a run has running jobs: each job with a process on a GPU is
 credited the time since the last sample once per such GPU, and its peak is the largest sum of
@@ -67,12 +66,16 @@ def forget_nvml() -> None:
 
 def gpu_processes(lib: ModuleType) -> list[tuple[int, int, int]]:
     """(device index, host pid, bytes of GPU memory) of every compute process; memory NVML
-    does not report (None) counts 0."""
+    does not report (None) counts 0. A device NVML cannot list (lost, not supported) is
+    skipped: the others still count."""
     found = []
     for index in range(lib.nvmlDeviceGetCount()):
-        handle = lib.nvmlDeviceGetHandleByIndex(index)
-        for p in lib.nvmlDeviceGetComputeRunningProcesses(handle):
-            found.append((index, int(p.pid), int(p.usedGpuMemory or 0)))
+        try:
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            procs = lib.nvmlDeviceGetComputeRunningProcesses(handle)
+        except lib.NVMLError:
+            continue
+        found += [(index, int(p.pid), int(p.usedGpuMemory or 0)) for p in procs]
     return found
 
 
@@ -93,27 +96,20 @@ def _status(pid: int) -> tuple[int, int] | None:
 
 
 def owner(pid: int, supervisor: int, shims: dict[int, str]) -> str | None:
-    """The job (by the shims' namespace pids) that host process `pid` belongs to; None where
-    it is no process of this run's jobs. The outermost process below the supervisor is the
-    shim (every job process stays in its shim's tree); anything else there (the bubblewrap
-    init of another layout) is walked past to the outermost known shim."""
-    chain: list[int] = []
+    """The running job (by its shim's namespace pid) that host process `pid` belongs to; None
+    where it is no process of this run's running jobs. Only the supervisor's own child can be
+    a shim: a process deeper down whose pid in a namespace it made matches another job's
+    shim is still under its own shim (the leftover of an ended job, say) and is nobody's."""
     for _ in range(MAX_DEPTH):
         st = _status(pid)
         if st is None:
             return None
         ppid, nspid = st
-        chain.append(nspid)
         if ppid == supervisor:
-            break
+            return shims.get(nspid)
         if ppid <= 1:
             return None
         pid = ppid
-    else:
-        return None
-    for nspid in reversed(chain):  # outermost first: a nested namespace's pids come later
-        if nspid in shims:
-            return shims[nspid]
     return None
 
 
