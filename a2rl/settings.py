@@ -189,6 +189,10 @@ class Settings(BaseSettings):
         "[model_prices.\"NAME\"] table of config.toml with input, output and cached_input, or "
         "A2RL_MODEL_PRICES as JSON; the model named as --model names it (or the part after its "
         "last /). Empty: such costs are unknown")
+    gpu_sample_s: float = Field(
+        1.0, gt=0, description="seconds between two NVML samples of a run's GPUs while its jobs "
+        "run (the jobs' GPU seconds and peak GPU memory in the cost ledger; needs the "
+        "nvidia-ml-py package and a driver, else not measured)")
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True,
                                       extra="forbid")

@@ -277,8 +277,8 @@ class Job(SQLModel, table=True):
     cpu_s: float | None = None
     memory_peak_bytes: int | None = _big()
     # GPU seconds (each sample: the run's devices the job had a process on, times the sample's
-    # length) and the peak GPU memory its processes held together, to be sampled through NVML;
-    # not measured yet (null)
+    # length) and the peak GPU memory its processes held together, sampled through NVML
+    # (`a2rl.tools.gpu_usage`); null: not measured (no NVML), 0: never on a GPU
     gpu_s: float | None = None
     gpu_memory_peak_bytes: int | None = _big()
 

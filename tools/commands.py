@@ -16,6 +16,7 @@ from sqlmodel import select
 
 from a2rl.store import Job
 
+from .gpu_usage import track
 from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle, watch
 from .output import log_size, read_bounded
 from .results import CommandResult, JobStatusResult
@@ -73,6 +74,7 @@ async def run_command(
                   tool_call_id=call.tool_call_id))
     try:
         await in_thread(sandbox.spawn, job_id, command)
+        await in_thread(track, rt)  # its GPU use is sampled from now on, ended or not
         sj = await wait_for_job(sandbox, job_id, _bound_wait(wait_s))
     except SandboxError as exc:
         await in_thread(lambda: settle(rt, None, job_id, call.tool_call_id, True))

@@ -22,6 +22,7 @@ from sqlmodel import col, select
 from a2rl.layout import LOGS
 from a2rl.store import Blob, Job, JobEndCause, aware
 
+from .gpu_usage import track
 from .output import log_size, read_head_tail
 from .results import JobInfo
 from .runtime import RunRuntime
@@ -114,6 +115,7 @@ def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: in
             row.end_cause, row.end_evidence = gone or _cause(row.state, sj)
             if sj is not None:
                 row.cpu_s, row.memory_peak_bytes = sj.cpu_s, sj.memory_peak_bytes
+            row.gpu_s, row.gpu_memory_peak_bytes = rt.gpu.figures(job_id)
             s.add(row)
             rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
                         row.end_cause, row.end_evidence)
@@ -130,6 +132,10 @@ def _cause(state: str, sj: SandboxJob | None) -> tuple[str | None, str | None]:
     if state == JobState.lost or sj is None:
         return JobEndCause.lost, "the sandbox supervisor is gone: nobody saw how the job ended"
     return None, None
+
+
+def running_ids(rt: RunRuntime) -> list[str]:
+    return [row.id for row in _running(rt)]
 
 
 def _running(rt: RunRuntime) -> list[Job]:
@@ -181,7 +187,9 @@ WATCH_RETRY_S = 1.0
 
 
 def watch(rt: RunRuntime) -> None:
-    """Make sure a thread of this process settles the run's running jobs when they end."""
+    """Make sure a thread of this process settles the run's running jobs when they end (and
+    one samples their GPU use)."""
+    track(rt)
     with rt.watch_lock:
         if rt.watcher is not None and rt.watcher.is_alive():
             return

@@ -28,6 +28,7 @@ from a2rl.registry import RegistryError, UnknownName
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
+from .gpu_usage import GpuUsage
 from .paths import Workspace
 from .revisions import RevisionScanner
 from .sandbox import volume
@@ -127,6 +128,9 @@ class RunRuntime(Generic[ClockT]):
         self.settle_lock = threading.Lock()
         self.watch_lock = threading.Lock()
         self.watcher: threading.Thread | None = None
+        # The jobs' GPU use, sampled while they run (`gpu_usage.track`), read as they settle.
+        self.gpu = GpuUsage()
+        self.gpu_sampler: threading.Thread | None = None
 
     def run(self) -> Run:
         with self.store.session() as s:

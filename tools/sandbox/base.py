@@ -45,6 +45,9 @@ class SandboxJob(BaseModel):
     state: JobState
     exit_code: int | None = None
     pid: int | None = None
+    # its shim's pid in the sandbox's namespace: every process of the job descends from it
+    # (the GPU sampler finds a GPU process's job by it); None from an older supervisor
+    shim: int | None = None
     started_at: float  # epoch seconds
     ended_at: float | None = None
     log_path: str  # as the agent sees it, relative to the workspace: logs/<job_id>.log
@@ -270,6 +273,11 @@ class Sandbox(Protocol):
 
     def set_deadline(self, deadline: float) -> None:
         """Move the time at which every job is stopped."""
+
+    def supervisor_host_pid(self) -> int | None:
+        """The supervisor's pid as this host sees it, while it runs (every process of the run
+        descends from it: the GPU sampler walks up to it); None where it is not known."""
+        ...
 
     def gone_cause(self) -> tuple[str, str] | None:
         """Why the supervisor no longer answers, where the backend has the kernel's word for

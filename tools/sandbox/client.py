@@ -312,6 +312,9 @@ class SupervisedSandbox(ABC):
     def gone_cause(self) -> tuple[str, str] | None:
         return None  # the backend has no record of how its supervisor ended
 
+    def supervisor_host_pid(self) -> int | None:
+        return None  # a backend that cannot say: its jobs' GPU use is not measured
+
     # -- starting ------------------------------------------------------------------------------
 
     def start(self) -> None:

@@ -283,6 +283,13 @@ class DockerSandbox(SupervisedSandbox):
         evidence = container_oom_evidence(c) if c is not None else None
         return ("out_of_memory", evidence) if evidence else None
 
+    def supervisor_host_pid(self) -> int | None:
+        """The container's init, the supervisor, as the engine's host sees it (`State.Pid`;
+        0 once it stopped)."""
+        c = self.container()
+        pid = ((getattr(c, "attrs", None) or {}).get("State") or {}).get("Pid")
+        return pid if isinstance(pid, int) and pid > 0 else None
+
     def _force_stop(self) -> None:
         c = self.container()
         if c is not None:

@@ -455,6 +455,14 @@ class LocalSandbox(SupervisedSandbox):
             os.close(info_read)
         return None
 
+    def supervisor_host_pid(self) -> int | None:
+        """From the launcher's note, checked by start time (a long-dead pid may be reused)."""
+        meta = self.client.read_meta()
+        sup = meta.get("supervisor_pid")
+        if isinstance(sup, int) and _start_time(sup) == meta.get("supervisor_start"):
+            return sup
+        return None
+
     def alive(self) -> bool:
         if self._proc is not None:
             self._proc.poll()  # reap it if it has ended, so no zombie lingers

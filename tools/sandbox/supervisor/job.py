@@ -60,6 +60,7 @@ class Job:
             "state": self.state,
             "exit_code": self.exit_code,
             "pid": self.pid,
+            "shim": self.shim,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
             "log_path": self.log_path,
