@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -46,13 +45,14 @@ from a2rl.store import (
 
 from .device_lock import device_lock
 from .evaluate import EvalResult
+from .prefork import Process, start_python
 from .worker import WorkerSpec
 
 MAX_ATTEMPTS = 3
 STDERR_TAIL_CHARS = 2000
 #: evaluation processes this process is waiting for: each runs in a session of its own, so a
 #: server ended by a signal (`a2rl.interrupt`) would leave it grading for nobody; ended at exit
-_workers: set[subprocess.Popen[bytes]] = set()
+_workers: set[Process] = set()
 
 
 @atexit.register
@@ -211,7 +211,8 @@ def _failure_reason(rc: int | None, timed_out: bool, timeout_s: float, stderr: s
 
 def run_worker(spec: WorkerSpec | dict, timeout_s: float,
                ) -> tuple[EvalResult | None, str | None, float]:
-    """Run `python -I -m a2rl.grading.worker` on `spec`; (result, failure reason, seconds).
+    """Run `python -I -m a2rl.grading.worker` on `spec` (started warm: `prefork`); (result,
+    failure reason, seconds).
 
     Isolated mode (`-I`: no current folder or script folder on sys.path, no PYTHON* variables,
     no user site-packages) and a private working folder: an `a2rl/` folder (a checkout, or
@@ -224,28 +225,25 @@ def run_worker(spec: WorkerSpec | dict, timeout_s: float,
         cwd.mkdir(mode=0o700)
         # validated here, where the task registry registered its loader (the spec's default)
         text = WorkerSpec.model_validate(spec).model_dump_json()
-        cmd = [sys.executable, "-I", "-m", "a2rl.grading.worker", "--spec", text,
-               "--out", str(out)]
         started = time.monotonic()
-        with err_path.open("wb") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
-                                    start_new_session=True)
-            _workers.add(proc)
-            timed_out = False
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            except BaseException:  # interrupted (Ctrl-C, a signal): graded for nobody now
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise
-            finally:
-                _workers.discard(proc)
+        proc = start_python("a2rl.grading.worker", ["--spec", text, "--out", str(out)], cwd,
+                            err_path)
+        _workers.add(proc)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except BaseException:  # interrupted (Ctrl-C, a signal): graded for nobody now
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            _workers.discard(proc)
         elapsed = time.monotonic() - started
         stderr = err_path.read_text(errors="replace")
         if not timed_out and proc.returncode == 0 and out.is_file():

@@ -47,6 +47,13 @@ class ValidationLimits(BaseModel):
         return self.memory_bytes or FIXED_OVERHEAD_BYTES + BYTES_PER_PARAM * n_params
 
 
+def _raise_if_out_of_memory(exc: Exception) -> None:
+    """A loader that failed for want of memory (its own words; the tokenizer's Rust says "os
+    error 12") failed for the limit, not for the checkpoint: said as such (OOM_EXIT)."""
+    if isinstance(exc, MemoryError) or any(m in str(exc) for m in _OOM_WORDS):
+        raise MemoryError(str(exc)[:200]) from exc
+
+
 def _load(real: Path, shown: str) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -55,12 +62,14 @@ def _load(real: Path, shown: str) -> tuple[Any, Any]:
     try:
         tokenizer = AutoTokenizer.from_pretrained(real, trust_remote_code=False)
     except Exception as exc:
+        _raise_if_out_of_memory(exc)
         raise CheckpointRefused(f"the tokenizer in {shown} does not load: {exc}. "
                                 f"{SAVE_HINT}") from exc
     try:
         model = AutoModelForCausalLM.from_pretrained(
             real, trust_remote_code=False, dtype="float32", low_cpu_mem_usage=True)
     except Exception as exc:
+        _raise_if_out_of_memory(exc)
         raise CheckpointRefused(f"the model in {shown} does not load with "
                                 f"AutoModelForCausalLM: {exc}") from exc
     return model, tokenizer
@@ -150,30 +159,29 @@ def _gib(n: int) -> str:
 
 def run_validator(copy_dir: Path, base_dir: Path, shown: str, n_params: int,
                   limits: ValidationLimits) -> Any:
-    """Run `python -I -m a2rl.grading.validate` on the copy (the server's side); a
-    `CheckpointCheck`, refused with one line when the process times out, runs out of memory
-    or crashes. Isolated mode and a private working folder, as for the grading worker."""
+    """Run `python -I -m a2rl.grading.validate` on the copy (the server's side; started warm,
+    `prefork`); a `CheckpointCheck`, refused with one line when the process times out, runs
+    out of memory or crashes. Isolated mode and a private working folder, as for the grading
+    worker."""
+    from .prefork import start_python
     from .verdict import CheckpointCheck
 
     memory = limits.memory_for(n_params)
     with tempfile.TemporaryDirectory(prefix="a2rl-validate-") as tmp:
         out, err_path, cwd = Path(tmp) / "verdict.json", Path(tmp) / "stderr", Path(tmp) / "cwd"
         cwd.mkdir(mode=0o700)
-        cmd = [sys.executable, "-I", "-m", "a2rl.grading.validate", "--copy", str(copy_dir),
-               "--base", str(base_dir), "--shown", shown, "--memory-bytes", str(memory),
-               "--out", str(out)]
+        args = ["--copy", str(copy_dir), "--base", str(base_dir), "--shown", shown,
+                "--memory-bytes", str(memory), "--out", str(out)]
         timed_out = False
-        with err_path.open("wb") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
-                                    start_new_session=True)
-            try:
-                proc.wait(timeout=limits.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:  # also reaps anything it left in its group
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        proc = start_python("a2rl.grading.validate", args, cwd, err_path)
+        try:
+            proc.wait(timeout=limits.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:  # also reaps anything it left in its group
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         lines = err_path.read_text(errors="replace").strip().splitlines()
         if not timed_out and proc.returncode == 0 and out.is_file():
             return CheckpointCheck.model_validate_json(out.read_text())
