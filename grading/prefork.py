@@ -74,8 +74,8 @@ class Process(Protocol):
 
 # -- the fork server's side --------------------------------------------------------------------
 
-def _warm() -> None:
-    for name in WARM_MODULES:
+def _warm(extra: list[str]) -> None:
+    for name in (*WARM_MODULES, *extra):
         with contextlib.suppress(Exception):
             importlib.import_module(name)
     with contextlib.suppress(Exception):
@@ -133,10 +133,11 @@ def _child(request: dict[str, Any], started: int, inherited: tuple[int, ...]) ->
         os._exit(code)
 
 
-def serve() -> int:
+def serve(warm: list[str]) -> int:
     """The fork server's loop: requests on stdin, `{"id", "pid"}` and `{"pid", "status"}` lines
-    on stdout; ends (killing what it started) when stdin closes."""
-    _warm()
+    on stdout; ends (killing what it started) when stdin closes. `warm`: more modules to import
+    first (the task loader's, which grading knows only by name)."""
+    _warm(warm)
     rd, wr = os.pipe()
     os.set_blocking(wr, False)
     signal.set_wakeup_fd(wr)
@@ -220,8 +221,14 @@ class ForkServer:
         # One BLAS thread while importing: numpy's and scipy's OpenBLAS would otherwise each
         # start a pool, and a process that forks should hold no thread but the forking one.
         # The child's own environment is the caller's (`_child`).
+        from .seam import task_loader
+
+        try:
+            warm = [task_loader().split(":")[0]]
+        except RuntimeError:  # no task registry imported here: the children import it
+            warm = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-m", "a2rl.grading.prefork"], stdin=subprocess.PIPE,
+            [sys.executable, "-I", "-m", "a2rl.grading.prefork", *warm], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/",
             env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, start_new_session=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -330,4 +337,4 @@ def _shutdown() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(serve(sys.argv[1:]))
