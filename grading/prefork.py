@@ -138,6 +138,9 @@ def serve(warm: list[str]) -> int:
     on stdout; ends (killing what it started) when stdin closes. `warm`: more modules to import
     first (the task loader's, which grading knows only by name)."""
     _warm(warm)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return 1  # a CUDA context cannot be forked: the callers start their processes plain
     rd, wr = os.pipe()
     os.set_blocking(wr, False)
     signal.set_wakeup_fd(wr)
