@@ -33,6 +33,7 @@ import contextlib
 import ctypes
 import importlib
 import json
+import logging
 import os
 import select
 import signal
@@ -57,6 +58,7 @@ WARM_TRANSFORMERS = ("AutoModelForCausalLM", "AutoTokenizer", "PreTrainedTokeniz
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS_", "TORCH", "PYTORCH_", "CUDA_",
                    "NVIDIA_", "OMP_", "MKL_", "OPENBLAS_", "TOKENIZERS_", "LD_", "PYTHON")
 _PR_SET_PDEATHSIG = 1
+log = logging.getLogger(__name__)
 
 
 def _import_env() -> dict[str, str]:
@@ -240,7 +242,7 @@ class ForkServer:
         self._next = 0
         self._spawned: dict[int, tuple[threading.Event, list[int]]] = {}
         self._children: dict[int, _Forked] = {}
-        self.alive = True
+        self.alive, self._closing = True, False
         self._ready = threading.Event()
         threading.Thread(target=self._read, name="a2rl-prefork", daemon=True).start()
 
@@ -251,13 +253,21 @@ class ForkServer:
                 if "ready" in msg:
                     self._ready.set()
                 elif "id" in msg:
-                    event, slot = self._spawned.pop(msg["id"])
+                    waiting = self._spawned.pop(msg["id"], None)
+                    if waiting is None:  # its caller gave up waiting and started it plain
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(msg["pid"], signal.SIGKILL)
+                        continue
+                    event, slot = waiting
                     slot.append(msg["pid"])
                     self._children[msg["pid"]] = _Forked(msg["pid"])
                     event.set()
                 elif msg["pid"] in self._children:  # its pid line always comes first
                     self._children.pop(msg["pid"])._exited(msg["status"])
         with self._lock:  # the fork server ended: its children died with it (PDEATHSIG)
+            if not self._closing:
+                log.warning("the grader's fork server ended (exit code %s): processes start "
+                            "the plain way", self.proc.poll())
             self.alive = False
             self._ready.set()
             for event, _slot in self._spawned.values():
@@ -286,9 +296,13 @@ class ForkServer:
                 return None
         event.wait(timeout=60)
         with self._lock:
-            return self._children.get(slot[0]) if slot else None
+            if not slot:  # not forked in time (a fork server still importing): given up
+                self._spawned.pop(request["id"], None)
+                return None
+            return self._children.get(slot[0])
 
     def close(self) -> None:
+        self._closing = True
         with contextlib.suppress(OSError):
             self._stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
