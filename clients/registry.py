@@ -9,6 +9,7 @@ Adding a built-in agent is its module in clients/ and one line in `BUILTIN_AGENT
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from a2rl.registry import PluginLoadError, Registry
@@ -109,21 +110,30 @@ def transcript_usage(data: bytes | None, fmt: str) -> Usage | None:
 def list_connectors() -> list[dict[str, Any]]:
     """One row per agent (`a2rl agents --json`): its name, title, kind, whether it is
     experimental, installed, its version, and how to install it (`install`, a connector's
-    optional `install_hint`). One that does not load is shown as not installed, with why."""
-    rows = []
+    optional `install_hint`). One that does not load is shown as not installed, with why.
+
+    The connectors are loaded in turn (a plugin's import is not made concurrent), then asked
+    at once whether they are installed and their versions: each may start its CLI (a Node or
+    Python program, a second or more each), and `a2rl agents` waited on them one by one."""
+    loaded: list[tuple[str, Connector | PluginLoadError]] = []
     for name in agent_names():
         try:
-            c = get_connector(name)
+            loaded.append((name, get_connector(name)))
         except PluginLoadError as exc:
-            rows.append({"name": name, "title": str(exc), "kind": "?", "experimental": False,
-                         "installed": False, "version": None, "install": None})
-            continue
+            loaded.append((name, exc))
+
+    def row(name: str, c: Connector | PluginLoadError) -> dict[str, Any]:
+        if isinstance(c, PluginLoadError):
+            return {"name": name, "title": str(c), "kind": "?", "experimental": False,
+                    "installed": False, "version": None, "install": None}
         installed = c.installed()
-        rows.append({"name": name, "title": c.title, "kind": c.kind,
-                     "experimental": c.experimental, "installed": installed,
-                     "version": c.version() if installed else None,
-                     "install": getattr(c, "install_hint", "") or None})
-    return rows
+        return {"name": name, "title": c.title, "kind": c.kind,
+                "experimental": c.experimental, "installed": installed,
+                "version": c.version() if installed else None,
+                "install": getattr(c, "install_hint", "") or None}
+
+    with ThreadPoolExecutor(max_workers=max(len(loaded), 1)) as pool:
+        return list(pool.map(lambda pair: row(*pair), loaded))  # in the registry's order
 
 
 def agent_lines(rows: list[dict[str, Any]]) -> list[str]:

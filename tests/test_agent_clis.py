@@ -33,6 +33,7 @@ from a2rl.clients.openhands import OpenHandsConnector, pinned_version, tool_filt
 from a2rl.server import create_run, finish_run
 from a2rl.tools import TOOLS
 
+from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
 from .conftest import require_bwrap
 from .fake_model_apis import (
     FakeAnthropic,
@@ -277,7 +278,7 @@ def test_openhands_config_offers_only_our_tools(openhands_cli, tmp_path) -> None
 
 
 @pytest.mark.parametrize("name", ["opencode", "openhands"])
-def test_cli_through_a2rl_run(name, request, settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_cli_through_a2rl_run(name, request, settings, tmp_path, baseline_rows) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """`a2rl run --agent NAME` as a user types it: the orchestrator launches the pinned CLI in
     its bubblewrap sandbox (what it needs shown read-only: its npm folder, or its virtual
     environment and the Python that made it) against the fake endpoint, and stores its
@@ -287,6 +288,7 @@ def test_cli_through_a2rl_run(name, request, settings, tmp_path) -> None:  # typ
     request.getfixturevalue(cli.install)
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env.update(A2RL_HOME=str(settings.home), A2RL_DB_URL=settings.database_url, **DUMMY_KEYS)
+    seed_baseline(settings.database_url, baseline_rows)  # scored once per session: not tested here
     if os.environ.get("A2RL_NPM_CACHE"):
         env["A2RL_NPM_CACHE"] = os.environ["A2RL_NPM_CACHE"]
     script = [Step("list_files", {"path": "."}), Step("run_command", {"command": "echo hi"})]
@@ -339,8 +341,9 @@ def test_a2rl_agents_lists_every_agent(agent_clis, openhands_cli, tmp_path) -> N
     for r in rows:
         assert r["installed"] and r["version"] == get_connector(r["name"]).version(), r
         assert not r["experimental"], r
-    text = agents().stdout.splitlines()
-    assert len(text) == len(BUILTIN_AGENTS) and "to install" not in agents().stdout
+    plain = agents().stdout
+    text = plain.splitlines()
+    assert len(text) == len(BUILTIN_AGENTS) and "to install" not in plain
     assert all(f"installed {r['version']}" in line for r, line in zip(rows, text, strict=True))
 
     bare = agents(A2RL_NPM_CACHE=str(tmp_path / "empty"), PATH="/usr/bin:/bin").stdout

@@ -25,6 +25,7 @@ from a2rl.store import Run, Store, ToolCall, utcnow
 from .conftest import require
 
 A2RL = str(Path(sys.executable).with_name("a2rl"))
+GSM8K_DATA = Path(__file__).parent / "fixtures" / "gsm8k"
 QUESTION = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many "
             "clips in May. How many clips did Natalia sell altogether in April and May?")
 ANSWER = "Natalia sold 48/2 = 24 clips in May. Natalia sold 48+24 = 72 clips altogether. #### 72"
@@ -138,7 +139,10 @@ def test_streamed_matcher_equals_matching_each_text_whole(seed: int) -> None:
 
 def _record(store: Store, texts: list[str]):  # type: ignore[no-untyped-def]
     with store.session() as s:
-        s.add(Run(id="r-audit", task_id="gsm8k", workspace="", budget_s=60))
+        # the task's data from the offline fixture copy (`-T data_dir=`): the audit reads the
+        # hidden items without the hub, which it would wait on (retries) where it is unreachable
+        s.add(Run(id="r-audit", task_id="gsm8k", workspace="", budget_s=60,
+                  config={"task_options": {"data_dir": str(GSM8K_DATA)}}))
     with store.session() as s:
         for t in texts:
             s.add(ToolCall(run_id="r-audit", tool="edit_file",
@@ -366,6 +370,8 @@ def test_every_check_runs_on_a_stored_run_with_its_inputs(store: Store, settings
 
     _record(store, ["ls"])
     report = audit_run(store, "r-audit", settings)
+    assert report.checks["_hidden"]["error"] is None  # the hidden data read: checks that use it ran
+    assert report.checks["contamination"]["checked"] is True
     assert set(CHECKS) <= set(report.checks)
     broken = {n: report.checks[n] for n in CHECKS
               if not report.checks[n].get("available") or "failed" in report.checks[n]}

@@ -11,6 +11,8 @@ from typing import Any
 
 from a2rl.settings import load_settings, parse_duration
 
+from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
+
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
 
@@ -18,6 +20,13 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env.update(A2RL_HOME=str(home), **extra)
     return env
+
+
+def _seeded(home: Path, rows: list) -> Path:
+    """`home` with a store holding the default task's baseline (scored once per session)."""
+    home.mkdir(parents=True, exist_ok=True)
+    seed_baseline(f"sqlite:///{home / 'a2rl.db'}", rows)
+    return home
 
 
 def _a2rl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -54,7 +63,8 @@ def test_config_show_json(tmp_path: Path) -> None:
     assert doc["db_url"]["value"].endswith("a2rl.db")
 
 
-def test_create_show_runs_finish(tmp_path: Path) -> None:
+def test_create_show_runs_finish(tmp_path: Path, baseline_rows: list) -> None:  # noqa: F811
+    _seeded(tmp_path, baseline_rows)
     p = _a2rl(tmp_path, "create", "--task", "arith", "--budget", "10m", "--json")
     assert p.returncode == 0, p.stderr
     # progress while the baseline is scored, on stderr, and only the JSON on stdout
@@ -107,7 +117,9 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     assert p.returncode == 2 and "--run" in p.stderr
 
 
-def test_gc_keeps_live_runs_and_final_copies(tmp_path: Path) -> None:
+def test_gc_keeps_live_runs_and_final_copies(tmp_path: Path,
+                                             baseline_rows: list) -> None:  # noqa: F811
+    _seeded(tmp_path, baseline_rows)
     ck = tmp_path / "checkpoints"
     (ck / "r-gone" / "s-1").mkdir(parents=True)
     (ck / "r-gone" / "s-1" / "model.safetensors").write_bytes(b"x" * 100)
@@ -168,9 +180,10 @@ def _named(doc: Any, key: str) -> set[str]:
     return here | {v for x in doc.values() for v in _named(x, key)}
 
 
-def test_every_json_output_names_runs_and_tasks_alike(tmp_path: Path) -> None:
+def test_every_json_output_names_runs_and_tasks_alike(tmp_path: Path,
+                                                     baseline_rows: list) -> None:  # noqa: F811
     """One convention over every command's `--json`: a run is `run_id`, a task `task_id`."""
-    home, other = tmp_path / "home", tmp_path / "other"
+    home, other = _seeded(tmp_path / "home", baseline_rows), tmp_path / "other"
     created = _a2rl(home, "create", "--budget", "5m", "--json")
     assert created.returncode == 0, created.stderr
     run_id = json.loads(created.stdout)["run_id"]

@@ -13,11 +13,19 @@ from a2rl.clients.orchestrator import Orchestrator
 from a2rl.store import Run, RunConfig, Store
 
 from . import fake_agents  # noqa: F401  (registers the test agents)
+from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
 from .conftest import require_bwrap
 from .fake_model_apis import FakeAnthropic, Step
 from .helpers import calls
 
 pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(autouse=True)
+def _scored_baseline(settings, baseline_rows) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Each test's store holds the toy task's baseline, scored once per session: the runs
+    here finalize at it, but its scoring is not what they test."""
+    seed_baseline(settings.database_url, baseline_rows)
 
 
 def run_agent(settings, store, agent: str, budget: str = "5m", **kw):  # type: ignore[no-untyped-def]
@@ -117,7 +125,7 @@ def test_claude_code_run_end_to_end(settings, store: Store, agent_clis: Path,
     assert lines and all(json.loads(line) for line in lines)
 
 
-def test_ctrl_c_finalizes_cleanly(tmp_path: Path) -> None:
+def test_ctrl_c_finalizes_cleanly(tmp_path: Path, settings) -> None:  # type: ignore[no-untyped-def]
     """SIGINT to the foreground group, as a terminal's Ctrl-C sends it, mid-run."""
     import signal
     import subprocess
@@ -131,6 +139,7 @@ def test_ctrl_c_finalizes_cleanly(tmp_path: Path) -> None:
     require_bwrap()
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env["A2RL_HOME"] = str(tmp_path)
+    assert settings.database_url == f"sqlite:///{tmp_path / 'a2rl.db'}"  # seeded: _scored_baseline
     a2rl = str(Path(sys.executable).parent / "a2rl")
     proc = subprocess.Popen([a2rl, "run", "--task", "arith", "--agent", "reference", "--json"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

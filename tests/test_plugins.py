@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -312,6 +313,40 @@ def test_a_plugin_agents_transcript_is_read_by_its_own_parser(test_agents: None)
     assert parse(claude, "broken-parser")[0] == "claude-code"  # its error: the next parser
     assert parse(claude, "claude-code")[0] == parse(claude, None)[0] == "claude-code"
     assert parse(b"nobody's format\n", "steps")[0] == "text"
+
+
+class _SlowVersion(_Process):
+    """An agent whose CLI answers `--version` after a while, as a Node or Python CLI does."""
+
+    title = "Slow version (test)"
+
+    def version(self) -> str | None:
+        time.sleep(1.5)
+        return f"{self.name}-1"
+
+
+def test_agents_are_asked_their_versions_at_once_and_listed_in_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`a2rl agents` asks every agent at once (it waited on each CLI's `--version` in turn):
+    three slow ones take about one's time, and the rows keep the registry's order."""
+    from a2rl.clients import registry
+
+    slow = [type(f"_Slow{i}", (_SlowVersion,), {"name": f"slow-{i}"}) for i in range(3)]
+    names = [factory.name for factory in slow]
+    for factory in slow:
+        registry.AGENTS.register(factory.name, factory)
+    # only these agents listed: the built-in CLIs' own start-ups are not what is timed
+    monkeypatch.setattr(registry, "agent_names", lambda: names)
+    try:
+        started = time.monotonic()
+        rows = registry.list_connectors()
+        took = time.monotonic() - started
+    finally:
+        for factory in slow:
+            registry.AGENTS.unregister(factory.name)
+    assert [r["name"] for r in rows] == names
+    assert [r["version"] for r in rows] == ["slow-0-1", "slow-1-1", "slow-2-1"]
+    assert 1.5 <= took < 3.0, took  # one at a time would be 4.5 s at least
 
 
 def test_an_agent_lacking_a_declared_member_is_named_one_line() -> None:

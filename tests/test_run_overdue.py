@@ -28,12 +28,14 @@ from mcp import Client, StdioServerParameters
 from sqlmodel import select
 
 from a2rl.server import build_server, create_run
+from a2rl.server.run.clock import RunClock
 from a2rl.settings import Settings
 from a2rl.store import Job, Run, Store, aware, utcnow
 from a2rl.store.owners import owner_gone, process_owner
 from a2rl.tools.sandbox import volume
 from a2rl.tools.sandbox.cgroup import RunCgroup
 
+from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
 from .conftest import backend_settings
 from .helpers import wait_for, workspace_text
 from .test_run_signals import _containers_of, _mounts_under, _processes_of
@@ -117,16 +119,18 @@ async def test_dead_owner_with_a_job_finalized_at_the_next_start(
     """A run's owner killed while a job runs; the deadline passes with no a2rl process; the
     next command (`a2rl show`) finalizes it and nothing of it is left."""
     settings = backend_settings(settings, backend)
-    run = create_run(settings, store, budget="15s", start_clock=True, baseline=False).run
+    run = create_run(settings, store, budget="10m", start_clock=True, baseline=False).run
     run_dir = Path(run.workspace).parent
     server = build_server(settings, store, run_id=run.id, transport="memory")
     async with Client(server, mode="legacy") as client:
         r = await client.call_tool("run_command", {"command": "sleep 300", "wait_s": 1})
         assert not r.is_error
     _set(store, run.id, owner=_dead_owner())
+    # the deadline passes: moved to a moment ago as the clock moves it (no budget's wait)
     deadline = aware(_run(store, run.id).deadline)
     assert deadline is not None
-    time.sleep(max((deadline - utcnow()).total_seconds(), 0) + 1)
+    assert RunClock(store, run.id).move_deadline(-(deadline - utcnow()).total_seconds() - 1)
+    assert aware(_run(store, run.id).deadline) < utcnow()  # type: ignore[operator]
     p = subprocess.run([A2RL, "show", run.id, "--json"], env=_env(settings),
                        capture_output=True, text=True, timeout=180)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
@@ -146,13 +150,16 @@ async def test_dead_owner_with_a_job_finalized_at_the_next_start(
 @pytest.mark.anyio
 @pytest.mark.parametrize("backend", ["local", "docker"])
 async def test_served_run_releases_everything_at_its_deadline(
-        backend: str, settings: Settings, store: Store, tmp_path: Path) -> None:
+        backend: str, settings: Settings, store: Store, tmp_path: Path,
+        baseline_rows: list) -> None:  # noqa: F811
     """`a2rl create` then `a2rl serve --run` (stdio, a real process): a job still runs when
     the deadline passes, the agent makes no call, and the server finalizes the run by itself;
     then nothing of the run is left while it stays readable."""
     settings = backend_settings(settings, backend)
+    seed_baseline(settings.database_url, baseline_rows)  # the baseline is not under test
     env = _env(settings)
-    p = subprocess.run([A2RL, "create", "--budget", "20s", "--backend", backend, "--json"],
+    # a budget that covers the server's start and the first call, on a busy machine
+    p = subprocess.run([A2RL, "create", "--budget", "10s", "--backend", backend, "--json"],
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     run_id = json.loads(p.stdout)["run_id"]

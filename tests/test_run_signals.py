@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select as io_select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,15 +26,16 @@ from sqlmodel import select
 
 from a2rl.store import Job, Run, Store
 
+from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
 from .conftest import require_bwrap, require_docker
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 pytestmark = [pytest.mark.timeout(420)]
 
 
-def _env(home: Path, backend: str) -> dict[str, str]:
+def _env(home: Path, backend: str, db: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
-    env["A2RL_HOME"] = str(home)
+    env.update(A2RL_HOME=str(home), A2RL_DB_URL=f"sqlite:///{db}")
     if backend == "docker":
         env["A2RL_DOCKER_IMAGE"] = require_docker()
     else:
@@ -82,8 +85,12 @@ def _containers_of(run_id: str) -> list[str]:
     ("demo", signal.SIGHUP, "docker", False),
 ], ids=["run-SIGTERM-local", "run-SIGHUP-local", "demo-SIGTERM-docker", "demo-SIGHUP-docker"])
 def test_signal_finalizes_the_run(command: str, signum: signal.Signals, backend: str,
-                                  group: bool, tmp_path: Path) -> None:
-    env = _env(tmp_path, backend)
+                                  group: bool, tmp_path: Path, a2rl_home: Path,
+                                  baseline_rows: list) -> None:  # noqa: F811
+    # the session's home (its base model built once) and a store of this test's own, holding
+    # the baseline already (not under test here)
+    env = _env(a2rl_home, backend, tmp_path / "a2rl.db")
+    seed_baseline(env["A2RL_DB_URL"], baseline_rows)
     argv = [A2RL, command, "--backend", backend, "--json"]
     if command == "run":
         argv[2:2] = ["--task", "arith", "--agent", "reference", "--budget", "10m"]
@@ -91,10 +98,7 @@ def test_signal_finalizes_the_run(command: str, signum: signal.Signals, backend:
                             start_new_session=True)
     store: Store | None = None
     try:
-        end = time.monotonic() + 120
-        while not (tmp_path / "a2rl.db").exists() and time.monotonic() < end:
-            time.sleep(0.2)
-        store = Store(f"sqlite:///{tmp_path / 'a2rl.db'}")
+        store = Store(env["A2RL_DB_URL"])
         _wait_for_training(store, proc)
         if group:
             os.killpg(proc.pid, signum)
@@ -130,10 +134,34 @@ def test_signal_finalizes_the_run(command: str, signum: signal.Signals, backend:
     assert shown.returncode == 0 and json.loads(shown.stdout)["end_reason"] == run.end_reason
 
 
+def _answers_initialize(proc: subprocess.Popen[bytes], timeout: float = 60) -> bool:
+    """Whether the stdio server answers an MCP `initialize` request within `timeout`."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}}).encode() + b"\n")
+    proc.stdin.flush()
+    ready, _, _ = io_select.select([proc.stdout], [], [], timeout)
+    return bool(ready) and json.loads(proc.stdout.readline()).get("id") == 1
+
+
+def _listens(proc: subprocess.Popen[bytes], port: int, timeout: float = 60) -> bool:
+    """Whether the HTTP server accepts a connection on `port` within `timeout`."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 @pytest.fixture(scope="module")
-def created_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str], str]:
+def created_run(tmp_path_factory: pytest.TempPathFactory, a2rl_home: Path,
+                baseline_rows: list) -> tuple[dict[str, str], str]:  # noqa: F811
     """One run made with `a2rl create`, served in turn by each server below."""
-    env = _env(tmp_path_factory.mktemp("serve-home"), "local")
+    env = _env(a2rl_home, "local", tmp_path_factory.mktemp("serve") / "a2rl.db")
+    seed_baseline(env["A2RL_DB_URL"], baseline_rows)
     p = subprocess.run([A2RL, "create", "--budget", "10m", "--json"], env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -146,17 +174,20 @@ def created_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, str
 def test_serve_ends_on_a_signal_with_one_line(signum: signal.Signals, transport: str,
                                               created_run: tuple[dict[str, str], str]) -> None:
     env, run_id = created_run
+    port = 0
     if transport == "stdio":
         argv = [A2RL, "serve", "--run", run_id]
     else:
         from a2rl.clients.orchestrator import _free_port
 
-        argv = [A2RL, "serve", "--http", "--port", str(_free_port())]
+        port = _free_port()
+        argv = [A2RL, "serve", "--http", "--port", str(port)]
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:
-        time.sleep(4)  # serving (stdio: reading its stdin; http: listening)
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        # serving (stdio: it answers on stdout what it read on stdin; http: listening)
+        served = _answers_initialize(proc) if transport == "stdio" else _listens(proc, port)
+        assert served and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -167,7 +198,7 @@ def test_serve_ends_on_a_signal_with_one_line(signum: signal.Signals, transport:
     assert proc.returncode == 128 + signum, stderr
     assert "Traceback" not in stderr
     assert f"a2rl: interrupted ({signum.name})" in stderr.splitlines(), stderr
-    with Store(f"sqlite:///{env['A2RL_HOME']}/a2rl.db").session() as s:
+    with Store(env["A2RL_DB_URL"]).session() as s:
         run = s.get(Run, run_id)
     assert run is not None and run.ended_at is None  # a server's end is not the run's
 
