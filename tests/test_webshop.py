@@ -184,8 +184,10 @@ def test_grader_items_are_plain_json(shop: Settings) -> None:
 
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
+#: fixture-sized training; GRPO samples as few tokens per action as the grader is capped to
+#: (A2RL_GRADER_MAX_NEW_TOKENS=8 below), not the task's 48 (most of its rollout time)
 QUICK = ["--agent-option", "sft_args=--steps 3 --holdout 0 --batch 4 --max-length 512",
-         "--agent-option", "grpo_args=--iters 1 --instances 2 --group 2"]
+         "--agent-option", "grpo_args=--iters 1 --instances 2 --group 2 --max-new-tokens 8"]
 
 
 @pytest.mark.slow

@@ -108,6 +108,9 @@ def main() -> None:
                         help="probability of a random action from the vocabulary per step")
     parser.add_argument("--data", default="data/train.jsonl",
                         help="demonstrations (their actions are the exploration vocabulary)")
+    parser.add_argument("--max-new-tokens", type=int, default=0,
+                        help="tokens sampled per action (0: the grader's, from env/manifest.json;"
+                             " fewer for smoke runs, whose grader is capped alike)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log", default="logs/grpo_env.jsonl", help="per-iteration JSON lines")
     args = parser.parse_args()
@@ -121,6 +124,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     manifest = a2rl_env.manifest()
+    max_new_tokens = args.max_new_tokens or manifest["max_new_tokens"]
     ids = a2rl_env.train_ids()
     vocabulary = demo_actions(Path(args.data))
     tokenizer = AutoTokenizer.from_pretrained(args.init)
@@ -139,8 +143,7 @@ def main() -> None:
             model.eval()
             while active := pool.active():
                 outputs, p_ids, c_ids = sample_actions(
-                    model, tokenizer, pool.prompts(active), manifest["max_new_tokens"],
-                    args.temperature)
+                    model, tokenizer, pool.prompts(active), max_new_tokens, args.temperature)
                 explore(outputs, c_ids, [pool.last[i] for i in active], tokenizer, vocabulary,
                         args.explore, rng)
                 steps += list(zip(active, p_ids, c_ids, strict=True))
