@@ -302,11 +302,22 @@ class ForkServer:
             return self._children.get(slot[0])
 
     def close(self) -> None:
+        """End the fork server and what it started. Its end of file does both, once its
+        imports are done; one still importing (a server ended within seconds of its start) is
+        killed, and its children's groups with it."""
         self._closing = True
+        with self._lock:
+            pids = list(self._children)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self._stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        try:
+            self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 _server: ForkServer | None = None
@@ -349,8 +360,10 @@ def start_python(module: str, args: list[str], cwd: Path, stderr_path: Path) -> 
 
 @atexit.register
 def _shutdown() -> None:
-    if _server is not None:
-        _server.close()
+    # at exit, maybe with a second signal arriving (Ctrl-C twice): never a traceback then
+    with contextlib.suppress(Exception, KeyboardInterrupt):
+        if _server is not None:
+            _server.close()
 
 
 if __name__ == "__main__":
