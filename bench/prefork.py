@@ -5,8 +5,8 @@ One arith run (tiny base model) and one trained stand-in checkpoint; each round 
 (`run_validator`, what every submit_checkpoint does) and evaluates it on dev (`run_worker`, 200
 items, what every score does), once started plain (`A2RL_PREFORK=0`) and once warm, the two
 interleaved so that a change of the machine's load hits both. The fork server is started
-before the rounds, as the server starts it when it starts (`warm_up`); its start is printed
-apart. Prints the median seconds of each and the ratio warm/plain.
+before the rounds (a server starts it at its first validation or evaluation); its start is
+printed apart. Prints the median seconds of each and the ratio warm/plain.
 
     .venv/bin/python bench/prefork.py [--rounds 5]
 """

@@ -5,7 +5,8 @@ weights), and almost all of such a process's time was its imports. Measured on t
 a validation took 4.8 s, of which the same work in a warm interpreter took 0.2 s; the rest was
 importing python, torch and transformers, and the modules transformers imports lazily on the
 first `from_pretrained`. A fork server (`python -I -m a2rl.grading.prefork`, one per process
-that grades) imports all that once; each request forks a child that then is the process
+that grades, started by its first such process: a server that never grades never pays its
+imports) imports all that once; each request forks a child that then is the process
 `python -I -m MODULE ARGS` would have been: in a session of its own (the caller kills its
 process group at a timeout, as before), in the caller's working folder, with the caller's
 environment, stdout on /dev/null and stderr in the caller's file, and its exit status reported
@@ -336,12 +337,6 @@ def _fork_server() -> ForkServer | None:
             except OSError:
                 return None
         return _server
-
-
-def warm_up() -> None:
-    """Start this process's fork server now (in the background), so that the first validation
-    or evaluation does not pay its imports."""
-    threading.Thread(target=_fork_server, name="a2rl-prefork-start", daemon=True).start()
 
 
 def start_python(module: str, args: list[str], cwd: Path, stderr_path: Path) -> Process:

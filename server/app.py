@@ -24,7 +24,6 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
 from a2rl import __version__
-from a2rl.grading.prefork import warm_up
 from a2rl.layout import TASK_FILE
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
@@ -120,9 +119,6 @@ class A2RLServer(MCPServer[Any]):
             self.add_tool(fn, annotations=hints)
             self._arguments[fn.__name__] = list(inspect.signature(fn).parameters)
         self._register_resources()
-        # the grader's warm interpreter starts its imports now, while the agent reads and
-        # trains, instead of at the first submission (grading.prefork)
-        warm_up()
 
     def _register_resources(self) -> None:
         @self.resource("a2rl://task", name="task", description="TASK.md: the task and its rules",
