@@ -151,3 +151,18 @@ def test_the_fork_server_and_its_children_end_with_their_caller(tmp_path: Path,
         caller.stdin.close()  # a normal exit, with its child still loading
     caller.wait(timeout=60)
     assert _gone(pids["server"]) and _gone(pids["child"])
+
+
+def test_a_killed_fork_server_takes_its_children_and_the_next_call_starts_a_new_one(
+        tmp_path: Path) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    proc = prefork.start_python(VALIDATE, _blocking_args(tmp_path, cwd), cwd, tmp_path / "err")
+    server = prefork._fork_server()
+    assert isinstance(proc, prefork._Forked) and server is not None
+    server.proc.kill()  # the helper dies mid-request
+    assert proc.wait(timeout=30) == -signal.SIGKILL  # the waiting caller is answered
+    assert _gone(proc.pid)  # and its child died with it
+    again = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "err2")
+    assert isinstance(again, prefork._Forked) and again.wait(timeout=120) == 2
+    assert prefork._fork_server() is not server
