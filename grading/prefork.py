@@ -353,6 +353,22 @@ def start_python(module: str, args: list[str], cwd: Path, stderr_path: Path) -> 
                                 start_new_session=True)
 
 
+def run_to_end(proc: Process, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for `proc`, then kill its process group whatever ended the wait
+    (a timeout, an interrupt, or an exit that left a descendant behind in its session) and reap
+    it. Returns whether it timed out. The one ending of every process `start_python` starts."""
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return timed_out
+
+
 @atexit.register
 def _shutdown() -> None:
     # at exit, maybe with a second signal arriving (Ctrl-C twice): never a traceback then

@@ -16,7 +16,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import tempfile
 import time
 import uuid
@@ -45,7 +44,7 @@ from a2rl.store import (
 
 from .device_lock import device_lock
 from .evaluate import EvalResult
-from .prefork import Process, start_python
+from .prefork import Process, run_to_end, start_python
 from .worker import WorkerSpec
 
 MAX_ATTEMPTS = 3
@@ -229,19 +228,8 @@ def run_worker(spec: WorkerSpec | dict, timeout_s: float,
         proc = start_python("a2rl.grading.worker", ["--spec", text, "--out", str(out)], cwd,
                             err_path)
         _workers.add(proc)
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except BaseException:  # interrupted (Ctrl-C, a signal): graded for nobody now
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
+        try:  # interrupted (Ctrl-C, a signal), it is graded for nobody: killed all the same
+            timed_out = run_to_end(proc, timeout_s)
         finally:
             _workers.discard(proc)
         elapsed = time.monotonic() - started

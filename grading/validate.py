@@ -13,12 +13,9 @@ is a crash whose last stderr line the caller reports.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
-import os
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -163,7 +160,7 @@ def run_validator(copy_dir: Path, base_dir: Path, shown: str, n_params: int,
     `prefork`); a `CheckpointCheck`, refused with one line when the process times out, runs
     out of memory or crashes. Isolated mode and a private working folder, as for the grading
     worker."""
-    from .prefork import start_python
+    from .prefork import run_to_end, start_python
     from .verdict import CheckpointCheck
 
     memory = limits.memory_for(n_params)
@@ -172,16 +169,8 @@ def run_validator(copy_dir: Path, base_dir: Path, shown: str, n_params: int,
         cwd.mkdir(mode=0o700)
         args = ["--copy", str(copy_dir), "--base", str(base_dir), "--shown", shown,
                 "--memory-bytes", str(memory), "--out", str(out)]
-        timed_out = False
         proc = start_python("a2rl.grading.validate", args, cwd, err_path)
-        try:
-            proc.wait(timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:  # also reaps anything it left in its group
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        timed_out = run_to_end(proc, limits.timeout_s)
         lines = err_path.read_text(errors="replace").strip().splitlines()
         if not timed_out and proc.returncode == 0 and out.is_file():
             return CheckpointCheck.model_validate_json(out.read_text())

@@ -166,3 +166,17 @@ def test_a_killed_fork_server_takes_its_children_and_the_next_call_starts_a_new_
     again = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "err2")
     assert isinstance(again, prefork._Forked) and again.wait(timeout=120) == 2
     assert prefork._fork_server() is not server
+
+
+def test_run_to_end_kills_what_a_process_left_in_its_session(tmp_path: Path) -> None:
+    """A grader's process that exits normally but left a descendant behind, and one that runs
+    past its time: both leave nothing running once `run_to_end` returns."""
+    pid_file = tmp_path / "left"
+    proc = subprocess.Popen(["sh", "-c", f"sleep 300 & echo $! > {pid_file}; exit 0"],
+                            start_new_session=True)
+    assert prefork.run_to_end(proc, timeout_s=30) is False and proc.returncode == 0
+    assert _gone(int(pid_file.read_text()))  # the descendant went with the group
+    slow = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    began = time.monotonic()
+    assert prefork.run_to_end(slow, timeout_s=0.2) is True
+    assert slow.returncode == -signal.SIGKILL and time.monotonic() - began < 10
