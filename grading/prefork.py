@@ -58,6 +58,11 @@ WARM_TRANSFORMERS = ("AutoModelForCausalLM", "AutoTokenizer", "PreTrainedTokeniz
 #: caller has them now): where one differs from the fork server's, it cannot serve
 IMPORT_TIME_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS_", "TORCH", "PYTORCH_", "CUDA_",
                    "NVIDIA_", "OMP_", "MKL_", "OPENBLAS_", "TOKENIZERS_", "LD_", "PYTHON")
+#: how long a caller waits for the fork server's imports, then for the pid of its child; past
+#: either the fork server is taken for broken (stopped, or stuck): it is ended, the process is
+#: started the plain way, and the next call starts a new fork server
+READY_TIMEOUT_S = 120.0
+FORK_TIMEOUT_S = 60.0
 _PR_SET_PDEATHSIG = 1
 log = logging.getLogger(__name__)
 
@@ -280,7 +285,9 @@ class ForkServer:
     def start(self, module: str, args: list[str], cwd: Path, stderr_path: Path,
               ) -> _Forked | None:
         """A forked child running `module`, or None where this server cannot serve."""
-        self._ready.wait(timeout=120)
+        if not self._ready.wait(timeout=READY_TIMEOUT_S):
+            self._give_up("did not finish its imports")
+            return None
         with self._lock:
             if not self.alive or _import_env() != self.env:
                 return None
@@ -295,12 +302,23 @@ class ForkServer:
             except (BrokenPipeError, OSError):
                 self._spawned.pop(self._next, None)
                 return None
-        event.wait(timeout=60)
+        event.wait(timeout=FORK_TIMEOUT_S)
         with self._lock:
-            if not slot:  # not forked in time (a fork server still importing): given up
-                self._spawned.pop(request["id"], None)
-                return None
-            return self._children.get(slot[0])
+            if slot:
+                return self._children.get(slot[0])
+            self._spawned.pop(request["id"], None)
+            dead = not self.alive
+        if not dead:  # alive but not forking: every later call would wait as long
+            self._give_up("did not fork")
+        return None
+
+    def _give_up(self, why: str) -> None:
+        """Mark this fork server unusable and end it (and, with it, its children)."""
+        log.warning("the grader's fork server %s in time (stopped or stuck?): ended; this "
+                    "process starts the plain way", why)
+        with self._lock:
+            self.alive = False
+        self.close()
 
     def close(self) -> None:
         """End the fork server and what it started. Its end of file does both, once its

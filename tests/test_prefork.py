@@ -180,3 +180,23 @@ def test_run_to_end_kills_what_a_process_left_in_its_session(tmp_path: Path) -> 
     began = time.monotonic()
     assert prefork.run_to_end(slow, timeout_s=0.2) is True
     assert slow.returncode == -signal.SIGKILL and time.monotonic() - began < 10
+
+
+def test_a_stopped_fork_server_is_ended_and_replaced(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork server that no longer forks (SIGSTOP) costs one caller one wait: that call starts
+    its process the plain way and ends the stopped server; the next call gets a new one."""
+    first = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "e1")
+    assert isinstance(first, prefork._Forked) and first.wait(timeout=120) == 2
+    server = prefork._fork_server()
+    assert server is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    monkeypatch.setattr(prefork, "FORK_TIMEOUT_S", 1.0)
+    began = time.monotonic()
+    plain = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "e2")
+    assert isinstance(plain, subprocess.Popen) and plain.wait(timeout=120) == 2
+    assert time.monotonic() - began < 60
+    assert server.proc.poll() is not None and _gone(server.proc.pid)  # ended, not left stopped
+    again = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "e3")
+    assert isinstance(again, prefork._Forked) and again.wait(timeout=120) == 2
+    assert prefork._fork_server() is not server
