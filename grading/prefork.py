@@ -380,8 +380,8 @@ def run_to_end(proc: Process, timeout_s: float) -> bool:
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-    finally:
-        with contextlib.suppress(ProcessLookupError):
+    finally:  # gone already, or (not root) its number reused by another user's group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return timed_out
