@@ -3,10 +3,10 @@
 The same test files run once per worker count, one after the other, each a fresh pytest
 process with `--dist loadfile` as `make test` runs it; the first count is the baseline. For
 each: wall seconds, the CPU seconds of pytest and the processes it started and reaped (user +
-system, the kernel's account of the children; a container's processes run under the Docker
-daemon and are not in it), and how busy the cores were (CPU / (wall x cores)). Tests that
-wait on jobs, deadlines, containers and servers leave cores idle; one more worker fills them
-until the CPU-bound tests contend.
+system, the kernel's account of the children: sandbox supervisors and their jobs, fork servers
+and containers are not in it), and how busy the whole machine's cores were (/proc/stat, as
+`suite_cpu.py` reads it). Tests that wait on jobs, deadlines, containers and servers leave
+cores idle; one more worker fills them until the cores are busy.
 
     .venv/bin/python bench/suite_workers.py                 # the default files, 2 and 3 workers
     .venv/bin/python bench/suite_workers.py --workers 2 3 4 --files tests/test_cli.py
@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from suite_cpu import busy_ticks  # bench/ is this script's folder, first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 #: a mix of what the suite does: served runs, deadlines, signals, submissions and grading
 DEFAULT_FILES = ["tests/test_submissions.py", "tests/test_cli.py", "tests/test_audit.py",
@@ -31,16 +33,18 @@ DEFAULT_FILES = ["tests/test_submissions.py", "tests/test_cli.py", "tests/test_a
 
 def run_once(workers: int, files: list[str]) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0, total0 = busy_ticks()
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", str(workers),
                            "--dist", "loadfile", "-p", "no:cacheprovider", *files],
                           cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy1, total1 = busy_ticks()
     if proc.returncode != 0:
         sys.exit(f"pytest failed with {workers} workers:\n{proc.stdout[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "busy": cpu / (wall * (os.cpu_count() or 1))}
+    return {"wall_s": wall, "cpu_s": cpu, "busy": (busy1 - busy0) / (total1 - total0)}
 
 
 def main() -> None:
@@ -53,7 +57,7 @@ def main() -> None:
     base = results[args.workers[0]]["wall_s"]
     for n, r in results.items():
         print(f"-n {n}: {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU, cores busy "
-              f"{r['busy']:.0%}, wall / baseline {r['wall_s'] / base:.2f}")
+              f"{r['busy']:.0%} (the whole machine), wall / baseline {r['wall_s'] / base:.2f}")
 
 
 if __name__ == "__main__":
