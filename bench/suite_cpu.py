@@ -116,6 +116,8 @@ def main() -> None:
         set_accounting(str(log))
         try:
             proc = subprocess.run(command, cwd=ROOT, env={**os.environ, "CI": "true"})
+        except OSError as exc:
+            raise SystemExit(f"suite_cpu: cannot run {command[0]!r}: {exc.strerror}") from None
         finally:
             set_accounting(None)
         wall = time.monotonic() - start
