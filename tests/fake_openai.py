@@ -85,6 +85,12 @@ def latest(messages: Messages, key: str) -> str:
     raise KeyError(f"no tool result has {key!r}")
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's backlog is 5: clients connecting at once on a loaded machine (16 threads
+    # sharing one client) then saw connections fail and retried, which is no client's fault
+    request_queue_size = 128
+
+
 class FakeOpenAI:
     """The server; use as a context manager. `base_url` ends in /v1."""
 
@@ -103,7 +109,7 @@ class FakeOpenAI:
         self._failures: list[tuple[int, str | None]] = []
         self._lock = threading.Lock()
         self._n = 0
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._httpd = _Server(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05}, daemon=True)

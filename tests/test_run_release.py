@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,8 +117,15 @@ def test_home_removed_with_rm_rf_leaks_no_loop_device(settings: Settings, store:
     assert deleted == devices, volume._loop_devices()
     freed = volume.detach_orphans()
     assert set(devices) <= set(freed)
-    assert not any(d["name"] in devices and str(d.get("back-file")).startswith(str(run_dir))
+
+    def still_listed() -> bool:
+        return any(d["name"] in devices and str(d.get("back-file")).startswith(str(run_dir))
                    for d in volume._loop_devices())
+
+    deadline = time.monotonic() + 10  # the kernel lets a device go a moment after its release
+    while still_listed() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not still_listed()
     assert mounts_under(run_dir) == []
     shutil.rmtree(run_dir, ignore_errors=True)
     assert not run_dir.exists()
