@@ -59,6 +59,13 @@ def _as_sigint(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     if not first:
         return  # already unwinding toward the finalization: once is enough
+    if not threading.main_thread().is_alive():
+        # The interpreter is already exiting (its main thread is done and it waits for other
+        # threads to end): an exception raised here is only printed as "Exception ignored in
+        # threading._shutdown" with a traceback. The process is ending as asked; a further
+        # one of these signals ends it the default way, should that wait hang.
+        signal.signal(signum, signal.SIG_DFL)
+        return
     handler = signal.getsignal(signal.SIGINT)
     if callable(handler):
         handler(signal.SIGINT, frame)  # raises KeyboardInterrupt, or cancels asyncio's task
