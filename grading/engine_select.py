@@ -21,6 +21,7 @@ Before a model is loaded on CUDA, the free device memory is checked against an e
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -54,7 +55,19 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+#: Device files without which no CUDA (NVIDIA) or ROCm (AMD, which torch also reports as
+#: `torch.cuda`) device can be visible to this process.
+GPU_DRIVER_FILES = ("/dev/nvidiactl", "/proc/driver/nvidia/version", "/dev/kfd")
+
+
 def cuda_available() -> bool:
+    """Whether torch sees a CUDA device. Without a GPU driver's files it cannot, and the answer
+    is False without importing torch: the baseline cache key asks this in every command that
+    makes a run, and the import alone cost each about 1.5 CPU-seconds."""
+    import sys
+
+    if "torch" not in sys.modules and not any(os.path.exists(f) for f in GPU_DRIVER_FILES):
+        return False
     import torch
 
     return torch.cuda.is_available()
