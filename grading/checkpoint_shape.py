@@ -9,7 +9,8 @@ at most, whatever it declares. What it asks for is loaded later, in a memory-lim
 The config rule: every key of the base's `config.json` must be in the submission's with an
 equal value, and the submission may add no key, except a short allow-list of keys that do not
 shape the model (`HARMLESS_KEYS`) and the keys transformers renames between versions
-(`RENAMED_KEYS`, compared after both configs are read by transformers' own config class).
+(`RENAMED_KEYS`, compared after both configs are read by transformers' own config class:
+`check_normalized`, which the validating process runs first, since it needs transformers).
 A deny-by-default rule, because a new transformers version may add a shaping key we never
 heard of; the price is that a submission saved by another transformers version than the
 base's may be refused with the key named, which the agent can fix.
@@ -56,6 +57,10 @@ class ShapeRefused(Exception):
     """A one-line reason the submission's shape is not the base's."""
 
 
+#: How to fix any config refusal: said at the end of each
+CONFIG_FIX = "keep the base model's config.json (save_pretrained from the base model does)"
+
+
 def read_json(path: Path, shown: str, cap: int = MAX_JSON_BYTES) -> Any:
     size = path.stat().st_size
     if size > cap:
@@ -79,20 +84,19 @@ def check_config(copy_dir: Path, base_dir: Path, shown: str) -> None:
     sub = read_json(copy_dir / "config.json", f"{shown}/config.json")
     if not isinstance(sub, dict):
         raise ShapeRefused(f"{shown}/config.json is not a JSON object: save with save_pretrained")
-    fix = "keep the base model's config.json (save_pretrained from the base model does)"
     for key, want in base.items():
         if key in HARMLESS_KEYS or key in RENAMED_KEYS:
             continue
         if key not in sub:
             raise ShapeRefused(f"{shown}/config.json lacks {key!r} (the base model's is "
-                               f"{_short(want)}): {fix}")
+                               f"{_short(want)}): {CONFIG_FIX}")
         if sub[key] != want:
             raise ShapeRefused(f"{shown}/config.json sets {key!r} to {_short(sub[key])}, the "
-                               f"base model's is {_short(want)}: {fix}")
+                               f"base model's is {_short(want)}: {CONFIG_FIX}")
     for key in sub:
         if key not in base and key not in HARMLESS_KEYS and key not in RENAMED_KEYS:
             raise ShapeRefused(f"{shown}/config.json adds {key!r}, which the base model's "
-                               f"config does not have: {fix}")
+                               f"config does not have: {CONFIG_FIX}")
     vocab = base.get("vocab_size")
     for key in _TOKEN_ID_KEYS:
         ids = sub.get(key)
@@ -100,26 +104,29 @@ def check_config(copy_dir: Path, base_dir: Path, shown: str) -> None:
         if len(ids) > 64 or not all(i is None or (type(i) is int and (
                 not isinstance(vocab, int) or 0 <= i < vocab)) for i in ids):
             raise ShapeRefused(f"{shown}/config.json: {key} {_short(sub.get(key))} is not a "
-                               f"token id of the vocabulary: {fix}")
-    _check_normalized(copy_dir, base_dir, shown, fix)
+                               f"token id of the vocabulary: {CONFIG_FIX}")
 
 
-def _check_normalized(copy_dir: Path, base_dir: Path, shown: str, fix: str) -> None:
+def check_normalized(copy_dir: Path, base_dir: Path, shown: str) -> None:
     """Both configs through transformers' config class, so renamed keys compare by meaning.
-    Cheap once the raw check passed: every size the class derives anything from is the base's."""
+    Cheap once `check_config` passed: every size the class derives anything from is the
+    base's. Run by the validating process before it loads anything, not by the server:
+    importing transformers (and torch under it) cost each `a2rl serve` about 2.5 CPU-seconds
+    at its first submission, and the validating process has them imported already."""
     from transformers import AutoConfig
+
 
     try:
         sub = AutoConfig.from_pretrained(copy_dir, trust_remote_code=False).to_dict()
     except Exception as exc:
         raise ShapeRefused(f"{shown}/config.json does not read as a transformers config "
                            f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-                           f": {fix}") from None
+                           f": {CONFIG_FIX}") from None
     base = AutoConfig.from_pretrained(base_dir, trust_remote_code=False).to_dict()
     for key in sorted(base.keys() | sub.keys()):
         if key not in HARMLESS_KEYS and base.get(key) != sub.get(key):
             raise ShapeRefused(f"{shown}/config.json sets {key!r} to {_short(sub.get(key))}, "
-                               f"the base model's is {_short(base.get(key))}: {fix}")
+                               f"the base model's is {_short(base.get(key))}: {CONFIG_FIX}")
 
 
 def weight_files(folder: Path, shown: str) -> list[Path]:

@@ -4,8 +4,9 @@ Each refusal is a sentence the agent can act on. The order matters, and so does 
 step runs. In the server process, only cheap checks that read bounded bytes: files present,
 no pickle weights, no custom code, then `checkpoint_shape` (config.json and the safetensors
 headers must be the base model's). Then, in a process of its own with a memory and a time
-limit (`validate`): loading (never `trust_remote_code`), the tokenizer's vocabulary and the
-comparison with the base model. The server never loads a submitted checkpoint.
+limit (`validate`): the config as transformers reads it (renamed keys compared by meaning),
+loading (never `trust_remote_code`), the tokenizer's vocabulary and the comparison with the
+base model. The server imports neither torch nor transformers for a submission. The server never loads a submitted checkpoint.
 
 `l2_relative` is ||w - w0|| / ||w0|| over all parameters (the flattened state dict, tied
 weights counted once per name). A checkpoint identical to the base is refused; one with

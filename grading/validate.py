@@ -111,8 +111,13 @@ def _compare(model: Any, tokenizer: Any, base_dir: Path, shown: str) -> tuple[fl
 
 def load_and_compare(copy_dir: Path, base_dir: Path, shown: str) -> Any:
     """The verdict on an already shape-checked copy (this process's side)."""
+    from .checkpoint_shape import ShapeRefused, check_normalized
     from .verdict import NEAR_COPY_L2, CheckpointCheck, CheckpointRefused
 
+    try:
+        check_normalized(copy_dir, base_dir, shown)
+    except ShapeRefused as exc:
+        return CheckpointCheck(ok=False, error=str(exc))
     try:
         model, tokenizer = _load(copy_dir, shown)
         l2, n_params = _compare(model, tokenizer, base_dir, shown)

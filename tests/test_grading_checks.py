@@ -205,3 +205,45 @@ def test_pickle_weights_are_refused(env) -> None:
     (d / "pytorch_model.bin").write_bytes(b"\x80\x04K\x01.")
     res = check(env, d)
     assert not res.ok and "safe_serialization=True" in res.error
+
+
+#: In a fresh interpreter, what the server and `a2rl create` do per submission and per run
+#: before any loading process starts: the shape checks of a trained checkpoint, the baseline
+#: cache key. Neither may import torch or transformers (each import cost every `a2rl serve` and
+#: `a2rl run` about 2.5 CPU-seconds); both must still reach their usual verdict.
+_SERVER_SIDE = """
+import sys
+from pathlib import Path
+from a2rl.grading import baseline_key
+from a2rl.grading.checks import _check_files, _check_shape
+from a2rl.settings import Settings
+from a2rl.tasks import get_task
+
+trained, base, home = (Path(a) for a in sys.argv[1:4])
+_check_files(trained, "output/trained")
+n_params = _check_shape(trained, base, "output/trained")
+task = get_task("arith")
+key = baseline_key(task, base, Settings(home=home))
+print(n_params, key, "torch" in sys.modules, "transformers" in sys.modules)
+"""
+
+
+def test_server_side_checks_and_the_baseline_key_import_no_torch(env) -> None:
+    import subprocess
+    import sys
+
+    home = env["base"].parents[2]  # <home>/models/<name>
+    p = subprocess.run([sys.executable, "-c", _SERVER_SIDE, str(env["trained"]),
+                        str(env["base"]), str(home)], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "A2RL_HOME": str(home)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    n_params, key, torch_in, transformers_in = p.stdout.split()
+    assert (torch_in, transformers_in) == ("False", "False")
+    assert int(n_params) > 0
+    # the same key as a process that has torch and transformers imported computes (this one)
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    from a2rl.grading import baseline_key
+
+    assert key == baseline_key(get_task("arith"), env["base"], Settings(home=home))

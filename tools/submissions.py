@@ -54,19 +54,12 @@ PENDING = (SubmissionStatus.queued, SubmissionStatus.grading)
 
 
 def _grading() -> ModuleType:
-    """`a2rl.grading` with what validation imports lazily (transformers' auto classes,
-    safetensors), imported once under a lock: transformers resolves its names on first use,
-    and concurrent first submissions in threads otherwise see half-imported modules
-    (ImportError)."""
+    """`a2rl.grading`, imported once under a lock by the first submission's thread. What it
+    runs in this process (the shape checks) needs neither torch nor transformers: everything
+    that loads a checkpoint runs in a process of its own, so a server never pays their
+    imports, and concurrent first submissions cannot meet transformers' half-resolved lazy
+    names."""
     with _IMPORT_LOCK:
-        import safetensors.torch  # noqa: F401
-        from transformers import (  # noqa: F401
-            AutoConfig,
-            AutoModelForCausalLM,
-            AutoTokenizer,
-            GenerationConfig,
-        )
-
         import a2rl.grading
 
         return a2rl.grading
