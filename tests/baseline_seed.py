@@ -1,5 +1,6 @@
 """The default task's baseline scored once per test session and copied into the stores of tests
-that make runs of it through `a2rl` commands without testing the baseline's scoring.
+that make runs of it through `a2rl` commands without testing the baseline's scoring; likewise
+the tiny base model, built once and copied into tests' fresh homes (`seed_base_model`).
 
 Scoring a baseline loads the base model and generates both hidden splits: seconds on a quiet
 machine, tens of them on two busy cores, and each test's own store would score it again (the
@@ -11,6 +12,7 @@ it is the subject (tests/test_grading_baseline.py, and `a2rl demo` in tests/test
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,24 @@ def seed_baseline(url: str, rows: list[tuple[BaselineCache, Evaluation]]) -> str
     finally:
         store.close()
     return url
+
+
+@pytest.fixture(scope="session")
+def base_model_dir(a2rl_home: Path) -> Path:
+    """The tiny base model, built once per session in the session's home."""
+    from a2rl.tasks.tiny_model import ensure_base_model
+
+    return ensure_base_model(Settings(home=a2rl_home))
+
+
+def seed_base_model(home: Path, model_dir: Path) -> Path:
+    """Copy the built tiny base model into the fresh `home` where an `a2rl` command of the test
+    would build it again (about 5 CPU-seconds a process: torch's import, the model's
+    initialisation, its save). The copy is what the session's baseline was scored on, so a seeded
+    baseline's key (the model's bytes) matches it. The build from a fresh home is still run
+    where a user meets it: `a2rl demo` in tests/test_demo.py. Returns `home`."""
+    dest = home / "models" / model_dir.name
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(model_dir, dest)
+    return home

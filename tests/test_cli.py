@@ -11,7 +11,12 @@ from typing import Any
 
 from a2rl.settings import load_settings, parse_duration
 
-from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
+from .baseline_seed import (  # noqa: F401  (fixtures)
+    base_model_dir,
+    baseline_rows,
+    seed_base_model,
+    seed_baseline,
+)
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
@@ -22,11 +27,12 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _seeded(home: Path, rows: list) -> Path:
-    """`home` with a store holding the default task's baseline (scored once per session)."""
+def _seeded(home: Path, rows: list, model_dir: Path) -> Path:
+    """`home` with the tiny base model and a store holding the default task's baseline (both
+    made once per session)."""
     home.mkdir(parents=True, exist_ok=True)
     seed_baseline(f"sqlite:///{home / 'a2rl.db'}", rows)
-    return home
+    return seed_base_model(home, model_dir)
 
 
 def _a2rl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -63,8 +69,9 @@ def test_config_show_json(tmp_path: Path) -> None:
     assert doc["db_url"]["value"].endswith("a2rl.db")
 
 
-def test_create_show_runs_finish(tmp_path: Path, baseline_rows: list) -> None:  # noqa: F811
-    _seeded(tmp_path, baseline_rows)
+def test_create_show_runs_finish(tmp_path: Path, baseline_rows: list,  # noqa: F811
+                                 base_model_dir: Path) -> None:  # noqa: F811
+    _seeded(tmp_path, baseline_rows, base_model_dir)
     p = _a2rl(tmp_path, "create", "--task", "arith", "--budget", "10m", "--json")
     assert p.returncode == 0, p.stderr
     # progress while the baseline is scored, on stderr, and only the JSON on stdout
@@ -118,8 +125,9 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_gc_keeps_live_runs_and_final_copies(tmp_path: Path,
-                                             baseline_rows: list) -> None:  # noqa: F811
-    _seeded(tmp_path, baseline_rows)
+                                             baseline_rows: list,  # noqa: F811
+                                             base_model_dir: Path) -> None:  # noqa: F811
+    _seeded(tmp_path, baseline_rows, base_model_dir)
     ck = tmp_path / "checkpoints"
     (ck / "r-gone" / "s-1").mkdir(parents=True)
     (ck / "r-gone" / "s-1" / "model.safetensors").write_bytes(b"x" * 100)
@@ -181,9 +189,10 @@ def _named(doc: Any, key: str) -> set[str]:
 
 
 def test_every_json_output_names_runs_and_tasks_alike(tmp_path: Path,
-                                                     baseline_rows: list) -> None:  # noqa: F811
+                                                     baseline_rows: list,  # noqa: F811
+                                                     base_model_dir: Path) -> None:  # noqa: F811
     """One convention over every command's `--json`: a run is `run_id`, a task `task_id`."""
-    home, other = _seeded(tmp_path / "home", baseline_rows), tmp_path / "other"
+    home, other = _seeded(tmp_path / "home", baseline_rows, base_model_dir), tmp_path / "other"
     created = _a2rl(home, "create", "--budget", "5m", "--json")
     assert created.returncode == 0, created.stderr
     run_id = json.loads(created.stdout)["run_id"]

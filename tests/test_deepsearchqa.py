@@ -24,6 +24,7 @@ from a2rl.tasks.deepsearchqa.search import CorpusSearch, WebSearch, make_search
 from a2rl.tasks.deepsearchqa.task import DeepSearchQATask
 from a2rl.tasks.envapi.a2rl_env import Episode
 
+from .baseline_seed import base_model_dir, seed_base_model  # noqa: F401  (a fixture)
 from .conftest import require_bwrap
 from .fake_judge import FakeJudge
 from .fake_search import FakeSearch
@@ -218,14 +219,16 @@ QUICK = ["--agent-option", "sft_args=--steps 3 --holdout 0 --batch 4 --max-lengt
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_deepsearchqa_run_with_the_reference_agent(tmp_path: Path) -> None:
+def test_deepsearchqa_run_with_the_reference_agent(tmp_path: Path,
+                                                   base_model_dir: Path) -> None:  # noqa: F811
     import os
 
     require_bwrap()
     with FakeJudge(policy=lambda _o: "INCORRECT") as judge:
         env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
-        env.update(A2RL_HOME=str(tmp_path), A2RL_BASE_MODEL="tiny-llama",
-                   A2RL_GRADER_MAX_NEW_TOKENS="12", A2RL_DEEPSEARCHQA_DIR=str(FIXTURE),
+        env.update(A2RL_HOME=str(seed_base_model(tmp_path, base_model_dir)),
+                   A2RL_BASE_MODEL="tiny-llama", A2RL_GRADER_MAX_NEW_TOKENS="12",
+                   A2RL_DEEPSEARCHQA_DIR=str(FIXTURE),
                    A2RL_DEEPSEARCHQA_CORPUS=str(CORPUS), A2RL_JUDGE_BASE_URL=judge.base_url,
                    A2RL_JUDGE_MODEL="fake-judge", A2RL_JUDGE_MAX_RETRIES="0")
         p = subprocess.run([A2RL, "run", "--task", "deepsearchqa", "--agent", "reference",

@@ -18,6 +18,7 @@ from a2rl.store import Evaluation, Run, Store
 from a2rl.tasks import get_task, secret_seed
 from a2rl.tasks.textquest import game
 
+from .baseline_seed import base_model_dir, seed_base_model  # noqa: F401  (a fixture)
 from .conftest import require_bwrap
 from .helpers import workspace_text
 
@@ -127,10 +128,11 @@ QUICK = ["--agent-option", f"grpo_args=--iters {GRPO_ITERS} --lr 1e-3"]
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_reference_agent_learns_online(tmp_path: Path) -> None:
+def test_reference_agent_learns_online(tmp_path: Path,
+                                       base_model_dir: Path) -> None:  # noqa: F811
     require_bwrap()
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
-    env.update(A2RL_HOME=str(tmp_path))
+    env.update(A2RL_HOME=str(seed_base_model(tmp_path, base_model_dir)))
     p = subprocess.run([A2RL, "run", "--task", "textquest", "--agent", "reference",
                         "--budget", "15m", *QUICK, "--json"], env=env, capture_output=True,
                        text=True, timeout=900)

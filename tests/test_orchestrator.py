@@ -13,7 +13,12 @@ from a2rl.clients.orchestrator import Orchestrator
 from a2rl.store import Run, RunConfig, Store
 
 from . import fake_agents  # noqa: F401  (registers the test agents)
-from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
+from .baseline_seed import (  # noqa: F401  (fixtures)
+    base_model_dir,
+    baseline_rows,
+    seed_base_model,
+    seed_baseline,
+)
 from .conftest import require_bwrap
 from .fake_model_apis import FakeAnthropic, Step
 from .helpers import calls
@@ -125,7 +130,8 @@ def test_claude_code_run_end_to_end(settings, store: Store, agent_clis: Path,
     assert lines and all(json.loads(line) for line in lines)
 
 
-def test_ctrl_c_finalizes_cleanly(tmp_path: Path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_finalizes_cleanly(tmp_path: Path, settings,  # type: ignore[no-untyped-def]
+                                  base_model_dir: Path) -> None:  # noqa: F811
     """SIGINT to the foreground group, as a terminal's Ctrl-C sends it, mid-run."""
     import signal
     import subprocess
@@ -138,7 +144,7 @@ def test_ctrl_c_finalizes_cleanly(tmp_path: Path, settings) -> None:  # type: ig
 
     require_bwrap()
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
-    env["A2RL_HOME"] = str(tmp_path)
+    env["A2RL_HOME"] = str(seed_base_model(tmp_path, base_model_dir))
     assert settings.database_url == f"sqlite:///{tmp_path / 'a2rl.db'}"  # seeded: _scored_baseline
     a2rl = str(Path(sys.executable).parent / "a2rl")
     proc = subprocess.Popen([a2rl, "run", "--task", "arith", "--agent", "reference", "--json"],

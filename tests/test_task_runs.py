@@ -19,6 +19,7 @@ import pytest
 
 from a2rl.store import Evaluation, Run, Store
 
+from .baseline_seed import base_model_dir, seed_base_model  # noqa: F401  (a fixture)
 from .conftest import require_bwrap
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
@@ -28,9 +29,10 @@ QUICK = ["--agent-option", "sft_args=--steps 5 --holdout 0 --batch 4 --max-lengt
          "--agent-option", "grpo_args=--steps 1 --prompts 2 --generations 2"]
 
 
-def _run(tmp_path: Path, task: str, quick: list[str] = QUICK, **env: str
+def _run(tmp_path: Path, model_dir: Path, task: str, quick: list[str] = QUICK, **env: str
          ) -> tuple[dict, Store]:
     require_bwrap()
+    seed_base_model(tmp_path, model_dir)
     full = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     full.update(A2RL_HOME=str(tmp_path), A2RL_BASE_MODEL="tiny-llama", **env)
     p = subprocess.run([A2RL, "run", "--task", task, "--agent", "reference", "--budget", "15m",
@@ -56,8 +58,8 @@ def _check(summary: dict, store: Store, submissions: int = 2) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_gsm8k_run(tmp_path: Path) -> None:
-    summary, store = _run(tmp_path, "gsm8k", A2RL_GSM8K_DIR=str(FIXTURES / "gsm8k"))
+def test_gsm8k_run(tmp_path: Path, base_model_dir: Path) -> None:  # noqa: F811
+    summary, store = _run(tmp_path, base_model_dir, "gsm8k", A2RL_GSM8K_DIR=str(FIXTURES / "gsm8k"))
     _check(summary, store, submissions=_new_submissions(store, summary["run_id"]))
 
 
@@ -93,8 +95,9 @@ def _capped(store: Store, summary: dict, cap: int) -> list[Evaluation]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_humaneval_run(tmp_path: Path) -> None:
-    summary, store = _run(tmp_path, "humaneval", SHORT, A2RL_GRADER_MAX_NEW_TOKENS="24")
+def test_humaneval_run(tmp_path: Path, base_model_dir: Path) -> None:  # noqa: F811
+    summary, store = _run(tmp_path, base_model_dir, "humaneval", SHORT,
+                          A2RL_GRADER_MAX_NEW_TOKENS="24")
     _check(summary, store, submissions=1)
     evals = _capped(store, summary, 24)
     test = next(e for e in evals if e.split == "test")
@@ -104,12 +107,12 @@ def test_humaneval_run(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_alpacaeval_run(tmp_path: Path) -> None:
+def test_alpacaeval_run(tmp_path: Path, base_model_dir: Path) -> None:  # noqa: F811
     from .fake_judge import FakeJudge
 
     with FakeJudge() as judge:
         summary, store = _run(
-            tmp_path, "alpacaeval", SHORT, A2RL_GRADER_MAX_NEW_TOKENS="16",
+            tmp_path, base_model_dir, "alpacaeval", SHORT, A2RL_GRADER_MAX_NEW_TOKENS="16",
             A2RL_ALPACAEVAL_DIR=str(FIXTURES / "alpacaeval"), A2RL_JUDGE_BASE_URL=judge.base_url,
             A2RL_JUDGE_MODEL="fake-judge", A2RL_JUDGE_MAX_RETRIES="0")
     _check(summary, store, submissions=1)

@@ -23,6 +23,7 @@ from a2rl.tasks.webshop import sim
 from a2rl.tasks.webshop.catalog import load_data
 from a2rl.tasks.webshop.task import WebShopTask, expert_actions, paper_success
 
+from .baseline_seed import base_model_dir, seed_base_model  # noqa: F401  (a fixture)
 from .conftest import require_bwrap
 from .helpers import with_task_options
 
@@ -192,11 +193,13 @@ QUICK = ["--agent-option", "sft_args=--steps 3 --holdout 0 --batch 4 --max-lengt
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_webshop_run_with_the_reference_agent(tmp_path: Path) -> None:
+def test_webshop_run_with_the_reference_agent(tmp_path: Path,
+                                              base_model_dir: Path) -> None:  # noqa: F811
     require_bwrap()
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
-    env.update(A2RL_HOME=str(tmp_path), A2RL_BASE_MODEL="tiny-llama",
-               A2RL_GRADER_MAX_NEW_TOKENS="8", A2RL_WEBSHOP_DIR=str(FIXTURE))
+    env.update(A2RL_HOME=str(seed_base_model(tmp_path, base_model_dir)),
+               A2RL_BASE_MODEL="tiny-llama", A2RL_GRADER_MAX_NEW_TOKENS="8",
+               A2RL_WEBSHOP_DIR=str(FIXTURE))
     p = subprocess.run([A2RL, "run", "--task", "webshop", "--agent", "reference", "--budget",
                         "15m", *QUICK, "--json"], env=env, capture_output=True, text=True,
                        timeout=900)
