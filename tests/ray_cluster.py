@@ -112,9 +112,11 @@ def _alive_nodes(address: str, env: dict[str, str]) -> list[dict]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def start_cluster(env: dict[str, str], slots: int = 2, timeout_s: float = 90.0) -> RayCluster:
+def start_cluster(env: dict[str, str], slots: int = 2, timeout_s: float = 90.0,
+                  model_dir: Path | None = None) -> RayCluster:
     """Head ("a") and second node ("b"), `slots` units of RESOURCE each; homes share secrets
-    (every node of a real fleet needs the same hidden-split seeds, see the README)."""
+    (every node of a real fleet needs the same hidden-split seeds, see the README) and, given
+    `model_dir`, a copy of that built base model (`baseline_seed.seed_base_model`)."""
     root = Path(tempfile.mkdtemp(prefix="a2rl-ray-"))
     # Token authentication, as a real cluster should run; `env` is the nodes' and the
     # driver's environment, so the caller's fleet connects with the same token.
@@ -129,6 +131,11 @@ def start_cluster(env: dict[str, str], slots: int = 2, timeout_s: float = 90.0) 
 
     secret_seed(Settings(home=homes["a"]), "arith")
     shutil.copytree(homes["a"] / "secrets", homes["b"] / "secrets")
+    if model_dir is not None:
+        from .baseline_seed import seed_base_model
+
+        for home in homes.values():
+            seed_base_model(home, model_dir)
     resources = json.dumps({RESOURCE: slots, "node_a": 1})
     try:
         cluster.nodes["a"] = _start_node(root, "a", homes["a"], [

@@ -24,6 +24,12 @@ from sqlmodel import col, select
 from a2rl.fleet import FleetPlan, ledger, load_plan, plan_from_flags, resume_key
 from a2rl.store import BudgetEvent, BudgetEventKind, Run, Store
 
+from .baseline_seed import (  # noqa: F401  (fixtures)
+    base_model_dir,
+    baseline_rows,
+    seed_base_model,
+    seed_baseline,
+)
 from .conftest import require, require_bwrap
 from .pg import PgServer
 
@@ -87,7 +93,8 @@ def test_ledger_resume_keys_and_failures(store: Store) -> None:
 # --- end to end ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cluster_env(postgres: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+def cluster_env(postgres: PgServer, tmp_path_factory: pytest.TempPathFactory,
+                base_model_dir: Path, baseline_rows: list) -> Iterator[dict]:  # noqa: F811
     require_bwrap()
     try:
         import ray  # noqa: F401
@@ -96,9 +103,11 @@ def cluster_env(postgres: PgServer, tmp_path_factory: pytest.TempPathFactory) ->
     from .ray_cluster import start_cluster
 
     db_url = postgres.create_database()
+    # the base model and its baseline, made once per session (neither is under test here)
+    seed_baseline(db_url, baseline_rows)
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env["A2RL_DB_URL"] = db_url
-    cluster = start_cluster(env)
+    cluster = start_cluster(env, model_dir=base_model_dir)
     try:
         yield {"cluster": cluster, "db_url": db_url, "env": env,
                "driver_home": tmp_path_factory.mktemp("driver-home")}
@@ -192,7 +201,8 @@ def test_fleet_on_two_nodes_survives_a_lost_node_and_resumes(cluster_env: dict,
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_ctrl_c_stops_a_local_fleet_and_finalizes_its_runs(tmp_path: Path) -> None:
+def test_ctrl_c_stops_a_local_fleet_and_finalizes_its_runs(
+        tmp_path: Path, base_model_dir: Path, baseline_rows: list) -> None:  # noqa: F811
     """No --address: a local Ray instance and the default SQLite store. Ctrl-C (SIGINT to the
     foreground process group, as a terminal sends it) once the runs are under way."""
     require_bwrap()
@@ -201,6 +211,8 @@ def test_ctrl_c_stops_a_local_fleet_and_finalizes_its_runs(tmp_path: Path) -> No
     except ImportError:
         require(False, "ray is not installed: bash scripts/setup.sh (the fleet extra)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
+    seed_baseline(f"sqlite:///{seed_base_model(tmp_path, base_model_dir) / 'a2rl.db'}",
+                  baseline_rows)  # made once per session: neither is under test here
     # The local instance's files in a short folder of ours (unix socket paths are limited)
     ray_tmp = tempfile.mkdtemp(prefix="a2rl-ray-")
     env.update(A2RL_HOME=str(tmp_path), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled",
