@@ -31,10 +31,20 @@ def transformers_engine_version() -> str:
     From the installed distributions' metadata, not the modules: every `a2rl create` and
     `a2rl run` computes this for the baseline cache key, and importing torch and transformers
     only to read their versions cost each of those commands about 2.5 CPU-seconds. A wheel's
-    metadata version is its module's `__version__` (local label included: `2.13.0+cpu`)."""
-    from importlib.metadata import version
+    metadata version is its module's `__version__` (local label included: `2.13.0+cpu`); a
+    module installed without metadata is asked itself."""
+    return f"transformers {_version('transformers')}, torch {_version('torch')}"
 
-    return f"transformers {version('transformers')}, torch {version('torch')}"
+
+def _version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        import importlib
+
+        return str(importlib.import_module(name).__version__)
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:

@@ -261,3 +261,23 @@ def test_bench_grading_smoke(capsys: pytest.CaptureFixture[str]) -> None:
     assert rows[0].startswith("| engine |")
     assert any(r.startswith("| plain generate, batch 64 |") and "| 1.00 |" in r for r in rows)
     assert any(r.startswith("| static cache (eager)") and "| 100.0% |" in r for r in rows)
+
+
+def test_engine_version_from_metadata_or_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline key's engine version, read without importing torch or transformers, is
+    what their modules say; a module installed without metadata is asked itself."""
+    import importlib.metadata
+
+    import torch
+    import transformers
+
+    from a2rl.grading.engine import transformers_engine_version
+
+    want = f"transformers {transformers.__version__}, torch {torch.__version__}"
+    assert transformers_engine_version() == want
+
+    def no_metadata(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", no_metadata)
+    assert transformers_engine_version() == want
