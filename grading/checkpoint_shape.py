@@ -115,7 +115,6 @@ def check_normalized(copy_dir: Path, base_dir: Path, shown: str) -> None:
     at its first submission, and the validating process has them imported already."""
     from transformers import AutoConfig
 
-
     try:
         sub = AutoConfig.from_pretrained(copy_dir, trust_remote_code=False).to_dict()
     except Exception as exc:

@@ -6,7 +6,8 @@ no pickle weights, no custom code, then `checkpoint_shape` (config.json and the 
 headers must be the base model's). Then, in a process of its own with a memory and a time
 limit (`validate`): the config as transformers reads it (renamed keys compared by meaning),
 loading (never `trust_remote_code`), the tokenizer's vocabulary and the comparison with the
-base model. The server imports neither torch nor transformers for a submission. The server never loads a submitted checkpoint.
+base model. The server never loads a submitted checkpoint, nor imports torch or transformers
+for one.
 
 `l2_relative` is ||w - w0|| / ||w0|| over all parameters (the flattened state dict, tied
 weights counted once per name). A checkpoint identical to the base is refused; one with

@@ -12,6 +12,7 @@ built identically whichever engine produced the tokens.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,6 @@ def _version(name: str) -> str:
     try:
         return version(name)
     except PackageNotFoundError:
-        import importlib
-
         return str(importlib.import_module(name).__version__)
 
 

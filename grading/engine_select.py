@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -64,8 +65,6 @@ def cuda_available() -> bool:
     """Whether torch sees a CUDA device. Without a GPU driver's files it cannot, and the answer
     is False without importing torch: the baseline cache key asks this in every command that
     makes a run, and the import alone cost each about 1.5 CPU-seconds."""
-    import sys
-
     if "torch" not in sys.modules and not any(os.path.exists(f) for f in GPU_DRIVER_FILES):
         return False
     import torch

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -48,21 +47,19 @@ from .checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
 from .runtime import RunRuntime, current, in_thread
 from .workspace_fs import WalkCapped, WorkspaceError, show
 
-_IMPORT_LOCK = threading.Lock()
 #: What the agent is told while a submission is not graded yet (get_score waits on these).
 PENDING = (SubmissionStatus.queued, SubmissionStatus.grading)
 
 
 def _grading() -> ModuleType:
-    """`a2rl.grading`, imported once under a lock by the first submission's thread. What it
-    runs in this process (the shape checks) needs neither torch nor transformers: everything
-    that loads a checkpoint runs in a process of its own, so a server never pays their
-    imports, and concurrent first submissions cannot meet transformers' half-resolved lazy
-    names."""
-    with _IMPORT_LOCK:
-        import a2rl.grading
+    """`a2rl.grading`, imported by the first submission. What it runs in this process (the
+    shape checks) needs neither torch nor transformers: everything that loads a checkpoint runs
+    in a process of its own, so a server never pays their imports. (Python's import lock makes
+    concurrent first submissions safe; transformers' lazy names, which needed a lock of ours,
+    are no longer resolved here.)"""
+    import a2rl.grading
 
-        return a2rl.grading
+    return a2rl.grading
 
 MAX_SCORE_WAIT_S = 60.0
 
