@@ -281,3 +281,20 @@ def test_engine_version_from_metadata_or_the_module(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(importlib.metadata, "version", no_metadata)
     assert transformers_engine_version() == want
+
+
+def test_cuda_is_asked_of_torch_where_a_gpu_driver_could_be() -> None:
+    """The shortcut answers only where no GPU driver's file exists: with one present (here a
+    stand-in file that exists), torch is imported and decides, as before."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from a2rl.grading import engine_select as e; "
+            "e.GPU_DRIVER_FILES = ('/dev/null',); "
+            "print(e.cuda_available(), 'torch' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    import torch
+
+    assert p.stdout.split() == [str(torch.cuda.is_available()), "True"]
