@@ -37,8 +37,6 @@ from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..hidden_data import hub_dataset_caches
 from ..improvement import IntervalResult, Scored
 from ..spec import GraderSettings, SplitInfo, TaskSpec
-from .improvement import lc_interval
-from .length_control import length_controlled_win_rate, win_rate
 from .options import AlpacaEvalOptions
 
 N_TRAIN, N_DEV, N_TEST = 2000, 200, 805
@@ -195,6 +193,8 @@ class AlpacaEvalTask(Task):
     def paired_interval(self, final: Scored, base: Scored) -> IntervalResult:
         """The score is a length-controlled win rate, not a share of items correct: a paired
         bootstrap refitting the length control (`improvement.lc_interval`)."""
+        from .improvement import lc_interval  # numpy: imported where a score is computed
+
         return lc_interval(final, base)
 
     def with_profile(self, profile: str) -> AlpacaEvalTask:
@@ -272,6 +272,9 @@ class AlpacaEvalTask(Task):
             results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
                                       expected=item["reference"], correct=j.winner == "model",
                                       parsed=json.dumps(record)))
+        # numpy, imported here: every command loads the task registry, few score AlpacaEval
+        from .length_control import length_controlled_win_rate, win_rate
+
         prefs = [j.preference for j in judgments]
         raw = win_rate(prefs)
         lc = length_controlled_win_rate(prefs, [len(o) for o in outputs],
