@@ -422,6 +422,8 @@ def test_private_tmp(bwrap_sandbox: MakeSandbox) -> None:
 def test_supervisor_log_is_shown_when_start_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The supervisor's own words reach the caller, and the failed start leaves nothing: the
+    run's cgroup made for it goes (it stayed, one empty folder per failed start)."""
     require_bwrap()
     from a2rl.tools.sandbox import local
 
@@ -429,8 +431,15 @@ def test_supervisor_log_is_shown_when_start_fails(
     broken.write_text("import sys\nsys.exit('supervisor broke on purpose')\n")
     monkeypatch.setattr(local, "SUPERVISOR_PATH", broken)
     sandbox = LocalSandbox(make_spec(tmp_path))
+    made = []
+    create = local.RunCgroup.create
+    monkeypatch.setattr(local.RunCgroup, "create",
+                        lambda self, *a: made.append(create(self, *a)) or made[-1])
     with pytest.raises(SandboxError, match="(?s)exited at start.*broke on purpose"):
         sandbox.start()
+    assert not sandbox.client.socket_path.exists()
+    require(made == [True], "no run cgroup can be made here (not root, or no writable cgroup)")
+    assert not sandbox.cgroup.exists
 
 
 def test_shared_memory_works(bwrap_sandbox: MakeSandbox) -> None:

@@ -324,7 +324,16 @@ class SupervisedSandbox(ABC):
         with self._start_lock():
             if self._reattach():
                 return
-            self._launch()
+            try:
+                self._launch()
+            except BaseException:
+                # A start that failed halfway (the supervisor exited at once, a container that
+                # did not answer) leaves nothing: no process, no run cgroup, no container.
+                try:
+                    self._force_stop()
+                except Exception as exc:  # the start's own error is the one to report
+                    log.warning("run %s: cleaning up a failed start: %s", self.spec.run_id, exc)
+                raise
 
     def attach(self) -> bool:
         if not self.spec.control_dir.is_dir():
