@@ -53,7 +53,7 @@ class Node:
 
 @dataclass
 class RayCluster:
-    root: Path
+    root: Path  # Ray's own files: short, for its unix sockets
     address: str
     nodes: dict[str, Node] = field(default_factory=dict)
 
@@ -92,7 +92,11 @@ def kill_marked(mark: str) -> int:
 def _start_node(root: Path, name: str, home: Path, args: list[str], env: dict[str, str]) -> Node:
     mark = secrets.token_hex(8)
     log = root / f"{name}.log"
-    node_env = {**env, **FAST_FAILURE, MARK_VAR: mark, "A2RL_HOME": str(home)}
+    # The node's temporary folder in ours: what a killed node's processes left there (the
+    # fleet's folder for a run's output) goes with it in `stop`, not into /tmp for good.
+    tmp = root / f"tmp-{name}"
+    tmp.mkdir()
+    node_env = {**env, **FAST_FAILURE, MARK_VAR: mark, "A2RL_HOME": str(home), "TMPDIR": str(tmp)}
     argv = [_ray(), "start", "--block", "--num-cpus", "1", "--disable-usage-stats",
             "--dashboard-agent-listen-port", str(_free_port()), *args]
     with log.open("wb") as out:
@@ -112,18 +116,23 @@ def _alive_nodes(address: str, env: dict[str, str]) -> list[dict]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def start_cluster(env: dict[str, str], slots: int = 2, timeout_s: float = 90.0,
+def start_cluster(env: dict[str, str], files: Path, slots: int = 2, timeout_s: float = 90.0,
                   model_dir: Path | None = None) -> RayCluster:
     """Head ("a") and second node ("b"), `slots` units of RESOURCE each; homes share secrets
     (every node of a real fleet needs the same hidden-split seeds, see the README) and, given
-    `model_dir`, a copy of that built base model (`baseline_seed.seed_base_model`)."""
+    `model_dir`, a copy of that built base model (`baseline_seed.seed_base_model`).
+
+    The homes are in `files` (a test's folder: the session's end checks the mounts, loop
+    devices and cgroups of the runs made there, a killed node's included); Ray's files and the
+    nodes' temporary folders in a short folder of /tmp (unix socket paths are limited) that
+    `stop` removes."""
     root = Path(tempfile.mkdtemp(prefix="a2rl-ray-"))
     # Token authentication, as a real cluster should run; `env` is the nodes' and the
     # driver's environment, so the caller's fleet connects with the same token.
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
     port = _free_port()
     cluster = RayCluster(root=root, address=f"127.0.0.1:{port}")
-    homes = {n: root / f"home-{n}" for n in "ab"}
+    homes = {n: files / f"home-{n}" for n in "ab"}
     for home in homes.values():
         home.mkdir()
     from a2rl.settings import Settings
