@@ -2,7 +2,8 @@
 score, on the same items matched by id from the two evaluations' per-item results.
 
 Pure. What every interval needs is checked here: both evaluations kept per-item results, with
-unique ids, of the same items, scored under the same profile. Which interval then depends on
+unique ids, of the same items (the same ids and, where both recorded it, the same data hash),
+scored under the same profile. Which interval then depends on
 what the score is, and that is the task's to say (`Task.paired_interval`, a2rl.tasks.improvement):
 by default the share of items correct (Newcombe's paired method 10); a task whose score is
 something else declares its own (AlpacaEval's length-controlled win rate). A task that cannot be
@@ -59,6 +60,11 @@ def paired_improvement(final: Scored, base: Scored, task_id: str | None = None,
     if set(f_ids) != set(b_ids):
         return None, (f"no interval: the final and baseline evaluations scored different items "
                       f"({len(set(f_ids) ^ set(b_ids))} ids in only one of them)")
+    f_data, b_data = final.provenance.get("data_hash"), base.provenance.get("data_hash")
+    if f_data and b_data and f_data != b_data:
+        return None, ("no interval: the final and baseline evaluations scored different items "
+                      "under the same ids (their data hashes differ: the hidden split changed, "
+                      "a new secret seed say)")
     if final.profile != base.profile:
         return None, (f"no interval: the final evaluation was scored under the "
                       f"{final.profile!r} profile and the baseline under {base.profile!r}")

@@ -46,6 +46,11 @@ def baseline_key(task: Task, base_dir: Path, settings: Settings) -> str:
         "engine": engine,
         "engine_version": engine_version,
     }
+    # A task whose hidden splits are drawn from this home's secret seed: the seed's digest
+    # (only then, so that the other tasks' existing keys stay valid).
+    hidden = task.hidden_split_identity(settings)
+    if hidden is not None:
+        parts["hidden_splits"] = hidden
     profile = getattr(task, "profile", "a2rl")
     if profile != "a2rl":  # only then: the a2rl profile's existing cache keys stay valid
         parts["profile"] = profile

@@ -134,6 +134,11 @@ class GradedTask(Protocol):
         """The task's options at their defaults (a baseline's key names only changed ones)."""
         ...
 
+    def hidden_split_identity(self, settings: Settings) -> str | None:
+        """What tells this home's hidden splits from another's (a secret seed's digest), or
+        None where the data fixes them: part of the baseline's key."""
+        ...
+
 
 class TaskLoader(Protocol):
     """How the grader builds a run's task: its id, profile and recorded options."""

@@ -169,6 +169,15 @@ class Task(ABC):
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """A hidden split. Never written into a workspace."""
 
+    def hidden_split_identity(self, settings: Settings) -> str | None:
+        """What makes this installation's hidden splits differ from another's with the same
+        task, version and options: None where the data fixes them (the default); a digest of
+        the secret seed for a task that draws them from one (never the seed itself). The
+        baseline's cache key holds it (`a2rl.grading.baseline_key`): a store shared by homes
+        with other seeds must not serve one home's baseline, scored on other items, to
+        another's runs."""
+        return None
+
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
         """Host files or folders that carry this task's hidden items (a data file shipped in a
         package, a hub cache, a data folder, a secret seed). Every run's sandbox masks them,

@@ -69,11 +69,19 @@ def base_model_dir(a2rl_home: Path) -> Path:
 def seed_base_model(home: Path, model_dir: Path) -> Path:
     """Copy the built tiny base model into the fresh `home` where an `a2rl` command of the test
     would build it again (about 5 CPU-seconds a process: torch's import, the model's
-    initialisation, its save). The copy is what the session's baseline was scored on, so a seeded
-    baseline's key (the model's bytes) matches it. The build from a fresh home is still run
-    where a user meets it: `a2rl demo` in tests/test_demo.py. Returns `home`."""
+    initialisation, its save), and the session home's secret seeds that `home` lacks. The copy
+    is what the session's baseline was scored on, and its hidden splits are the same items, so
+    a seeded baseline's key (the model's bytes, the seed's digest) matches it. The build from a
+    fresh home is still run where a user meets it: `a2rl demo` in tests/test_demo.py. Returns
+    `home`."""
     dest = home / "models" / model_dir.name
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(model_dir, dest)
+    seeds = model_dir.parents[1] / "secrets"  # the session's home: <home>/models/<model>
+    for seed in sorted(seeds.glob("*.seed")) if seeds.is_dir() else []:
+        target = home / "secrets" / seed.name
+        if not target.exists():
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            shutil.copy2(seed, target)
     return home

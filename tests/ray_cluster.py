@@ -138,13 +138,13 @@ def start_cluster(env: dict[str, str], files: Path, slots: int = 2, timeout_s: f
     from a2rl.settings import Settings
     from a2rl.tasks import secret_seed
 
-    secret_seed(Settings(home=homes["a"]), "arith")
-    shutil.copytree(homes["a"] / "secrets", homes["b"] / "secrets")
-    if model_dir is not None:
+    if model_dir is not None:  # the model and the session home's seeds, first
         from .baseline_seed import seed_base_model
 
         for home in homes.values():
             seed_base_model(home, model_dir)
+    secret_seed(Settings(home=homes["a"]), "arith")  # made here if the session had none
+    shutil.copytree(homes["a"] / "secrets", homes["b"] / "secrets", dirs_exist_ok=True)
     resources = json.dumps({RESOURCE: slots, "node_a": 1})
     try:
         cluster.nodes["a"] = _start_node(root, "a", homes["a"], [

@@ -264,6 +264,12 @@ def test_improvement_of_nothing_changed_is_within_noise() -> None:
     same = _items([i % 3 == 0 for i in range(90)])
     iv, _ = paired_improvement(Scored(30 / 90, same), Scored(30 / 90, same))
     assert iv is not None and iv.estimate == 0 and iv.within_noise and iv.high - iv.low > 0
+    # the same data hash on both sides (or one side without it): paired as before
+    prov = {"data_hash": "c" * 64}
+    assert paired_improvement(Scored(30 / 90, same, provenance=prov),
+                              Scored(30 / 90, same, provenance=prov)) == (iv, None)
+    assert paired_improvement(Scored(30 / 90, same, provenance=prov),
+                              Scored(30 / 90, same)) == (iv, None)
 
 
 @pytest.mark.parametrize(("final", "base", "why"), [
@@ -274,6 +280,10 @@ def test_improvement_of_nothing_changed_is_within_noise() -> None:
      "different items"),
     (Scored(0.7, _items([True, False])), Scored(0.5, _items([True, False])),
      "not the share of items correct"),
+    # the same ids over other items (the hidden split drawn from another seed)
+    (Scored(0.5, _items([True, False]), provenance={"data_hash": "a" * 64}),
+     Scored(0.5, _items([True, False]), provenance={"data_hash": "b" * 64}),
+     "data hashes differ"),
 ])
 def test_improvement_without_an_honest_interval_says_why(final: Scored, base: Scored,
                                                          why: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from a2rl.settings import Settings
 
 from ..base import ItemResult, Messages, Split, Task, TaskScore
-from ..hidden_seed import secret_seed, seed_path
+from ..hidden_seed import secret_seed, seed_digest, seed_path
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .generate import GENERATOR_VERSION, TRAIN_SEED, make_items, normalize_answer, with_messages
 
@@ -74,6 +74,10 @@ class ArithTask(Task):
         dev = [{**it, "id": f"dev-{i:04d}"} for i, it in enumerate(both[:N_DEV])]
         test = [{**it, "id": f"test-{i:04d}"} for i, it in enumerate(both[N_DEV:])]
         return {"dev": dev, "test": test}
+
+    def hidden_split_identity(self, settings: Settings) -> str | None:
+        """The hidden splits are drawn from this home's secret seed."""
+        return seed_digest(settings, "arith")
 
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
         """The secret seed: the hidden splits are generated from it by public code."""

@@ -17,7 +17,7 @@ from a2rl.settings import Settings
 
 from ..base import Split
 from ..envapi.a2rl_env import Env, EnvPool, render_prompt
-from ..hidden_seed import secret_seed, seed_path
+from ..hidden_seed import secret_seed, seed_digest, seed_path
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game
@@ -97,6 +97,10 @@ class TextQuestTask(InteractiveTask):
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return list(self._demos)
+
+    def hidden_split_identity(self, settings: Settings) -> str | None:
+        """The hidden splits are drawn from this home's secret seed."""
+        return seed_digest(settings, "textquest")
 
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
         """The secret seed: the hidden games are drawn from it by public code."""

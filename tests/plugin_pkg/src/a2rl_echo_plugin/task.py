@@ -8,7 +8,16 @@ from importlib.resources import files
 from typing import Any
 
 from a2rl.settings import Settings
-from a2rl.tasks import ItemResult, Messages, Split, Task, TaskScore, TaskSpec, secret_seed
+from a2rl.tasks import (
+    ItemResult,
+    Messages,
+    Split,
+    Task,
+    TaskScore,
+    TaskSpec,
+    secret_seed,
+    seed_digest,
+)
 from a2rl.tasks.spec import GraderSettings, SplitInfo
 
 N_TRAIN, N_DEV, N_TEST = 200, 16, 24
@@ -51,6 +60,9 @@ class EchoTask(Task):
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         both = _items(secret_seed(settings, "echo"), N_DEV + N_TEST, "hidden")
         return both[:N_DEV] if split == "dev" else both[N_DEV:]
+
+    def hidden_split_identity(self, settings: Settings) -> str | None:
+        return seed_digest(settings, "echo")  # the hidden splits come from this home's seed
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": item["prompt"]}]
