@@ -56,10 +56,6 @@ def create(
     as_json: JsonFlag = False,
 ) -> None:
     """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
-    from a2rl.server import create_run
-    from a2rl.tasks.hub import BaseModelUnavailable
-    from a2rl.tools.sandbox.base import SandboxError
-
     settings = context.settings(backend=backend)
     check_task(task)
     config = run_config(
@@ -68,6 +64,12 @@ def create(
         unsafe_local=unsafe_local or None, gpus=gpu_ids(gpus), network=network == "bridge",
         keep_container=keep_container,
         task_options=task_options(task, task_option, settings, profile))
+    # the server (the MCP SDK among its imports, 0.6 s) once the flags are known to be good:
+    # a mistake in them is answered without it
+    from a2rl.server import create_run
+    from a2rl.tasks.hub import BaseModelUnavailable
+    from a2rl.tools.sandbox.base import SandboxError
+
     store = context.store(settings)
     say = context.progress()
     say(f"creating a run of '{task}' and scoring the base model (the baseline; cached after "
@@ -232,8 +234,6 @@ def run(
     as_json: JsonFlag = False,
 ) -> None:
     """Run an agent on a task: create, serve MCP, launch headless, budget, finalize, report."""
-    from a2rl.clients.orchestrator import Orchestrator, check_options
-
     if config_file is not None:  # a fleet's node: the config its plan made, as JSON
         config = _config_of_file(ctx, config_file)
         settings = context.settings(backend=config.backend)
@@ -253,6 +253,9 @@ def run(
             agent_options=agent_options, gpus=gpu_ids(gpus), network=network == "bridge",
             keep_container=keep_container,
             task_options=task_options(task, task_option, settings, profile))
+    # the orchestrator (the MCP SDK among its imports) once the flags parsed: see `create`
+    from a2rl.clients.orchestrator import Orchestrator, check_options
+
     try:
         check_options(config)
     except (KeyError, ValueError, RuntimeError) as exc:
@@ -287,12 +290,12 @@ def demo(
     as_json: JsonFlag = False,
 ) -> None:
     """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
-    from a2rl.demo import DEMO_FIELDS, demo_failure, run_demo
-
     settings = context.settings(backend=backend)
     check_task(task)
     config = run_config(task_id=task, agent=DEFAULT_AGENT, backend=backend, gpus=gpu_ids(gpus),
                         keep_container=keep_container)
+    from a2rl.demo import DEMO_FIELDS, demo_failure, run_demo  # see `create`
+
     store = context.store(settings)
     say = context.progress()
     try:
