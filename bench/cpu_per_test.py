@@ -15,8 +15,9 @@ It needs root (it makes cgroups). Run the suite with it, then the report:
         --no-loadscope-reorder -p no:cacheprovider -p cpu_per_test
     .venv/bin/python bench/cpu_per_test.py          # files and tests by CPU-seconds
 
-Lines go to `$A2RL_CPU_PER_TEST` (default /tmp/a2rl-cpu-per-test), one file per worker; the
-worker groups are removed at the workers' end when empty.
+Lines go to `$A2RL_CPU_PER_TEST` (default /tmp/a2rl-cpu-per-test), one file per worker. A
+worker's group is removed at its end when empty; one that still held a process then (a fork
+server ends at the worker's exit) is removed by the report.
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         f.write(json.dumps(line) + "\n")
 
 
+def remove_empty_groups() -> None:
+    """The workers' groups that nothing is in any more (a group holding a process stays)."""
+    for parent in (V1, V2):
+        for group in parent.glob("a2rl-cpu-per-test-*") if parent.is_dir() else []:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+
+
 def report(folder: Path = OUT, top: int = 30) -> None:
     rows = [json.loads(line) for path in sorted(folder.glob("*.jsonl"))
             for line in path.read_text().splitlines() if line]
@@ -92,4 +101,5 @@ def report(folder: Path = OUT, top: int = 30) -> None:
 
 
 if __name__ == "__main__":
+    remove_empty_groups()
     report(Path(sys.argv[1]) if len(sys.argv) > 1 else OUT)
