@@ -431,10 +431,14 @@ def test_supervisor_log_is_shown_when_start_fails(
     broken.write_text("import sys\nsys.exit('supervisor broke on purpose')\n")
     monkeypatch.setattr(local, "SUPERVISOR_PATH", broken)
     sandbox = LocalSandbox(make_spec(tmp_path))
-    made = []
+    made: list[bool] = []  # what each cgroup creation returned
     create = local.RunCgroup.create
-    monkeypatch.setattr(local.RunCgroup, "create",
-                        lambda self, *a: made.append(create(self, *a)) or made[-1])
+
+    def recorded_create(self: local.RunCgroup, *args: int) -> bool:
+        made.append(create(self, *args))
+        return made[-1]
+
+    monkeypatch.setattr(local.RunCgroup, "create", recorded_create)
     with pytest.raises(SandboxError, match="(?s)exited at start.*broke on purpose"):
         sandbox.start()
     assert not sandbox.client.socket_path.exists()
