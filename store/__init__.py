@@ -37,6 +37,7 @@ from .status import (
     JobState,
     Profile,
     Protocol,
+    RunKind,
     RunStatus,
     SubmissionStatus,
 )
@@ -47,8 +48,7 @@ __all__ = [
     "RunConfigError", "RunKnobs", "RunSetup",
     "Evaluation", "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState",
     "GradingClock", "Job", "JobEndCause", "JobState", "Ledger", "Meta", "Revision", "Run",
-    "RunStatus",
-    "Snapshot",
-    "SnapshotFile", "Store", "StoreError", "StoreMissing", "StoreVersionError", "Submission",
-    "SubmissionStatus", "ToolCall", "aware", "display_url", "utcnow",
+    "RunKind", "RunStatus", "Snapshot", "SnapshotFile", "Store", "StoreError", "StoreMissing",
+    "StoreVersionError", "Submission", "SubmissionStatus", "ToolCall", "aware", "display_url",
+    "utcnow",
 ]

@@ -26,7 +26,7 @@ from .status import (
     SubmissionStatus,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 
 def utcnow() -> datetime:
@@ -125,6 +125,13 @@ class Run(SQLModel, table=True):
     # schema v6: the process responsible for finalizing the run, `host:pid:start`
     # (a2rl.server.run.owner): a run past its deadline whose owner is gone is finalized
     owner: str | None = None
+    # schema v8: what made the run (a RunKind: `agent`, or `replay`, a re-run of another
+    # run's recipe without its agent, `a2rl replay`) and, for a replay, the run it re-runs;
+    # the agent's last error (an HTTP status, an option error, a turn limit) when it failed
+    kind: str = Field(default="agent", index=True,
+                      sa_column_kwargs={"server_default": "agent"})
+    replay_of: str | None = Field(default=None, index=True)
+    agent_error: str | None = None
 
     def __init__(self, **data: Any) -> None:
         """A new row: its config typed (a dict given loads as stored ones do) and saying what
@@ -281,6 +288,9 @@ class Job(SQLModel, table=True):
     # (`a2rl.tools.gpu_usage`); null: not measured (no NVML), 0: never on a GPU
     gpu_s: float | None = None
     gpu_memory_peak_bytes: int | None = _big()
+    # schema v8: the code snapshot the job ran with (the workspace's code when it started;
+    # checkpoint lineage and `a2rl replay` read it); null for rows of older versions
+    snapshot_id: int | None = None
 
 
 class Submission(SQLModel, table=True):
@@ -297,6 +307,10 @@ class Submission(SQLModel, table=True):
     near_copy: bool = False
     tool_call_id: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
+    # schema v8: where the checkpoint came from (`a2rl.analysis.lineage`): the job that wrote
+    # each file, its command and code snapshot, the checkpoint it started from; {} for rows of
+    # older versions
+    lineage: dict[str, Any] = _json(dict)
 
 
 class Evaluation(SQLModel, table=True):

@@ -33,7 +33,7 @@ from pydantic import (
     model_validator,
 )
 
-from .status import GradingClock, Profile, Protocol
+from .status import GradingClock, Profile, Protocol, RunKind
 
 
 class RunConfigError(ValueError):
@@ -141,6 +141,10 @@ class RunConfig(RunKnobs):
     fleet_id: str | None = None
     fleet_repeat: int | None = Field(None, ge=0)
     fleet_node: str | None = None
+    #: what makes the run: an agent, or `a2rl replay` re-running the recipe of run
+    #: `replay_of` without its agent
+    kind: RunKind = RunKind.agent
+    replay_of: str | None = None
     #: filled by `create_run` (what a caller gives is replaced)
     setup: RunSetup = Field(default_factory=RunSetup)
 
@@ -223,7 +227,8 @@ class RunConfig(RunKnobs):
 
 #: The fields of a `RunConfig` that are also columns of the run's row (same names).
 ROW_FIELDS = ("task_id", "backend", "protocol", "profile", "grading_clock", "max_submissions",
-              "seed", "agent", "driver_model", "fleet_id", "fleet_repeat", "fleet_node")
+              "seed", "agent", "driver_model", "fleet_id", "fleet_repeat", "fleet_node", "kind",
+              "replay_of")
 
 
 def one_line(exc: ValidationError) -> RunConfigError:

@@ -19,6 +19,15 @@ class RunStatus(StrEnum):
     failed = "failed"  # an `a2rl fleet` run whose node was lost before it could finalize
 
 
+class RunKind(StrEnum):
+    """What made a run: an agent (`a2rl run`, `a2rl create`, a fleet), or `a2rl replay`
+    re-running another run's recipe without its agent. Replays are counted apart from agent
+    results everywhere."""
+
+    agent = "agent"
+    replay = "replay"
+
+
 class GradingClock(StrEnum):
     """Whether grading time counts against the budget (`counted`) or moves the deadline by as
     much (`paused`)."""

@@ -251,6 +251,8 @@ _ADDED_IN_V6 = [("run", "end_kind"), ("job", "end_cause"), ("job", "end_evidence
                 ("run", "owner"), ("toolcall", "seq")]
 _ADDED_IN_V7 = [("job", "cpu_s"), ("job", "memory_peak_bytes"), ("job", "gpu_s"),
                 ("job", "gpu_memory_peak_bytes")]
+_ADDED_IN_V8 = [("run", "kind"), ("run", "replay_of"), ("run", "agent_error"),
+                ("job", "snapshot_id"), ("submission", "lineage")]
 
 
 def _before_alembic(conn: Connection, version: int) -> None:
@@ -262,6 +264,11 @@ def _before_alembic(conn: Connection, version: int) -> None:
 
 def _schema_of(conn: Connection, version: int) -> None:
     """Turn a current store into the schema `version` had (what later versions added goes)."""
+    if version < 8:
+        conn.execute(text("DROP INDEX ix_run_kind"))
+        conn.execute(text("DROP INDEX ix_run_replay_of"))
+        for table, column in _ADDED_IN_V8:
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
     if version < 7:
         conn.execute(text("DROP TABLE ledger"))
         for table, column in _ADDED_IN_V7:
@@ -288,7 +295,7 @@ def _columns(conn: Connection) -> dict[str, tuple[set[str], set[str | None]]]:
                 {i["name"] for i in found.get_indexes(t)}) for t in found.get_table_names()}
 
 
-@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6])
+@pytest.mark.parametrize("version", [1, 2, 3, 4, 5, 6, 7])
 def test_every_older_store_is_upgraded_by_alembic(db_url: str, version: int) -> None:
     """A store of each schema version before Alembic (meta only) opens at the current schema:
     the same tables and columns as a new store, its rows kept, Alembic's revision the head;

@@ -1,0 +1,31 @@
+"""v8: what made a run (an agent, or a replay of another run's recipe) and the agent's last
+error; the code snapshot each job ran with; each submission's lineage.
+
+Revision ID: v8
+Revises: v7
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from a2rl.store.migrate import add_missing_columns
+
+revision = "v8"
+down_revision = "v7"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    add_missing_columns("run", sa.Column("kind", sa.String(), nullable=False,
+                                         server_default="agent"),
+                        sa.Column("replay_of", sa.String()),
+                        sa.Column("agent_error", sa.String()))
+    have = {i["name"] for i in sa.inspect(op.get_bind()).get_indexes("run")}
+    for column in ("kind", "replay_of"):
+        if f"ix_run_{column}" not in have:
+            op.create_index(f"ix_run_{column}", "run", [column])
+    add_missing_columns("job", sa.Column("snapshot_id", sa.Integer()))
+    add_missing_columns("submission", sa.Column("lineage", sa.JSON()))
