@@ -13,6 +13,7 @@ from .models import (
     Evaluation,
     GradeRequest,
     Job,
+    JobFile,
     Ledger,
     Meta,
     Revision,
@@ -45,10 +46,9 @@ from .status import (
 __all__ = [
     "SCHEMA_VERSION", "AgentStatus", "Audit", "BaselineCache", "Blob", "BudgetEvent",
     "BudgetEventKind", "EndKind", "ROW_FIELDS", "Profile", "Protocol", "RunConfig",
-    "RunConfigError", "RunKnobs", "RunSetup",
-    "Evaluation", "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState",
-    "GradingClock", "Job", "JobEndCause", "JobState", "Ledger", "Meta", "Revision", "Run",
-    "RunKind", "RunStatus", "Snapshot", "SnapshotFile", "Store", "StoreError", "StoreMissing",
-    "StoreVersionError", "Submission", "SubmissionStatus", "ToolCall", "aware", "display_url",
-    "utcnow",
+    "RunConfigError", "RunKnobs", "RunSetup", "Evaluation", "EvaluationKind", "EvaluationStatus",
+    "GradeRequest", "GradeState", "GradingClock", "Job", "JobEndCause", "JobFile", "JobState",
+    "Ledger", "Meta", "Revision", "Run", "RunKind", "RunStatus", "Snapshot", "SnapshotFile",
+    "Store", "StoreError", "StoreMissing", "StoreVersionError", "Submission", "SubmissionStatus",
+    "ToolCall", "aware", "display_url", "utcnow",
 ]

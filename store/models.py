@@ -293,6 +293,28 @@ class Job(SQLModel, table=True):
     snapshot_id: int | None = None
 
 
+class JobFile(SQLModel, table=True):
+    """A workspace file a job's processes opened, as the kernel reported it: one row per
+    (job, path), whatever the folder, name, size or encoding (schema v8: a new table, made by
+    `create_all`). Written from the run's access record (fanotify on the run's own workspace
+    filesystem, outside the sandbox); read by checkpoint lineage (which job wrote each
+    submitted file) and the audit (what the jobs read). `job_id` None: the kernel saw the
+    access but it could not be tied to a job (kept as such, never guessed)."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    job_id: str | None = Field(default=None, index=True)
+    path: str  # workspace-relative, as the kernel named the file when it was opened
+    read: bool = False  # a process of the job read it (opened it without writing)
+    written: bool = False  # a process of the job wrote it (closed it after writing)
+    first_at: datetime = Field(default_factory=utcnow)
+    last_at: datetime = Field(default_factory=utcnow)
+    # the file's size and sha256 when the job last closed it after writing (None: not
+    # written, or gone before it could be read)
+    size: int | None = _big()
+    sha256: str | None = None
+
+
 class Submission(SQLModel, table=True):
     id: str = Field(primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
@@ -431,6 +453,6 @@ def _defer_foreign_keys() -> None:
 
 
 _OURS = {m.__tablename__ for m in (Meta, Run, ToolCall, Blob, Revision, Snapshot, SnapshotFile,
-                                   Job, Submission, Evaluation, GradeRequest, BaselineCache,
-                                   BudgetEvent, Audit, Ledger)}
+                                   Job, JobFile, Submission, Evaluation, GradeRequest,
+                                   BaselineCache, BudgetEvent, Audit, Ledger)}
 _defer_foreign_keys()
