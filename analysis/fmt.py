@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from a2rl.store.outcome import end_kind_words
 
 from .published import published_line
@@ -12,6 +14,7 @@ from .schema import (
     Narrative,
     ProcessMetrics,
     PublishedBeside,
+    RegradeNote,
     Report,
     Summary,
 )
@@ -140,7 +143,17 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
         ("improvement interval", improvement_method(s.improvement)),
         ("submissions", f"{s.submissions_total}: {s.submissions_valid} valid, "
                         f"{s.submissions_refused} refused, {s.submissions_failed} failed"),
-    ] + [(f"published {p.kind}", published_text(p)) for p in s.published]
+        ("evaluation config", evaluation_config(s.evaluation_config)),
+    ] + [(f"published {p.kind}", published_text(p)) for p in s.published] + [
+        ("regraded" if g.current else "second reading", regrade_text(g)) for g in s.regrades]
+
+
+def regrade_text(g: RegradeNote) -> str:
+    """One regrade of the run (`a2rl regrade`) as one cell: when, why, old and new scores."""
+    failed = f"; failed: {g.error}" if g.error else ""
+    return (f"{g.at[:16].replace('T', ' ')} UTC, {g.reason}: final {num(g.old_final)} -> "
+            f"{num(g.new_final)}, baseline {num(g.old_baseline)} -> {num(g.new_baseline)}, "
+            f"{g.changed_items} items changed verdict{failed}")
 
 
 def published_text(p: PublishedBeside) -> str:
@@ -163,3 +176,28 @@ def metric_rows(m: ProcessMetrics) -> list[tuple[str, str]]:
     ] + [(name, f"{n} (the run's store cap was reached)") for name, n in (
         ("revisions without content", m.revisions_without_content),
         ("job logs not stored", m.job_logs_not_stored)) if n]
+
+
+def evaluation_config(config: dict[str, Any] | None) -> str:
+    """A run's frozen evaluation config (`Summary.evaluation_config`) in one line, for `a2rl
+    show` and the reports."""
+    if not config:
+        return "not recorded (a run made before runs froze their evaluation config)"
+    gen = config.get("generation") or {}
+    cap = config.get("max_new_tokens_cap") or 0
+    parts = [f"{config.get('task_id')} v{config.get('task_version')} (prompt "
+             f"{config.get('prompt_version')}), profile {config.get('profile')}",
+             f"grader v{config.get('grader_version')}",
+             f"engine {config.get('engine_name') or config.get('engine')}"
+             + (f" ({config['engine_version']})" if config.get("engine_version") else ""),
+             f"max_new_tokens {gen.get('max_new_tokens', '?')}"
+             + (f" (capped at {cap})" if cap else "") + f", batch {gen.get('batch_size', '?')}"]
+    judge = config.get("judge")
+    if judge:
+        parts.append(f"judge {judge.get('model')} at {judge.get('base_url')}")
+    memory = config.get("check_memory_gib") or 0
+    parts.append(f"checks {f'{memory:g} GiB' if memory else 'auto memory'} / "
+                 f"{config.get('check_timeout_s', 600):g} s")
+    if config.get("source") == "provenance":
+        parts.append("read from its first evaluation's provenance")
+    return "; ".join(parts)

@@ -3,6 +3,7 @@ score, on the same items matched by id from the two evaluations' per-item result
 
 Pure. What every interval needs is checked here: both evaluations kept per-item results, with
 unique ids, of the same items (the same ids and, where both recorded it, the same data hash),
+graded under the same engine, generation settings and grader and task versions (`GRADED_UNDER`),
 scored under the same profile. Which interval then depends on
 what the score is, and that is the task's to say (`Task.paired_interval`, a2rl.tasks.improvement):
 by default the share of items correct (Newcombe's paired method 10); a task whose score is
@@ -30,6 +31,19 @@ __all__ = ["Scored", "interval_of", "paired_improvement"]
 PairedMethod = Callable[[Scored, Scored], IntervalResult]
 
 
+#: What two evaluations must share to be paired, as their provenance records it: the engine
+#: and its version, the generation settings, and the grader's and the task's versions (a run's
+#: frozen evaluation config: `a2rl.grading.frozen`). A key an older record lacks is not held
+#: against it.
+GRADED_UNDER = ("engine", "engine_version", "generation", "grader_version", "task_version",
+                "prompt_version")
+
+
+def _shown(value: Any) -> str:
+    return str(value) if not isinstance(value, dict) else ", ".join(
+        f"{k}={v}" for k, v in sorted(value.items()))
+
+
 def _by_id(items: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
     out = {str(it.get("id")): it for it in items if "id" in it}
     return out if len(out) == len(items) else None
@@ -47,9 +61,11 @@ def interval_of(task_id: str | None) -> PairedMethod:
 
 
 def paired_improvement(final: Scored, base: Scored, task_id: str | None = None,
-                       method: PairedMethod | None = None) -> tuple[Interval | None, str | None]:
+                       method: PairedMethod | None = None, *, same_settings: bool = True,
+                       ) -> tuple[Interval | None, str | None]:
     """(interval, None), or (None, why there is none), of the run of task `task_id` (its
-    declared interval) or by `method`."""
+    declared interval) or by `method`. `same_settings` False pairs evaluations graded under
+    different settings on purpose: a regrade's new score against its old one."""
     if not final.items or not base.items:
         which = "final" if not final.items else "baseline"
         return None, (f"no interval: the {which} test evaluation kept no per-item results "
@@ -65,6 +81,13 @@ def paired_improvement(final: Scored, base: Scored, task_id: str | None = None,
         return None, ("no interval: the final and baseline evaluations scored different items "
                       "under the same ids (their data hashes differ: the hidden split changed, "
                       "a new secret seed say)")
+    differ = [key for key in GRADED_UNDER if key in final.provenance and key in base.provenance
+              and final.provenance[key] != base.provenance[key]] if same_settings else []
+    if differ:
+        return None, ("no interval: the final and baseline evaluations were graded under "
+                      "different settings (" + "; ".join(
+                          f"{k}: {_shown(final.provenance[k])} vs {_shown(base.provenance[k])}"
+                          for k in differ) + "): `a2rl regrade` scores both again under one")
     if final.profile != base.profile:
         return None, (f"no interval: the final evaluation was scored under the "
                       f"{final.profile!r} profile and the baseline under {base.profile!r}")

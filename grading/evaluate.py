@@ -38,17 +38,29 @@ class EvalResult(BaseModel):
     provenance: dict[str, Any] = Field(default_factory=dict)
 
 
-def make_engine(task: GradedTask, checkpoint_dir: Path, settings: Settings) -> GenerationEngine:
+def generation_settings(task: GradedTask, settings: Settings,
+                        frozen: dict[str, Any] | None = None) -> Any:
+    """How the grader generates for `task`: the run's frozen generation settings when given
+    (`RunConfig.evaluation.generation`), else the task's own capped by
+    `grader_max_new_tokens`; never the submission's."""
+    if frozen:
+        return type(task.spec.grader).model_validate(frozen)
+    return task.spec.grader.capped(settings.grader_max_new_tokens)
+
+
+def make_engine(task: GradedTask, checkpoint_dir: Path, settings: Settings,
+                generation: dict[str, Any] | None = None) -> GenerationEngine:
     """The engine `settings.grading_engine` selects (see `engine_select`), tokenizing, prompting
     (chat template) and decoding with the base model's tokenizer (see TASK.md), with generation
-    settings from the task, never from the submission (`engine.greedy_config`)."""
+    settings from the task or the run's frozen config, never from the submission
+    (`engine.greedy_config`)."""
     from transformers import AutoTokenizer
 
     from .engine_select import build_engine, chosen_engine
 
     base_dir = task.base_model_dir(settings)
     base_template = AutoTokenizer.from_pretrained(base_dir).chat_template
-    grader = task.spec.grader.capped(settings.grader_max_new_tokens)
+    grader = generation_settings(task, settings, generation)
     return build_engine(chosen_engine(settings), checkpoint_dir, settings,
                         batch_size=grader.batch_size, max_new_tokens=grader.max_new_tokens,
                         chat_template=base_template, tokenizer_dir=base_dir)
@@ -61,14 +73,16 @@ def evaluate(
     settings: Settings,
     *,
     engine: GenerationEngine | None = None,
+    generation: dict[str, Any] | None = None,
 ) -> EvalResult:
-    """Score the checkpoint on every item of the hidden `split`, the task's way."""
+    """Score the checkpoint on every item of the hidden `split`, the task's way, generating
+    with `generation` (a run's frozen settings) when given, else the task's."""
     checkpoint_dir = Path(checkpoint_dir)
     started = time.monotonic()
     items = task.load_split(split, settings)
-    engine = engine or make_engine(task, checkpoint_dir, settings)
+    engine = engine or make_engine(task, checkpoint_dir, settings, generation)
     loaded = time.monotonic()
-    grader = task.spec.grader.capped(settings.grader_max_new_tokens)
+    grader = generation_settings(task, settings, generation)
     scored = task.evaluate(items, engine, grader)
     low, high = scored.interval()
     metrics = {**scored.metrics, "load_s": round(loaded - started, 3),
@@ -87,6 +101,7 @@ def evaluate(
         "data_hash": data_hash(items),
         "checkpoint_hashes": tree_hashes(checkpoint_dir),
         "generation": grader.model_dump(),
+        "max_new_tokens_cap": settings.grader_max_new_tokens,
         "ci_method": scored.ci_method,
     }
     evaluated_as = getattr(task, "evaluated_as", task.profile)

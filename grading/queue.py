@@ -30,6 +30,7 @@ from sqlmodel import select
 from a2rl.settings import Settings
 from a2rl.store import (
     Evaluation,
+    EvaluationConfig,
     EvaluationKind,
     EvaluationStatus,
     GradeRequest,
@@ -44,6 +45,7 @@ from a2rl.store import (
 
 from .device_lock import device_lock
 from .evaluate import EvalResult
+from .frozen import CannotHonour, honour, of_run
 from .prefork import Process, run_to_end, start_python
 from .worker import WorkerSpec
 
@@ -200,6 +202,8 @@ def _failure_reason(rc: int | None, timed_out: bool, timeout_s: float, stderr: s
         reason = f"the evaluation process was killed by signal {name}"
         if rc == -signal.SIGKILL:
             reason += " (out of memory, or killed from outside)"
+    elif rc == 4 and stderr.strip():  # the worker refused, in one line (`TaskChanged`)
+        return stderr.strip().splitlines()[-1]
     elif rc:
         reason = f"the evaluation process exited with code {rc}"
     else:
@@ -259,14 +263,18 @@ def _finish(store: Store, req_id: int, ev: Evaluation, error: str | None) -> Non
             s.add(sub)
 
 
-def spec_for(run: Run, sub: Submission, split: str, settings: Settings) -> WorkerSpec:
-    """What the grader process is told to evaluate: the run's task under its profile, the
-    submission's stored copy, on `split`."""
-    assert sub.checkpoint_dir
-    return WorkerSpec(task_id=run.task_id, profile=run.profile,
-                      task_options=run.task_options,
-                      checkpoint_dir=sub.checkpoint_dir, split=split,
-                      settings=settings.model_dump(mode="json"))
+def spec_for(run: Run, checkpoint_dir: str, split: str, settings: Settings,
+             evaluation: EvaluationConfig | None = None, *, regrade: bool = False,
+             profile: str | None = None) -> WorkerSpec:
+    """What the grader process is told to evaluate: the run's task under its profile (or
+    `profile`, a second reading), the checkpoint at `checkpoint_dir` (a submission's stored
+    copy, or the base model), on `split`, under `settings` with the run's frozen evaluation
+    config laid over them (`frozen.honour`)."""
+    return WorkerSpec(task_id=run.task_id, profile=profile or run.profile,
+                      task_options=run.task_options, checkpoint_dir=checkpoint_dir,
+                      split=split, settings=settings.model_dump(mode="json"),
+                      evaluation=evaluation if profile in (None, run.profile) else None,
+                      regrade=regrade)
 
 
 #: What surrounds one evaluation for its run (`a2rl.server.run.pause` freezes the run's jobs
@@ -294,6 +302,18 @@ def process_one(
         return req
 
 
+def _honoured(settings: Settings, frozen: EvaluationConfig | None,
+              ) -> tuple[str | None, Settings]:
+    """(None, the settings to grade under), or (why this process cannot grade the run,
+    its own settings)."""
+    if frozen is None:  # a run with no evaluation to read its config from: these settings
+        return None, settings
+    try:
+        return None, honour(settings, frozen)
+    except CannotHonour as exc:
+        return str(exc), settings
+
+
 def _evaluate(store: Store, settings: Settings, req: GradeRequest, timeout_s: float) -> None:
     assert req.id is not None
     started = utcnow()
@@ -306,14 +326,17 @@ def _evaluate(store: Store, settings: Settings, req: GradeRequest, timeout_s: fl
         if sub is not None:
             sub.status = SubmissionStatus.grading
             s.add(sub)
-    error: str | None = None
-    if req.attempts > MAX_ATTEMPTS:
+        frozen = of_run(s, run) if run is not None else None
+    # a process that cannot honour the run's frozen config records why, never grades
+    error, graded_under = _honoured(settings, frozen)
+    if error is None and req.attempts > MAX_ATTEMPTS:
         error = (f"gave up after {MAX_ATTEMPTS} attempts: the grader stopped while "
                  "evaluating this checkpoint each time")
-    elif sub is None or run is None or not sub.checkpoint_dir:
+    elif error is None and (sub is None or run is None or not sub.checkpoint_dir):
         error = "the submission has no stored checkpoint copy to evaluate"
-    else:
-        spec = spec_for(run, sub, req.split, settings)
+    elif error is None:
+        assert run is not None and sub is not None and sub.checkpoint_dir
+        spec = spec_for(run, sub.checkpoint_dir, req.split, graded_under, frozen)
         result, error, elapsed = run_worker(spec, timeout_s)
         if result is not None:
             ev.status, ev.score, ev.ci_low, ev.ci_high = (EvaluationStatus.done, result.score,

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from a2rl.settings import Settings
+from a2rl.store.run_config import EvaluationConfig
 
 from .gpu_memory import GpuMemoryUnavailable
 from .seam import load_task, task_loader
@@ -44,14 +45,30 @@ class WorkerSpec(BaseModel):
     #: `"module:attr"` of the `seam.TaskLoader` that builds the task (default: the one the task
     #: registry registered in the process that makes the spec)
     task_loader: str = Field(default_factory=task_loader)
+    #: the run's frozen evaluation config (`a2rl.grading.frozen`): its generation settings
+    #: are used as they are, and the task's code must be of its version unless `regrade`
+    evaluation: EvaluationConfig | None = None
+    regrade: bool = False
+
+
+class TaskChanged(RuntimeError):
+    """The task's code here is not of the version the run's evaluations are."""
 
 
 def run_spec(spec: WorkerSpec) -> str:
     from .evaluate import evaluate
 
     task = load_task(spec.task_loader, spec.task_id, spec.profile, spec.task_options)
+    frozen = spec.evaluation
+    if frozen is not None and not spec.regrade and frozen.task_version \
+            and task.spec.version != frozen.task_version:
+        raise TaskChanged(
+            f"cannot grade under the run's frozen evaluation config: task {spec.task_id} is "
+            f"version {task.spec.version} here, the run's evaluations are version "
+            f"{frozen.task_version} (grade it with that a2rl, or `a2rl regrade` it after)")
     result = evaluate(task, Path(spec.checkpoint_dir), spec.split,  # type: ignore[arg-type]
-                      Settings(**spec.settings))
+                      Settings(**spec.settings),
+                      generation=frozen.generation if frozen is not None else None)
     return result.model_dump_json()
 
 
@@ -67,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     except GpuMemoryUnavailable as exc:  # a plain status for the agent, not a traceback
         sys.stderr.write(f"{exc}\n")
         return 3
+    except TaskChanged as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 4
     if args.out:
         tmp = Path(args.out + ".tmp")
         tmp.write_text(text)

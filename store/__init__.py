@@ -16,6 +16,7 @@ from .models import (
     JobFile,
     Ledger,
     Meta,
+    Regrade,
     Revision,
     Run,
     Snapshot,
@@ -25,7 +26,15 @@ from .models import (
     aware,
     utcnow,
 )
-from .run_config import ROW_FIELDS, RunConfig, RunConfigError, RunKnobs, RunSetup
+from .run_config import (
+    ROW_FIELDS,
+    EvaluationConfig,
+    JudgeIdentity,
+    RunConfig,
+    RunConfigError,
+    RunKnobs,
+    RunSetup,
+)
 from .status import (
     AgentStatus,
     BudgetEventKind,
@@ -44,11 +53,11 @@ from .status import (
 )
 
 __all__ = [
-    "SCHEMA_VERSION", "AgentStatus", "Audit", "BaselineCache", "Blob", "BudgetEvent",
-    "BudgetEventKind", "EndKind", "ROW_FIELDS", "Profile", "Protocol", "RunConfig",
-    "RunConfigError", "RunKnobs", "RunSetup", "Evaluation", "EvaluationKind", "EvaluationStatus",
-    "GradeRequest", "GradeState", "GradingClock", "Job", "JobEndCause", "JobFile", "JobState",
-    "Ledger", "Meta", "Revision", "Run", "RunKind", "RunStatus", "Snapshot", "SnapshotFile",
-    "Store", "StoreError", "StoreMissing", "StoreVersionError", "Submission", "SubmissionStatus",
-    "ToolCall", "aware", "display_url", "utcnow",
+    "ROW_FIELDS", "SCHEMA_VERSION", "AgentStatus", "Audit", "aware", "BaselineCache", "Blob",
+    "BudgetEvent", "BudgetEventKind", "display_url", "EndKind", "Evaluation", "EvaluationConfig",
+    "EvaluationKind", "EvaluationStatus", "GradeRequest", "GradeState", "GradingClock", "Job",
+    "JobEndCause", "JobFile", "JobState", "JudgeIdentity", "Ledger", "Meta", "Profile", "Protocol",
+    "Regrade", "Revision", "Run", "RunConfig", "RunConfigError", "RunKind", "RunKnobs", "RunSetup",
+    "RunStatus", "Snapshot", "SnapshotFile", "Store", "StoreError", "StoreMissing",
+    "StoreVersionError", "Submission", "SubmissionStatus", "ToolCall", "utcnow",
 ]

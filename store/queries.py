@@ -10,6 +10,7 @@ from sqlmodel import col, select
 from .db import Store
 from .models import Evaluation, Job, Revision, Run, Submission, ToolCall
 from .outcome import end_kind, is_result, shown_final
+from .run_config import EvaluationConfig
 from .status import EvaluationKind, EvaluationStatus
 
 #: Revisions recorded when a run is made (the task's own files): not the agent's changes.
@@ -86,7 +87,9 @@ def run_details(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
         evals = s.exec(select(Evaluation.submission_id, Evaluation.kind, Evaluation.split,
                               Evaluation.status, Evaluation.score)
                        .where(Evaluation.run_id == run_id,
-                              col(Evaluation.submission_id).is_not(None))
+                              col(Evaluation.submission_id).is_not(None),
+                              Evaluation.kind != EvaluationKind.reading,
+                              col(Evaluation.superseded_by).is_(None))
                        .order_by(col(Evaluation.id))).all()
     scores: dict[str, dict[str, float | None]] = {}
     for sub_id, _kind, split, state, score in evals:
@@ -160,6 +163,17 @@ def baseline_evaluation(s: Any, run: Run, split: str) -> Evaluation | None:
     return match_baseline(run, split, {}, candidates)
 
 
+def current_final_evaluation(s: Any, run: Run) -> Evaluation | None:
+    """The run's final submission's current test evaluation: the one no regrade replaced
+    (`Evaluation.superseded_by`), never a second reading under another profile."""
+    if not run.final_submission_id:
+        return None
+    return s.exec(select(Evaluation).where(
+        Evaluation.submission_id == run.final_submission_id, Evaluation.split == "test",
+        Evaluation.kind == EvaluationKind.submission, Evaluation.status == EvaluationStatus.done,
+        col(Evaluation.superseded_by).is_(None)).order_by(col(Evaluation.id).desc())).first()
+
+
 def best_submission(store: Store, run_id: str, split: str) -> tuple[Submission, Any] | None:
     """The best graded submission of a run on `split`; ties go to the earliest."""
     with store.session() as s:
@@ -167,10 +181,52 @@ def best_submission(store: Store, run_id: str, split: str) -> tuple[Submission, 
             Evaluation, Evaluation.submission_id == Submission.id).where(  # type: ignore[arg-type]
             Submission.run_id == run_id, Evaluation.split == split,
             Evaluation.kind == EvaluationKind.submission,
-            Evaluation.status == EvaluationStatus.done)
+            Evaluation.status == EvaluationStatus.done, col(Evaluation.superseded_by).is_(None))
             .order_by(Submission.created_at)).all()  # type: ignore[arg-type]
     best = None
     for sub, ev in rows:
         if ev.score is not None and (best is None or ev.score > best[1].score):
             best = (sub, ev)
     return best
+
+
+#: engine names as provenance records them -> the kind that loads them
+_KIND_OF_NAME = {"transformers": "transformers", "transformers-static": "static",
+                 "vllm": "vllm"}
+
+
+def from_provenance(prov: dict[str, Any], run: Run) -> EvaluationConfig | None:
+    """The config an evaluation recorded in its provenance (a run made before runs froze
+    theirs); None when it recorded too little to say (no grader version or engine)."""
+    if not prov.get("grader_version") or not prov.get("engine"):
+        return None
+    name = str(prov["engine"])
+    kind = _KIND_OF_NAME.get(name, name.split("-")[0])
+    generation = dict(prov.get("generation") or {})
+    return EvaluationConfig(
+        task_id=str(prov.get("task_id") or run.task_id),
+        task_version=str(prov.get("task_version") or ""),
+        prompt_version=str(prov.get("prompt_version") or "1"),
+        profile=str(prov.get("profile") or run.profile or "a2rl"),
+        task_options=dict(prov.get("task_options") or run.task_options),
+        grader_version=str(prov["grader_version"]), engine=kind, engine_name=name,
+        engine_version=str(prov.get("engine_version") or ""), generation=generation,
+        max_new_tokens_cap=int(prov.get("max_new_tokens_cap") or 0), source="provenance")
+
+
+def evaluation_config(session: Any, run: Run) -> EvaluationConfig | None:
+    """The run's evaluation config: frozen with it, or (a run made before runs froze it) read
+    from its first evaluation's provenance: the baseline it was made with, else its earliest
+    completed evaluation. None when it has none to read."""
+    if run.config.evaluation is not None:
+        return run.config.evaluation
+    first: Evaluation | None = None
+    for split in ("dev", "test"):
+        ev_id = run.config.setup.baseline_evaluations.get(split)
+        if ev_id is not None and (first := session.get(Evaluation, ev_id)) is not None:
+            break
+    if first is None:
+        first = session.exec(select(Evaluation).where(
+            Evaluation.run_id == run.id, Evaluation.status == EvaluationStatus.done)
+            .order_by(col(Evaluation.id))).first()
+    return from_provenance(first.provenance or {}, run) if first is not None else None

@@ -20,6 +20,7 @@ baseline evaluations), recorded so that every later process builds the same run.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -64,6 +65,63 @@ class RunSetup(BaseModel):
                                     validation_alias=AliasChoices("sandbox", "container"))
 
     model_config = ConfigDict(extra="forbid")
+
+
+class JudgeIdentity(BaseModel):
+    """The judge a judged task's scores come from: its endpoint (without credentials) and
+    model. Its key stays where the grading process finds it (`judge_api_key_env`)."""
+
+    base_url: str
+    model: str
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvaluationConfig(BaseModel):
+    """Everything that decides a run's scores besides the checkpoint, frozen when the run is
+    made (`a2rl.grading.frozen.freeze`): every evaluation of the run, on any process or node,
+    uses exactly this, and a process that cannot (the engine missing, the judge unreachable,
+    another grader version) refuses with one line rather than grade under other settings.
+    `a2rl regrade` re-scores under it with today's grader code (or a second reading under
+    another profile). Runs made before it existed read it from their first evaluation's
+    provenance (`source` "provenance")."""
+
+    task_id: str
+    task_version: str
+    prompt_version: str
+    profile: str = "a2rl"
+    #: the task's options as resolved when the run was made
+    task_options: dict[str, Any] = Field(default_factory=dict)
+    grader_version: str
+    #: the engine kind the grader loads (`transformers`, `static`, `vllm`: "auto" resolved on
+    #: the machine that made the run) and the name and version it reported
+    engine: str
+    engine_name: str = ""
+    engine_version: str = ""
+    #: the generation settings every evaluation uses (the task's, capped), and the cap
+    #: (`grader_max_new_tokens`, 0: none) they were derived with
+    generation: dict[str, Any] = Field(default_factory=dict)
+    max_new_tokens_cap: int = 0
+    #: judged tasks: the judge; None where no judge decides a score
+    judge: JudgeIdentity | None = None
+    #: the limits of the process that loads a submission to compare it with the base
+    check_memory_gib: float = 0.0
+    check_timeout_s: float = 600.0
+    #: what tells this home's hidden splits from another's (a secret seed's digest), where
+    #: the task draws them from one
+    hidden_splits: str | None = None
+    #: "frozen": recorded when the run was made; "provenance": read back from the first
+    #: evaluation of a run made before runs froze it
+    source: str = "frozen"
+
+    model_config = ConfigDict(extra="forbid")
+
+    def identity(self) -> dict[str, Any]:
+        """What two evaluations must share to be paired: the engine, the generation settings
+        and the grader's version (and the task's)."""
+        return {"engine": self.engine_name or self.engine, "engine_version": self.engine_version,
+                "generation": self.generation, "grader_version": self.grader_version,
+                "task_version": self.task_version, "prompt_version": self.prompt_version}
 
 
 #: Keys of a run's config as stored before `RunConfig` (one flat dict) that are `setup`'s now.
@@ -147,6 +205,10 @@ class RunConfig(RunKnobs):
     replay_of: str | None = None
     #: filled by `create_run` (what a caller gives is replaced)
     setup: RunSetup = Field(default_factory=RunSetup)
+    #: the run's frozen evaluation config, made by `create_run` (what a caller gives is
+    #: replaced); None for a run made before runs froze it (`a2rl.grading.frozen.run_config`
+    #: reads it from the run's first evaluation then)
+    evaluation: EvaluationConfig | None = None
 
     @field_validator("gpus")
     @classmethod
@@ -181,6 +243,14 @@ class RunConfig(RunKnobs):
         """The split the agent's submissions are scored on while it works, and its best one
         chosen by: test under the paper protocol, else dev."""
         return "test" if self.protocol == Protocol.paper else "dev"
+
+    def job_seed(self, run_id: str) -> int:
+        """The seed every job of the run finds in `$A2RL_SEED`: the run's `seed` when given,
+        else one drawn from the run's id (so the record alone says what it was). `a2rl
+        replay` gives each replica another."""
+        if self.seed is not None:
+            return self.seed
+        return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16) % (2**31)
 
     def row_values(self) -> dict[str, Any]:
         """The fields the run's row keeps in columns of their own (`ROW_FIELDS`)."""

@@ -167,8 +167,9 @@ def test_worker_reads_its_job_from_the_store(store: Store, ckpt, tmp_path: Path)
     with store.session() as s:
         req = s.get(GradeRequest, req_id)
         assert req is not None
-        spec = spec_for(s.get(Run, req.run_id), s.get(Submission, req.submission_id),  # type: ignore[arg-type]
-                        req.split, settings)
+        sub = s.get(Submission, req.submission_id)
+        spec = spec_for(s.get(Run, req.run_id), sub.checkpoint_dir, req.split,  # type: ignore[arg-type,union-attr]
+                        settings)
     assert main(["--spec", spec.model_dump_json(), "--out", str(out)]) == 0
     result = EvalResult.model_validate_json(out.read_text())
     assert result.n_items == 200 and result.provenance["split"] == "dev"

@@ -195,7 +195,8 @@ def test_worker_reads_the_runs_profile_from_the_store(tmp_path: Path) -> None:
         for i in (1, 2):
             req = s.get(GradeRequest, i)
             assert req is not None
-            specs.append(spec_for(s.get(Run, req.run_id), s.get(Submission, req.submission_id),  # type: ignore[arg-type]
+            sub = s.get(Submission, req.submission_id)
+            specs.append(spec_for(s.get(Run, req.run_id), sub.checkpoint_dir or "",  # type: ignore[arg-type,union-attr]
                                   req.split, Settings(home=tmp_path)))
     store.close()
     assert [(sp.task_id, sp.profile, sp.split) for sp in specs] == [

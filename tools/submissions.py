@@ -261,9 +261,11 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
     if earlier is not None:
         _drop(rt, sub, dest)
         return _answered_with(rt, earlier, shown, split)
+    frozen = run.config.evaluation  # the run's limits, whichever process serves it
     limits = grading.ValidationLimits(
-        memory_bytes=int(rt.settings.checkpoint_check_memory_gib * 2**30),
-        timeout_s=rt.settings.checkpoint_check_timeout_s)
+        memory_bytes=int((frozen.check_memory_gib if frozen else
+                          rt.settings.checkpoint_check_memory_gib) * 2**30),
+        timeout_s=frozen.check_timeout_s if frozen else rt.settings.checkpoint_check_timeout_s)
     check = grading.validate_copy(dest, rt.workspace.root / BASE_MODEL, shown, limits)
     if not check.ok:
         raise _refuse(rt, sub, check.error or "invalid checkpoint", dest)

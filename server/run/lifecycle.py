@@ -70,8 +70,13 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     elif fields:
         raise TypeError("give create_run a RunConfig or its fields, not both")
     config = config.with_task(DEFAULT_TASK)
+    from a2rl.grading.frozen import freeze, honour
+
     task = get_task(config.task_id, config.profile).with_options(config.task_options)
     options = task.options_record(settings)  # checked now: nothing made on a bad option
+    # what decides every score of the run besides the checkpoint, frozen now: its baseline
+    # and every later evaluation, on any process, are graded under it
+    evaluation = freeze(task, settings)
     budget_s = parse_duration(config.budget or task.spec.default_budget
                               or settings.default_budget)
     backend = config.backend or settings.backend
@@ -90,10 +95,12 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
         if baseline:
             from a2rl.grading import ensure_baseline
 
-            scores = ensure_baseline(store, task, task.base_model_dir(settings), settings)
+            scores = ensure_baseline(store, task, task.base_model_dir(settings),
+                                     honour(settings, evaluation, check_judge=False))
         token, token_hash = new_token()
         made = config.model_copy(update={
             "backend": backend, "unsafe_local": unsafe, "task_options": options,
+            "evaluation": evaluation,
             "setup": RunSetup(
                 baseline_evaluations={split: ev.id for split, ev in scores.items()},
                 allow_unisolated=unsafe or task.spec.toy, disk_volume=disk_volume,
