@@ -14,7 +14,10 @@ from a2rl.store import (
     Blob,
     BudgetEvent,
     Evaluation,
+    EvaluationKind,
+    EvaluationStatus,
     Job,
+    Regrade,
     Revision,
     Run,
     SnapshotFile,
@@ -23,7 +26,7 @@ from a2rl.store import (
     ToolCall,
     aware,
 )
-from a2rl.store.queries import INITIAL_SOURCE, baseline_evaluation
+from a2rl.store.queries import INITIAL_SOURCE, baseline_evaluation, evaluation_config
 
 
 @dataclass
@@ -41,8 +44,33 @@ class RunData:
     revisions_without_content: int = 0
     baseline_test_eval: Evaluation | None = None
     blobs: dict[str, bytes] = field(default_factory=dict)
+    #: `a2rl regrade`s of the run, oldest first, and the evaluations they made (by id):
+    #: kept out of `evaluations`, which holds what was graded while the run lived
+    regrades: list[Regrade] = field(default_factory=list)
+    regraded: dict[int, Evaluation] = field(default_factory=dict)
     #: the task's own files as the run was made (path -> blob sha): where the code started
     initial_files: dict[str, str] = field(default_factory=dict)
+
+    #: the run's evaluation config as a document (`a2rl.store.queries.evaluation_config`)
+    evaluation_config: dict[str, object] | None = None
+
+    @property
+    def current_regrade(self) -> Regrade | None:
+        """The latest regrade whose evaluations are the run's scores (None: never regraded,
+        or only read again under another profile)."""
+        return next((r for r in reversed(self.regrades) if r.current), None)
+
+    def final_test_eval(self) -> Evaluation | None:
+        """The final submission's current test evaluation: the latest current regrade's, else
+        the one graded when the run ended."""
+        regrade = self.current_regrade
+        if regrade is not None and regrade.new_final_id in self.regraded:
+            return self.regraded[regrade.new_final_id]  # type: ignore[index]
+        final = self.run.final_submission_id
+        return next((e for e in reversed(self.evaluations)
+                     if final and e.submission_id == final and e.split == "test"
+                     and e.kind == EvaluationKind.submission
+                     and e.status == EvaluationStatus.done), None)
 
     @functools.cached_property
     def origin(self) -> datetime:  # cached: `t` runs once per call, job and submission
@@ -88,8 +116,12 @@ def load_run(store: Store, run_id: str) -> RunData:
                            .order_by(col(Job.started_at))).all())
         subs = list(s.exec(select(Submission).where(Submission.run_id == run_id)
                            .order_by(col(Submission.created_at))).all())
-        evals = list(s.exec(select(Evaluation).where(Evaluation.run_id == run_id)
+        every = list(s.exec(select(Evaluation).where(Evaluation.run_id == run_id)
                             .order_by(col(Evaluation.started_at))).all())
+        evals = [e for e in every if e.regrade_id is None]
+        regraded = {e.id: e for e in every if e.regrade_id is not None and e.id is not None}
+        regrades = list(s.exec(select(Regrade).where(Regrade.run_id == run_id)
+                               .order_by(col(Regrade.id))).all())
         snap_ids = [x.snapshot_id for x in subs if x.snapshot_id is not None]
         snapshots: dict[int, dict[str, str]] = {i: {} for i in snap_ids}
         if snap_ids:
@@ -107,13 +139,16 @@ def load_run(store: Store, run_id: str) -> RunData:
         initial = {r.path: r.blob_sha for r in s.exec(select(Revision).where(
             Revision.run_id == run_id, Revision.source == INITIAL_SOURCE)).all() if r.blob_sha}
         base = baseline_evaluation(s, run, "test")
+        frozen = evaluation_config(s, run)
     shas = {sha for files in snapshots.values() for sha in files.values()}
     shas |= {j.log_blob_sha for j in jobs if j.log_blob_sha} | set(initial.values())
     return RunData(run=run, calls=calls, jobs=jobs, submissions=subs, evaluations=evals,
                    snapshots=snapshots, budget_events=events, revisions=revisions,
                    revisions_without_content=without_content,
                    baseline_test_n=base.n_items if base else None, baseline_test_eval=base,
-                   blobs=_blobs(store, shas), initial_files=initial)
+                   blobs=_blobs(store, shas), initial_files=initial, regrades=regrades,
+                   regraded=regraded,
+                   evaluation_config=frozen.model_dump(mode="json") if frozen else None)
 
 
 def job_logs(store: Store, run_id: str) -> list[tuple[str, str]]:

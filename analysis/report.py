@@ -22,6 +22,7 @@ from .schema import (
     CodeVersion,
     Evidence,
     FileChange,
+    RegradeNote,
     Report,
     Route,
     ScorePoint,
@@ -103,9 +104,7 @@ def build_routes(d: RunData) -> list[Route]:
 def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
     run = d.run
     best = max(trajectory.points, key=lambda p: p.score, default=None)
-    final_ev = next((e for e in d.evaluations if e.submission_id == run.final_submission_id
-                     and e.split == "test" and e.status == EvaluationStatus.done), None) \
-        if run.final_submission_id else None
+    final_ev = d.final_test_eval()
     improvement, note = None, None
     # No final submission: no final score and no improvement (PostTrainBench's rule; the
     # store's final_score holds the baseline's then, `store.outcome.shown_final`).
@@ -145,6 +144,12 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
         submissions_failed=sum(s.status == SubmissionStatus.failed for s in d.submissions),
         final_provenance=dict(final_ev.provenance) if final_ev else {})
     summary.published = summary_published(summary)
+    summary.evaluation_config = d.evaluation_config
+    summary.regrades = [RegradeNote(
+        id=r.id or 0, at=r.created_at.isoformat(), reason=r.reason, profile=r.profile,
+        current=r.current, grader_version=r.grader_version, old_final=r.old_final,
+        new_final=r.new_final, old_baseline=r.old_baseline, new_baseline=r.new_baseline,
+        changed_items=len(r.changed), error=r.error) for r in d.regrades]
     return summary
 
 

@@ -19,8 +19,9 @@ from pydantic import BaseModel, Field
 # `job_logs_not_stored`); 1.4: `summary.end_kind`, `summary.result`, `summary.final_note` (and
 # no final score nor improvement for a run without a final submission), failure types from a
 # job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`,
-# `job_lost`), and the optional `audit`; 1.5: `summary.published`; 1.6: the optional `ledger`
-SCHEMA_VERSION = "1.6"
+# `job_lost`), and the optional `audit`; 1.5: `summary.published`; 1.6: the optional `ledger`;
+# 1.7: `summary.evaluation_config` (the run's frozen evaluation config) and `summary.regrades`
+SCHEMA_VERSION = "1.7"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -79,6 +80,25 @@ class PublishedBeside(BaseModel):
     note: str = ""
 
 
+class RegradeNote(BaseModel):
+    """One `a2rl regrade` of the run (schema 1.7): its final checkpoint and base model scored
+    again on test; `current` when its scores are the run's (under the run's frozen config),
+    not for a second reading under another profile."""
+
+    id: int
+    at: str
+    reason: str
+    profile: str
+    current: bool
+    grader_version: str
+    old_final: float | None
+    new_final: float | None
+    old_baseline: float | None
+    new_baseline: float | None
+    changed_items: int = Field(description="items whose verdict changed, final and baseline")
+    error: str | None = None
+
+
 class Summary(BaseModel):
     run_id: str
     task: str
@@ -126,6 +146,13 @@ class Summary(BaseModel):
         default_factory=list, description="the paper's and its harness's figures for this "
         "task and base model beside the run's: only for a run of the paper profile, finals "
         "and improvements only under the paper protocol (schema 1.5)")
+    evaluation_config: dict[str, object] | None = Field(
+        None, description="everything that decided the run's scores besides the checkpoint, "
+        "frozen when it was made (task, versions, engine, generation settings, judge, checks; "
+        "read from its first evaluation for older runs); null when neither exists (schema 1.7)")
+    regrades: list[RegradeNote] = Field(
+        default_factory=list, description="the run's regrades, oldest first; the scores above "
+        "are the latest current one's (schema 1.7)")
 
 
 class ToolCallEvent(BaseModel):

@@ -16,6 +16,8 @@ Paths are always relative to the workspace root.
   jobs: poll them with job_status(job_id, wait_s) instead of waiting in one call.
 - Commands have no network access. Python with torch, transformers and trl is on PATH.
 - Every call, every file change and every job is recorded.
+- Every job's environment holds A2RL_SEED, this run's seed: seed your training's randomness
+  from it, so that your recipe can be re-run with other seeds (a2rl replay does).
 - The budget is wall-clock time from your first call; budget_status tells what is left.
   At the deadline all jobs are stopped and every tool except budget_status refuses work.
 """

@@ -353,6 +353,11 @@ class Evaluation(SQLModel, table=True):
     error: str | None = None
     started_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
+    # schema v8: `a2rl regrade`: the regrade that made this evaluation, and the evaluation
+    # that replaced this one as the run's current score (null: current); a replaced
+    # evaluation is kept whole
+    regrade_id: int | None = None
+    superseded_by: int | None = None
 
 
 class GradeRequest(SQLModel, table=True):
@@ -368,6 +373,36 @@ class GradeRequest(SQLModel, table=True):
     attempts: int = 0
     evaluation_id: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
+
+
+class Regrade(SQLModel, table=True):
+    """One `a2rl regrade` of a run: its final checkpoint's stored copy and its base model
+    scored again on the test split with the grader code of the day (schema v8: a new table).
+    Nothing is overwritten: the old evaluations stay, the new ones name this row
+    (`Evaluation.regrade_id`). A regrade under the run's frozen evaluation config is
+    `current`: its evaluations become the run's scores (the replaced final evaluation names
+    its successor, the run points at the new baseline) and `reason` says why; a second
+    reading under another profile (`--profile`) is kept beside them, never current."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: str = Field(index=True, foreign_key="run.id")
+    created_at: datetime = Field(default_factory=utcnow)
+    reason: str = ""
+    profile: str = "a2rl"
+    current: bool = False
+    a2rl_version: str = ""
+    grader_version: str = ""
+    old_final_id: int | None = None
+    new_final_id: int | None = None
+    old_baseline_id: int | None = None
+    new_baseline_id: int | None = None
+    old_final: float | None = None
+    new_final: float | None = None
+    old_baseline: float | None = None
+    new_baseline: float | None = None
+    # the items whose verdict changed: [{"evaluation": "final"|"baseline", "id", "old", "new"}]
+    changed: list[dict[str, Any]] = _json(list)
+    error: str | None = None
 
 
 class BaselineCache(SQLModel, table=True):
@@ -454,5 +489,5 @@ def _defer_foreign_keys() -> None:
 
 _OURS = {m.__tablename__ for m in (Meta, Run, ToolCall, Blob, Revision, Snapshot, SnapshotFile,
                                    Job, JobFile, Submission, Evaluation, GradeRequest,
-                                   BaselineCache, BudgetEvent, Audit, Ledger)}
+                                   BaselineCache, BudgetEvent, Audit, Ledger, Regrade)}
 _defer_foreign_keys()

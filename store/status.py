@@ -71,6 +71,9 @@ class EvaluationStatus(StrEnum):
 class EvaluationKind(StrEnum):
     submission = "submission"
     baseline = "baseline"
+    #: a second reading of a run's final checkpoint or base model under another profile
+    #: (`a2rl regrade --profile`): kept beside the run's scores, never one of them
+    reading = "reading"
 
 
 class GradeState(StrEnum):

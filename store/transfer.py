@@ -32,7 +32,9 @@ from .models import (
     Evaluation,
     GradeRequest,
     Job,
+    JobFile,
     Ledger,
+    Regrade,
     Revision,
     Run,
     Snapshot,
@@ -48,7 +50,7 @@ RUN_TABLES: dict[str, type[SQLModel]] = {
     "run": Run, "toolcall": ToolCall, "snapshot": Snapshot, "snapshotfile": SnapshotFile,
     "revision": Revision, "job": Job, "submission": Submission, "evaluation": Evaluation,
     "graderequest": GradeRequest, "budgetevent": BudgetEvent, "audit": Audit,
-    "ledger": Ledger,
+    "ledger": Ledger, "regrade": Regrade, "jobfile": JobFile,
 }
 
 
@@ -99,7 +101,7 @@ def dump_run(store: Store, run_id: str) -> RunDump:
 
         rows: dict[str, list[Any]] = {"run": [run]}
         for name in ("toolcall", "snapshot", "revision", "job", "submission", "graderequest",
-                     "budgetevent"):
+                     "budgetevent", "regrade", "jobfile"):
             rows[name] = of_run(RUN_TABLES[name])
         snap_ids = [x.id for x in rows["snapshot"]]
         rows["snapshotfile"] = list(s.exec(select(SnapshotFile).where(
@@ -111,6 +113,10 @@ def dump_run(store: Store, run_id: str) -> RunDump:
             .order_by(col(Evaluation.id))).all()
         baselines = [b for split in ("dev", "test")
                      if (b := baseline_evaluation(s, run, split)) is not None]
+        # the baselines a regrade replaced (cached across runs, so without a run id): kept
+        replaced = {r.old_baseline_id for r in rows["regrade"]} - {b.id for b in baselines}
+        baselines += [b for i in sorted(x for x in replaced if x is not None)
+                      if (b := s.get(Evaluation, i)) is not None]
         rows["evaluation"] = baselines + [e for e in evals if e.kind != EvaluationKind.baseline]
         rows["audit"] = [a for a in [s.get(Audit, run_id)] if a is not None]
         rows["ledger"] = [x for x in [s.get(Ledger, run_id)] if x is not None]
@@ -202,7 +208,8 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
         call_ref = {"tool_call_id": calls}
         snaps = _insert_all(s, Snapshot, rows.get("snapshot", []), call_ref)
         revs = _insert_all(s, Revision, rows.get("revision", []), call_ref)
-        for name, refs in (("snapshotfile", {"snapshot_id": snaps}), ("job", call_ref),
+        for name, refs in (("snapshotfile", {"snapshot_id": snaps}),
+                           ("job", {"snapshot_id": snaps, **call_ref}),
                            ("submission", {"snapshot_id": snaps, **call_ref})):
             for row in rows.get(name, []):
                 s.add(RUN_TABLES[name].model_validate(_remapped(row, refs)))
@@ -214,7 +221,18 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
                 evals[row["id"]] = reuse
             else:
                 fresh.append(row)
-        evals |= _insert_all(s, Evaluation, fresh)
+        evals |= _insert_all(s, Evaluation, [
+            {**row, "superseded_by": None, "regrade_id": None} for row in fresh])
+        # regrades name evaluations, and their evaluations name them back: both renumbered
+        regrades = _insert_all(s, Regrade, rows.get("regrade", []), {
+            f"{age}_{what}_id": evals for age in ("old", "new") for what in ("final", "baseline")})
+        for row in fresh:
+            if row.get("superseded_by") is not None or row.get("regrade_id") is not None:
+                ev = s.get(Evaluation, evals[row["id"]])
+                ev.superseded_by = evals.get(row["superseded_by"])  # type: ignore[union-attr]
+                ev.regrade_id = regrades.get(row["regrade_id"])  # type: ignore[union-attr]
+                s.add(ev)
+        _insert_all(s, JobFile, rows.get("jobfile", []))
         recorded = baseline_ids(run)
         if recorded:  # the baseline ids the run recorded, as the target numbers them
             setup = run.config.setup.model_copy(update={"baseline_evaluations": {
@@ -230,4 +248,5 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
             s.add(Ledger.model_validate(row))
         inserted |= {name: len(rows.get(name, [])) for name in RUN_TABLES}
         inserted["evaluation"] = len(fresh)
+        inserted["regrade"] = len(regrades)
     return inserted

@@ -252,7 +252,8 @@ _ADDED_IN_V6 = [("run", "end_kind"), ("job", "end_cause"), ("job", "end_evidence
 _ADDED_IN_V7 = [("job", "cpu_s"), ("job", "memory_peak_bytes"), ("job", "gpu_s"),
                 ("job", "gpu_memory_peak_bytes")]
 _ADDED_IN_V8 = [("run", "kind"), ("run", "replay_of"), ("run", "agent_error"),
-                ("job", "snapshot_id"), ("submission", "lineage")]
+                ("job", "snapshot_id"), ("submission", "lineage"), ("evaluation", "regrade_id"),
+                ("evaluation", "superseded_by")]
 
 
 def _before_alembic(conn: Connection, version: int) -> None:
@@ -265,6 +266,8 @@ def _before_alembic(conn: Connection, version: int) -> None:
 def _schema_of(conn: Connection, version: int) -> None:
     """Turn a current store into the schema `version` had (what later versions added goes)."""
     if version < 8:
+        for table in ("regrade", "jobfile"):
+            conn.execute(text(f"DROP TABLE {table}"))
         conn.execute(text("DROP INDEX ix_run_kind"))
         conn.execute(text("DROP INDEX ix_run_replay_of"))
         for table, column in _ADDED_IN_V8:

@@ -16,7 +16,7 @@ import typer
 
 import a2rl
 from a2rl import interrupt
-from a2rl.cli import context, fleet, info, lifecycle, storage, views
+from a2rl.cli import context, fleet, info, lifecycle, reproduce, storage, views
 from a2rl.cli.errors import A2rlCommand, A2rlGroup
 from a2rl.cli.options import LOG_LEVELS, choices
 
@@ -44,6 +44,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (app, "report", views.report),
     (app, "view", views.view),
     (app, "compare", views.compare),
+    (app, "regrade", reproduce.regrade),
     (app, "fleet", fleet.fleet),
     (app, "export", storage.export),
     (app, "import", storage.import_),

@@ -89,7 +89,9 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
     cost = rep.ledger
     marks = {"audit": None if audit is None else {
         "flagged": audit.flagged, "high": audit.high, "flags": len(audit.flags)},
-        "ledger": cost.model_dump() if cost is not None else None}
+        "ledger": cost.model_dump() if cost is not None else None,
+        "evaluation_config": summary.evaluation_config,
+        "regrades": [r.model_dump() for r in summary.regrades]}
     if as_json:
         print_json({**doc, **details, "improvement": summary.improvement.model_dump()
                     if summary.improvement else None,
@@ -137,6 +139,9 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     line("grading clock", doc["grading_clock"])
     line("max submissions", doc["max_submissions"] or "unlimited")
     line("seed", doc["seed"] if doc["seed"] is not None else "-")
+    from a2rl.analysis.fmt import evaluation_config
+
+    line("evaluation", evaluation_config(doc.get("evaluation_config")))
     if doc.get("fleet_id"):
         line("fleet", f"{doc['fleet_id']} repeat {doc['fleet_repeat']} on {doc['fleet_node']}")
     line("workspace", doc["workspace"])
@@ -151,6 +156,12 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
          + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else
             f" ({doc['final_note']})" if doc.get("final_note") else ""))
     line("improvement", improvement)
+    for r in doc.get("regrades") or []:  # each regrade, the current one's scores shown above
+        line("regraded" if r["current"] else "second reading",
+             f"{r['at'][:16].replace('T', ' ')} UTC, {r['reason']}: final {score(r['old_final'])}"
+             f" -> {score(r['new_final'])}, baseline {score(r['old_baseline'])} -> "
+             f"{score(r['new_baseline'])}, {r['changed_items']} items changed verdict"
+             + (f" ({r['error']})" if r.get("error") else ""))
     from a2rl.analysis.ledger_view import ledger_rows
     from a2rl.analysis.schema import LedgerSection
 

@@ -29,7 +29,7 @@ from a2rl.store import (
     aware,
 )
 from a2rl.store.outcome import end_kind, is_result, shown_final
-from a2rl.store.queries import match_baseline
+from a2rl.store.queries import current_final_evaluation, match_baseline
 
 from ..improvement import Scored, paired_improvement
 from ..schema import Interval
@@ -87,6 +87,7 @@ def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
             Evaluation.status == "done").group_by(Evaluation.run_id)).all())
         finals = {e.submission_id: e for e in s.exec(select(Evaluation).where(
             Evaluation.split == "test", Evaluation.status == "done",
+            Evaluation.kind == "submission", col(Evaluation.superseded_by).is_(None),
             col(Evaluation.submission_id).in_(
                 [r.final_submission_id for r in runs if r.final_submission_id]))).all()}
         # Each run's baseline test evaluation: the one it recorded, or for older runs the one
@@ -383,9 +384,7 @@ def final_items(store: Store, run: Run) -> dict[str, bool]:
     if not run.final_submission_id:
         return {}
     with store.session() as s:
-        ev = s.exec(select(Evaluation).where(
-            Evaluation.submission_id == run.final_submission_id, Evaluation.split == "test",
-            Evaluation.status == "done").order_by(col(Evaluation.id).desc())).first()
+        ev = current_final_evaluation(s, run)
     return {str(i.get("id")): bool(i.get("correct")) for i in (ev.items if ev else [])
             if isinstance(i, dict)}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -42,7 +43,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-4, help="learning rate")
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--generations", type=int, default=8, help="samples per prompt")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("A2RL_SEED", "0")),
+                        help="default: the run's seed, $A2RL_SEED (a2rl replay sets others)")
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds from start to the saved checkpoint (default: no limit)")
     args = parser.parse_args()

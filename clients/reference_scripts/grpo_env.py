@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -111,7 +112,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=0,
                         help="tokens sampled per action (0: the grader's, from env/manifest.json;"
                              " fewer for smoke runs, whose grader is capped alike)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("A2RL_SEED", "0")),
+                        help="default: the run's seed, $A2RL_SEED (a2rl replay sets others)")
     parser.add_argument("--log", default="logs/grpo_env.jsonl", help="per-iteration JSON lines")
     args = parser.parse_args()
 

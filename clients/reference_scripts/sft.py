@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +35,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000, help="optimizer steps")
     parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate")
     parser.add_argument("--batch", type=int, default=64, help="per-device batch size")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=int(os.environ.get("A2RL_SEED", "0")),
+                        help="default: the run's seed, $A2RL_SEED (a2rl replay sets others)")
     parser.add_argument("--max-length", type=int, default=64, help="tokens per example")
     parser.add_argument("--holdout", type=int, default=200,
                         help="train rows held out for a quick accuracy check (0: none)")

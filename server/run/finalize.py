@@ -13,12 +13,12 @@ every evaluation accepted before the deadline.
 
 from __future__ import annotations
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from a2rl.grading import enqueue, lease_owner
 from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, EvaluationStatus, Run, Store
+from a2rl.store import Evaluation, EvaluationKind, EvaluationStatus, Run, Store
 from a2rl.store.queries import best_submission
 
 from .grading import grade_queued
@@ -28,7 +28,9 @@ def _test_score(store: Store, submission_id: str) -> Evaluation | None:
     with store.session() as s:
         return s.exec(select(Evaluation).where(
             Evaluation.submission_id == submission_id, Evaluation.split == "test",
-            Evaluation.status == EvaluationStatus.done)).first()
+            Evaluation.kind == EvaluationKind.submission,
+            Evaluation.status == EvaluationStatus.done,
+            col(Evaluation.superseded_by).is_(None))).first()
 
 
 def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:

@@ -1,5 +1,7 @@
 """v8: what made a run (an agent, or a replay of another run's recipe) and the agent's last
-error; the code snapshot each job ran with; each submission's lineage.
+error; the code snapshot each job ran with; each submission's lineage; which regrade made an
+evaluation and which evaluation replaced it (the `regrade` and `jobfile` tables are new, made
+by `create_all`).
 
 Revision ID: v8
 Revises: v7
@@ -29,3 +31,5 @@ def upgrade() -> None:
             op.create_index(f"ix_run_{column}", "run", [column])
     add_missing_columns("job", sa.Column("snapshot_id", sa.Integer()))
     add_missing_columns("submission", sa.Column("lineage", sa.JSON()))
+    add_missing_columns("evaluation", sa.Column("regrade_id", sa.Integer()),
+                        sa.Column("superseded_by", sa.Integer()))
