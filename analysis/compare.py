@@ -60,6 +60,8 @@ class RunRow(BaseModel):
     not_counted: str | None = None
     #: the audit has a high-severity flag standing on the run (`a2rl audit RUN`)
     flagged: bool = False
+    #: the scores are a regrade's (`a2rl regrade`), not those graded when the run ended
+    regraded: bool = False
     final_note: str | None = None
     #: the cost ledger (`a2rl.store.ledger`): the driver model's cost in USD and how it is
     #: known, the jobs' GPU-hours, and the improvement per GPU-hour and per dollar of driver
@@ -125,6 +127,7 @@ def run_row(store: Store, run_id: str) -> RunRow:
                   submissions=s.submissions_total, valid_submissions=s.submissions_valid,
                   budget_s=s.budget_s, budget_used_s=s.budget_used_s, end_kind=s.end_kind,
                   result=bool(s.result), final_note=s.final_note, published=s.published,
+                  regraded=any(g.current for g in s.regrades),
                   cost_usd=usd, cost_basis=cost.cost_basis if cost is not None else None,
                   gpu_hours=gpu_hours(cost), gain_per_gpu_hour=gain_per(gain, gpu_hours(cost)),
                   gain_per_dollar=gain_per(gain, usd))
@@ -311,8 +314,9 @@ def render_text(c: Comparison) -> str:
         return f"[{r.improvement_low:+.3f},{r.improvement_high:+.3f}]{'~' * bool(r.within_noise)}"
     def line(r: RunRow) -> str:
         run = r.run_id[:13] + ("!" if r.flagged else "")
+        final = f(r.final) + ("^" if r.regraded else "")
         return (f"{run:14} {r.task:10} {r.profile:7} {str(r.agent)[:12]:12} "
-                f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {f(r.final):>8} "
+                f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {final:>8} "
                 f"{f(r.improvement, '+'):>8} {ci(r):17} {r.best_route or '–':14} "
                 f"{r.submissions:>4} {usd(r.cost_usd, r.cost_basis):>9} "
                 f"{f(r.gain_per_gpu_hour, '+'):>9} {f(r.gain_per_dollar, '+'):>9}")
@@ -331,6 +335,9 @@ def render_text(c: Comparison) -> str:
     if any(r.flagged for r in c.rows):
         notes.append("!: the audit flagged the run (a2rl audit RUN)"
                      + ("" if c.exclude_flagged else "; --exclude-flagged leaves such runs out"))
+    if any(r.regraded for r in c.rows):
+        notes.append("final ^: re-graded (a2rl regrade): the current evaluation, the one "
+                     "graded when the run ended kept beside it (a2rl show RUN)")
     if any(r.cost_basis == "computed" and r.cost_usd is not None for r in c.rows):
         notes.append("cost $*: the driver's tokens priced by the price table (model_prices), "
                      "not reported by the agent")

@@ -245,3 +245,45 @@ def test_a_demo_without_an_improvement_says_why(fields: dict[str, Any], why: str
 
     found = demo_failure(_summary(**fields))
     assert (found is None) if why is None else (why in (found or "")), found
+
+
+@pytest.mark.timeout(900)  # the demo run, when this test is the first to need it
+def test_regrade_reproduces_the_demo_and_keeps_both_records(demo: dict[str, Any]) -> None:
+    """`a2rl regrade` on the demo run: today's grader under the run's frozen config gives the
+    stored test score exactly, no item changes verdict, the new evaluations become current
+    with the old kept; a second reading under another profile is kept beside them and changes
+    no score; `show` and `compare` say the run was re-graded."""
+    env, run_id = demo["env"], demo["summary"]["run_id"]
+    p = subprocess.run([A2RL, "regrade", run_id, "--json"], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    [doc] = json.loads(p.stdout)
+    assert doc["current"] and doc["error"] is None and doc["changed"] == []
+    assert doc["final"]["new"] == doc["final"]["old"] == demo["summary"]["final_score"]
+    assert doc["baseline"]["new"] == doc["baseline"]["old"] == demo["summary"]["baseline_score"]
+    assert doc["difference"]["estimate"] == 0.0 and doc["improvement"]["new"] is not None
+    store: Store = demo["store"]
+    with store.session() as s:
+        old = s.get(Evaluation, doc["final"]["old_evaluation"])
+        new = s.get(Evaluation, doc["final"]["new_evaluation"])
+        run = s.get(Run, run_id)
+    assert old is not None and new is not None and run is not None
+    assert old.superseded_by == new.id and new.regrade_id == doc["regrade_id"]
+    assert old.items == new.items and old.provenance["generation"] == new.provenance["generation"]
+    assert run.config.setup.baseline_evaluations["test"] == doc["baseline"]["new_evaluation"]
+    reading = subprocess.run([A2RL, "regrade", run_id, "--profile", "paper", "--json"], env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert reading.returncode == 0, reading.stderr[-2000:]
+    [second] = json.loads(reading.stdout)
+    assert not second["current"] and second["profile"] == "paper"
+    shown = json.loads(subprocess.run([A2RL, "show", run_id, "--json"], env=env,
+                                      capture_output=True, text=True, timeout=120).stdout)
+    assert shown["final_score"] == demo["summary"]["final_score"]
+    assert [r["current"] for r in shown["regrades"]] == [True, False]
+    assert shown["evaluation_config"]["task_id"] == "arith"
+    text = subprocess.run([A2RL, "show", run_id], env=env, capture_output=True, text=True,
+                          timeout=120).stdout
+    assert "regraded" in text and "second reading" in text and "evaluation       arith" in text
+    table = subprocess.run([A2RL, "compare"], env=env, capture_output=True, text=True,
+                           timeout=120).stdout
+    assert "final ^: re-graded" in table
