@@ -18,6 +18,8 @@
 - `normal_interval`: estimate +- z standard errors, cut to the score's range, for a score whose
   library reports a standard error and no interval (alpaca_eval's `lc_standard_error` of the
   `paper` profile's length-controlled win rate).
+- `mean_interval`: Student's t interval of the mean of a few independent repeats (the test
+  scores of a recipe's replicas, `a2rl replay`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,14 @@ NEWCOMBE_PAIRED_METHOD = "newcombe-paired-95"
 BOOTSTRAP_METHOD = f"percentile-bootstrap-95 ({BOOTSTRAP_RESAMPLES} item resamples, seed " \
                    f"{BOOTSTRAP_SEED})"
 NORMAL_METHOD = "normal-95"
+T_METHOD = "student-t-95"
+
+#: Student's t 0.975 quantiles for 1 to 30 degrees of freedom (scipy.stats.t.ppf, checked by
+#: tests/test_stats.py): scipy is not a dependency of a2rl's core, and replays have a few
+#: repeats, where the normal quantile would be far too narrow.
+_T_975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
+          2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,
+          2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555, 2.0518, 2.0484, 2.0452, 2.0423)
 
 
 def paired_bootstrap_method(resamples: int = BOOTSTRAP_RESAMPLES,
@@ -188,6 +198,29 @@ def normal_interval(estimate: float, standard_error: float, *, floor: float = 0.
                          f"{standard_error}")
     return (min(max(estimate - z * standard_error, floor), ceiling),
             max(min(estimate + z * standard_error, ceiling), floor))
+
+
+def t_quantile_975(df: int) -> float:
+    """Student's t 0.975 quantile: the table to 30 degrees of freedom, then the Cornish-Fisher
+    expansion around the normal quantile (within 1e-4 of the exact value there)."""
+    if df < 1:
+        raise ValueError("a t quantile needs at least one degree of freedom")
+    if df <= len(_T_975):
+        return _T_975[df - 1]
+    z = Z_95
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
+    """(mean, low, high): Student's t 95% interval of the mean of independent repeats; None
+    with fewer than two (no spread to speak of)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile_975(n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
 
 
 def within_noise(low: float, high: float) -> bool:

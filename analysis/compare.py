@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import col, select
 
 from a2rl.audit import flagged_run_ids
-from a2rl.store import Run, Store
+from a2rl.store import Run, RunKind, Store
 from a2rl.store.outcome import end_kind, is_result, not_result_reason
 
 from .ledger_view import gain_per, gpu_hours
@@ -220,7 +220,9 @@ def compare(store: Store, task: str | None = None, agent: str | None = None,
         row = run_row(store, run.id)
         row.seed = run.seed
         row.flagged = run.id in flagged
-        if not (row.result or include_unfinished):
+        if (run.kind or RunKind.agent) == RunKind.replay:  # never an agent's result
+            row.not_counted = f"replay of {run.replay_of} (a2rl replay)"
+        elif not (row.result or include_unfinished):
             row.not_counted = not_result_reason(run)
         elif row.flagged and exclude_flagged:
             row.not_counted = "flagged by the audit"

@@ -166,12 +166,13 @@ class Orchestrator:
         self.warn = warn or say
         self.limit_note: str | None = None  # the spending limit that stopped the agent
 
-    def run(self, opts: RunConfig) -> RunSummary:
-        """Run `opts` (its agent driving) from its creation to its summary."""
+    def run(self, opts: RunConfig, connector: Connector | None = None) -> RunSummary:
+        """Run `opts` (its agent driving, or `connector`: a replay's, which no user names)
+        from its creation to its summary."""
         from a2rl.server.run import create_run, finish_run
 
         started = time.monotonic()
-        connector = get_connector(_agent(opts))
+        connector = connector or get_connector(_agent(opts))
         check_options(opts, connector)
         opts = opts.with_task(DEFAULT_TASK)
         self.say(f"creating a run of '{opts.task_id}' and scoring the base model (the "

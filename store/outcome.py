@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from .models import Run, aware
-from .status import END_KIND_WORDS, RESULT_KINDS, AgentStatus, EndKind, RunStatus
+from .status import END_KIND_WORDS, RESULT_KINDS, AgentStatus, EndKind, RunKind, RunStatus
 
 #: Words of an `end_reason` that name its kind, most specific first: the orchestrator writes
 #: "agent finished", "budget exhausted", "agent crashed (exit N)", "interrupted"; signal
@@ -68,13 +68,16 @@ def is_result(run: Run) -> bool:
     """Whether `run` is a result: it ended as a result kind (the agent's own end or the
     budget's), was finalized, and has a baseline test score to measure its final one against.
     A run without a submission is a result (the agent had its chance and made none): it counts
-    with no final score and no improvement."""
+    with no final score and no improvement. A replay (`a2rl replay`) is never an agent's
+    result: it is counted apart, everywhere."""
     return (end_kind(run) in RESULT_KINDS and run.status == RunStatus.finished
-            and run.baseline_test is not None)
+            and run.baseline_test is not None and (run.kind or RunKind.agent) == RunKind.agent)
 
 
 def not_result_reason(run: Run) -> str:
     """Why `run` is not a result, in a few words ("interrupted", "no baseline")."""
+    if (run.kind or RunKind.agent) == RunKind.replay:
+        return "replay (a2rl replay)"
     kind = end_kind(run)
     if kind is None:
         return "still running"

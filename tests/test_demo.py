@@ -287,3 +287,8 @@ def test_regrade_reproduces_the_demo_and_keeps_both_records(demo: dict[str, Any]
     table = subprocess.run([A2RL, "compare"], env=env, capture_output=True, text=True,
                            timeout=120).stdout
     assert "final ^: re-graded" in table
+    from a2rl.analysis.web.browser import served
+
+    with served(store.url) as base:
+        page = httpx.get(f"{base}/run/{run_id}", timeout=30).text
+    assert 'id="evaluation-config">arith v' in page and page.count('class="regrade"') == 2

@@ -15,9 +15,11 @@ from a2rl.stats import (
     NEWCOMBE_PAIRED_METHOD,
     bootstrap_interval,
     bootstrap_weights,
+    mean_interval,
     newcombe_paired_interval,
     normal_interval,
     paired_proportion_difference,
+    t_quantile_975,
     weighted_mean,
     wilson_interval,
 )
@@ -41,6 +43,21 @@ except ImportError:  # pragma: no cover - require() below says what is missing
 def reference() -> None:
     require(statsmodels_proportion is not None,
             "statsmodels is not installed: pip install -c constraints.txt -e '.[dev]'")
+
+
+# --- Student's t: the mean of a recipe's replicas (a2rl replay) ---------------------------
+def test_t_quantiles_match_scipy(reference: None) -> None:
+    for df in [*range(1, 31), 31, 40, 60, 120, 1000]:
+        assert t_quantile_975(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), abs=1e-4), df
+
+
+def test_mean_interval_matches_scipy(reference: None) -> None:
+    for values in ([0.8, 0.9], [0.5, 0.52, 0.49], [0.1, 0.3, 0.2, 0.25, 0.3, 0.27]):
+        mean, low, high = mean_interval(values)  # type: ignore[misc]
+        ref = scipy_stats.t.interval(0.95, len(values) - 1, loc=np.mean(values),
+                                     scale=scipy_stats.sem(values))
+        assert (mean, low, high) == pytest.approx((np.mean(values), *ref), abs=1e-3)
+    assert mean_interval([0.7]) is None and mean_interval([0.7, 0.7]) == (0.7, 0.7, 0.7)
 
 
 # --- Wilson --------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (app, "view", views.view),
     (app, "compare", views.compare),
     (app, "regrade", reproduce.regrade),
+    (app, "replay", reproduce.replay),
     (app, "fleet", fleet.fleet),
     (app, "export", storage.export),
     (app, "import", storage.import_),

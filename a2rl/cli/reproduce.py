@@ -1,6 +1,8 @@
 """Commands that check a run's numbers against its record: `regrade` scores a finished run's
 kept final checkpoint and its base model again with today's grader under the run's frozen
-evaluation config (or another profile, a second reading)."""
+evaluation config (or another profile, a second reading); `replay` re-runs the recipe behind
+its final submission without its agent, in fresh runs of their own, and sets the agent's score
+beside the replicas'."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from a2rl.cli import context
-from a2rl.cli.errors import fail
+from a2rl.cli.errors import fail, say_error
 from a2rl.cli.options import PROFILES, JsonFlag, choices
 from a2rl.cli.output import print_json
 
@@ -189,4 +191,125 @@ def regrade(
     if as_json:
         print_json(docs)
     if refused:
+        raise typer.Exit(1)
+
+
+def replica_config(source: Any, seed: int) -> Any:
+    """A replica's config: the source run's task, options, profile, protocol, budget and
+    sandbox, made by `a2rl replay` with `seed`; none of the agent's knobs."""
+    from a2rl.store import RunConfig, RunKind
+
+    c = source.config
+    return RunConfig.build(
+        task_id=source.task_id, profile=c.profile, protocol=c.protocol,
+        grading_clock=c.grading_clock, max_submissions=c.max_submissions,
+        budget=f"{source.budget_s:g}s", backend=c.backend, unsafe_local=c.unsafe_local,
+        network=c.network, gpus=c.gpus, share_gpus=c.share_gpus,
+        task_options=c.task_options, seed=seed, agent="replay", kind=RunKind.replay,
+        replay_of=source.id)
+
+
+def replay_doc(source: Any, replicas: list[Any], note: str) -> dict[str, Any]:
+    """The agent's score beside its replicas': their mean, spread and 95% interval (pure)."""
+    import statistics
+
+    from a2rl.stats import T_METHOD, mean_interval
+
+    scores = [r.final_score for r in replicas if r.final_score is not None]
+    doc: dict[str, Any] = {
+        "run_id": source.id, "agent_final": source.final_score, "note": note,
+        "replicas": [{"run_id": r.run_id, "seed": r.seed, "final": r.final_score,
+                      "status": r.agent_status, "error": r.error} for r in replicas],
+        "mean": statistics.fmean(scores) if scores else None,
+        "std": statistics.stdev(scores) if len(scores) > 1 else None,
+        "min": min(scores, default=None), "max": max(scores, default=None),
+        "interval": None, "method": T_METHOD, "agent_within": None}
+    if (iv := mean_interval(scores)) is not None:
+        doc["interval"] = [iv[1], iv[2]]
+        if source.final_score is not None:
+            doc["agent_within"] = iv[1] <= source.final_score <= iv[2]
+    return doc
+
+
+def _show_replay(doc: dict[str, Any]) -> None:
+    def line(label: str, value: str) -> None:
+        typer.echo(f"  {label:24} {value}")
+
+    typer.echo(f"replay of run {doc['run_id']}: {len(doc['replicas'])} replicas; "
+               f"{doc['note']}")
+    line("agent's final (test)", _pct(doc["agent_final"]))
+    for r in doc["replicas"]:
+        line(f"replica {r['run_id']}", f"{_pct(r['final'])} (seed {r['seed']})"
+             + (f": {r['error']}" if r["error"] else ""))
+    if doc["mean"] is not None:
+        spread = f", std {100 * doc['std']:.1f} pts" if doc["std"] is not None else ""
+        iv = doc["interval"]
+        line("replicas", f"mean {_pct(doc['mean'])}{spread}, range {_pct(doc['min'])} to "
+             f"{_pct(doc['max'])}" + (f", 95% CI [{_pct(iv[0])}, {_pct(iv[1])}] (Student's t)"
+                                      if iv else ""))
+    if doc["agent_within"] is not None:
+        line("reproduces", "yes: the agent's score is inside the replicas' interval"
+             if doc["agent_within"] else "no: the agent's score is outside the replicas' "
+             "interval (a lucky or unlucky run, or a recipe that does not transfer)")
+
+
+class _Replica:
+    def __init__(self, run_id: str, seed: int, final: float | None, status: str | None,
+                 error: str | None) -> None:
+        self.run_id, self.seed, self.final_score = run_id, seed, final
+        self.agent_status, self.error = status, error
+
+
+def replay(
+    run_id: Annotated[str, typer.Argument(help="a finished run with a final submission")],
+    repeats: Annotated[int, typer.Option(min=1, max=100, help="replicas, one after another")
+                       ] = 1,
+    seed: Annotated[int | None, typer.Option(
+        help="the first replica's seed (then +1 each); default: the run's own seed + 1")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Re-run a finished run's recipe without its agent and compare the replicas' scores."""
+    from a2rl.analysis.replay_plan import CannotReplay, plan_replay, seed_note
+    from a2rl.clients.orchestrator import Orchestrator
+    from a2rl.clients.replay import ReplayConnector
+    from a2rl.store import Run, RunConfigError
+
+    settings = context.settings()
+    store = context.read_store(settings)
+    if store is None:
+        fail(f"run {run_id!r} does not exist (see a2rl runs)")
+    try:
+        plan = plan_replay(store, run_id)
+    except CannotReplay as exc:
+        fail(str(exc))
+    with store.session() as s:
+        source = s.get(Run, run_id)
+    assert source is not None
+    note = seed_note(plan.stages)
+    say = context.progress()
+    say(f"replaying run {run_id}: {len(plan.stages)} jobs "
+        f"({', '.join(st.job_id for st in plan.stages)}), then {plan.submit_path} submitted; "
+        f"{note}")
+    first = seed if seed is not None else source.config.job_seed(source.id) + 1
+    replicas: list[_Replica] = []
+    for i in range(repeats):
+        try:
+            opts = replica_config(source, first + i)
+        except RunConfigError as exc:
+            fail(f"run {run_id}: its config cannot make a replica ({exc})")
+        summary = Orchestrator(settings, store, say=say, warn=say_error).run(
+            opts, connector=ReplayConnector(plan))
+        with store.session() as s:
+            made = s.get(Run, summary.run_id)
+        replicas.append(_Replica(summary.run_id, first + i, summary.final_score
+                                 if made is not None and made.final_submission_id else None,
+                                 summary.agent_status,
+                                 made.agent_error if made is not None else None))
+    doc = replay_doc(source, replicas, note)
+    if as_json:
+        print_json(doc)
+    else:
+        _show_replay(doc)
+    if any(r.final_score is None for r in replicas):
         raise typer.Exit(1)

@@ -153,8 +153,10 @@ class Viewer:
             return self.not_found(f"no run {request.path_params['run_id']!r}")
         row = queries.list_runs(self.store, run_id=run.id)[0]
         kind, msgs, total = self.conversation_page(run, 0)
+        evaluation, regrades = queries.reproducibility(self.store, run)
         return self.page(
             "run.html.jinja", title=f"run {run.id}", run=run, row=row,
+            evaluation=evaluation, regrades=regrades,
             conv_format=kind, messages=msgs, conv_total=total, page=PAGE,
             jobs=queries.jobs(self.store, run, JOB_PAGE),
             job_total=queries.count_jobs(self.store, run.id), job_page=JOB_PAGE,

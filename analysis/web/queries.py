@@ -21,6 +21,7 @@ from a2rl.store import (
     BudgetEvent,
     Evaluation,
     Job,
+    Regrade,
     Revision,
     Run,
     Store,
@@ -29,10 +30,12 @@ from a2rl.store import (
     aware,
 )
 from a2rl.store.outcome import end_kind, is_result, shown_final
-from a2rl.store.queries import current_final_evaluation, match_baseline
+from a2rl.store.queries import current_final_evaluation, evaluation_config, match_baseline
 
+from ..fmt import evaluation_config as config_line
+from ..fmt import regrade_text
 from ..improvement import Scored, paired_improvement
-from ..schema import Interval
+from ..schema import Interval, RegradeNote
 
 LOG_HEAD, LOG_TAIL = 40, 60
 MAX_DIFF_LINES = 600
@@ -123,6 +126,22 @@ def list_runs(store: Store, fleet: str | None = None, run_id: str | None = None
 def get_run(store: Store, run_id: str) -> Run | None:
     with store.session() as s:
         return s.get(Run, run_id)
+
+
+def reproducibility(store: Store, run: Run) -> tuple[str, list[str]]:
+    """The run's evaluation config in one line, and each regrade as one line (the run page's
+    summary)."""
+
+    with store.session() as s:
+        config = evaluation_config(s, run)
+        regrades = list(s.exec(select(Regrade).where(Regrade.run_id == run.id)
+                               .order_by(col(Regrade.id))).all())
+    notes = [("regraded: " if r.current else "second reading: ") + regrade_text(RegradeNote(
+        id=r.id or 0, at=r.created_at.isoformat(), reason=r.reason, profile=r.profile,
+        current=r.current, grader_version=r.grader_version, old_final=r.old_final,
+        new_final=r.new_final, old_baseline=r.old_baseline, new_baseline=r.new_baseline,
+        changed_items=len(r.changed), error=r.error)) for r in regrades]
+    return config_line(config.model_dump(mode="json") if config else None), notes
 
 
 def blob(store: Store, sha: str | None) -> bytes | None:
