@@ -1,0 +1,47 @@
+"""Agent-written text made safe to show: every character a terminal or a page acts on becomes
+a visible escape.
+
+A run's record holds what the agent wrote (commands, paths, file names, log lines, error
+messages). Shown raw, ESC[2J clears the analyst's screen, ESC[H and a carriage return write
+over a line already printed (an audit's high flag), OSC 52 sets the clipboard, OSC 0 retitles
+the window, and the bidi controls reorder what a page or a terminal displays. `printable`
+turns each such character into the escape Python would write for it (`\\x1b`, `\\x85`,
+`\\u202e`), so the text shows exactly which characters it holds and acts on nothing:
+
+- C0 controls (0x00-0x1f) but tab and newline, and DEL (0x7f);
+- the carriage return too: it moves the cursor back over a line already shown (the
+  "CR-overwrite" trick), so a CRLF file shows `\\r` at each line's end, which is its content;
+- C1 controls (0x80-0x9f): 0x9b is a one-byte CSI, 0x9d a one-byte OSC on many terminals;
+- the bidi controls: embeddings and overrides U+202A-U+202E, isolates U+2066-U+2069, the
+  marks U+200E, U+200F and U+061C;
+- lone surrogates (a file name decoded with `surrogateescape`), which cannot be encoded and
+  would stop a command with a traceback.
+
+A backslash is kept as it is (paths and code are full of them), so the agent can write the
+six characters `\\x1b[2J`: they look like the escape and do what text does, nothing.
+Tab and newline are kept, since they only move to a place a later line cannot hide;
+table cells and one-line messages keep their own line handling (`analysis.md_escape`).
+
+Apply it where text leaves for a screen (a command's output helper, a template's filter),
+not at each call site. `--json` output is not passed through it: JSON escapes C0 itself, and
+the data stays exact.
+"""
+
+from __future__ import annotations
+
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_CONTROLS = (*(c for c in range(0x20) if c not in (0x09, 0x0A)), *range(0x7F, 0xA0))
+
+
+def _escape(code: int) -> str:
+    if code == 0x0D:
+        return "\\r"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+_TABLE: dict[int, str] = {c: _escape(c) for c in (*_CONTROLS, *_BIDI, *range(0xD800, 0xE000))}
+
+
+def printable(text: str) -> str:
+    """`text` with every control, bidi and lone surrogate character as a visible escape."""
+    return text.translate(_TABLE)
