@@ -19,8 +19,10 @@ turns each such character into the escape Python would write for it (`\\x1b`, `\
 
 A backslash is kept as it is (paths and code are full of them), so the agent can write the
 six characters `\\x1b[2J`: they look like the escape and do what text does, nothing.
-Tab and newline are kept, since they only move to a place a later line cannot hide;
-table cells and one-line messages keep their own line handling (`analysis.md_escape`).
+Tab and newline are kept, since they only move to a place a later line cannot hide. Where
+one line is expected (a table cell, an excerpt quoted under a flag, the command of a job in a
+list), a newline would let the text start a line of its own that reads as the program's
+(a forged "no flags" head): `one_line=True` shows tab and newline as `\\t` and `\\n` too.
 
 Apply it where text leaves for a screen (a command's output helper, a template's filter),
 not at each call site. `--json` output is not passed through it: JSON escapes C0 itself, and
@@ -34,14 +36,17 @@ _CONTROLS = (*(c for c in range(0x20) if c not in (0x09, 0x0A)), *range(0x7F, 0x
 
 
 def _escape(code: int) -> str:
-    if code == 0x0D:
-        return "\\r"
+    named = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+    if code in named:
+        return named[code]
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 _TABLE: dict[int, str] = {c: _escape(c) for c in (*_CONTROLS, *_BIDI, *range(0xD800, 0xE000))}
+_ONE_LINE: dict[int, str] = {**_TABLE, 0x09: _escape(0x09), 0x0A: _escape(0x0A)}
 
 
-def printable(text: str) -> str:
-    """`text` with every control, bidi and lone surrogate character as a visible escape."""
-    return text.translate(_TABLE)
+def printable(text: str, *, one_line: bool = False) -> str:
+    """`text` with every control, bidi and lone surrogate character as a visible escape;
+    with `one_line`, tab and newline too."""
+    return text.translate(_ONE_LINE if one_line else _TABLE)

@@ -52,3 +52,17 @@ def test_no_character_a_terminal_or_page_acts_on_survives() -> None:
     # printable ASCII and every other character pass through in order
     assert printable("".join(chr(c) for c in range(0x20, 0x7F))) == "".join(
         chr(c) for c in range(0x20, 0x7F))
+
+
+def test_one_line_shows_tab_and_newline_too() -> None:
+    """A forged head on a line of its own is one line with `\\n` in it."""
+    forged = "x\n\x1b[2Jrun r1: no flags\tok\r\n"
+    assert printable(forged, one_line=True) == "x\\n\\x1b[2Jrun r1: no flags\\tok\\r\\n"
+    assert printable(forged) == "x\n\\x1b[2Jrun r1: no flags\tok\\r\n"
+
+
+def test_printable_is_idempotent() -> None:
+    """Applied at two seams (a renderer and the command's output), text is escaped once."""
+    raw = "".join(chr(c) for c in range(0x0, 0x3000))
+    once = printable(raw, one_line=True)
+    assert printable(once) == once == printable(once, one_line=True)
