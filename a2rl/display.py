@@ -24,9 +24,16 @@ one line is expected (a table cell, an excerpt quoted under a flag, the command 
 list), a newline would let the text start a line of its own that reads as the program's
 (a forged "no flags" head): `one_line=True` shows tab and newline as `\\t` and `\\n` too.
 
-Apply it where text leaves for a screen (a command's output helper, a template's filter),
-not at each call site. `--json` output is not passed through it: JSON escapes C0 itself, and
-the data stays exact.
+It is applied where text leaves for a screen, not at each call site; new output goes through
+one of these seams:
+- `a2rl.cli.output.echo` / `write` (every line and document a command prints), `cell` (a
+  value inside a line: one line), `a2rl.cli.errors.say_error` (every `a2rl: ...` error) and
+  the CLI's log handler (`a2rl.cli.program.PrintableFormatter`);
+- `a2rl.audit.cli_view.format_report`: each quoted excerpt, path and finding on one line;
+- the pages: the Jinja environment's `finalize` (`analysis.render_html.environment`: the HTML
+  report and every viewer page) and the Markdown report's `analysis.md_escape` helpers.
+`--json` output is not passed through it: it is written with every non-ASCII character as a
+JSON escape (`\\u202e`), exact as data and inert on a terminal.
 """
 
 from __future__ import annotations
