@@ -66,3 +66,14 @@ def test_printable_is_idempotent() -> None:
     raw = "".join(chr(c) for c in range(0x0, 0x3000))
     once = printable(raw, one_line=True)
     assert printable(once) == once == printable(once, one_line=True)
+
+
+def test_the_cli_log_lines_show_controls_as_escapes() -> None:
+    """A library's log message may quote the agent: the CLI's stderr handler escapes it."""
+    import logging
+
+    from a2rl.cli.program import PrintableFormatter
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "bad path %s", ("p\x1b[2J",),
+                               None)
+    assert PrintableFormatter("%(message)s").format(record) == "bad path p\\x1b[2J"
