@@ -106,7 +106,7 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
         echo(f"  {label:16} {cell(value)}")
 
     echo(f"run {doc['id']}  {doc['status']}"
-         + (f" ({doc['end_reason']})" if doc.get("end_reason") else ""))
+         + (f" ({cell(doc['end_reason'])})" if doc.get("end_reason") else ""))
     if doc.get("end_kind"):  # how it ended, and whether compare and fleet summaries count it
         line("end", doc["end_kind"].replace("_", " ")
              + ("" if doc["result"] else "; not counted as a result by compare"))
