@@ -9,6 +9,8 @@ Everything here reads the store and returns values; only callers write files, ex
 (`export.py`, `formats/`: ATIF and Inspect logs), whose job is a file and a store load.
 """
 
+import json
+
 from .archive import ArchiveError, export_run, import_run
 from .compare import Comparison, compare, render_csv, render_json, render_text
 from .improvement import paired_improvement
@@ -29,8 +31,8 @@ __all__ = [
 def render(report: Report, fmt: str, curves: Curves | None = None) -> str:
     """The report as `json`, `md` or `html` text; `curves` (`training_curves(store, run_id)`)
     are drawn in the HTML."""
-    if fmt == "json":
-        return report.model_dump_json(indent=2) + "\n"
+    if fmt == "json":  # every non-ASCII character escaped: exact data, inert on a terminal
+        return json.dumps(json.loads(report.model_dump_json()), indent=2) + "\n"
     if fmt == "md":
         return render_markdown(report)
     if fmt == "html":

@@ -14,11 +14,17 @@ goes into the report only through these helpers:
 
 Code spans and fenced blocks are literal in CommonMark: no entity or escape is decoded there,
 so their content is left as it is and the renderer escapes `<`, `>`, `&` itself.
+
+Each helper also shows control and bidi characters as escapes (`a2rl.display.printable`):
+neither a terminal showing the raw Markdown nor a page rendering it may act on them, and no
+Markdown escape exists for them (a code span keeps a U+202E as it is).
 """
 
 from __future__ import annotations
 
 import re
+
+from a2rl.display import printable
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _BACKTICKS = re.compile(r"`+")
@@ -28,7 +34,8 @@ _HTML = re.compile(r"[&<>]")
 
 
 def one_line(value: object) -> str:
-    return _LINE_BREAK.sub(" ", str(value))
+    """`value` on one line, its controls as escapes (every helper below goes through it)."""
+    return printable(_LINE_BREAK.sub(" ", str(value)))
 
 
 def text(value: object) -> str:
@@ -40,7 +47,7 @@ def text(value: object) -> str:
 def prose(value: str) -> str:
     """A line of generated prose (the narrative): its emphasis is kept, but no HTML and no
     link or image, since an LLM that read the agent's text may repeat it."""
-    escaped = _HTML.sub(lambda m: _ENTITIES[m.group()], value)
+    escaped = _HTML.sub(lambda m: _ENTITIES[m.group()], printable(value))
     return re.sub(r"([\[\]])", r"\\\1", escaped)
 
 

@@ -5,6 +5,11 @@ scripts and no network, so that it prints as a paper's appendix and opens offlin
 This module is also the templates' one home: `environment()` is the Jinja2 environment (and
 filters) the viewer renders its pages with, and `report_context` the values both give the
 report's sections (report_top, report_bottom).
+
+That environment is the pages' one output seam for agent text: every `{{ ... }}` a template
+prints passes through `_shown` (Jinja's `finalize`) before it is HTML-escaped, which shows
+control and bidi characters as escapes (`a2rl.display.printable`). Escaping HTML is not
+enough: a U+202E in a command or a file name reorders the line a reader sees.
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, Undefined, select_autoescape
 from markupsafe import Markup, escape
 
+from a2rl.display import printable
 from a2rl.store import Store
 
 from . import fmt, plots
@@ -34,7 +40,7 @@ def environment() -> Environment:
     """The Jinja2 environment of the report and the viewer's pages (and its filters)."""
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
         ["jinja", "html"], default_for_string=True, default=True), trim_blocks=True,
-        lstrip_blocks=True)
+        lstrip_blocks=True, finalize=_shown)
     env.filters["endkind"] = fmt.end_kind_words  # "agent crashed", for an EndKind
     env.filters.update(dur=fmt.dur, num=fmt.num, pct=fmt.pct, interval=fmt.interval,
                        evidence=fmt.evidence, pretty=_pretty, short=_short,
@@ -44,6 +50,16 @@ def environment() -> Environment:
                        when=lambda d: d.strftime("%Y-%m-%d %H:%M") if d else "–")
     env.globals.update(ROUTE_LABELS=fmt.ROUTE_LABELS, FAILURE_LABELS=fmt.FAILURE_LABELS)
     return env
+
+
+def _shown(value: Any) -> Any:
+    """What a template prints, with its control and bidi characters as visible escapes; HTML
+    already made (`Markup`: a plot, a diff) keeps its markup, its text escaped the same way."""
+    if hasattr(value, "__html__"):
+        return Markup(printable(str(value.__html__())))
+    if value is None or isinstance(value, (Undefined, bool, int, float)):
+        return value
+    return printable(str(value))
 
 
 def _pretty(x: Any) -> str:

@@ -1,5 +1,9 @@
 """What `a2rl audit` does and prints: the stored audit of a run (computed when missing or
-asked to), its flags one a line, and the exit status (1 when a high flag stands)."""
+asked to), its flags one a line, and the exit status (1 when a high flag stands).
+
+A flag quotes what the agent wrote (an excerpt of a file, a path): each quoted value is shown
+on one line with its controls as escapes (`a2rl.display.printable`), so an excerpt holding
+ESC[2J, a carriage return or a newline and a forged head cannot hide the flags above it."""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from collections.abc import Iterator
 
 from sqlmodel import col, select
 
+from a2rl.display import printable
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
@@ -43,7 +48,7 @@ def evidence_line(flag: Flag) -> str:
                          ("evaluations", ev.evaluations), ("items", ev.items),
                          ("paths", ev.paths)):
         if values:
-            shown = ", ".join(str(v) for v in values[:EVIDENCE_SHOWN])
+            shown = ", ".join(printable(str(v), one_line=True) for v in values[:EVIDENCE_SHOWN])
             more = f" (+{len(values) - EVIDENCE_SHOWN})" if len(values) > EVIDENCE_SHOWN else ""
             parts.append(f"{name} {shown}{more}")
     return "; ".join(parts)
@@ -59,12 +64,13 @@ def format_report(report: AuditReport) -> str:
             f"v{report.audit_version}, {report.computed_at:%Y-%m-%d %H:%M} UTC)")
     lines = [head + (" — FLAGGED: not a result" if report.flagged else "")]
     for flag in sorted(report.flags, key=lambda f: -SEVERITY_ORDER[f.severity]):
-        lines.append(f"  {flag.severity.value:<6} {flag.kind:<18} {flag.finding}")
+        lines.append(f"  {flag.severity.value:<6} {flag.kind:<18} "
+                     f"{printable(flag.finding, one_line=True)}")
         ev = evidence_line(flag)
         if ev:
             lines.append(f"         evidence: {ev}")
         for quote in flag.evidence.excerpts[:2]:
-            lines.append(f"         > {quote}")
+            lines.append(f"         > {printable(quote, one_line=True)}")
     skipped = [name for name, c in report.checks.items()
                if isinstance(c, dict) and c.get("available") is False]
     if skipped:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import typer
-
 from a2rl.cli.errors import fail, say_error
+from a2rl.cli.output import echo
 from a2rl.settings import Settings, SettingsError, load_settings
 
 _quiet = False  # --quiet: no progress lines
@@ -70,7 +69,7 @@ def progress() -> Any:
 
     def say(message: str) -> None:
         if not _quiet:
-            typer.echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
+            echo(f"[{time.monotonic() - started:6.1f}s] {message}", err=True)
 
     return say
 

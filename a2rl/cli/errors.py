@@ -3,7 +3,8 @@
 What a user can get wrong (a bad flag, bad settings, an unusable store, a run that does not
 exist) is one `a2rl: ...` line on stderr and exit 2, never a traceback; an interrupt is one
 line and the exit a shell reports for its signal; a genuine bug still shows its traceback.
-Every command fails through `fail`, and the root group (`A2rlGroup`) catches the rest.
+Every command fails through `fail`, and the root group (`A2rlGroup`) catches the rest; every
+error line goes through `say_error`, which shows control characters as escapes.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from a2rl import interrupt
 from a2rl.command import CommandError
+from a2rl.display import printable
 
 
 def say_error(message: str) -> None:
-    typer.echo(f"a2rl: {message}", err=True)
+    """The one way an error reaches the terminal: a message often quotes input (a run id, a
+    path, a job's error), so its controls are shown as escapes (`a2rl.display`)."""
+    typer.echo(f"a2rl: {printable(message)}", err=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -10,7 +10,7 @@ import typer
 from a2rl.cli import context
 from a2rl.cli.errors import fail
 from a2rl.cli.options import BACKENDS, PROFILES, JsonFlag, choices, key_values, task_options
-from a2rl.cli.output import print_json
+from a2rl.cli.output import echo, print_json
 from a2rl.settings import Settings
 
 
@@ -78,8 +78,8 @@ def fleet(
                                             settings, plan.profile)
     store = context.store(settings)
     if address and store.dialect == "sqlite":
-        typer.echo("a2rl: warning: the store is a SQLite file, which nodes on other machines "
-                   "cannot reach; set A2RL_DB_URL to a PostgreSQL URL", err=True)
+        echo("a2rl: warning: the store is a SQLite file, which nodes on other machines "
+             "cannot reach; set A2RL_DB_URL to a PostgreSQL URL", err=True)
     runner = FleetRunner(plan, store, settings.database_url, say=context.progress(),
                          address=address,
                          local_resources={plan.resource: slots} if plan.resource else None)
@@ -97,12 +97,12 @@ def fleet(
         for r in result.runs:  # !: the audit flagged it; its end kind ("agent crashed")
             end = (counted.end_kinds.get(r.run_id or "") or "").replace("_", " ")
             mark = "!" if r.run_id in counted.flagged else ""
-            typer.echo(f"{r.label:40} {r.state:12} {(r.run_id or '-') + mark:15} {end:16} "
-                       f"{r.host or ''}")
-        typer.echo(f"fleet {result.fleet}: {result.planned} planned, {result.already_done} "
-                   f"already finished; this time {result.counts or 'nothing to run'}")
-        typer.echo(f"in the store: {tally_line(counted)}")
-        typer.echo(f"compare them: a2rl compare --fleet {result.fleet}")
+            echo(f"{r.label:40} {r.state:12} {(r.run_id or '-') + mark:15} {end:16} "
+                 f"{r.host or ''}")
+        echo(f"fleet {result.fleet}: {result.planned} planned, {result.already_done} "
+             f"already finished; this time {result.counts or 'nothing to run'}")
+        echo(f"in the store: {tally_line(counted)}")
+        echo(f"compare them: a2rl compare --fleet {result.fleet}")
     if result.stopped or any(r.state == "failed" for r in result.runs):
         raise typer.Exit(1)
 

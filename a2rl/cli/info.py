@@ -10,7 +10,7 @@ import typer
 from a2rl.cli import context
 from a2rl.cli.errors import fail, message
 from a2rl.cli.options import PROFILES, JsonFlag, choices
-from a2rl.cli.output import print_json
+from a2rl.cli.output import echo, print_json
 from a2rl.settings import Settings, load_settings
 
 
@@ -35,14 +35,14 @@ def tasks(
     except ValueError as exc:
         fail(str(exc))
     for reason in task_load_errors().values():  # a broken plugin: said once, the rest listed
-        typer.echo(f"warning: {reason}", err=True)
+        echo(f"warning: {reason}", err=True)
     if profile is not None:
         docs = [t.profile_settings(context.settings()) for t in found]
         if as_json:
             print_json([{**d, "task": d["task_id"]} for d in docs])  # "task": the old alias
             return
         for doc in docs:
-            typer.echo(f"{doc.pop('task_id')} ({doc.pop('profile')} profile)")
+            echo(f"{doc.pop('task_id')} ({doc.pop('profile')} profile)")
             _print_profile_settings(doc)
         return
     rows = [{"task_id": t.spec.id, "id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
@@ -54,7 +54,7 @@ def tasks(
         return
     for r in rows:
         splits = ", ".join(f"{name} {n}" for name, n in r["splits"].items())
-        typer.echo(f"{r['task_id']:12} level {r['level']}  {r['title']}  [{splits}]")
+        echo(f"{r['task_id']:12} level {r['level']}  {r['title']}  [{splits}]")
 
 
 def _print_profile_settings(doc: dict[str, Any]) -> None:
@@ -64,7 +64,7 @@ def _print_profile_settings(doc: dict[str, Any]) -> None:
             value = "; ".join(
                 f"{name} {s['n_items']} ({'visible' if s['visible'] else 'hidden'}, "
                 f"{s['source']})" for name, s in value.items())
-        typer.echo(f"  {key:16} {value}")
+        echo(f"  {key:16} {value}")
 
 
 def _print_task_options(task_id: str, as_json: bool, profile: str | None = None) -> None:
@@ -90,21 +90,21 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None)
                     "options": rows}
                    | ({"evaluation": evaluation} if evaluation is not None else {}))
         return
-    typer.echo(f"{task.spec.id}: {task.spec.title} (level {task.spec.level})")
+    echo(f"{task.spec.id}: {task.spec.title} (level {task.spec.level})")
     if evaluation is not None:
-        typer.echo(f"evaluation ({evaluation.pop('profile')} profile):")
+        echo(f"evaluation ({evaluation.pop('profile')} profile):")
         evaluation.pop("task_id")
         _print_profile_settings(evaluation)
-    typer.echo("options (-T key=value, or [tasks." + task.spec.id + "] in config.toml):")
+    echo("options (-T key=value, or [tasks." + task.spec.id + "] in config.toml):")
     for row in rows:
         default = row["default"] if row["default"] != "" else '""'
-        typer.echo(f"  {row['name']:16} {row['type']:6} default {default}")
+        echo(f"  {row['name']:16} {row['type']:6} default {default}")
         note = row["description"]
         if row["deprecated_setting"]:
             note += f" (deprecated setting: {row['deprecated_setting']})"
-        typer.echo(f"      {note}")
+        echo(f"      {note}")
         if row["value"] != row["default"]:
-            typer.echo(f"      now: {row['value']!r}")
+            echo(f"      now: {row['value']!r}")
 
 
 def agents(as_json: JsonFlag = False) -> None:
@@ -116,7 +116,7 @@ def agents(as_json: JsonFlag = False) -> None:
         print_json(rows)
         return
     for line in agent_lines(rows):
-        typer.echo(line)
+        echo(line)
 
 
 def config_show(as_json: JsonFlag = False) -> None:
@@ -132,4 +132,4 @@ def config_show(as_json: JsonFlag = False) -> None:
         print_json({k: {"value": v["value"], "source": v["source"]} for k, v in rows.items()})
         return
     for name, row in rows.items():
-        typer.echo(f"{name:20} = {row['value']!s:50} [{row['source']}]  # {row['description']}")
+        echo(f"{name:20} = {row['value']!s:50} [{row['source']}]  # {row['description']}")

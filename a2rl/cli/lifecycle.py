@@ -32,7 +32,7 @@ from a2rl.cli.options import (
     run_config,
     task_options,
 )
-from a2rl.cli.output import print_json, score
+from a2rl.cli.output import echo, print_json, score
 from a2rl.clients.registry import DEFAULT_AGENT
 from a2rl.tasks.registry import DEFAULT_TASK
 
@@ -88,10 +88,10 @@ def create(
     if as_json:
         print_json(doc)
         return
-    typer.echo(f"run {run.id} created (task {run.task_id}, budget {run.budget_s:.0f} s)")
-    typer.echo(f"token (shown once): {created.token}")
-    typer.echo(f"stdio:  a2rl serve --run {run.id}")
-    typer.echo(f"http:   a2rl serve --http   then connect to {doc['mcp_url']} with the token")
+    echo(f"run {run.id} created (task {run.task_id}, budget {run.budget_s:.0f} s)")
+    echo(f"token (shown once): {created.token}")
+    echo(f"stdio:  a2rl serve --run {run.id}")
+    echo(f"http:   a2rl serve --http   then connect to {doc['mcp_url']} with the token")
 
 
 def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
@@ -118,8 +118,8 @@ def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
         return
     final = (f"final test {score(doc['final_score'])}" if doc.get("final_score") is not None
              else f"no final score ({doc.get('final_note') or 'none recorded'})")
-    typer.echo(f"run {run.id} finished ({run.end_reason}; {end_kind_words(doc.get('end_kind'))})"
-               f": {final}, baseline test {score(run.baseline_test)}")
+    echo(f"run {run.id} finished ({run.end_reason}; {end_kind_words(doc.get('end_kind'))})"
+         f": {final}, baseline test {score(run.baseline_test)}")
 
 
 def serve(
@@ -148,9 +148,9 @@ def serve(
         if not context.quiet():  # where to connect: the address is free (checked above)
             host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
             url = f"http://{host}:{settings.http_port}/mcp"
-            typer.echo(f"serving every run's MCP tools at {url}; connect with the header "
-                       "'Authorization: Bearer TOKEN' (the token a2rl create printed); "
-                       "Ctrl-C stops", err=True)
+            echo(f"serving every run's MCP tools at {url}; connect with the header "
+                 "'Authorization: Bearer TOKEN' (the token a2rl create printed); "
+                 "Ctrl-C stops", err=True)
         serve_http(settings, store)
     else:
         assert run is not None
@@ -329,12 +329,12 @@ def print_summary(summary: Any) -> None:
         return "n/a" if x is None else f"{100 * x:.1f}%"
 
     agent = f", agent {summary.agent}: {summary.agent_status}" if summary.agent else ""
-    typer.echo(f"\nrun {summary.run_id} ({summary.task}{agent}) in {summary.seconds:.0f} s")
-    typer.echo(f"  baseline (test) {pct(summary.baseline_score)} -> best dev "
-               f"{pct(summary.best_score)} -> final test {pct(summary.final_score)}")
-    typer.echo(f"  {summary.submissions} submissions, {summary.tool_calls} tool calls, "
-               f"{summary.revisions} code revisions recorded")
-    typer.echo(f"  inspect it: a2rl show {summary.run_id}")
+    echo(f"\nrun {summary.run_id} ({summary.task}{agent}) in {summary.seconds:.0f} s")
+    echo(f"  baseline (test) {pct(summary.baseline_score)} -> best dev "
+         f"{pct(summary.best_score)} -> final test {pct(summary.final_score)}")
+    echo(f"  {summary.submissions} submissions, {summary.tool_calls} tool calls, "
+         f"{summary.revisions} code revisions recorded")
+    echo(f"  inspect it: a2rl show {summary.run_id}")
 
 
 def exit_on_grading_failure(*summaries: Any) -> None:
@@ -342,11 +342,11 @@ def exit_on_grading_failure(*summaries: Any) -> None:
     failed = False
     for summary in summaries:
         for error in summary.grading_errors:
-            typer.echo(f"a2rl: run {summary.run_id}: grading failed: {error}", err=True)
+            echo(f"a2rl: run {summary.run_id}: grading failed: {error}", err=True)
         if summary.final_score is None:
             failed = True
-            typer.echo(f"a2rl: run {summary.run_id} produced no score"
-                       + (f" ({summary.submissions_failed} submissions failed grading)"
-                          if summary.submissions_failed else ""), err=True)
+            echo(f"a2rl: run {summary.run_id} produced no score"
+                 + (f" ({summary.submissions_failed} submissions failed grading)"
+                    if summary.submissions_failed else ""), err=True)
     if failed:
         raise typer.Exit(1)

@@ -1,7 +1,15 @@
-"""How commands print: one JSON document for `--json`, and the times and scores of tables.
+"""How commands print: one JSON document for `--json`, text through `printable`, and the
+times and scores of tables.
 
 `--json` prints exactly one JSON document on stdout and nothing else there; progress and
-warnings go to stderr.
+warnings go to stderr. JSON is written with every non-ASCII character escaped (`\\u202e`),
+so the data stays exact and a terminal shows it without acting on any of it.
+
+Every other line a command prints goes through `echo` or `write`, the CLI's one output seam:
+they pass the text through `a2rl.display.printable`, so a control or bidi character the agent
+wrote (in a command, a path, a log line, an error) is shown as an escape and moves nothing.
+`cell` is for a value inside a line (a table column, a quoted excerpt): one line, whatever
+the value holds. Errors go through `a2rl.cli.errors.say_error`, which does the same.
 """
 
 from __future__ import annotations
@@ -11,9 +19,28 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+import typer
+
+from a2rl.display import printable
+
 
 def print_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(with_ids(doc), indent=2, default=str) + "\n")
+
+
+def echo(text: str = "", *, err: bool = False) -> None:
+    """A line of a command's text output (stderr with `err`), its controls shown as escapes."""
+    typer.echo(printable(text), err=err)
+
+
+def write(text: str) -> None:
+    """A document of text (a report, a table) on stdout, its controls shown as escapes."""
+    sys.stdout.write(printable(text))
+
+
+def cell(value: object) -> str:
+    """A value shown inside a line: controls, tab and newline as escapes."""
+    return printable(str(value), one_line=True)
 
 
 def with_ids(doc: Any) -> Any:

@@ -19,6 +19,8 @@ from a2rl import interrupt
 from a2rl.cli import context, fleet, info, lifecycle, reproduce, storage, views
 from a2rl.cli.errors import A2rlCommand, A2rlGroup
 from a2rl.cli.options import LOG_LEVELS, choices
+from a2rl.cli.output import echo
+from a2rl.display import printable
 
 HELP = "a2rl: can LLM agents engineer post-training? An MCP benchmark harness."
 
@@ -75,6 +77,14 @@ def _add_task_commands() -> None:
 _add_task_commands()
 
 
+class PrintableFormatter(logging.Formatter):
+    """Log lines on the terminal, their controls shown as escapes (`a2rl.display`): a
+    library's message may quote what the agent wrote (a path, a command, a request)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record))
+
+
 def configure_logging(level: str) -> None:
     """One stderr handler for every library, at `level`. Installed before any server is
     built, so that the MCP library's own setup (a handler at INFO) does not apply and its
@@ -84,7 +94,7 @@ def configure_logging(level: str) -> None:
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.set_name("a2rl")
-        handler.setFormatter(logging.Formatter("a2rl: %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(PrintableFormatter("a2rl: %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
     for handler in root.handlers:
         if handler.get_name() == "a2rl":  # loggers with their own level propagate here too
@@ -95,7 +105,7 @@ def configure_logging(level: str) -> None:
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"a2rl {a2rl.__version__}")
+        echo(f"a2rl {a2rl.__version__}")
         raise typer.Exit()
 
 

@@ -11,7 +11,7 @@ import typer
 from a2rl.cli import context
 from a2rl.cli.errors import fail, no_run
 from a2rl.cli.options import JsonFlag, choices
-from a2rl.cli.output import print_json
+from a2rl.cli.output import echo, print_json
 
 
 def export(
@@ -49,7 +49,7 @@ def export(
     if as_json:
         print_json(result.model_dump())
         return
-    typer.echo(result.line())
+    echo(result.line())
 
 
 def import_(
@@ -71,7 +71,7 @@ def import_(
     if as_json:
         print_json(result.model_dump())
         return
-    typer.echo(f"run {result.run_id}: {result.detail}")
+    echo(f"run {result.run_id}: {result.detail}")
 
 
 def gc(
@@ -90,6 +90,6 @@ def gc(
         print_json(result)
         return
     freed = result["bytes_freed"]  # the blocks given back to the disk (server.gc)
-    typer.echo(f"removed {len(result['removed'])} items, {freed / 1e6:.1f} MB freed "
-               f"({freed} bytes), "
-               f"{len(result['volumes_detached'])} workspace volumes detached")
+    echo(f"removed {len(result['removed'])} items, {freed / 1e6:.1f} MB freed "
+         f"({freed} bytes), "
+         f"{len(result['volumes_detached'])} workspace volumes detached")

@@ -21,7 +21,7 @@ from a2rl.cli.options import (
     TaskFilterOpt,
     choices,
 )
-from a2rl.cli.output import duration, print_json, score, seconds, when
+from a2rl.cli.output import cell, duration, echo, print_json, score, seconds, when, write
 from a2rl.listen import VIEW_PORT
 
 
@@ -54,19 +54,19 @@ def runs(
         return
     if not rows:
         filtered = task or agent or status
-        typer.echo("no runs match" if filtered else "no runs yet: try `a2rl demo`")
+        echo("no runs match" if filtered else "no runs yet: try `a2rl demo`")
         return
-    typer.echo(f"{'RUN':14} {'TASK':12} {'AGENT':12} {'STATUS':10} {'END':16} "
-               f"{'CREATED (UTC)':16} {'DURATION':>9} {'CALLS':>6} {'BASELINE':>8} {'FINAL':>6}")
+    echo(f"{'RUN':14} {'TASK':12} {'AGENT':12} {'STATUS':10} {'END':16} "
+         f"{'CREATED (UTC)':16} {'DURATION':>9} {'CALLS':>6} {'BASELINE':>8} {'FINAL':>6}")
     for r in rows:  # END: the run's EndKind ("agent crashed"); FINAL "-": no final submission
         end = (r["end_kind"] or "-").replace("_", " ")
-        typer.echo(f"{r['id']:14} {r['task_id'][:12]:12} {(r['agent'] or '-')[:12]:12} "
-                   f"{r['status']:10} {end:16} {when(r['created_at']):16} "
-                   f"{duration(r['started_at'], r['ended_at']):>9} {r['tool_calls']:>6} "
-                   f"{score(r['baseline_test']):>8} {score(r['final_score']):>6}")
+        echo(f"{cell(r['id']):14} {cell(r['task_id'])[:12]:12} {cell(r['agent'] or '-')[:12]:12} "
+             f"{r['status']:10} {end:16} {when(r['created_at']):16} "
+             f"{duration(r['started_at'], r['ended_at']):>9} {r['tool_calls']:>6} "
+             f"{score(r['baseline_test']):>8} {score(r['final_score']):>6}")
     total = count_runs(store) if store is not None and limit and len(rows) == limit else 0
     if total > len(rows) and not (task or agent or status):
-        typer.echo(f"({total - len(rows)} older runs not shown: --limit 0 for all)", err=True)
+        echo(f"({total - len(rows)} older runs not shown: --limit 0 for all)", err=True)
 
 
 def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
@@ -102,12 +102,13 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
 
 def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
                 improvement: str) -> None:
-    """`a2rl show`: a few labelled blocks a person reads top to bottom."""
+    """`a2rl show`: a few labelled blocks a person reads top to bottom. Each value is one
+    line (`cell`), whatever the agent put in it."""
     def line(label: str, value: Any) -> None:
-        typer.echo(f"  {label:16} {value}")
+        echo(f"  {label:16} {cell(value)}")
 
-    typer.echo(f"run {doc['id']}  {doc['status']}"
-               + (f" ({doc['end_reason']})" if doc.get("end_reason") else ""))
+    echo(f"run {doc['id']}  {doc['status']}"
+         + (f" ({cell(doc['end_reason'])})" if doc.get("end_reason") else ""))
     if doc.get("end_kind"):  # how it ended, and whether compare and fleet summaries count it
         line("end", doc["end_kind"].replace("_", " ")
              + ("" if doc["result"] else "; not counted as a result by compare"))
@@ -125,7 +126,7 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
          f"({duration(doc['started_at'], doc['ended_at'])} of a {seconds(doc['budget_s'])} "
          "budget)"
          if doc["started_at"] else "not started (the clock starts at the first tool call)")
-    typer.echo("settings")
+    echo("settings")
     from a2rl.store import RunConfig
 
     config = RunConfig.from_stored(doc.get("config"))
@@ -145,12 +146,12 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     if doc.get("fleet_id"):
         line("fleet", f"{doc['fleet_id']} repeat {doc['fleet_repeat']} on {doc['fleet_node']}")
     line("workspace", doc["workspace"])
-    typer.echo("counts")
+    echo("counts")
     line("tool calls", f"{doc['tool_calls']} ({doc['tool_errors']} errors)")
     line("jobs", doc["jobs"])
     line("submissions", doc["submissions"])
     line("code revisions", doc["revisions"])
-    typer.echo("scores")
+    echo("scores")
     line("baseline", f"dev {score(doc['baseline_dev'])}  test {score(doc['baseline_test'])}")
     line("final (test)", score(doc["final_score"])
          + (f" from {doc['final_submission_id']}" if doc.get("final_submission_id") else
@@ -165,7 +166,7 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     from a2rl.analysis.ledger_view import ledger_rows
     from a2rl.analysis.schema import LedgerSection
 
-    typer.echo("cost ledger")
+    echo("cost ledger")
     cost = doc.get("ledger")
     for label, value in ledger_rows(LedgerSection(**cost) if cost is not None else None):
         line(label, value)
@@ -173,21 +174,21 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     if jobs:
         from a2rl.analysis.ledger_view import size
 
-        typer.echo("jobs")
+        echo("jobs")
         for j in jobs:
             code = "" if j["exit_code"] is None else f" exit {j['exit_code']}"
             took = duration(j["started_at"], j["ended_at"])
             cpu = "-" if j.get("cpu_s") is None else f"{j['cpu_s']:.1f}s"
             peak = size(j.get("memory_peak_bytes"))
-            typer.echo(f"  {j['id']:12} {j['state'] + code:14} {took:>8}  cpu {cpu:>7}  "
-                       f"peak {peak:>9}  {j['command'][:60]}")
+            echo(f"  {j['id']:12} {j['state'] + code:14} {took:>8}  cpu {cpu:>7}  "
+                 f"peak {peak:>9}  {cell(j['command'])[:60]}")
     if subs:
-        typer.echo("submissions")
+        echo("submissions")
         for x in subs:
             scores = "  ".join(f"{k} {score(v)}" for k, v in sorted(x["scores"].items()))
-            why = f"  {x['error'].splitlines()[-1][:60]}" if x["error"] else ""
-            typer.echo(f"  {x['id']:12} {x['status']:8} {x['path'][:30]:30} {scores}{why}")
-    typer.echo(f"report: a2rl report {doc['id']}")
+            why = f"  {cell(x['error'].splitlines()[-1])[:60]}" if x["error"] else ""
+            echo(f"  {x['id']:12} {x['status']:8} {cell(x['path'])[:30]:30} {scores}{why}")
+    echo(f"report: a2rl report {doc['id']}")
 
 
 def audit(
@@ -215,7 +216,7 @@ def audit(
                    else reports[0].model_dump(mode="json"))
     else:
         for report in reports:
-            typer.echo(format_report(report))
+            echo(format_report(report))
     raise typer.Exit(1 if any(r.flagged for r in reports) else 0)
 
 
@@ -256,16 +257,16 @@ def report(
         doc = add_narrative(doc, settings)
         assert doc.narrative is not None
         if doc.narrative.status != "generated":
-            typer.echo(f"a2rl: {narrative_note(doc.narrative)}", err=True)
+            echo(f"a2rl: {narrative_note(doc.narrative)}", err=True)
     text = render(doc, fmt, training_curves(store, run_id) if fmt == "html" else None)
     if out:
         try:
             Path(out).expanduser().write_text(text, encoding="utf-8")
         except OSError as exc:
             fail(f"--out {out}: {exc.strerror or exc}")
-        typer.echo(f"wrote {out}", err=True)
+        echo(f"wrote {out}", err=True)
     else:
-        sys.stdout.write(text)
+        write(text)
     if require_narrative and doc.narrative and doc.narrative.status != "generated":
         raise typer.Exit(1)
 
@@ -289,7 +290,7 @@ def view(
         store.close()
     try:
         serve(settings.database_url, host=host, port=port, fleet=fleet, token=token,
-              say=lambda m: typer.echo(m, err=True))
+              say=lambda m: echo(m, err=True))
     except (StoreOpenError, ListenError) as exc:
         fail(str(exc))
 
@@ -338,6 +339,6 @@ def compare(
     elif as_csv:
         sys.stdout.write(render_csv(result))
     elif not result.rows:
-        typer.echo("no runs match: try `a2rl demo`")
+        echo("no runs match: try `a2rl demo`")
     else:
-        sys.stdout.write(render_text(result))
+        write(render_text(result))
