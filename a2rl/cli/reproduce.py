@@ -13,7 +13,7 @@ import typer
 from a2rl.cli import context
 from a2rl.cli.errors import fail, say_error
 from a2rl.cli.options import PROFILES, JsonFlag, choices
-from a2rl.cli.output import print_json
+from a2rl.cli.output import echo, print_json
 
 if TYPE_CHECKING:
     from a2rl.server.run.regrade import RegradeOutcome
@@ -110,10 +110,10 @@ def _pct(x: float | None) -> str:
 
 def _show(doc: dict[str, Any]) -> None:
     def line(label: str, value: str) -> None:
-        typer.echo(f"  {label:18} {value}")
+        echo(f"  {label:18} {value}")
 
     kind = "regraded" if doc["current"] else "read again"
-    typer.echo(f"run {doc['run_id']}: {kind} (regrade {doc['regrade_id']}): {doc['reason']}")
+    echo(f"run {doc['run_id']}: {kind} (regrade {doc['regrade_id']}): {doc['reason']}")
     if doc["error"]:
         line("failed", f"{doc['error']} (the run's scores are unchanged)")
     final, base = doc["final"], doc["baseline"]
@@ -181,7 +181,7 @@ def regrade(
             refused += 1
             docs.append({"run_id": run_id, "refused": str(exc)})
             if not as_json:
-                typer.echo(f"run {run_id}: not regraded: {exc}")
+                echo(f"run {run_id}: not regraded: {exc}")
             continue
         doc = outcome_doc(out)
         docs.append(doc)
@@ -233,9 +233,9 @@ def replay_doc(source: Any, replicas: list[Any], note: str) -> dict[str, Any]:
 
 def _show_replay(doc: dict[str, Any]) -> None:
     def line(label: str, value: str) -> None:
-        typer.echo(f"  {label:24} {value}")
+        echo(f"  {label:24} {value}")
 
-    typer.echo(f"replay of run {doc['run_id']}: {len(doc['replicas'])} replicas; "
+    echo(f"replay of run {doc['run_id']}: {len(doc['replicas'])} replicas; "
                f"{doc['note']}")
     line("agent's final (test)", _pct(doc["agent_final"]))
     for r in doc["replicas"]:
