@@ -45,7 +45,6 @@ from a2rl.tasks.deepsearchqa import data
 from ..conftest import backend_settings, require_bwrap
 from ..helpers import wait_for, with_task_options
 from ..test_deepsearchqa import CORPUS, FIXTURE
-from ..test_grading_checks import save_perturbed
 from .conftest import open_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
@@ -99,22 +98,20 @@ async def test_refused_submissions_are_counted_with_their_cpu_and_rate_limited(
     assert row.validation_cpu_s == pytest.approx(sum(c["cpu_s"] for c in checks), abs=0.01)
 
 
-def _victim(store: Store, settings: Settings, base_model: Path) -> tuple[str, int]:
-    """Another run's submission, queued with a real stored copy (its run needs no sandbox:
-    only its request is graded, by whichever process pumps)."""
+def _victim(store: Store, model: Path) -> int:
+    """Another run's submission, queued with a loadable model as its stored copy (the base
+    model's files: what is evaluated does not matter, only that an evaluation starts); its
+    run needs no sandbox, only its request is graded, by whichever process pumps."""
     with store.session() as s:
         s.add(Run(id="r-victim", task_id="arith", workspace="/nonexistent/workspace",
                   budget_s=600))
-    copy = save_perturbed(base_model, settings.home_dir / "checkpoints" / "r-victim" / "s-v",
-                          0.3)
-    with store.session() as s:
-        s.add(Submission(id="s-v", run_id="r-victim", path="output/v", checkpoint_dir=str(copy),
+        s.add(Submission(id="s-v", run_id="r-victim", path="output/v", checkpoint_dir=str(model),
                          status=SubmissionStatus.queued))
         req = GradeRequest(run_id="r-victim", submission_id="s-v", split="dev")
         s.add(req)
         s.flush()
         assert req.id is not None
-        return "s-v", req.id
+        return req.id
 
 
 def _request(store: Store, req_id: int) -> GradeRequest:
@@ -134,7 +131,7 @@ def test_a_disconnecting_agent_gives_back_the_evaluation_it_was_grading(
     require_bwrap()
     local = backend_settings(settings, "local")
     attacker = create_run(local, store, task_id="arith", budget="30m", baseline=False).run
-    _, req_id = _victim(store, local, Path(attacker.workspace) / "base_model")
+    req_id = _victim(store, Path(attacker.workspace) / "base_model")
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env.update(A2RL_HOME=str(local.home_dir), A2RL_DB_URL=local.database_url)
     err_path = local.home_dir / "serve.err"
