@@ -177,12 +177,18 @@ class Settings(BaseSettings):
         "CUDA, else static-cache transformers), or force one (grading/engine_select.py)")
 
     grading_pause_cap_fraction: float = Field(
-        0.25, ge=0, le=1, description="under a paused grading clock, the most a run's "
-        "deadline moves for its own evaluations, as a share of its budget (its jobs are frozen "
-        "for that long at most; past it grading time counts)")
+        0.25, ge=0, le=1, description="the most grading gives back to a run's clock, as a "
+        "share of its budget: under a paused grading clock the time its jobs were frozen for "
+        "its own evaluations, and under either clock the time its requests waited behind other "
+        "runs' evaluations, together (its jobs are frozen for that long at most; past it "
+        "grading time counts)")
     max_pending_grades: int = Field(
         2, ge=1, description="a run's submissions queued or being graded at once; one more is "
         "refused at submit_checkpoint until one is graded")
+    submission_checks_per_minute: int = Field(
+        12, ge=1, description="submit_checkpoint calls a run may have checked (copied, "
+        "compared, validated) in any 60 seconds, refused ones included; one more is refused "
+        "at once, unchecked, with the seconds to wait")
     model_prices: dict[str, ModelPrice] = Field(
         default_factory=dict, description="USD per million tokens of each driver model, for "
         "the cost ledger where the agent reports no cost and for --max-cost: a "

@@ -52,7 +52,10 @@ def ledger_rows(s: LedgerSection | None) -> list[tuple[str, str]]:
     return [("driver tokens", tokens), ("driver cost", cost_text(s)),
             ("jobs", f"{s.jobs}: {cpu}, peak memory {size(s.jobs_memory_peak_bytes)}"),
             ("GPU", gpu),
-            ("grading", f"{dur(s.grading_s)} over {s.evaluations} evaluations")]
+            ("grading", f"{dur(s.grading_s)} over {s.evaluations} evaluations"),
+            ("submission checks", f"{s.validations}: " + (
+                "not measured" if s.validation_cpu_s is None
+                else f"{s.validation_cpu_s:.1f} CPU-seconds"))]
 
 
 def gpu_hours(s: LedgerSection | None) -> float | None:

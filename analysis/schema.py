@@ -20,7 +20,8 @@ from pydantic import BaseModel, Field
 # no final score nor improvement for a run without a final submission), failure types from a
 # job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`,
 # `job_lost`), and the optional `audit`; 1.5: `summary.published`; 1.6: the optional `ledger`;
-# 1.7: `summary.evaluation_config` (the run's frozen evaluation config) and `summary.regrades`
+# 1.7: `summary.evaluation_config` (the run's frozen evaluation config), `summary.regrades`,
+# the ledger's `validations` and `validation_cpu_s`
 SCHEMA_VERSION = "1.7"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
@@ -359,6 +360,11 @@ class LedgerSection(BaseModel):
     gpu_memory_peak_bytes: int | None = None
     grading_s: float = Field(0.0, description="wall time of the run's own evaluations")
     evaluations: int = 0
+    validations: int = Field(0, description="(1.7) the run's submissions checked, refused "
+                             "ones included")
+    validation_cpu_s: float | None = Field(None, description="(1.7) the CPU seconds those "
+                                           "checks took, as the kernel counted them (the "
+                                           "server's thread and the validating process)")
 
 
 class Report(BaseModel):

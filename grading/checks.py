@@ -1,13 +1,13 @@
 """Checkpoint validation: what `submit_checkpoint` runs before anything is queued.
 
-Each refusal is a sentence the agent can act on. The order matters, and so does where each
-step runs. In the server process, only cheap checks that read bounded bytes: files present,
-no pickle weights, no custom code, then `checkpoint_shape` (config.json and the safetensors
-headers must be the base model's). Then, in a process of its own with a memory and a time
-limit (`validate`): the config as transformers reads it (renamed keys compared by meaning),
-loading (never `trust_remote_code`), the tokenizer's vocabulary and the comparison with the
-base model. The server never loads a submitted checkpoint, nor imports torch or transformers
-for one.
+Each refusal is a sentence the agent can act on. The order matters, and so does where each step
+runs. In the server process, only cheap checks that read bounded bytes: files present, no pickle
+weights, no PEFT adapter files the base model lacks, no custom code, then `checkpoint_shape`
+(config.json and the safetensors headers must be the base model's). Then, in a process of its
+own with a memory and a time limit (`validate`): the config as transformers reads it (renamed
+keys compared by meaning), loading (never `trust_remote_code`), the tokenizer's vocabulary and
+the comparison with the base model. The server never loads a submitted checkpoint, nor imports
+torch or transformers for one.
 
 `l2_relative` is ||w - w0|| / ||w0|| over all parameters (the flattened state dict, tied
 weights counted once per name). A checkpoint identical to the base is refused; one with
@@ -65,7 +65,13 @@ def _locate(path: Path, output_dir: Path) -> Path:
     return real
 
 
-def _check_files(real: Path, shown: str) -> None:
+#: what makes transformers load a PEFT adapter instead of (or over) the weights beside it:
+#: with peft installed, `from_pretrained` on a folder holding `adapter_config.json` loads the
+#: model that file names and applies `adapter_model.*` to it
+_ADAPTER_PREFIX = "adapter_"
+
+
+def _check_files(real: Path, shown: str, base_dir: Path) -> None:
     names = {p.name for p in real.iterdir()}
     if names & set(_PICKLE_FILES):
         raise CheckpointRefused(
@@ -79,6 +85,15 @@ def _check_files(real: Path, shown: str) -> None:
             "Merge it into the base model and save the full model: "
             "model = model.merge_and_unload(); model.save_pretrained(dir); "
             "tokenizer.save_pretrained(dir)")
+    # beside full weights: what would load is not what was checked (the adapter's own base
+    # and deltas), so refused unless the base model ships the same file
+    adapter = sorted(n for n in names if n.startswith(_ADAPTER_PREFIX)
+                     and not (base_dir / n).is_file())
+    if adapter:
+        raise CheckpointRefused(
+            f"{shown} holds PEFT adapter files ({', '.join(adapter[:3])}) beside its full "
+            "weights, and transformers would load the adapter instead: merge it "
+            "(model = model.merge_and_unload()) and save the merged model without them")
     if "config.json" not in names:
         raise CheckpointRefused(f"{shown} has no config.json: {SAVE_HINT}")
     if not has_weights:
@@ -126,7 +141,7 @@ def validate_copy(copy_dir: Path, base_dir: Path, shown: str,
     checkpoint: the verdict is in the result."""
     try:
         real = Path(copy_dir)
-        _check_files(real, shown)
+        _check_files(real, shown, Path(base_dir))
         n_params = _check_shape(real, Path(base_dir), shown)
     except CheckpointRefused as exc:
         return CheckpointCheck(ok=False, error=str(exc))

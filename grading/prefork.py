@@ -1,17 +1,18 @@
 """A warm interpreter for the grader's one-shot processes: `start_python(module, args, ...)`.
 
 Why: every validation and every evaluation runs in a process of its own (it loads untrusted
-weights), and almost all of such a process's time was its imports. Measured on the tiny model:
-a validation took 4.8 s, of which the same work in a warm interpreter took 0.2 s; the rest was
+weights), and almost all of such a process's time was its imports. Measured on the tiny model: a
+validation took 4.8 s, of which the same work in a warm interpreter took 0.2 s; the rest was
 importing python, torch and transformers, and the modules transformers imports lazily on the
 first `from_pretrained`. A fork server (`python -I -m a2rl.grading.prefork`, one per process
 that grades, started by its first such process: a server that never grades never pays its
 imports) imports all that once; each request forks a child that then is the process
 `python -I -m MODULE ARGS` would have been: in a session of its own (the caller kills its
 process group at a timeout, as before), in the caller's working folder, with the caller's
-environment, stdout on /dev/null and stderr in the caller's file, and its exit status reported
-back as the process's return code. The bounds stay the child's own: the validator sets its
-RLIMIT_AS first thing, as it did.
+environment, stdout on /dev/null and stderr in the caller's file, and its exit status
+reported back as the process's return code, with the CPU seconds the kernel counted for it
+(`wait4`'s rusage: what a submission's validation cost its run, `Process.cpu_s`). The bounds
+stay the child's own: the validator sets its RLIMIT_AS first thing, as it did.
 
 Why forking it is safe: the fork server has one thread (its imports start none, BLAS pools
 included, `ForkServer`) and runs no tensor operation (no thread pool, no CUDA context exists to
@@ -36,6 +37,7 @@ import importlib
 import json
 import logging
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -72,12 +74,19 @@ def _import_env() -> dict[str, str]:
 
 
 class Process(Protocol):
-    """What the callers use of a started process (a `subprocess.Popen` has it too)."""
+    """What the callers use of a started process (a `subprocess.Popen` has it too), and the
+    CPU seconds the kernel counted for it once it was reaped (`cpu_s`: user plus system time
+    from its rusage, its waited-for descendants included; None until then)."""
 
     pid: int
     returncode: int | None
+    cpu_s: float | None
 
     def wait(self, timeout: float | None = None) -> int: ...
+
+
+def _cpu_s(usage: resource.struct_rusage) -> float:
+    return round(usage.ru_utime + usage.ru_stime, 3)
 
 
 # -- the fork server's side --------------------------------------------------------------------
@@ -161,13 +170,14 @@ def serve(warm: list[str]) -> int:
     def reap() -> None:
         while children:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
             children.discard(pid)
-            out.write(json.dumps({"pid": pid, "status": os.waitstatus_to_exitcode(status)}) + "\n")
+            out.write(json.dumps({"pid": pid, "status": os.waitstatus_to_exitcode(status),
+                                  "cpu_s": _cpu_s(usage)}) + "\n")
 
     out.write(json.dumps({"ready": True}) + "\n")
     while True:
@@ -211,10 +221,11 @@ class _Forked:
     def __init__(self, pid: int) -> None:
         self.pid: int = pid
         self.returncode: int | None = None
+        self.cpu_s: float | None = None
         self._done = threading.Event()
 
-    def _exited(self, status: int) -> None:
-        self.returncode = status
+    def _exited(self, status: int, cpu_s: float | None = None) -> None:
+        self.returncode, self.cpu_s = status, cpu_s
         self._done.set()
 
     def wait(self, timeout: float | None = None) -> int:
@@ -269,7 +280,7 @@ class ForkServer:
                     self._children[msg["pid"]] = _Forked(msg["pid"])
                     event.set()
                 elif msg["pid"] in self._children:  # its pid line always comes first
-                    self._children.pop(msg["pid"])._exited(msg["status"])
+                    self._children.pop(msg["pid"])._exited(msg["status"], msg.get("cpu_s"))
         with self._lock:  # the fork server ended: its children died with it (PDEATHSIG)
             if not self._closing:
                 log.warning("the grader's fork server ended (exit code %s): processes start "
@@ -357,6 +368,23 @@ def _fork_server() -> ForkServer | None:
         return _server
 
 
+class _Measured(subprocess.Popen):  # type: ignore[type-arg]
+    """A plain process whose reaping keeps its rusage: `Popen.wait` reaps through
+    `_try_wait`, which here calls `wait4` instead of `waitpid` (the same status, plus the
+    kernel's count of the CPU it used, which is gone once another call reaps it)."""
+
+    cpu_s: float | None = None
+
+    def _try_wait(self, wait_flags: int) -> tuple[int, int]:
+        try:
+            pid, status, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:  # as Popen's own: reaped elsewhere, its status unknown
+            return self.pid, 0
+        if pid == self.pid:
+            self.cpu_s = _cpu_s(usage)
+        return pid, status
+
+
 def start_python(module: str, args: list[str], cwd: Path, stderr_path: Path) -> Process:
     """`python -I -m module args` in a session of its own, stdout on /dev/null and stderr to
     `stderr_path`: a child of the fork server where it can serve, else a plain process."""
@@ -366,9 +394,9 @@ def start_python(module: str, args: list[str], cwd: Path, stderr_path: Path) -> 
     if child is not None:
         return child
     with stderr_path.open("wb") as err:
-        return subprocess.Popen([sys.executable, "-I", "-m", module, *args],
-                                stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
-                                start_new_session=True)
+        return _Measured([sys.executable, "-I", "-m", module, *args],
+                         stdout=subprocess.DEVNULL, stderr=err, cwd=cwd,
+                         start_new_session=True)
 
 
 def run_to_end(proc: Process, timeout_s: float) -> bool:

@@ -1,12 +1,16 @@
 """The grading queue: `GradeRequest` rows claimed with a lease, evaluated in a subprocess.
 
 Why a lease: whichever process serves the run (`a2rl serve`, `a2rl run`, `a2rl finish`) drains
-the queue; if it dies mid-evaluation the lease expires and another claims the request again
-(up to `MAX_ATTEMPTS`). What follows a graded request for its run (the grading time on the
-run's clock, pruning copies) is the run's business: `a2rl.server.run.grading` wraps
-`process_one` with it, so every caller that grades does it. Why a subprocess: see
-`a2rl.grading.worker`. Every outcome, including a timeout or a crash, ends as an `Evaluation`
-row, so the agent gets an answer either way.
+the queue, and a request must survive the process grading it. One that exits mid-evaluation
+(its agent disconnected) kills the evaluation and gives the request back at once, with the
+attempt it took (`give_back`, at exit); one that died without a word is seen gone by any
+process of its host that pumps (`release_dead_leases`), and elsewhere its lease expires; each
+such loss counts an attempt, up to `MAX_ATTEMPTS`. What follows a graded request for its run
+(the grading time on the run's clock, pruning copies) is the run's business:
+`a2rl.server.run.grading` wraps `process_one` with it, so every caller that grades does it.
+Why a subprocess: see `a2rl.grading.worker`. Every outcome, including a timeout or a crash,
+ends as an `Evaluation` row, so the agent gets an answer either way (but an evaluation this
+process stopped by exiting, which is given back instead).
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ import atexit
 import contextlib
 import os
 import signal
-import socket
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -42,6 +46,8 @@ from a2rl.store import (
     aware,
     utcnow,
 )
+from a2rl.store.owners import owner_gone as process_gone
+from a2rl.store.owners import process_owner
 
 from .device_lock import device_lock
 from .evaluate import EvalResult
@@ -54,13 +60,27 @@ STDERR_TAIL_CHARS = 2000
 #: evaluation processes this process is waiting for: each runs in a session of its own, so a
 #: server ended by a signal (`a2rl.interrupt`) would leave it grading for nobody; ended at exit
 _workers: set[Process] = set()
+#: the leases this process holds, by request id: given back when it exits, so that another
+#: process claims them at once instead of when they expire (up to 12 minutes later)
+_held: dict[int, tuple[Store, str]] = {}
+_held_lock = threading.Lock()
+#: set when this process exits: an evaluation it kills then is given back, not failed
+_stopping = threading.Event()
 
 
 @atexit.register
 def _end_workers() -> None:
+    """At exit (an agent that disconnected ends its `a2rl serve`; a signal; the end of `a2rl
+    run`): kill the evaluations under way, and give their requests back to the queue."""
+    _stopping.set()
     for proc in list(_workers):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+    with _held_lock:
+        held = list(_held.items())
+    for req_id, (store, owner) in held:
+        with contextlib.suppress(Exception):  # a store gone already: the lease expires
+            give_back(store, req_id, owner)
 #: How long a claim holds beyond the evaluation's own timeout.
 LEASE_MARGIN_S = 120.0
 
@@ -82,36 +102,31 @@ def _claimable(now: object, run_id: str | None) -> object:
 
 
 def lease_owner() -> str:
-    """A lease owner unique to this process and call: `host:pid:nonce` (`owner_gone` reads
-    the host and pid back)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """A lease owner unique to this process and call: `host:pid:start:nonce`, the process as
+    a run's owner is written (`owner_gone` reads it back; its start time tells a pid reused
+    by another process from the one that took the lease)."""
+    return f"{process_owner()}:{uuid.uuid4().hex[:6]}"
 
 
 def owner_gone(owner: str | None) -> bool:
     """Whether `owner` is a process of this host that no longer runs: it died holding its
     lease, and nothing will finish its request. An owner elsewhere is never judged gone."""
-    host, _, rest = (owner or "").partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    if not owner:
         return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
+    return process_gone(":".join(owner.split(":")[:3]))
 
 
-def release_dead_leases(store: Store, run_id: str) -> int:
-    """End now the leases that the run's requests hold for a process of this host that died
-    (a server stopped mid-evaluation), so they are claimed again at once rather than when the
-    lease expires; returns how many."""
+def release_dead_leases(store: Store, run_id: str | None = None) -> int:
+    """End now the leases (of the run's requests, or of every run's) held for a process of
+    this host that died (a server killed mid-evaluation), so they are claimed again at once
+    rather than when the lease expires; returns how many. Every pump does it before it
+    claims, and finalization while it waits."""
     with store.session() as s:
-        held = s.exec(select(GradeRequest).where(GradeRequest.run_id == run_id,
-                                                 GradeRequest.state == GradeState.leased)).all()
+        query = select(GradeRequest).where(GradeRequest.state == GradeState.leased)
+        if run_id is not None:
+            query = query.where(GradeRequest.run_id == run_id)
         n = 0
-        for req in held:
+        for req in s.exec(query).all():
             if owner_gone(req.lease_owner):
                 res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
                              .where(GradeRequest.id == req.id,
@@ -120,6 +135,29 @@ def release_dead_leases(store: Store, run_id: str) -> int:
                              .values(lease_until=utcnow() - timedelta(seconds=1)))
                 n += res.rowcount
         return n
+
+
+def give_back(store: Store, req_id: int, owner: str) -> bool:
+    """Put a request this process leased back in the queue, with the attempt it took given
+    back: its evaluation was stopped by this process's own end, not by the checkpoint, so it
+    must not bring the request nearer to `MAX_ATTEMPTS` (an agent that disconnects over and
+    over would otherwise fail another run's submission). True when it was still ours."""
+    with store.session() as s:
+        res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
+                     .where(GradeRequest.id == req_id, GradeRequest.state == GradeState.leased,
+                            GradeRequest.lease_owner == owner)
+                     .values(state=GradeState.queued, lease_owner=None, lease_until=None,
+                             attempts=GradeRequest.attempts - 1))  # claims count from 1
+        returned: bool = res.rowcount == 1
+        if returned:
+            req = s.get(GradeRequest, req_id)
+            sub = s.get(Submission, req.submission_id) if req is not None else None
+            if sub is not None and sub.status == SubmissionStatus.grading:
+                sub.status = SubmissionStatus.queued
+                s.add(sub)
+    with _held_lock:
+        _held.pop(req_id, None)
+    return returned
 
 
 def outstanding(store: Store, run_id: str) -> list[GradeRequest]:
@@ -293,12 +331,20 @@ def process_one(
     lock for the whole evaluation, and `hold(request)` around it when given.
     """
     with device_lock(settings):
+        if _stopping.is_set():  # this process is exiting: claim nothing more
+            return None
         req = claim(store, owner, lease_s=timeout_s + LEASE_MARGIN_S, run_id=run_id)
         if req is None:
             return None
         assert req.id is not None
-        with hold(req) if hold is not None else contextlib.nullcontext():
-            _evaluate(store, settings, req, timeout_s)
+        with _held_lock:
+            _held[req.id] = (store, owner)
+        try:
+            with hold(req) if hold is not None else contextlib.nullcontext():
+                _evaluate(store, settings, req, timeout_s)
+        finally:
+            with _held_lock:
+                _held.pop(req.id, None)
         return req
 
 
@@ -338,6 +384,10 @@ def _evaluate(store: Store, settings: Settings, req: GradeRequest, timeout_s: fl
         assert run is not None and sub is not None and sub.checkpoint_dir
         spec = spec_for(run, sub.checkpoint_dir, req.split, graded_under, frozen)
         result, error, elapsed = run_worker(spec, timeout_s)
+        if result is None and _stopping.is_set():
+            # killed by this process's exit (`_end_workers`), not failed: queued again
+            give_back(store, req.id, req.lease_owner or "")
+            return
         if result is not None:
             ev.status, ev.score, ev.ci_low, ev.ci_high = (EvaluationStatus.done, result.score,
                                                           result.ci_low, result.ci_high)

@@ -162,9 +162,9 @@ def _gib(n: int) -> str:
 def run_validator(copy_dir: Path, base_dir: Path, shown: str, n_params: int,
                   limits: ValidationLimits) -> Any:
     """Run `python -I -m a2rl.grading.validate` on the copy (the server's side; started warm,
-    `prefork`); a `CheckpointCheck`, refused with one line when the process times out, runs
-    out of memory or crashes. Isolated mode and a private working folder, as for the grading
-    worker."""
+    `prefork`); a `CheckpointCheck`, refused with one line when the process times out, runs out
+    of memory or crashes, and carrying the CPU seconds the process used either way. Isolated
+    mode and a private working folder, as for the grading worker."""
     from .prefork import run_to_end, start_python
     from .verdict import CheckpointCheck
 
@@ -178,7 +178,9 @@ def run_validator(copy_dir: Path, base_dir: Path, shown: str, n_params: int,
         timed_out = run_to_end(proc, limits.timeout_s)
         lines = err_path.read_text(errors="replace").strip().splitlines()
         if not timed_out and proc.returncode == 0 and out.is_file():
-            return CheckpointCheck.model_validate_json(out.read_text())
+            verdict = CheckpointCheck.model_validate_json(out.read_text())
+            # the kernel's count, never what the process wrote about itself
+            return verdict.model_copy(update={"cpu_s": proc.cpu_s})
     if timed_out:
         error = (f"loading {shown} took longer than {limits.timeout_s:g}s and was stopped: "
                  "submit a checkpoint saved with save_pretrained from the base model")
@@ -188,7 +190,7 @@ def run_validator(copy_dir: Path, base_dir: Path, shown: str, n_params: int,
     else:
         last = lines[-1][:300] if lines else f"exit code {proc.returncode}"
         error = f"{shown} could not be loaded ({last}); save it with save_pretrained"
-    return CheckpointCheck(ok=False, error=error)
+    return CheckpointCheck(ok=False, error=error, cpu_s=proc.cpu_s)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ class CheckpointCheck(BaseModel):
     l2_relative: float | None = None
     near_copy: bool = False
     n_params: int | None = None
+    #: CPU seconds the validating process used, as the kernel counted them (its rusage once
+    #: reaped); None where no process ran (refused by the server's own checks)
+    cpu_s: float | None = None
 
 
 class CheckpointRefused(Exception):

@@ -9,7 +9,8 @@ request is one JSON object on one line, each answer one JSON line: `{"ok": true,
 or `{"ok": false, "error": "..."}`. A connection may carry many requests.
 
 Every request is recorded as a `ToolCall` row (tool `service.<name>`, the request as arguments,
-a summary of the answer, its duration and error), written by the same recording functions as MCP
+a summary of the answer, with what the handler kept for the record only (`ServiceAnswer`),
+its duration and error), written by the same recording functions as MCP
 tool calls, so reports and `a2rl show` count service use with the agent's tool calls. The
 services of a run are the task's (`Task.services`, none by default), started by `RunRegistry`
 when this process first serves the run; they live as long as the process (a restarted server
@@ -42,6 +43,7 @@ from typing import Any
 
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
+from a2rl.tasks.base import ServiceAnswer
 
 from .recording import end_call, start_call
 from .service_limits import RunServiceBudget, ServiceLimits
@@ -123,8 +125,14 @@ class ServiceHost:
         try:
             if not isinstance(request, dict):
                 raise ValueError("a request is one JSON object per line")
-            answer: dict[str, Any] = {"ok": True, "result": self.handler(request)}
-            summary = json.dumps(answer["result"], default=str)
+            out = self.handler(request)
+            if isinstance(out, ServiceAnswer):  # a part for the record only
+                answer: dict[str, Any] = {"ok": True, "result": out.result}
+                summary = json.dumps({"recorded_only": out.record, "result": out.result},
+                                     default=str)
+            else:
+                answer = {"ok": True, "result": out}
+                summary = json.dumps(out, default=str)
         except ValueError as exc:
             error = str(exc)
             answer, summary = {"ok": False, "error": error}, error

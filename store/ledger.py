@@ -8,8 +8,9 @@ Who writes which part, and why in parts:
   it takes the totals (`DriverUsage`); a run of an agent the user started (`a2rl create`) has
   no transcript, and its driver part stays unknown.
 - the rest (`resources`): `finish_run`, once the sandbox is stopped and the run's last
-  evaluation is done, from the job rows, the run's evaluations and what the sandbox's
-  counters said (`SandboxUsage`).
+  evaluation is done, from the job rows, the run's evaluations, its submissions' checks (its
+  `validation` budget events: the server's work for it outside its sandbox) and what the
+  sandbox's counters said (`SandboxUsage`).
 
 A cost is `reported` when the agent states it (Claude Code's result event, an endpoint's
 `usage.cost` in the `llm` loop), `computed` from the price table
@@ -29,8 +30,8 @@ from sqlmodel import select
 from a2rl.settings import ModelPrice
 
 from .db import Store
-from .models import Evaluation, Job, Ledger, aware, utcnow
-from .status import EvaluationKind
+from .models import BudgetEvent, Evaluation, Job, Ledger, aware, utcnow
+from .status import BudgetEventKind, EvaluationKind
 
 CostBasis = Literal["reported", "computed", "unknown"]
 
@@ -123,9 +124,12 @@ def _wall_s(start: datetime | None, end: datetime | None) -> float:
 
 
 def resource_fields(jobs: list[Job], evaluations: list[Evaluation],
-                    sandbox: SandboxUsage | None) -> dict[str, Any]:
+                    sandbox: SandboxUsage | None,
+                    validations: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ledger's columns that are not the driver's: the jobs summed (a total is null when
-    no job measured it), the sandbox's counters, the run's own evaluations' wall time."""
+    no job measured it), the sandbox's counters, the run's own evaluations' wall time, and
+    its submissions' checks (`validations`: the details of its `validation` budget events,
+    refused submissions' included) with the CPU they took."""
     def total(values: list[Any]) -> Any:
         known = [v for v in values if v is not None]
         return sum(known) if known else None
@@ -135,6 +139,8 @@ def resource_fields(jobs: list[Job], evaluations: list[Evaluation],
         return max(known) if known else None
 
     own = [e for e in evaluations if e.kind != EvaluationKind.baseline]
+    checks = validations or []
+    checks_cpu = total([v.get("cpu_s") for v in checks])
     return {
         "jobs": len(jobs),
         "jobs_cpu_s": total([j.cpu_s for j in jobs]),
@@ -146,6 +152,8 @@ def resource_fields(jobs: list[Job], evaluations: list[Evaluation],
         "sandbox_source": sandbox.source if sandbox else None,
         "grading_s": round(sum(_wall_s(e.started_at, e.ended_at) for e in own), 3),
         "evaluations": len(own),
+        "validations": len(checks),
+        "validation_cpu_s": None if checks_cpu is None else round(checks_cpu, 3),
     }
 
 
@@ -154,7 +162,9 @@ def run_resources(store: Store, run_id: str, sandbox: SandboxUsage | None) -> di
     with store.session() as s:
         jobs = list(s.exec(select(Job).where(Job.run_id == run_id)).all())
         evals = list(s.exec(select(Evaluation).where(Evaluation.run_id == run_id)).all())
-    return resource_fields(jobs, evals, sandbox)
+        checks = [e.detail or {} for e in s.exec(select(BudgetEvent).where(
+            BudgetEvent.run_id == run_id, BudgetEvent.kind == BudgetEventKind.validation))]
+    return resource_fields(jobs, evals, sandbox, checks)
 
 
 def record(store: Store, run_id: str, fields: dict[str, Any]) -> Ledger:

@@ -462,6 +462,11 @@ class Ledger(SQLModel, table=True):
     # the wall time of the run's own evaluations (its submissions on dev and test)
     grading_s: float = 0.0
     evaluations: int = 0
+    # its submissions' checks, refused ones too (v8): how many, and the CPU seconds they took
+    # as the kernel counted them (the serving thread's and the validating process's; null:
+    # none measured)
+    validations: int = 0
+    validation_cpu_s: float | None = None
 
 
 class BudgetEvent(SQLModel, table=True):

@@ -148,3 +148,6 @@ class BudgetEventKind(StrEnum):
     grading = "grading"  # one evaluation's grading time (detail: seconds, submission, split)
     exhausted = "exhausted"  # the deadline passed; jobs were stopped
     finished = "finished"  # the run was closed (detail: reason)
+    #: one submission checked for the run, refused ones too (detail: submission id, outcome,
+    #: the CPU seconds it cost: the server's thread and the validating process)
+    validation = "validation"

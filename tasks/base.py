@@ -16,6 +16,7 @@ import os
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,6 +34,17 @@ if TYPE_CHECKING:
     from a2rl.grading.seam import GenerationEngine
 
 __all__ = ["ItemResult", "Messages", "Split", "Task", "TaskScore", "copy_tree_readonly"]
+
+
+@dataclass(frozen=True)
+class ServiceAnswer:
+    """What a service handler (`Task.services`) may return instead of a plain result:
+    `result` goes back to the sandbox, `record` only into the store's row of the request.
+    For what the harness must keep and the sandbox must not learn (how many search results
+    were withheld for carrying a hidden answer tells which words are hidden answers)."""
+
+    result: Any
+    record: dict[str, Any]
 
 
 class Task(ABC):
@@ -157,7 +169,8 @@ class Task(ABC):
     def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
         """Per-run services the task's code inside the sandbox reaches over unix sockets
         (`<run dir>/services/<name>.sock`, JSON lines; `a2rl.server.services`): name ->
-        handler of one request. Every request is recorded. None by default."""
+        handler of one request, answering a JSON-able result or a `ServiceAnswer`. Every
+        request is recorded. None by default."""
         return {}
 
     # --- data -------------------------------------------------------------------------------

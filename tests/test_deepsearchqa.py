@@ -203,7 +203,9 @@ def test_search_service_from_bwrap_is_recorded(dsqa: Settings, store: Store) -> 
                                                  ToolCall.tool == "service.search")).all()
         assert len(rows) == 1 and rows[0].arguments["query"] == "largest moon of neptune"
         assert not rows[0].is_error and "Triton" not in rows[0].result_summary
-        assert '"withheld": 1' in rows[0].result_summary  # the record shows the filtering
+        # the record shows the filtering; the sandbox never saw the count (no "withheld" in
+        # what it printed)
+        assert '"recorded_only": {"withheld": 1}' in rows[0].result_summary
     finally:
         sandbox.stop()
         for host in registry._services.get(created.run.id, []):
@@ -347,8 +349,9 @@ def test_sandbox_search_withholds_hidden_answers_and_the_datasets_pages(
         dsqa: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fake endpoint echoes the query into every result, as a web page about it would: a
     query carrying a dev or test answer (any case and punctuation) or the dataset's name gets
-    nothing back through the sandbox's search service, and the count withheld is in the
-    answer the service records; a training answer still comes back."""
+    nothing back through the sandbox's search service, and the count withheld (of the
+    `REFILL * k` results asked for, to replace the withheld ones) is kept for the record
+    only, never in what the sandbox reads; a training answer still comes back."""
 
     monkeypatch.setenv("A2RL_SEARCH_API_KEY", "sk-test")
     hidden = [r for split in ("dev", "test") for r in data.split_rows(data.load_rows(dsqa), split)]
@@ -359,9 +362,11 @@ def test_sandbox_search_withholds_hidden_answers_and_the_datasets_pages(
         web = with_task_options(dsqa, "deepsearchqa", search_url=fake.url)
         search = DeepSearchQATask().services(web)["search"]
         leak = search({"query": f"facts about {single['answer'].upper()}!", "k": 3})
-        assert leak["backend"] == "web" and leak["results"] == [] and leak["withheld"] == 3
+        assert leak.result == {"backend": "web", "results": []}
+        assert leak.record == {"withheld": 9}
         page = search({"query": "Google DeepSearchQA dataset questions", "k": 2})
-        assert page["results"] == [] and page["withheld"] == 2
+        assert page.result["results"] == [] and page.record == {"withheld": 6}
         fine = search({"query": f"facts about {train['answer']}", "k": 2})
-        assert len(fine["results"]) == 2 and fine["withheld"] == 0
-        assert len(fake.requests) == 3  # the endpoint was asked each time: the filter is after
+        assert len(fine.result["results"]) == 2 and fine.record == {"withheld": 0}
+        # the endpoint was asked each time (the filter is after), for 3 results per one shown
+        assert [r["k"] for r in fake.requests] == [9, 6, 6]

@@ -11,9 +11,11 @@ are the real ones.
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,7 @@ from a2rl.store import (
 from a2rl.tools.sandbox.cgroup import RunCgroup
 
 from .conftest import require, require_bwrap
-from .helpers import text_of
+from .helpers import text_of, wait_for
 from .test_grading_checks import save_perturbed
 
 pytestmark = pytest.mark.timeout(300)
@@ -99,7 +101,9 @@ def test_a_run_waits_behind_one_evaluation_of_another_and_is_not_charged(
         store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     """Run A queues three requests, then run B one: B is graded after A's first (round
     robin, not A's whole backlog), and B's counted clock gets back the time it waited behind
-    A's evaluation; waiting behind its own run's evaluations is not given back."""
+    A's evaluation; waiting behind its own run's evaluations is not given back, and B's
+    evaluation, which A's second and third requests both waited through, is given back to A
+    once (the union of A's waits, not once per pending request)."""
     started_run(store, "A")
     started_run(store, "B")
     for n in range(3):
@@ -119,7 +123,83 @@ def test_a_run_waits_behind_one_evaluation_of_another_and_is_not_charged(
     a = {d["submission_id"]: d["wait_credit_s"] for d in grading_events(store, "A")}
     assert a["a0"] == 0  # first in line
     assert 1.0 <= a["a1"] < 1.6  # behind a0 (its own: not given back) and b0 (given back)
-    assert 1.0 <= a["a2"] < 1.6  # behind a0, b0, a1: only b0 is another run's
+    assert a["a2"] == 0  # behind a0, b0, a1: only b0 is another run's, and given back already
+
+
+def test_a_run_keeping_requests_queued_gets_its_waits_back_within_the_cap(
+        store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: run A keeps two requests queued while run B's evaluations take turns with
+    them (round robin). Counted per pending request and uncapped, A got 0.5 + 1 s back for
+    1 s of B's grading (a 120 s budget lived 507 s); now each span is given back once (the
+    test above) and all that grading gives back stops at the cap (`grading_pause_cap_fraction`
+    of the budget, under a counted clock too: 0.75 s here), so A's deadline moves 0.75 s."""
+    settings = settings.model_copy(update={"grading_pause_cap_fraction": 0.75 / 600})
+    started_run(store, "A")
+    started_run(store, "B")
+    queue(store, "B", "b0")
+    queue(store, "A", "a0")
+    queue(store, "A", "a1")
+    queue(store, "B", "b1")
+    deadline_a = RunClock(store, "A").deadline()
+    slow_evaluations(monkeypatch, 0.5)
+    order = []
+    while (req := grade_next(store, settings, "w")) is not None:
+        order.append(req.submission_id)
+    assert order == ["b0", "a0", "b1", "a1"]
+    a = {d["submission_id"]: d["wait_credit_s"] for d in grading_events(store, "A")}
+    assert 0.5 <= a["a0"] < 0.75, a  # behind b0
+    assert a["a1"] == pytest.approx(0.75 - a["a0"], abs=0.002), a  # b1, cut at the cap
+    moved = (RunClock(store, "A").deadline() - deadline_a).total_seconds()  # type: ignore[operator]
+    assert moved == pytest.approx(0.75, abs=0.01)
+    assert RunClock(store, "A").credits().wait_s == pytest.approx(0.75, abs=0.002)
+
+
+def test_wait_spans_are_united_before_they_are_counted() -> None:
+    """The wait credit's arithmetic: a run's waits are one union, and so are the other runs'
+    evaluations; only what both cover counts, once."""
+    from a2rl.server.run.wait_credit import merged, overlap_s
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def at(a: float, b: float) -> tuple[datetime, datetime]:
+        return t0 + timedelta(seconds=a), t0 + timedelta(seconds=b)
+
+    assert merged([at(5, 6), at(0, 2), at(1, 3), at(4, 4)]) == [at(0, 3), at(5, 6)]
+    two_waits = [at(0, 10), at(0, 10)]  # two requests queued through the same span
+    assert overlap_s(two_waits, [at(2, 5)]) == 3.0
+    assert overlap_s([at(0, 4), at(6, 9)], [at(3, 7), at(8, 20)]) == 3.0
+    assert overlap_s([at(0, 1)], [at(1, 2)]) == 0.0 and overlap_s([], [at(0, 1)]) == 0.0
+
+
+def test_any_pump_takes_at_once_a_request_a_dead_process_held(
+        store: Store, settings: Settings) -> None:
+    """A serving process killed mid-evaluation (no exit handler ran) leaves its lease for the
+    evaluation's timeout and a margin (12 minutes): the pump of any other serving process of
+    the host sees the holder gone and takes the request at once, whatever its run (before,
+    only that run's own finalization looked)."""
+    from a2rl.grading import claim
+    from a2rl.server.run.grading import GradingPump
+
+    started_run(store, "V")
+    req_id = queue(store, "V", "v0")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = f"{socket.gethostname()}:{gone.pid}:0:abcdef"
+    assert claim(store, dead, lease_s=720) is not None
+    pump = GradingPump(settings, store, idle_poll_s=0.1).start()
+    try:
+        assert wait_for(lambda: _request(store, req_id).state == "failed", 30)
+    finally:
+        pump.stop()
+    req = _request(store, req_id)
+    assert req.lease_owner == pump.owner and req.attempts == 2  # the lost attempt counts
+
+
+def _request(store: Store, req_id: int) -> GradeRequest:
+    with store.session() as s:
+        req = s.get(GradeRequest, req_id)
+        assert req is not None
+        return req
 
 
 def test_claim_order_is_round_robin_across_runs(store: Store) -> None:

@@ -220,7 +220,7 @@ from a2rl.settings import Settings
 from a2rl.tasks import get_task
 
 trained, base, home = (Path(a) for a in sys.argv[1:4])
-_check_files(trained, "output/trained")
+_check_files(trained, "output/trained", base)
 n_params = _check_shape(trained, base, "output/trained")
 task = get_task("arith")
 key = baseline_key(task, base, Settings(home=home))

@@ -65,6 +65,11 @@ def test_resource_totals_from_rows() -> None:
     assert (f["jobs"], f["jobs_cpu_s"], f["jobs_memory_peak_bytes"]) == (3, 2.0, 300)
     assert (f["gpu_s"], f["gpu_memory_peak_bytes"]) == (None, None)
     assert (f["grading_s"], f["evaluations"]) == (15.5, 2)
+    assert (f["validations"], f["validation_cpu_s"]) == (0, None)
+    checks = [{"outcome": "refused", "cpu_s": 0.75}, {"outcome": "queued", "cpu_s": 1.25},
+              {"outcome": "checking"}]  # a check whose server stopped before it was closed
+    f = ledger.resource_fields(jobs, evals, None, checks)
+    assert (f["validations"], f["validation_cpu_s"]) == (3, 2.0)
 
 
 def _llm_run(settings: Settings, store: Store, cost: float | None,
@@ -146,7 +151,8 @@ def test_gains_and_lines() -> None:
     s = LedgerSection(input_tokens=1200, output_tokens=30, cached_tokens=200, cost_usd=0.01,
                       cost_basis="computed", cost_note="price table", jobs=2,
                       jobs_cpu_s=12.25, jobs_memory_peak_bytes=3 << 29, gpu_s=1800.0,
-                      gpu_memory_peak_bytes=5 << 30, grading_s=42.0, evaluations=3)
+                      gpu_memory_peak_bytes=5 << 30, grading_s=42.0, evaluations=3,
+                      validations=4, validation_cpu_s=3.25)
     assert gpu_hours(s) == 0.5 and gpu_hours(None) is None
     rows = dict(ledger_rows(s))
     assert rows["driver tokens"] == "1,200 in (200 cached), 30 out"
@@ -154,6 +160,8 @@ def test_gains_and_lines() -> None:
     assert rows["jobs"] == "2: 12.2 CPU-seconds, peak memory 1.5 GiB"
     assert rows["GPU"] == "0.500 GPU-hours, peak 5.0 GiB"
     assert rows["grading"] == "42s over 3 evaluations"
+    assert rows["submission checks"] == "4: 3.2 CPU-seconds"
+    assert dict(ledger_rows(LedgerSection()))["submission checks"] == "0: not measured"
     assert size(None) == "–" and size(512) == "512 B" and size(1536) == "1.5 KiB"
     assert ledger_rows(None)[0][0] == "ledger"
 

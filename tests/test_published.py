@@ -116,7 +116,7 @@ def store(tmp_path: Path) -> Store:
 
 def test_report_carries_the_published_baseline_of_a_paper_run(store: Store) -> None:
     rep = build_report(store, "paper1")
-    assert rep.schema_version == "1.6"
+    assert rep.schema_version == "1.7"
     assert [(p.kind, p.published, p.measured) for p in rep.summary.published] == [
         ("baseline", 0.2161, 0.205)]
     doc = json.loads(render(rep, "json"))

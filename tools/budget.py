@@ -35,7 +35,9 @@ def compute_budget(rt: RunRuntime) -> BudgetStatus:
         grading_pause_cap_s=round(run.budget_s * rt.settings.grading_pause_cap_fraction, 3)
         if run.grading_clock == GradingClock.paused else 0.0,
         grading_wait_credit_s=round(credits.wait_s, 3),
+        grading_credit_cap_s=round(run.budget_s * rt.settings.grading_pause_cap_fraction, 3),
         max_pending_grades=rt.settings.max_pending_grades,
+        submission_checks_per_minute=rt.settings.submission_checks_per_minute,
     )
 
 

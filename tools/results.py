@@ -88,6 +88,11 @@ class BudgetStatus(BaseModel):
     #: given back to the clock, and the most that may be (0 under a counted clock)
     grading_pause_credit_s: float = 0.0
     grading_pause_cap_s: float = 0.0
-    #: seconds its requests waited behind other runs' evaluations, given back to the clock
+    #: seconds its requests waited behind other runs' evaluations (a span waited through by
+    #: two requests once), given back to the clock
     grading_wait_credit_s: float = 0.0
+    #: the most grading gives back in all, pause and wait credits together
+    grading_credit_cap_s: float = 0.0
     max_pending_grades: int | None = None
+    #: submit_checkpoint calls checked in any 60 s, refused ones included
+    submission_checks_per_minute: int | None = None

@@ -16,6 +16,9 @@ compared are the copy's, never the workspace's: the agent may change the folder 
 calls. An earlier submission that was refused is never matched (refused ones have no hashes,
 and are free to retry), nor one whose grading failed (the failure may have been the
 machine's: submitting the same files again grades them again, and counts).
+
+Every call, refused or not, is first let through the run's rate of checks and then counted to
+the run with the CPU its check took (`submission_checks`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from __future__ import annotations
 import secrets
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
@@ -45,6 +49,7 @@ from a2rl.store.queries import best_submission
 
 from .checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
 from .runtime import RunRuntime, current, in_thread
+from .submission_checks import Check, counted_check
 from .workspace_fs import WalkCapped, WorkspaceError, show
 
 #: What the agent is told while a submission is not graded yet (get_score waits on these).
@@ -93,7 +98,9 @@ class SubmissionScore(BaseModel):
     error: str | None = None
     note: str = ""
     waited_s: float | None = Field(None, description=(
-        "seconds its grading waited behind other runs' evaluations, given back to your clock"))
+        "seconds given back to your clock when it was graded, for the time your submissions "
+        "waited behind other runs' evaluations (a wait shared by two of them is given once, "
+        "and all grading gives back is capped)"))
 
 
 def _baseline(run: Run, split: str) -> float | None:
@@ -238,18 +245,31 @@ def _at_limit(rt: RunRuntime, sub: Submission, split: str, limit: LimitReached) 
     return _answered_with(rt, earlier, shown, split)
 
 
-def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
-    grading = _grading()
-    run = rt.run()
+@dataclass
+class _Accepted:
+    """A submission that passed its check: the verdict (a `CheckpointCheck`), the path as
+    the agent gave it, the grader's copy and its files' sha256."""
+
+    check: Any
+    shown: str
+    dest: Path
+    hashes: dict[str, str]
+
+
+def _checked(rt: RunRuntime, run: Run, sub: Submission, counted: Check
+             ) -> SubmitResult | _Accepted:
+    """Reserve, copy, compare and validate `sub` (all of it counted to the run: `counted`):
+    the answer when it is an identical resubmission, else what was accepted. A refusal
+    raises."""
     split = run.config.feedback_split
-    sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
-                     tool_call_id=tool_call_id, status=SubmissionStatus.validating)
     try:
         _reserve(rt, run, sub)
     except LimitReached as limit:
-        return _at_limit(rt, sub, split, limit)
+        answer = _at_limit(rt, sub, split, limit)
+        counted.outcome = "identical"
+        return answer
     try:
-        parts, shown = _checkpoint_parts(rt, path)
+        parts, shown = _checkpoint_parts(rt, sub.path)
     except _Refused as exc:
         raise _refuse(rt, sub, str(exc), None) from None
     dest = rt.settings.home_dir / "checkpoints" / run.id / sub.id
@@ -260,15 +280,33 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
     earlier = _identical(rt, sub, hashes)
     if earlier is not None:
         _drop(rt, sub, dest)
+        counted.outcome = "identical"
         return _answered_with(rt, earlier, shown, split)
     frozen = run.config.evaluation  # the run's limits, whichever process serves it
+    grading = _grading()
     limits = grading.ValidationLimits(
         memory_bytes=int((frozen.check_memory_gib if frozen else
                           rt.settings.checkpoint_check_memory_gib) * 2**30),
         timeout_s=frozen.check_timeout_s if frozen else rt.settings.checkpoint_check_timeout_s)
     check = grading.validate_copy(dest, rt.workspace.root / BASE_MODEL, shown, limits)
+    counted.validator_cpu_s = check.cpu_s
     if not check.ok:
         raise _refuse(rt, sub, check.error or "invalid checkpoint", dest)
+    counted.outcome = "queued"
+    return _Accepted(check, shown, dest, hashes)
+
+
+def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
+    _grading()  # its first import is the server's, not a check's
+    run = rt.run()
+    split = run.config.feedback_split
+    sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
+                     tool_call_id=tool_call_id, status=SubmissionStatus.validating)
+    with counted_check(rt, run, sub.id) as counted:
+        checked = _checked(rt, run, sub, counted)
+    if isinstance(checked, SubmitResult):
+        return checked
+    check, dest, hashes = checked.check, checked.dest, checked.hashes
     snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
     with rt.store.session() as s:
         row = s.get(Submission, sub.id)
@@ -297,11 +335,13 @@ async def submit_checkpoint(
     """Submit a trained checkpoint for grading; returns a submission id at once.
 
     The directory must be under output/ and load with transformers' AutoModelForCausalLM and
-    AutoTokenizer (full weights: merge LoRA adapters first). An unchanged copy of the base
-    model is refused; so are symlinks, hard links and special files in it. The checkpoint is
-    copied when you submit, so you may keep training into the same folder. Grading uses the
-    base model's tokenizer and chat template and the task's generation settings (your
-    generation_config.json is ignored). Scores come from get_score.
+    AutoTokenizer (full weights: merge LoRA adapters first, and leave no adapter files
+    beside them). An unchanged copy of the base model is refused; so are symlinks, hard
+    links and special files in it. The checkpoint is copied when you submit, so you may keep
+    training into the same folder. Grading uses the base model's tokenizer and chat template
+    and the task's generation settings (your generation_config.json is ignored). Scores come
+    from get_score. Submissions are checked at a bounded rate per minute, refused ones
+    included: one over it is refused with the seconds to wait.
     """
     call = current()
     return await in_thread(_submit, call.runtime, path, note, call.tool_call_id)

@@ -5,8 +5,9 @@ The clock lives in the store (the run row's `started_at`, `deadline`, `status` a
 finds it where it was. It starts when the run starts (`a2rl run`) or at the first tool call
 (`a2rl create`); grading time either counts (the default: the agent's jobs keep running) or,
 under `grading_clock = paused`, the run's jobs are frozen and the deadline moves by the time
-frozen, up to a cap (`a2rl.server.run.pause`); under either, the time a request waited behind
-other runs' evaluations moves it too; at the deadline it is exhausted once.
+frozen (`a2rl.server.run.pause`); under either, the time the run's requests waited behind
+other runs' evaluations moves it too, counted once (`wait_credit`); the two credits share one
+cap (`grading_pause_cap_fraction` of the budget); at the deadline it is exhausted once.
 
 Why here and not beside the tools: the tools (`budget_status`, job time limits, the sandbox's
 watchdog), the MCP server's deadline check and the orchestrator all read the same clock, and
@@ -124,8 +125,11 @@ class RunClock:
         return GradingCredits(pause_s=sum(float(d.get("pause_credit_s", 0)) for d in details),
                               wait_s=sum(float(d.get("wait_credit_s", 0)) for d in details))
 
-    def pause_cap_left(self, cap_s: float) -> float:
-        return max(cap_s - self.credits().pause_s, 0.0)
+    def cap_left(self, cap_s: float) -> float:
+        """What grading may still give back under `cap_s`: the pause and wait credits share
+        it (`grading_pause_cap_fraction` of the budget)."""
+        credits = self.credits()
+        return max(cap_s - credits.pause_s - credits.wait_s, 0.0)
 
     def move_deadline(self, seconds: float) -> datetime | None:
         """Move the deadline `seconds` later (earlier when negative), in one transaction;
@@ -140,26 +144,42 @@ class RunClock:
 
     def record_grading(self, seconds: float, submission_id: str | None, split: str | None,
                        *, pause_credit_s: float | None = None, credited_s: float = 0.0,
-                       wait_s: float = 0.0) -> datetime | None:
+                       waited_s: float = 0.0, cap_s: float | None = None) -> datetime | None:
         """Note one evaluation's grading time and what it gives back to the clock; returns
         the new deadline when it moved (an ended run's deadline never moves).
 
-        `wait_s`: how long the request waited behind other runs' evaluations, credited under
-        either clock (a run never pays for another's grading). `pause_credit_s`: under a
-        paused clock, the time its jobs were frozen for it, of which `credited_s` the freeze
-        already put on the deadline; None (a caller that froze nothing and measured the
-        evaluation itself) credits `seconds` under a paused clock."""
+        `waited_s`: how long the run's requests have waited behind other runs' evaluations
+        in all so far (`wait_credit.run_waited_s`: their union, so a span two requests waited
+        through counts once); what of it was not given back yet is given now, under either
+        clock (a run never pays for another's grading). `pause_credit_s`: under a paused
+        clock, the time its jobs were frozen for it, of which `credited_s` the freeze already
+        put on the deadline; None (a caller that froze nothing and measured the evaluation
+        itself) credits `seconds` under a paused clock. `cap_s`: the most grading gives back
+        to the run in all, pause and wait credits together (None: no cap); the freeze was
+        held within it already. One transaction with the run's row locked, so that two
+        processes grading the run's requests at once give a wait back once."""
         with self.store.session() as s:
-            run = s.get(Run, self.run_id)
+            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
             if run is None:
                 return None
             paused = run.grading_clock == GradingClock.paused
             pause = (seconds if paused else 0.0) if pause_credit_s is None else pause_credit_s
+            given = [d or {} for d in s.exec(select(BudgetEvent.detail).where(
+                BudgetEvent.run_id == run.id, BudgetEvent.kind == BudgetEventKind.grading))]
+            wait_given = sum(float(d.get("wait_credit_s", 0)) for d in given)
+            pause_given = sum(float(d.get("pause_credit_s", 0)) for d in given)
+            wait = max(waited_s - wait_given, 0.0)
+            if cap_s is not None:
+                wait = min(wait, max(cap_s - pause_given - pause - wait_given, 0.0))
             s.add(BudgetEvent(run_id=run.id, kind=BudgetEventKind.grading, detail={
                 "seconds": round(seconds, 3), "submission_id": submission_id, "split": split,
-                "pause_credit_s": round(pause, 3), "wait_credit_s": round(wait_s, 3)}))
-        move = pause - credited_s + wait_s
-        return self.move_deadline(move) if move > 0 else None
+                "pause_credit_s": round(pause, 3), "wait_credit_s": round(wait, 3)}))
+            move = pause - credited_s + round(wait, 3)
+            if move <= 0 or run.deadline is None or run.ended_at is not None:
+                return None
+            run.deadline = aware(run.deadline) + timedelta(seconds=move)  # type: ignore[operator]
+            s.add(run)
+            return run.deadline
 
     def exhaust(self) -> bool:
         """Note that the deadline passed, once; True the first time (the caller then stops

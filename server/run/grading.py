@@ -11,9 +11,12 @@ the pump and finalization cannot differ on that follow-up.
 
 The pump drains the queue in whichever process serves runs. Queue rows live in the store and
 are claimed with a lease, so any number of serving processes (`a2rl serve`, `a2rl run`,
-`a2rl finish`) can pump side by side and a request whose process died is claimed again when
-its lease expires (at once, by a finalizing process of the same host: `grade_queued`). Each
-evaluation runs in its own grader process; the pump's thread only waits for it.
+`a2rl finish`) can pump side by side. A process that exits mid-evaluation (its agent
+disconnected) gives its requests back to the queue as it goes (`a2rl.grading.queue`); one
+that died without a word holds its lease until any pump or finalizing process of the same
+host sees it gone and releases it (`release_dead_leases`, before every claim), or, elsewhere,
+until the lease expires. Each evaluation runs in its own grader process; the pump's thread
+only waits for it.
 """
 
 from __future__ import annotations
@@ -22,9 +25,6 @@ import logging
 import threading
 import time
 from datetime import datetime
-
-from sqlalchemy import or_
-from sqlmodel import select
 
 import a2rl.tasks  # noqa: F401  (registers the loader the grader's worker builds tasks with)
 from a2rl.grading import enqueue, lease_owner, outstanding, process_one, release_dead_leases
@@ -43,45 +43,28 @@ from a2rl.store import (
 
 from .clock import RunClock
 from .hooks import DeadlineMoved, build_runtime
-from .pause import PauseRecord, frozen_for_grading
+from .pause import PauseRecord, credit_cap_s, frozen_for_grading
+from .wait_credit import run_waited_s
 
 log = logging.getLogger(__name__)
 
 
-def waited_behind_others(store: Store, req: GradeRequest, ev: Evaluation) -> float:
-    """Seconds `req` spent queued while other runs' evaluations held the grader: from its
-    queueing to its evaluation's start, the union of those evaluations' spans in it."""
-    queued, began = aware(req.created_at), aware(ev.started_at)
-    if queued is None or began is None or began <= queued:
-        return 0.0
-    with store.session() as s:
-        spans = s.exec(select(Evaluation.started_at, Evaluation.ended_at).where(
-            Evaluation.run_id != req.run_id, Evaluation.started_at < began,  # type: ignore[operator]
-            or_(Evaluation.ended_at.is_(None), Evaluation.ended_at > queued))  # type: ignore[union-attr]
-            .order_by(Evaluation.started_at)).all()
-    total, reach = 0.0, queued
-    for start, end in spans:
-        lo = max(aware(start) or queued, reach)
-        hi = min(aware(end) or began, began)
-        if hi > lo:
-            total += (hi - lo).total_seconds()
-            reach = hi
-    return total
-
-
-def record_grading(store: Store, req: GradeRequest, frozen_s: float) -> datetime | None:
+def record_grading(store: Store, settings: Settings, req: GradeRequest,
+                   frozen_s: float) -> datetime | None:
     """Put one graded request's grading time on its run's clock, with what it gives back
-    (`frozen_s` under a paused clock, already on the deadline; the wait behind other runs);
-    returns the new deadline when it moved."""
+    (`frozen_s` under a paused clock, already on the deadline; what the run's requests waited
+    behind other runs and was not given back yet), within the run's cap; returns the new
+    deadline when it moved."""
     with store.session() as s:
         ev = s.get(Evaluation, req.evaluation_id) if req.evaluation_id else None
-    if ev is None:
+        run = s.get(Run, req.run_id)
+    if ev is None or run is None:
         return None
     started, ended = aware(ev.started_at), aware(ev.ended_at) or utcnow()
     seconds = (ended - started).total_seconds() if started else 0.0
     return RunClock(store, req.run_id).record_grading(
         seconds, req.submission_id, req.split, pause_credit_s=frozen_s, credited_s=frozen_s,
-        wait_s=waited_behind_others(store, req, ev))
+        waited_s=run_waited_s(store, req.run_id), cap_s=credit_cap_s(settings, run))
 
 
 def tell_sandbox(settings: Settings, store: Store, run_id: str, deadline: datetime) -> bool:
@@ -116,7 +99,7 @@ def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None 
     with store.session() as s:  # the claimed copy predates its evaluation
         req = s.get(GradeRequest, req.id) or req
     prune_copies(store, req.run_id)
-    moved = record_grading(store, req, pause.frozen_s)
+    moved = record_grading(store, settings, req, pause.frozen_s)
     if moved is not None:
         try:
             tell(req.run_id, moved)
@@ -200,6 +183,9 @@ class GradingPump:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                # any run's request a dead process of this host held is claimable at once,
+                # here or by any other pump, not when its lease runs out
+                release_dead_leases(self.store)
                 req = grade_next(self.store, self.settings, self.owner,
                                  on_deadline=self.on_deadline)
             except Exception:  # a broken request must not stop grading for everyone

@@ -6,7 +6,8 @@ a 60 s run going for 214 s). Frozen, the jobs do nothing while the clock is stop
 credit buys no work; the agent's tool calls still answer (the supervisor, in `sup/`, is not
 frozen), and a job started meanwhile starts at the thaw. Why a cap: the credit is the
 grader's time, which the agent chooses to spend by submitting; past
-`grading_pause_cap_fraction` of its budget its jobs are thawed and grading counts.
+`grading_pause_cap_fraction` of its budget, given back for freezes and for waits behind other
+runs' evaluations together (`wait_credit`), its jobs are thawed and grading counts.
 
 The freeze is the run's cgroup's (`RunCgroup.freeze_jobs`): a local run on this host with a
 freezer (v1) or a v2 group. Where nothing can be frozen (a docker run, a run on another
@@ -44,7 +45,8 @@ class PauseRecord:
     frozen_s: float = 0.0
 
 
-def pause_cap_s(settings: Settings, run: Run) -> float:
+def credit_cap_s(settings: Settings, run: Run) -> float:
+    """The most grading gives back to `run` in all: its pause and wait credits together."""
     return run.budget_s * settings.grading_pause_cap_fraction
 
 
@@ -60,7 +62,7 @@ def frozen_for_grading(settings: Settings, store: Store, req: GradeRequest,
             or deadline is None or deadline <= utcnow()):
         yield
         return
-    cap_left = clock.pause_cap_left(pause_cap_s(settings, run))
+    cap_left = clock.cap_left(credit_cap_s(settings, run))
     cgroup = RunCgroup(run.id)
     if cap_left <= 0 or not cgroup.exists:
         yield

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from a2rl.settings import Settings
 
+from ..base import ServiceAnswer
 from .options import DeepSearchQAOptions
 
 DEFAULT_K = 5
@@ -133,20 +134,23 @@ def make_search(settings: Settings, environ: Mapping[str, str] | None = None,
         f"key in ${opts.search_key_env}")
 
 
-def search_request(backend: SearchBackend, request: dict[str, Any]) -> dict[str, Any]:
-    """The service's handler body: validate `{"query", "k"}`, search, answer plain JSON."""
+def search_request(backend: SearchBackend, request: dict[str, Any]) -> ServiceAnswer:
+    """The service's handler body: validate `{"query", "k"}`, search, answer plain JSON. How
+    many results a filter withheld goes to the record only, never to the sandbox (a count
+    per query is an oracle: a dictionary sweep found the hidden answers by it)."""
     query = request.get("query")
     if not isinstance(query, str) or not query.strip():
         raise ValueError("a search request needs a non-empty 'query' string")
     k = request.get("k", DEFAULT_K)
     if not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ValueError(f"'k' must be an integer from 1 to {MAX_K}")
-    results = backend.search(query.strip()[:500], k)
-    answer: dict[str, Any] = {"backend": backend.name,
-                              "results": [r.model_dump() for r in results]}
     if isinstance(backend, HiddenAnswerFilter):
-        answer["withheld"] = backend.withheld
-    return answer
+        results, withheld = backend.filtered(query.strip()[:500], k)
+    else:
+        results, withheld = backend.search(query.strip()[:500], k), 0
+    return ServiceAnswer(result={"backend": backend.name,
+                                 "results": [r.model_dump() for r in results]},
+                         record={"withheld": withheld})
 
 
 def normalized(text: str) -> str:
@@ -174,18 +178,25 @@ def answer_keys(answer: str, answer_type: str = "") -> list[tuple[str, ...]]:
     return keys
 
 
+#: How many results a filtered search asks its backend for, per result it returns: the ones
+#: withheld are replaced by the next ones, so that a short answer does not say that something
+#: was withheld (within this depth)
+REFILL = 3
+
+
 class HiddenAnswerFilter:
     """A search backend that withholds every result carrying a hidden item's answer or coming
     from the dataset's own pages (its hub id, its name in a URL or a title), so that the
-    sandbox's search cannot hand back dev or test answers. The count withheld is part of the
-    answer, and so of the recorded `service.search` call, for audits."""
+    sandbox's search cannot hand back dev or test answers. Withheld results are replaced by
+    the next ones of the ranking (`REFILL`), and the count withheld is kept for the recorded
+    `service.search` call only: told to the sandbox, it marked every hidden answer of a
+    dictionary sweep. Stateless, so that concurrent searches cannot see each other's."""
 
     def __init__(self, backend: SearchBackend, answers: list[tuple[str, str]],
                  sources: list[str]) -> None:
         self.backend, self.name = backend, backend.name
         self.keys = [k for answer, kind in answers for k in answer_keys(answer, kind)]
         self.sources = [normalized(s).replace(" ", "") for s in sources]
-        self.withheld = 0
 
     def carries_hidden(self, result: SearchResult) -> bool:
         text = normalized(f"{result.title} {result.snippet} {result.url}")
@@ -194,8 +205,12 @@ class HiddenAnswerFilter:
         place = normalized(f"{result.url} {result.title}").replace(" ", "")
         return any(s in place for s in self.sources)
 
-    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]:
-        results = self.backend.search(query, k)
+    def filtered(self, query: str, k: int = DEFAULT_K) -> tuple[list[SearchResult], int]:
+        """The first `k` results that carry nothing hidden, from the backend's first
+        `REFILL * k`; and how many of those were withheld (for the record)."""
+        results = self.backend.search(query, min(REFILL * k, REFILL * MAX_K))
         kept = [r for r in results if not self.carries_hidden(r)]
-        self.withheld = len(results) - len(kept)
-        return kept
+        return kept[:k], len(results) - len(kept)
+
+    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]:
+        return self.filtered(query, k)[0]

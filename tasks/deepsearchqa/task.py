@@ -226,8 +226,10 @@ class DeepSearchQATask(InteractiveTask):
         return split_rows(load_rows(settings, self.options(settings)), "train", self.profile)
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
-        """Demonstrations: search the question's first words, then answer with the gold."""
-        backend = make_search(settings, options=self.options(settings))
+        """Demonstrations: search the question's first words, then answer with the gold. The
+        search is the sandbox's own (`sandbox_search`): the observations hold no result that
+        carries a dev or test answer, only what the agent's own search would return."""
+        backend = self.sandbox_search(settings)
         rows: list[dict[str, Any]] = []
         for row in self.train_rows(settings):
             query = " ".join(game.clean(row["problem"]).lower().split()[:12])

@@ -516,6 +516,29 @@ async def test_a_trained_checkpoint_is_loaded_outside_the_server(
     assert sub.l2_distance == result["l2_distance"] and sub.checkpoint_dir
 
 
+async def test_a_peft_adapter_beside_full_weights_is_refused(local_agent: Agent,
+                                                              tmp_path: Path) -> None:
+    """Full weights that pass every check, plus `adapter_config.json` and adapter weights:
+    where peft is installed, transformers loads the adapter (over the model its config
+    names) instead of what was checked, so the submission is refused at once, naming the
+    files, and nothing is kept; the base model has no such file to excuse them."""
+    agent = local_agent
+    ws = Path(agent.run.workspace)
+    peft = save_perturbed(ws / "base_model", ws / "output" / "peft", 0.3)
+    (peft / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 8, "lora_alpha": 16,
+        "target_modules": ["q_proj", "v_proj"], "base_model_name_or_path": str(tmp_path)}))
+    shutil.copy(peft / "model.safetensors", peft / "adapter_model.safetensors")
+    assert not list((ws / "base_model").glob("adapter_*"))
+    err = await agent.refused("submit_checkpoint", path="output/peft")
+    assert "PEFT adapter files (adapter_config.json, adapter_model.safetensors)" in err, err
+    assert len(err.strip().splitlines()) == 1
+    (sub,) = _subs(agent)
+    assert sub.status == "refused" and not sub.checkpoint_dir
+    copies = agent.settings.home_dir / "checkpoints" / agent.run.id
+    assert not copies.exists() or not any(copies.iterdir())
+
+
 @pytest.mark.parametrize("limit,expect", [
     ({"checkpoint_check_memory_gib": 0.25}, "of memory and was stopped"),
     ({"checkpoint_check_timeout_s": 0.05}, "took longer than 0.05s and was stopped"),

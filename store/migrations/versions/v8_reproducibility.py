@@ -1,7 +1,7 @@
 """v8: what made a run (an agent, or a replay of another run's recipe) and the agent's last
 error; the code snapshot each job ran with; each submission's lineage; which regrade made an
-evaluation and which evaluation replaced it (the `regrade` and `jobfile` tables are new, made
-by `create_all`).
+evaluation and which evaluation replaced it; the checks of a run's submissions in its ledger
+(the `regrade` and `jobfile` tables are new, made by `create_all`).
 
 Revision ID: v8
 Revises: v7
@@ -33,3 +33,6 @@ def upgrade() -> None:
     add_missing_columns("submission", sa.Column("lineage", sa.JSON()))
     add_missing_columns("evaluation", sa.Column("regrade_id", sa.Integer()),
                         sa.Column("superseded_by", sa.Integer()))
+    add_missing_columns("ledger", sa.Column("validations", sa.Integer(), nullable=False,
+                                            server_default="0"),
+                        sa.Column("validation_cpu_s", sa.Float()))
