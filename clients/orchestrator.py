@@ -65,6 +65,17 @@ def error_line(text: str) -> str:
     return safe[:AGENT_ERROR_CHARS]
 
 
+def returned_end(limit_note: str | None) -> tuple[AgentStatus, str | None]:
+    """How an in-process agent that returned ended, and the error line the run keeps: at a
+    limit (`limit_note`: a spending limit, or its own turn limit, which is also kept as its
+    `agent_error`) the run ended as its budget's end, not as the agent's choice; else it
+    finished by itself."""
+    if not limit_note:
+        return AgentStatus.finished, None
+    own = limit_note.startswith("turn limit")
+    return AgentStatus.budget, (error_line(limit_note) if own else None)
+
+
 class RunSummary(BaseModel):
     """What `a2rl run` prints when a run ends: what `a2rl show` says of it."""
 
@@ -177,7 +188,7 @@ def check_options(opts: RunConfig, connector: Connector | None = None) -> None:
     if missing := connector.missing_config(opts.agent_options, opts.driver_model):
         raise RuntimeError(f"agent {opts.agent!r} needs {'; '.join(missing)}")
     if why := connector.unreachable(opts.agent_options):
-        raise RuntimeError(f"agent {opts.agent!r} can't reach its endpoint: {why}")
+        raise RuntimeError(f"agent {opts.agent!r} cannot use its endpoint: {why}")
     get_task(opts.task_id)
 
 
@@ -188,7 +199,7 @@ class Orchestrator:
         progress is off: an agent's crash and its last stderr lines."""
         self.settings, self.store, self.say = settings, store, say
         self.warn = warn or say
-        self.limit_note: str | None = None  # the spending limit that stopped the agent
+        self.limit_note: str | None = None  # the spending or turn limit that stopped it
         self.agent_error: str | None = None  # why the agent failed, or its own limit
 
     def run(self, opts: RunConfig) -> RunSummary:
@@ -269,9 +280,8 @@ class Orchestrator:
                 # an in-process agent that stopped at a spending limit or at its own turn
                 # limit says which (`llm`): the run ended as its budget's end, not by choice
                 self.limit_note = getattr(connector, "limit_note", None)
-                if self.limit_note and self.limit_note.startswith("turn limit"):
-                    self.agent_error = error_line(self.limit_note)
-                status = (AgentStatus.budget if self.limit_note else AgentStatus.finished, 0)
+                ended, self.agent_error = returned_end(self.limit_note)
+                status = (ended, 0)
             except Exception as exc:
                 while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                     exc = exc.exceptions[0]  # type: ignore[assignment]

@@ -125,13 +125,14 @@ def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
         return
     final = (f"final test {score(doc['final_score'])}" if doc.get("final_score") is not None
              else f"no final score ({doc.get('final_note') or 'none recorded'})")
+    kind = end_kind_words(doc.get("end_kind"))
+    ended = run.end_reason if run.end_reason == kind else f"{run.end_reason}; {kind}"
     if before["ended_at"] is not None:  # nothing was done: say so, and when it ended
         typer.echo(f"run {run.id} had already finished at {when(before['ended_at'])} UTC "
-                   f"({run.end_reason}; {end_kind_words(doc.get('end_kind'))}): {final}, "
-                   f"baseline test {score(run.baseline_test)}")
+                   f"({ended}): {final}, baseline test {score(run.baseline_test)}")
         return
-    typer.echo(f"run {run.id} finished ({run.end_reason}; {end_kind_words(doc.get('end_kind'))})"
-               f": {final}, baseline test {score(run.baseline_test)}")
+    typer.echo(f"run {run.id} finished ({ended}): {final}, baseline test "
+               f"{score(run.baseline_test)}")
 
 
 def serve(
