@@ -51,7 +51,8 @@ if TYPE_CHECKING:  # the SDK costs ~0.4 s to import: only callers that send requ
     from a2rl.settings import Settings
 
 __all__ = ["AsyncChatClient", "Attempt", "ChatClient", "Endpoint", "Outcome", "Reply",
-           "RequestFailure", "RetryPolicy", "judge_endpoint", "retryable_status"]
+           "RequestFailure", "RetryPolicy", "endpoint_refusal", "judge_endpoint",
+           "retryable_status"]
 
 T = TypeVar("T")
 
@@ -125,6 +126,59 @@ def unreachable(base_url: str, timeout_s: float = 5.0,
             return None
     except OSError as exc:
         return f"nothing answers at {parts.hostname}:{port} ({exc.strerror or exc})"
+
+
+#: Statuses of the endpoint check that refuse a run: the key (401, 403) or the path (404)
+#: is wrong, and every request of the run would be refused the same way.
+REFUSING_STATUSES = (401, 403, 404)
+
+
+def endpoint_refusal(base_url: str, api_key_env: str, *, key_named: bool = False,
+                     timeout_s: float = 10.0,
+                     environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the endpoint at `base_url` will refuse a run's requests, in one line, or None.
+
+    First whether anything answers there (`unreachable`); then one authenticated request,
+    `GET {base_url}/models` with the key of `api_key_env` (none when it is unset, as the
+    requests will be sent), which costs no tokens: 401 or 403 (the key), or 404 (the path:
+    the base URL usually ends in /v1) refuse. Other answers pass: a transient failure
+    (429, 5xx) is the retry policy's to handle during the run."""
+    import httpx
+
+    env = os.environ if environ is None else environ
+    if why := unreachable(base_url, environ=env):
+        return why
+    key = env.get(api_key_env, "")
+    url = f"{base_url.rstrip('/')}/models"
+    try:
+        response = httpx.get(url, timeout=timeout_s, follow_redirects=True,
+                             headers={"Authorization": f"Bearer {key}"} if key else {})
+    except httpx.HTTPError as exc:
+        return f"GET {url} failed ({type(exc).__name__}: {exc})"
+    if response.status_code not in REFUSING_STATUSES:
+        return None
+    detail = _error_message(response.text)
+    if response.status_code == 404:
+        return (f"GET {url} answered HTTP 404 ({detail}): is the base URL right? An "
+                "OpenAI-compatible one usually ends in /v1")
+    sent = (f"with the key in {api_key_env}" if key else
+            f"with no key: {api_key_env} is not set" + (
+                "" if key_named else " (name the variable with --llm-api-key-env)"))
+    return f"GET {url} answered HTTP {response.status_code} ({detail}) {sent}"
+
+
+def _error_message(body: str) -> str:
+    """An error body's message in one line: OpenAI's `{"error": {"message": ...}}`, else the
+    start of the text; control characters dropped (it is shown on a terminal)."""
+    text = body
+    try:
+        data = json.loads(body)
+        error = data.get("error") if isinstance(data, dict) else None
+        text = str(error.get("message") if isinstance(error, dict) else error or data)
+    except ValueError:
+        pass
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line[:200] or "no body"
 
 
 def judge_endpoint(settings: Settings) -> tuple[Endpoint, RetryPolicy]:

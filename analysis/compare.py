@@ -23,7 +23,7 @@ from sqlmodel import col, select
 
 from a2rl.audit import flagged_run_ids
 from a2rl.store import Run, RunKind, Store
-from a2rl.store.outcome import end_kind, is_result, not_result_reason
+from a2rl.store.outcome import agent_label, end_kind, is_result, not_result_reason
 
 from .ledger_view import gain_per, gpu_hours
 from .published import published_line
@@ -74,6 +74,10 @@ class RunRow(BaseModel):
     #: the paper's and its harness's figures beside the run's (a paper-profile run with the
     #: figures' base model only; `analysis.published`); not a CSV column
     published: list[PublishedBeside] = Field(default_factory=list)
+    #: submissions refused before grading (`submissions` counts every one, `valid_submissions`
+    #: the graded), and why the agent failed or stopped at its own limit (`Run.agent_error`)
+    refused_submissions: int = 0
+    agent_error: str | None = None
 
 
 class Group(BaseModel):
@@ -125,6 +129,7 @@ def run_row(store: Store, run_id: str) -> RunRow:
                   improvement_note=s.improvement_note,
                   best_route=route_of.get(best) if best else None,
                   submissions=s.submissions_total, valid_submissions=s.submissions_valid,
+                  refused_submissions=s.submissions_refused, agent_error=s.agent_error,
                   budget_s=s.budget_s, budget_used_s=s.budget_used_s, end_kind=s.end_kind,
                   result=bool(s.result), final_note=s.final_note, published=s.published,
                   regraded=any(g.current for g in s.regrades),
@@ -317,20 +322,22 @@ def render_text(c: Comparison) -> str:
     def line(r: RunRow) -> str:
         run = r.run_id[:13] + ("!" if r.flagged else "")
         final = f(r.final) + ("^" if r.regraded else "")
-        return (f"{run:14} {r.task:10} {r.profile:7} {str(r.agent)[:12]:12} "
+        return (f"{run:14} {r.task:10} {r.profile:7} {agent_label(r.agent)[:12]:12} "
                 f"{(r.driver or '–')[:16]:16} {f(r.baseline):>8} {final:>8} "
                 f"{f(r.improvement, '+'):>8} {ci(r):17} {r.best_route or '–':14} "
-                f"{r.submissions:>4} {usd(r.cost_usd, r.cost_basis):>9} "
+                f"{r.valid_submissions:>6} {r.refused_submissions:>7} "
+                f"{usd(r.cost_usd, r.cost_basis):>9} "
                 f"{f(r.gain_per_gpu_hour, '+'):>9} {f(r.gain_per_dollar, '+'):>9}")
     head = (f"{'run':14} {'task':10} {'profile':7} {'agent':12} {'driver':16} {'baseline':>8} "
-            f"{'final':>8} {'improve':>8} {'paired 95% CI':17} {'route':14} subs "
+            f"{'final':>8} {'improve':>8} {'paired 95% CI':17} {'route':14} graded refused "
             f"{'cost $':>9} {'gain/GPUh':>9} {'gain/$':>9}")
     counted = [r for r in c.rows if r.counted]
     apart = [r for r in c.rows if not r.counted]
     out = [head] + [line(r) for r in counted]
     if apart:
         out += ["", f"not counted ({len(apart)}):"] + [
-            f"{line(r)}  ({r.not_counted})" for r in apart]
+            f"{line(r)}  ({r.not_counted}" + (f": {r.agent_error}" if r.agent_error else "")
+            + ")" for r in apart]
     notes = [counted_note(c)]
     if any(r.within_noise for r in c.rows):
         notes.append("~: the paired 95% interval of the improvement contains 0 (within noise)")
@@ -355,7 +362,7 @@ def render_text(c: Comparison) -> str:
         for i, g in enumerate(groups, 1):
             extra = "".join(f"; {n} {what}" for n, what in (
                 (g.without_final, "without a final score"), (g.flagged, "flagged")) if n)
-            out.append(f"{i:2}. {str(g.agent):12} {g.driver or '–':16} n={g.runs:<3} "
+            out.append(f"{i:2}. {agent_label(g.agent):12} {g.driver or '–':16} n={g.runs:<3} "
                        f"{f(g.improvement_mean, '+')}"
                        f"{'' if g.improvement_std is None else ' ± ' + f(g.improvement_std)}"
                        "  final "
@@ -363,7 +370,7 @@ def render_text(c: Comparison) -> str:
     left = [g for g in c.groups if g.not_counted]
     if left:
         out += ["", "runs not counted, per group:"]
-        out += [f"    {board_key(g.task, g.profile)} {str(g.agent)} {g.driver or '–'}: "
+        out += [f"    {board_key(g.task, g.profile)} {agent_label(g.agent)} {g.driver or '–'}: "
                 "not counted: " + ", ".join(f"{n} {why}" for why, n in g.not_counted.items())
                 for g in left]
     return "\n".join(out) + "\n"

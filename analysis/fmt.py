@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from a2rl.store.outcome import end_kind_words
+from a2rl.store.outcome import agent_label, end_kind_words
 
 from .published import published_line
 from .schema import (
@@ -131,10 +131,11 @@ def summary_rows(r: Report) -> list[tuple[str, str]]:
     """(label, plain text) rows of the summary table; `improvement` is the interval."""
     s = r.summary
     return [
-        ("task", s.task), ("agent", f"{s.agent or '–'} {s.agent_version or ''}".strip()),
+        ("task", s.task), ("agent", f"{agent_label(s.agent)} {s.agent_version or ''}".strip()),
         ("driver model", s.driver_model or "–"), ("base model", s.base_model or "–"),
         ("protocol", s.protocol), ("profile", s.profile),
         ("status", status_text(s)),
+        *([("agent error", s.agent_error)] if s.agent_error else []),
         ("budget used", f"{dur(s.budget_used_s)} of {dur(s.budget_s)}"),
         ("baseline (dev / test)", f"{num(s.baseline_dev)} / {num(s.baseline_test)}"),
         (f"best {r.trajectory.split}", f"{num(s.best_dev)} ({s.best_submission_id or '–'})"),

@@ -128,6 +128,7 @@ def build_summary(d: RunData, trajectory: Trajectory) -> Summary:
         driver_model=run.driver_model, base_model=run.base_model, protocol=run.protocol,
         profile=run.profile or "a2rl",
         status=run.status, end_reason=run.end_reason, budget_s=run.budget_s,
+        agent_status=run.agent_status, agent_error=run.agent_error,
         end_kind=str(kind) if (kind := end_kind(run)) else None, result=is_result(run),
         budget_used_s=min(used, run.budget_s) if used is not None else None,
         started_at=run.started_at.isoformat() if run.started_at else None,

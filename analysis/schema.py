@@ -21,7 +21,8 @@ from pydantic import BaseModel, Field
 # job's stored cause (`killed_by_signal`, `resource_limit`, `job_killed`, `interrupted`,
 # `job_lost`), and the optional `audit`; 1.5: `summary.published`; 1.6: the optional `ledger`;
 # 1.7: `summary.evaluation_config` (the run's frozen evaluation config), `summary.regrades`,
-# the ledger's `validations` and `validation_cpu_s`
+# `summary.agent_status`, `summary.agent_error`, the ledger's `validations` and
+# `validation_cpu_s`
 SCHEMA_VERSION = "1.7"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
@@ -113,6 +114,13 @@ class Summary(BaseModel):
                                              "older documents: a2rl)")
     status: str
     end_reason: str | None
+    agent_status: str | None = Field(None, description="how the agent's process ended, as "
+                                     "`a2rl run` saw it: finished, crashed, budget, "
+                                     "interrupted; null for a run made with `a2rl create` "
+                                     "(schema 1.7)")
+    agent_error: str | None = Field(None, description="why the agent failed or stopped at its "
+                                    "own limit: its last error line (an HTTP status, an option "
+                                    "error) or its turn limit (schema 1.7)")
     end_kind: str | None = Field(None, description="why the run ended: agent_finished, "
                                  "budget_exhausted, interrupted, agent_crashed or "
                                  "infrastructure; null while it runs (schema 1.4)")

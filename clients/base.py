@@ -26,6 +26,8 @@ from pydantic import BaseModel, Field
 
 from a2rl.store.ledger import SpendLimit
 
+from .options import AgentOptions
+
 if TYPE_CHECKING:
     from mcp import Client  # typing only: the CLI imports this module, and mcp costs 0.5 s
 
@@ -75,6 +77,9 @@ class Connector(Protocol):
     title: str
     kind: Literal["process", "inprocess"]
     experimental: bool
+    #: its options (`--agent-option KEY=VALUE`), typed: checked before a run is made
+    #: (`AgentOptions.parse`), documented in docs/agent-options.md
+    options_model: type[AgentOptions]
 
     def installed(self) -> bool: ...
 
@@ -87,8 +92,9 @@ class Connector(Protocol):
         ...
 
     def unreachable(self, options: dict[str, str]) -> str | None:
-        """Why an endpoint the agent needs does not answer, or None; checked before the run
-        is made (after `missing_config`)."""
+        """Why an endpoint the agent needs does not answer, or refuses the agent's
+        credentials (401, 403) or path (404), or None; checked before the run is made
+        (after `missing_config`)."""
         ...
 
     def parse_transcript(self, data: bytes) -> list[Message] | None:
@@ -131,6 +137,8 @@ class BaseConnector:
     experimental = False
     #: how to install it, shown by `a2rl agents` while it is not installed
     install_hint = ""
+    #: no options: any `--agent-option` is refused, naming none
+    options_model: type[AgentOptions] = AgentOptions
 
     def installed(self) -> bool:
         return True

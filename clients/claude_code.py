@@ -14,8 +14,11 @@ import json
 import os
 from typing import Any
 
+from pydantic import Field
+
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
+from .options import AgentOptions
 from .transcript import (
     MAX_TEXT,
     RECOGNIZE_LINES,
@@ -32,6 +35,20 @@ TOOL_TIMEOUT_MS = 120_000  # our tools long-poll up to 60 s; Claude Code's defau
 
 
 KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+
+
+class ClaudeCodeOptions(AgentOptions):
+    """Its key comes from the environment (`ANTHROPIC_API_KEY` or `ANTHROPIC_AUTH_TOKEN`) or
+    from these options; its private home holds no login."""
+
+    secret = frozenset({"anthropic_api_key", "anthropic_auth_token"})
+
+    anthropic_base_url: str = Field("", description="an Anthropic-compatible endpoint "
+                                    "(`ANTHROPIC_BASE_URL`); empty: Anthropic's")
+    anthropic_api_key: str = Field("", description="the key, over `ANTHROPIC_API_KEY` in "
+                                   "the environment")
+    anthropic_auth_token: str = Field("", description="a bearer token, over "
+                                      "`ANTHROPIC_AUTH_TOKEN` in the environment")
 
 
 def recognizes(docs: list[dict[str, Any]]) -> bool:
@@ -115,6 +132,7 @@ class ClaudeCodeConnector(CliConnector):
     name = "claude-code"
     title = "Claude Code"
     experimental = False
+    options_model = ClaudeCodeOptions
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
         """Its private home holds no login, so a key must come from us."""

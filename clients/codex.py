@@ -16,6 +16,7 @@ from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
+from .options import OpenAIProviderOptions
 from .transcript import (
     RECOGNIZE_LINES,
     Message,
@@ -31,6 +32,8 @@ BINARY = "codex"
 TOKEN_ENV = "A2RL_MCP_TOKEN"
 KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
 TOOL_TIMEOUT_S = 120  # our tools long-poll up to 60 s; Codex's default is 60 s
 # Built-in tools and helpers switched off under [features] (Codex 0.171).
 FEATURES_OFF = ("shell_tool", "unified_exec", "view_image", "apps", "plugins",
@@ -160,6 +163,7 @@ class CodexConnector(CliConnector):
     name = "codex"
     title = "Codex CLI"
     experimental = False
+    options_model = OpenAIProviderOptions
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
         """Codex's provider reads its key from `env_key`, which must be set."""

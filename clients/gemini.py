@@ -14,12 +14,27 @@ import json
 import os
 from typing import Any
 
+from pydantic import Field
+
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
+from .options import AgentOptions
 from .transcript import RECOGNIZE_LINES, Message, Usage, bare_tool, count, json_lines, text_of
 
 BINARY = "gemini"
 KEY_ENV = "GEMINI_API_KEY"
+
+
+class GeminiOptions(AgentOptions):
+    """API-key auth is selected in its settings: the key comes from `GEMINI_API_KEY` in the
+    environment or the option."""
+
+    secret = frozenset({"gemini_api_key"})
+
+    gemini_base_url: str = Field("", description="a Gemini-compatible endpoint "
+                                 "(`GOOGLE_GEMINI_BASE_URL`); empty: Google's")
+    gemini_api_key: str = Field("", description="the key, over `GEMINI_API_KEY` in the "
+                                "environment")
 TOOL_TIMEOUT_MS = 600_000  # per MCP request; our tools long-poll up to 60 s
 
 
@@ -108,6 +123,7 @@ class GeminiConnector(CliConnector):
     name = "gemini-cli"
     title = "Gemini CLI"
     experimental = False
+    options_model = GeminiOptions
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
         """API-key auth is selected in its settings, so the key must be set."""

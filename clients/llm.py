@@ -34,10 +34,12 @@ transport errors, 408/409/429/5xx, a body that is no chat completion) with `llm_
 and `llm_backoff_s` as the first wait (honouring Retry-After); other statuses, or retries running
 out, raise `LlmAgentError` with the status and the start of the body.
 
-Options (`AgentContext.options`, all strings): llm_base_url (required), llm_api_key_env
-(default OPENAI_API_KEY; without that variable no Authorization header is sent, for local
-servers), llm_max_turns, llm_tool_output_chars, llm_context_chars, llm_retries, llm_backoff_s,
-llm_timeout_s, llm_temperature (omitted unless given), llm_max_tokens (omitted unless given).
+Options: `LlmAgentOptions` (typed, checked before the run; docs/agent-options.md): llm_base_url
+(required), llm_api_key_env (default OPENAI_API_KEY; without that variable no Authorization
+header is sent, for local servers; a variable named explicitly must be set), llm_max_turns,
+llm_tool_output_chars, llm_context_chars, llm_retries, llm_backoff_s, llm_timeout_s,
+llm_temperature and llm_max_tokens (both omitted unless given). Before the run the endpoint
+gets one authenticated `GET /models`: 401, 403 or 404 refuse the run.
 
 `LlmConnector.transcript` records what happened, for the orchestrator to store
 (`recorded_transcript`, JSON lines that `parse_events` reads back for the viewer): one event per
@@ -56,6 +58,7 @@ with `spending_limit` (`limit_note` says which), so one response may go beyond i
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -70,6 +73,7 @@ from a2rl.llm import AsyncChatClient, Endpoint, RequestFailure, RetryPolicy
 from a2rl.store.ledger import SpendLimit
 
 from .base import AgentContext, BaseConnector
+from .options import AgentOptions, AgentOptionsError
 from .transcript import (
     RECOGNIZE_LINES,
     Message,
@@ -88,6 +92,34 @@ BUDGET_OVER_MARKERS = ("budget exhausted", "this run has ended")
 
 class LlmAgentError(RuntimeError):
     """A clear, user-facing failure of the llm loop (configuration or model endpoint)."""
+
+
+class LlmAgentOptions(AgentOptions):
+    """Our own loop over an OpenAI-compatible chat completions endpoint (`--model` names the
+    model it serves). `--llm-base-url` and `--llm-api-key-env` set the first two."""
+
+    llm_base_url: str = Field("", description="the endpoint, e.g. http://127.0.0.1:8000/v1 "
+                              "(required); checked before the run with an authenticated "
+                              "GET /models: 401, 403 and 404 refuse the run")
+    llm_api_key_env: str = Field("OPENAI_API_KEY", description="the variable holding the "
+                                 "endpoint's key; unset, no key is sent (local servers); "
+                                 "named explicitly, it must be set")
+    llm_max_turns: int = Field(200, ge=1, description="chat requests at most; a run stopped "
+                               "there ends as its budget's end (turn limit)")
+    llm_tool_output_chars: int = Field(8000, ge=200, description="each tool result is cut "
+                                       "to this many characters (head and tail kept)")
+    llm_context_chars: int = Field(100_000, ge=1000, description="the messages' size above "
+                                   "which the oldest tool outputs, then arguments, are elided")
+    llm_retries: int = Field(4, ge=0, description="retries of a transient failure (transport, "
+                             "408, 409, 429, 5xx)")
+    llm_backoff_s: float = Field(1.0, ge=0, description="the first wait before a retry "
+                                 "(doubling, or the server's Retry-After)")
+    llm_timeout_s: float = Field(600.0, gt=0, description="timeout of one request, and of "
+                                 "one tool call")
+    llm_temperature: float | None = Field(None, ge=0, description="sampling temperature; "
+                                          "empty: not sent (the server's default)")
+    llm_max_tokens: int | None = Field(None, ge=1, description="max_tokens of each request; "
+                                       "empty: not sent")
 
 
 class LlmOptions(BaseModel):
@@ -111,20 +143,17 @@ class LlmOptions(BaseModel):
         if not ctx.model:
             raise LlmAgentError("the llm agent needs a model: pass --model NAME (the model name "
                                 "the OpenAI-compatible endpoint serves)")
-        base = opts.get("llm_base_url", "").strip()
+        try:
+            given = LlmAgentOptions.parse("llm", opts)
+        except AgentOptionsError as exc:
+            raise LlmAgentError(f"invalid llm option: {exc}") from None
+        base = given.llm_base_url.strip()
         if not base:
             raise LlmAgentError("the llm agent needs an endpoint: set the llm_base_url option "
                                 "(e.g. http://127.0.0.1:8000/v1)")
-        known = {"llm_api_key_env": "api_key_env", "llm_max_turns": "max_turns",
-                 "llm_tool_output_chars": "tool_output_chars",
-                 "llm_context_chars": "context_chars", "llm_retries": "retries",
-                 "llm_backoff_s": "backoff_s", "llm_timeout_s": "timeout_s",
-                 "llm_temperature": "temperature", "llm_max_tokens": "max_tokens"}
-        values: dict[str, Any] = {k: opts[o] for o, k in known.items() if opts.get(o)}
-        try:
-            return cls(base_url=base.rstrip("/"), model=ctx.model, **values)
-        except ValueError as exc:
-            raise LlmAgentError(f"invalid llm option: {exc}") from exc
+        values = {name.removeprefix("llm_"): value for name, value in given
+                  if name not in ("llm_base_url",)}
+        return cls(base_url=base.rstrip("/"), model=ctx.model, **values)
 
     def endpoint(self) -> Endpoint:
         return Endpoint(base_url=self.base_url, model=self.model, api_key_env=self.api_key_env)
@@ -304,12 +333,14 @@ class LlmConnector(BaseConnector):
     name = "llm"
     title = "Built-in tool-calling loop over an OpenAI-compatible endpoint"
     kind: Literal["inprocess"] = "inprocess"
+    options_model = LlmAgentOptions
 
     def __init__(self) -> None:
         self.transcript: list[dict[str, Any]] = []
         self.stop_reason: str | None = None
         self.turns = 0
-        self.limit_note: str | None = None  # which spending limit stopped the loop
+        #: which limit stopped the loop: a spending limit, or its turn limit
+        self.limit_note: str | None = None
 
     def installed(self) -> bool:
         return True  # only needs the openai SDK, a dependency
@@ -328,19 +359,29 @@ class LlmConnector(BaseConnector):
         return events_usage(json_lines(data))
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
-        """A model and an endpoint; the key is optional (local servers take none)."""
+        """A model and an endpoint; the key is optional (local servers take none), unless
+        its variable is named explicitly (`llm_api_key_env`): then it must be set."""
         out = [] if model else ["--model NAME (the model the endpoint serves)"]
         if not options.get("llm_base_url", "").strip():
             out.append("--llm-base-url URL (an OpenAI-compatible endpoint, e.g. "
                        "http://127.0.0.1:8000/v1)")
+        named = options.get("llm_api_key_env", "").strip()
+        if named and not os.environ.get(named):
+            out.append(f"{named} in the environment (--llm-api-key-env {named} names it, and "
+                       "it is not set)")
         return out
 
     def unreachable(self, options: dict[str, str]) -> str | None:
-        """Checked before the run is made: the endpoint must answer (a2rl.llm.unreachable)."""
-        from a2rl.llm import unreachable
+        """Checked before the run is made: the endpoint answers, and accepts the key and
+        the path (`a2rl.llm.endpoint_refusal`: 401, 403, 404 refuse)."""
+        from a2rl.llm import endpoint_refusal
 
         base = options.get("llm_base_url", "").strip()
-        return unreachable(base) if base else None
+        if not base:
+            return None
+        env = options.get("llm_api_key_env", "").strip()
+        return endpoint_refusal(base, env or LlmAgentOptions().llm_api_key_env,
+                                key_named=bool(env))
 
     def version(self) -> str | None:
         return a2rl.__version__
@@ -362,6 +403,8 @@ class LlmConnector(BaseConnector):
         try:
             self.stop_reason = await self._loop(client, opts, llm, messages, known,
                                                 payload_tools, ctx.limits)
+            if self.stop_reason == "max_turns":  # its own limit, not the model's choice
+                self.limit_note = f"turn limit: stopped after {self.turns} turns (llm_max_turns)"
         except anyio.get_cancelled_exc_class():
             self.stop_reason = "cancelled"  # the orchestrator's deadline
             raise

@@ -22,6 +22,7 @@ from typing import Any
 
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, launch_path
+from .options import OpenAIProviderOptions
 from .transcript import RECOGNIZE_LINES, Message, arguments_of, bare_tool, json_lines, text_of
 
 BINARY = "opencode"
@@ -116,6 +117,7 @@ class OpenCodeConnector(CliConnector):
     name = "opencode"
     title = "OpenCode"
     experimental = False
+    options_model = OpenAIProviderOptions
 
     def missing_config(self, options: dict[str, str], model: str | None) -> list[str]:
         """Its provider is configured by us: it needs a model name and a key."""

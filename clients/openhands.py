@@ -32,8 +32,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from .base import SERVER_NAME, AgentContext, AgentLaunch
 from .npm_clis import CliConnector, cache_root, program_version
+from .options import AgentOptions
 from .transcript import Message, arguments_of, bare_tool, text_of
 
 BINARY = "openhands"
@@ -205,11 +208,24 @@ def parse_events(docs: list[dict[str, Any]]) -> list[Message]:
     return out
 
 
+class OpenHandsOptions(AgentOptions):
+    """`--model` is a LiteLLM name (`openai/NAME`, `anthropic/NAME`); the key comes from
+    `LLM_API_KEY` in the environment or the option."""
+
+    secret = frozenset({"llm_api_key"})
+
+    llm_base_url: str = Field("", description="the model's endpoint (`LLM_BASE_URL`), e.g. an "
+                              "OpenAI-compatible one for `openai/NAME`; empty: the "
+                              "provider's")
+    llm_api_key: str = Field("", description="the key, over `LLM_API_KEY` in the environment")
+
+
 class OpenHandsConnector(CliConnector):
     binary_name = BINARY
     name = "openhands"
     title = "OpenHands CLI"
     experimental = False
+    options_model = OpenHandsOptions
     install_hint = "scripts/openhands.sh (needs Python 3.12)"
 
     def installed(self) -> bool:

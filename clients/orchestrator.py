@@ -51,14 +51,47 @@ USAGE_POLL_S = 1.0
 STDERR_TAIL_LINES = 12  # of a crashed agent's stderr, shown to the user
 
 
+#: The most of an agent's error line the run keeps (`Run.agent_error`).
+AGENT_ERROR_CHARS = 300
+
+
+def error_line(text: str) -> str:
+    """An agent's error as the run stores it: its last non-blank line, bounded, with control
+    characters as visible escapes (the text is the agent's, or its endpoint's, and is shown
+    on terminals and pages)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    line = lines[-1].strip() if lines else text.strip()
+    safe = "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in line)
+    return safe[:AGENT_ERROR_CHARS]
+
+
+def returned_end(limit_note: str | None) -> tuple[AgentStatus, str | None]:
+    """How an in-process agent that returned ended, and the error line the run keeps: at a
+    limit (`limit_note`: a spending limit, or its own turn limit, which is also kept as its
+    `agent_error`) the run ended as its budget's end, not as the agent's choice; else it
+    finished by itself."""
+    if not limit_note:
+        return AgentStatus.finished, None
+    own = limit_note.startswith("turn limit")
+    return AgentStatus.budget, (error_line(limit_note) if own else None)
+
+
 class RunSummary(BaseModel):
+    """What `a2rl run` prints when a run ends: what `a2rl show` says of it."""
+
     run_id: str
     task: str
     agent: str | None = None
     agent_status: str | None = None
+    #: why the agent stopped when it failed or hit its own limit (`Run.agent_error`)
+    agent_error: str | None = None
+    end_reason: str | None = None
     baseline_score: float | None
     best_score: float | None
+    #: the final submission's test score; None without one (`final_note` says why), as
+    #: `a2rl show` gives it (the store's final_score holds the baseline's then)
     final_score: float | None
+    final_note: str | None = None
     submissions: int
     tool_calls: int
     revisions: int
@@ -141,19 +174,21 @@ def _agent(opts: RunConfig) -> str:
 
 def check_options(opts: RunConfig, connector: Connector | None = None) -> None:
     """Refuse what would fail only after the run was made and its baseline scored: an unknown
-    agent or task, an agent not installed or missing its key, a dead endpoint (a bad budget
-    or any other bad knob never made a `RunConfig`). Raises KeyError, ValueError or
-    RuntimeError with a one-line message."""
+    agent or task, an unknown option or a value of the wrong type, an agent not installed or
+    missing its key, an endpoint that does not answer or refuses the key (a bad budget or any
+    other bad knob never made a `RunConfig`). Raises KeyError, ValueError or RuntimeError
+    with a one-line message."""
     from a2rl.tasks import get_task
 
     opts = opts.with_task(DEFAULT_TASK)
     connector = connector or get_connector(_agent(opts))
+    connector.options_model.parse(_agent(opts), opts.agent_options)  # AgentOptionsError
     if not connector.installed():
         raise RuntimeError(f"agent {opts.agent!r} is not installed (see a2rl agents)")
     if missing := connector.missing_config(opts.agent_options, opts.driver_model):
         raise RuntimeError(f"agent {opts.agent!r} needs {'; '.join(missing)}")
     if why := connector.unreachable(opts.agent_options):
-        raise RuntimeError(f"agent {opts.agent!r} can't reach its endpoint: {why}")
+        raise RuntimeError(f"agent {opts.agent!r} cannot use its endpoint: {why}")
     get_task(opts.task_id)
 
 
@@ -164,7 +199,8 @@ class Orchestrator:
         progress is off: an agent's crash and its last stderr lines."""
         self.settings, self.store, self.say = settings, store, say
         self.warn = warn or say
-        self.limit_note: str | None = None  # the spending limit that stopped the agent
+        self.limit_note: str | None = None  # the spending or turn limit that stopped it
+        self.agent_error: str | None = None  # why the agent failed, or its own limit
 
     def run(self, opts: RunConfig, connector: Connector | None = None) -> RunSummary:
         """Run `opts` (its agent driving, or `connector`: a replay's, which no user names)
@@ -191,7 +227,7 @@ class Orchestrator:
             model = opts.driver_model or "the driver model"
             self.warn(f"--max-cost: model_prices has no price for {model}: only a cost the "
                       "agent reports counts against it")
-        self.limit_note = None
+        self.limit_note = self.agent_error = None
         ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,
                            endpoint=McpEndpoint(url="", token=created.token),
                            model=opts.driver_model, budget_s=run.budget_s,
@@ -211,14 +247,16 @@ class Orchestrator:
             with interrupt.holding(self.warn):
                 if status == AgentStatus.interrupted and signum is None:
                     signum = interrupt.received()
-                self._update(run.id, agent_status=status, agent_exit_code=code)
+                self._update(run.id, agent_status=status, agent_exit_code=code,
+                             agent_error=self.agent_error)
                 reason = {AgentStatus.finished: "agent finished",
                           AgentStatus.budget: "budget exhausted" + (
                               f" ({self.limit_note})" if self.limit_note else ""),
                           AgentStatus.crashed: f"agent crashed (exit {code})",
                           AgentStatus.interrupted: interrupt.reason(signum)}.get(status, status)
-                self.say(f"finalizing ({reason}): the best submission is scored on the test "
-                         "split")
+                self.say(f"finalizing ({reason}): " + (
+                    "the best submission is scored on the test split"
+                    if self._submitted(run.id) else "no submission, so no final score"))
                 finish_run(self.settings, self.store, run.id, reason=reason)
                 record_driver(self.settings, self.store, run.id)
         summary = self.summary(run.id, started)
@@ -240,13 +278,16 @@ class Orchestrator:
             try:
                 async with Client(stdio_params(self.settings, run.id), mode="legacy") as client:
                     await connector.run(client, ctx)
-                # an in-process agent that stopped at a spending limit says which (`llm`)
+                # an in-process agent that stopped at a spending limit or at its own turn
+                # limit says which (`llm`): the run ended as its budget's end, not by choice
                 self.limit_note = getattr(connector, "limit_note", None)
-                status = (AgentStatus.budget if self.limit_note else AgentStatus.finished, 0)
+                ended, self.agent_error = returned_end(self.limit_note)
+                status = (ended, 0)
             except Exception as exc:
                 while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
                     exc = exc.exceptions[0]  # type: ignore[assignment]
                 self.warn(f"agent failed: {exc}")
+                self.agent_error = error_line(str(exc) or type(exc).__name__)
                 status = (AgentStatus.crashed, 1)
         if transcript := connector.recorded_transcript():
             self._update(run.id, agent_transcript_sha=self.store.put_blob(transcript))
@@ -291,6 +332,8 @@ class Orchestrator:
                                      agent_stderr_sha=self.store.put_blob(stderr))
         if status[0] == AgentStatus.crashed:
             tail = stderr_tail(stderr)
+            self.agent_error = error_line(tail[-1]) if tail else \
+                f"exit {status[1]}, nothing on stderr"
             self.warn(f"agent crashed (exit {status[1]})" + (
                 "; the last lines of its stderr:\n" + "\n".join(f"  | {t}" for t in tail)
                 if tail else "; it wrote nothing on stderr"))
@@ -316,6 +359,11 @@ class Orchestrator:
                 self.limit_note = why
                 raise subprocess.TimeoutExpired(proc.args, 0)
 
+    def _submitted(self, run_id: str) -> bool:
+        with self.store.session() as s:
+            return s.exec(select(Submission.id).where(Submission.run_id == run_id)).first() \
+                is not None
+
     def _update(self, run_id: str, **fields: Any) -> None:
         with self.store.session() as s:
             run = s.get(Run, run_id)
@@ -336,8 +384,10 @@ class Orchestrator:
                                     for e in failed))
         return RunSummary(
             run_id=run.id, task=run.task_id, agent=run.agent, agent_status=run.agent_status,
+            agent_error=run.agent_error, end_reason=run.end_reason,
             baseline_score=run.baseline_test, best_score=best[1].score if best else None,
-            final_score=run.final_score, submissions=counts["submissions"],
+            final_score=counts.get("final_score"), final_note=counts.get("final_note"),
+            submissions=counts["submissions"],
             tool_calls=counts["tool_calls"], revisions=counts["revisions"],
             seconds=round(time.monotonic() - started, 1), submissions_failed=len(failed),
             grading_errors=errors[:3])

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from mcp import Client
+from pydantic import Field
 
 from .base import AgentContext, BaseConnector
+from .options import AgentOptions
 
 Say = Callable[[str], None]
 #: SFT settings for the demonstrations of an interactive task (longer prompts, fewer rows).
@@ -144,6 +146,18 @@ class ReferenceAgent:
         return {"sft": first_score, "grpo": second_score}
 
 
+class ReferenceOptions(AgentOptions):
+    """Extra arguments for its scripts (fewer steps on a small task) and where it stops."""
+
+    sft_args: str = Field("", description="arguments added to `python code/sft.py` (e.g. "
+                          "`--steps 5 --batch 4`)")
+    grpo_args: str = Field("", description="arguments added to its GRPO script (e.g. "
+                           "`--steps 1 --prompts 2`)")
+    stages: Literal["sft", "sft+grpo"] = Field("sft+grpo", description="sft: stop after the "
+                                               "SFT submission; sft+grpo: GRPO on top, "
+                                               "submitted again")
+
+
 class ReferenceConnector(BaseConnector):
     """`--agent reference`: the scripted agent above, run in-process. It keeps no transcript
     (its plan is fixed; the server's tool calls are the record) and reports its progress
@@ -152,6 +166,7 @@ class ReferenceConnector(BaseConnector):
     name = "reference"
     title = "Reference agent (scripted, deterministic)"
     kind = "inprocess"
+    options_model = ReferenceOptions
 
     def version(self) -> str | None:
         from a2rl import __version__
@@ -161,6 +176,6 @@ class ReferenceConnector(BaseConnector):
     async def run(self, client: Client, ctx: AgentContext) -> None:
         # extra script arguments (e.g. fewer steps on a fixture-sized task); stages=sft
         # stops after the SFT submission
-        await ReferenceAgent(client, ctx.say, sft_args=ctx.options.get("sft_args", ""),
-                             grpo_args=ctx.options.get("grpo_args", ""),
-                             sft_only=ctx.options.get("stages") == "sft").run()
+        opts = ReferenceOptions.parse(self.name, ctx.options)
+        await ReferenceAgent(client, ctx.say, sft_args=opts.sft_args, grpo_args=opts.grpo_args,
+                             sft_only=opts.stages == "sft").run()

@@ -6,6 +6,11 @@ the copies of runs whose record is gone, and the sandbox control folders of fini
 The workspace volumes of finished runs are detached (`finish_run` does it already; here for the
 runs of older versions and those a kept container held), and the loop devices of deleted
 workspace images are freed (their files stay in `workspace.img`).
+
+A run folder the store does not know (a create that died before writing its row, a store
+replaced under an old home) is removed once it is older than the grace period and no live
+process is making it (`maker`, the file `create_run` writes until the row exists); its volume
+is detached first, and a folder whose volume stays mounted is left.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 
 from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
+from a2rl.store.owners import owner_gone
 from a2rl.tools.sandbox import volume
 
 
@@ -49,11 +56,45 @@ class _Freed:
         return sum(size for links, nlink, size in self._seen.values() if links >= nlink)
 
 
-def collect_garbage(settings: Settings, store: Store, include_final: bool = False) -> dict:
+#: How old an unknown run folder must be before `a2rl gc` removes it (`--grace`).
+ORPHAN_GRACE_S = 3600.0
+
+
+def _orphan_folders(runs_dir: Path, known: set[str], grace_s: float) -> list[Path]:
+    """Run folders under `runs_dir` the store does not know, older than `grace_s`, that no
+    live process is making (its `maker` file names a process of this host that is gone, or
+    there is none: a folder of an older version)."""
+    from .run.lifecycle import MAKER_FILE
+
+    out = []
+    now = time.time()
+    for folder in sorted(runs_dir.glob("r-*")) if runs_dir.is_dir() else []:
+        if folder.name in known or folder.is_symlink() or not folder.is_dir():
+            continue
+        maker = folder / MAKER_FILE
+        try:
+            newest = max(p.lstat().st_mtime for p in (folder, maker) if p.exists())
+            owner = maker.read_text().strip() if maker.is_file() else None
+        except OSError:
+            continue
+        if now - newest >= grace_s and (owner is None or owner_gone(owner)):
+            out.append(folder)
+    return out
+
+
+def collect_garbage(settings: Settings, store: Store, include_final: bool = False,
+                    grace_s: float = ORPHAN_GRACE_S) -> dict:
     with store.session() as s:
         runs = {r.id: r for r in s.exec(select(Run)).all()}
     removed: list[str] = []
     freed = _Freed()
+    for folder in _orphan_folders(settings.runs_dir, set(runs), grace_s):
+        if volume.detach(folder, folder / "workspace", wait_s=2) or \
+                os.path.ismount(folder / "workspace"):
+            continue  # something still holds its volume: left for a later gc
+        freed.add(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
     checkpoints = settings.home_dir / "checkpoints"
     for run_dir in sorted(checkpoints.glob("*")) if checkpoints.exists() else []:
         run = runs.get(run_dir.name)

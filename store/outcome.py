@@ -113,6 +113,19 @@ def shown_final(run: Run, submissions: int) -> tuple[float | None, str | None]:
     return None, "no graded submission"
 
 
+#: How a view names the agent of a run made with `a2rl create`: an agent that connected by
+#: itself, which a2rl neither started nor knows the name of.
+EXTERNAL_AGENT = "external"
+
+
+def agent_label(agent: str | None, kind: str | None = "agent") -> str:
+    """The agent a table shows for a run: its name, "external" for a run made with `a2rl
+    create`, "replay" for a replay of another run's recipe (`Run.kind`)."""
+    if agent:
+        return agent
+    return "replay" if kind == "replay" else EXTERNAL_AGENT
+
+
 def end_kind_words(kind: EndKind | str | None) -> str:
     """A kind as a few words for a table ("agent crashed"); "-" for none."""
     return END_KIND_WORDS.get(EndKind(kind), str(kind)) if kind else "-"

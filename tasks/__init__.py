@@ -8,6 +8,7 @@ entry-point group (docs/adding-a-task.md).
 
 from .base import ItemResult, Messages, Split, Task, TaskScore, copy_tree_readonly
 from .base_models import resolve_base_model
+from .data_status import DataStatus, TaskDataError
 from .hidden_seed import secret_seed, seed_digest
 from .options import OptionsError, TaskOptions, parse_assignments
 from .registry import get_task, list_tasks, register, task_ids, task_load_errors
@@ -15,8 +16,9 @@ from .spec import GraderSettings, SplitInfo, TaskSpec
 from .tiny_model import ensure_base_model
 
 __all__ = [
-    "GraderSettings", "ItemResult", "Messages", "OptionsError", "Split", "SplitInfo", "Task",
-    "TaskOptions", "TaskScore", "TaskSpec", "copy_tree_readonly", "ensure_base_model",
-    "get_task", "list_tasks", "parse_assignments", "register", "resolve_base_model",
-    "secret_seed", "seed_digest", "task_ids", "task_load_errors",
+    "DataStatus", "GraderSettings", "ItemResult", "Messages", "OptionsError", "Split",
+    "SplitInfo", "Task", "TaskDataError", "TaskOptions", "TaskScore", "TaskSpec",
+    "copy_tree_readonly", "ensure_base_model", "get_task", "list_tasks", "parse_assignments",
+    "register", "resolve_base_model", "secret_seed", "seed_digest", "task_ids",
+    "task_load_errors",
 ]

@@ -25,15 +25,18 @@ from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
 from a2rl.settings import Settings
 
 from .base_models import resolve_base_model
+from .data_status import DataStatus, TaskDataError, check_sizes
+from .hub import BaseModelUnavailable
 from .improvement import IntervalResult, Scored, proportion_interval
 from .options import TaskOptions, check_keys
 from .profiles import PAPER_BUDGET, TOY_PAPER_NOTE, check_profile
-from .spec import GraderSettings, TaskSpec
+from .spec import GraderSettings, SplitInfo, TaskSpec
 
 if TYPE_CHECKING:
     from a2rl.grading.seam import GenerationEngine
 
-__all__ = ["ItemResult", "Messages", "Split", "Task", "TaskScore", "copy_tree_readonly"]
+__all__ = ["ItemResult", "Messages", "Split", "Task", "TaskDataError", "TaskScore",
+           "copy_tree_readonly"]
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,26 @@ class Task(ABC):
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """A hidden split. Never written into a workspace."""
 
+    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits this installation's data give a run, read from the data
+        (`a2rl.tasks.data_status`); this default, for data generated from a seed or shipped
+        with the package, is the spec's. Raises `TaskDataError` (one line) when the data are
+        missing or not in the task's schema."""
+        return dict(self.spec.splits)
+
+    def check_data(self, settings: Settings) -> dict[str, SplitInfo]:
+        """`splits`, refused in one line (`TaskDataError`) when a split a run needs is empty:
+        checked before a run is made, so that nothing is created for data that cannot
+        make one."""
+        splits = self.splits(settings)
+        check_sizes(self.spec.id, splits, "this installation")
+        return splits
+
+    def data_status(self, settings: Settings) -> DataStatus:
+        """The data on this installation, as `a2rl tasks` lists them: cheap and offline (no
+        download). This default: generated or shipped data, the spec's splits."""
+        return DataStatus(state="generated", splits=dict(self.spec.splits))
+
     def hidden_split_identity(self, settings: Settings) -> str | None:
         """What makes this installation's hidden splits differ from another's with the same
         task, version and options: None where the data fixes them (the default); a digest of
@@ -221,10 +244,24 @@ class Task(ABC):
                 or settings.base_model or self.spec.default_base_model)
 
     def base_model_dir(self, settings: Settings) -> Path:
-        """The cached base model (built or fetched on first use)."""
-        return resolve_base_model(self.base_model_name(settings), settings)
+        """The cached base model (built or fetched on first use). Not available, the one
+        line says which option gives the task another: `-T base_model=`, and for a task that
+        reads its data from the hub, the `data_dir` it will need next offline."""
+        try:
+            return resolve_base_model(self.base_model_name(settings), settings)
+        except BaseModelUnavailable as exc:
+            data = (f"; offline, {self.spec.id} also needs its data in a folder: "
+                    f"-T data_dir=FOLDER" if "data_dir" in self.options_model.model_fields
+                    else "")
+            raise BaseModelUnavailable(
+                f"{exc} Or give {self.spec.id} a local model: -T base_model=/path/to/model "
+                f"(tiny-llama: the embedded tiny model){data} (a2rl tasks {self.spec.id})"
+            ) from None
 
-    def task_md(self) -> str:
+    def task_md(self, settings: Settings | None = None) -> str:
+        """TASK.md as the agent reads it. Without settings, the spec's description (the
+        full data's splits); a task whose sizes depend on the data writes them from
+        `splits(settings)`, so that a run's TASK.md states what that run has."""
         return self.spec.description
 
     def prepare_workspace(
@@ -238,7 +275,7 @@ class Task(ABC):
         Pass `link_base_model=True` only when the sandbox guarantees read-only mounts.
         """
         workspace.mkdir(parents=True, exist_ok=True)
-        (workspace / TASK_FILE).write_text(self.task_md())
+        (workspace / TASK_FILE).write_text(self.task_md(settings))
         for name in WRITABLE_DIRS:
             (workspace / name).mkdir(exist_ok=True)
         data = workspace / DATA

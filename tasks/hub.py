@@ -66,8 +66,7 @@ def ensure_hub_model(
         raise BaseModelUnavailable(
             f"base model {repo_id!r} is not cached in {dest} and could not be fetched from the "
             f"Hugging Face hub ({type(exc).__name__}: {reason}). "
-            "Connect to the hub (and log in for gated models) or point the task at a local "
-            "directory with A2RL_BASE_MODEL=/path/to/model."
+            "Connect to the hub (and log in for gated models)."
         ) from None
     if not (partial / "config.json").is_file():
         raise BaseModelUnavailable(f"hub snapshot of {repo_id!r} has no config.json: "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from a2rl import __version__
 from a2rl.clients.base import AgentContext, AgentLaunch, BaseConnector
 from a2rl.clients.claude_code import ClaudeCodeConnector
+from a2rl.clients.options import AgentOptions
 from a2rl.clients.registry import AGENTS
 from a2rl.clients.transcript import Usage
 
@@ -37,8 +38,18 @@ class Crashes(ScriptAgent):
     script = "echo 'something went wrong' >&2; exit 3"
 
 
+class SnoopOptions(AgentOptions):
+    """What `Snoops` tries to read (each passed to its script as a variable)."""
+
+    SNOOP_DB: str = ""
+    SNOOP_HOME_FILE: str = ""
+    SNOOP_OTHER_RUN: str = ""
+
+
 class Snoops(ScriptAgent):
     """Tries to read what an agent must never see; prints LEAK for anything it could."""
+
+    options_model = SnoopOptions
 
     script = "\n".join([
         'for f in "$@"; do :; done',

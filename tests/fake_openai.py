@@ -13,7 +13,9 @@ each request gets the script's next step. A step is
 
 `fail(status, times, retry_after=None)` makes the next requests fail with that status (and a
 `Retry-After` header when given) before the script goes on; `fail(200)` is a 200 whose body is no
-chat completion.
+chat completion. With `api_key`, every request without that bearer key gets OpenAI's 401
+("Incorrect API key provided"). `GET /v1/models` lists the model, as OpenAI's API does (the
+`llm` agent's check before a run).
 Every request body, its headers and every tool call issued are recorded. When the script runs
 out the server answers a final text and sets `overrun`.
 
@@ -95,7 +97,8 @@ class FakeOpenAI:
     """The server; use as a context manager. `base_url` ends in /v1."""
 
     def __init__(self, steps: list[Step], model: str = "fake-model",
-                 cost: float | None = None) -> None:
+                 cost: float | None = None, api_key: str | None = None) -> None:
+        self.api_key = api_key
         self.steps = list(steps)
         self.cost = cost  # USD per response, as `usage.cost` (as OpenRouter reports it)
         self.model = model
@@ -200,7 +203,27 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _refused_key(self) -> bool:
+                """OpenAI's answer to a missing or wrong key, when the server has one."""
+                sent = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                if fake.api_key is None or sent == fake.api_key:
+                    return False
+                self._send(401, {"error": {
+                    "message": "Incorrect API key provided: " + (sent[:3] + "***" if sent
+                                                                 else "none"),
+                    "type": "invalid_request_error", "code": "invalid_api_key"}})
+                return True
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path.rstrip("/") != "/v1/models":
+                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                elif not self._refused_key():
+                    self._send(200, {"object": "list", "data": [
+                        {"id": fake.model, "object": "model", "owned_by": "fake"}]})
+
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                if self._refused_key():
+                    return
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     self._send(404, {"error": {"message": f"no route {self.path}"}})
                     return

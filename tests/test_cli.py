@@ -86,6 +86,9 @@ def test_create_show_runs_finish(tmp_path: Path, baseline_rows: list,  # noqa: F
     assert said.returncode == 0 and said.stdout.strip() == (
         f"run {other} finished (finished by a2rl finish; agent finished): no final score "
         f"(no submission), baseline test {baseline:.3f}"), said.stdout
+    again = _a2rl(tmp_path, "finish", other)  # nothing to do: it says so, and when it ended
+    assert again.returncode == 0 and again.stdout.startswith(
+        f"run {other} had already finished at "), again.stdout
     assert created["token"].startswith("a2rl_") and created["budget_s"] == 600
     run_id = created["run_id"]
     shown = json.loads(_a2rl(tmp_path, "show", run_id, "--json").stdout)

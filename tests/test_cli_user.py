@@ -408,7 +408,7 @@ def test_runs_table_filters_and_json(listed: tuple[Path, Store]) -> None:
                                         .stdout)] == ["r-aaaa"]
     limited = cli(home, "runs", "--limit", "1")
     assert len(limited.stdout.splitlines()) == 2 and "2 older runs" in limited.stderr
-    assert cli(home, "runs", "--agent", "nobody").stdout.startswith("no runs match")
+    one_line_error(cli(home, "runs", "--agent", "nobody"), "no runs match")  # exit 2
     row = next(x for x in json.loads(cli(home, "runs", "--json").stdout) if x["id"] == "r-aaaa")
     shown = json.loads(cli(home, "show", "r-aaaa", "--json").stdout)
     assert {k: shown[k] for k in row} == row

@@ -219,6 +219,8 @@ async def test_max_turns(settings, store: Store, run: Run, tmp_path: Path) -> No
     steps: list[Step] = [Call("budget_status") for _ in range(5)]
     agent, fake = await drive(settings, store, run, steps, tmp_path, llm_max_turns="3")
     assert agent.stop_reason == "max_turns" and len(fake.requests) == 3
+    # its own limit, which the orchestrator records as the budget's end, not its finish
+    assert agent.limit_note == "turn limit: stopped after 3 turns (llm_max_turns)"
 
 
 def test_connector_attributes() -> None:

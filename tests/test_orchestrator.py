@@ -56,7 +56,9 @@ def test_agent_that_never_stops_is_stopped_at_the_deadline(settings, store: Stor
     assert run.status == "finished" and run.end_reason == "budget exhausted"
     assert run.end_kind == "budget_exhausted"  # stored when it closed
     assert store.get_blob(run.agent_transcript_sha).strip() == b"started"
-    assert summary.final_score == summary.baseline_score  # no submission: the baseline
+    # no submission: no final score, as `a2rl show` says (the row's final_score: the baseline)
+    assert summary.final_score is None and summary.final_note == "no submission"
+    assert run.final_score == summary.baseline_score
 
 
 def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> None:  # type: ignore[no-untyped-def]
@@ -70,8 +72,50 @@ def test_crashing_agent_finalizes_at_the_baseline(settings, store: Store) -> Non
     assert "crashed" in run.end_reason and run.final_score == run.baseline_test
     assert run.end_kind == "agent_crashed"  # stored when it closed: not a result
     assert b"something went wrong" in store.get_blob(run.agent_stderr_sha)
-    # the user sees why, not only "agent crashed (exit 3)"
+    # the user sees why, not only "agent crashed (exit 3)", and so does the record
     assert any("exit 3" in w and w.endswith("| something went wrong") for w in warned), warned
+    assert run.agent_error == summary.agent_error == "something went wrong"
+
+
+def test_an_agent_its_endpoint_refuses_crashes_and_every_view_says_why(
+        settings, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The endpoint accepts the check before the run (GET /models) and refuses the chat
+    requests with 401: the run is recorded as crashed with the endpoint's answer, which
+    `a2rl show`, the report, the viewer and compare's runs not counted all show, and
+    `a2rl run` exits 1 with it."""
+    import typer
+    from starlette.testclient import TestClient
+    from typer.testing import CliRunner
+
+    from a2rl.analysis import build_report, compare, render, render_text
+    from a2rl.analysis.web.app import create_app
+    from a2rl.cli import app
+    from a2rl.cli.lifecycle import exit_on_agent_crash
+
+    from .fake_openai import FakeOpenAI
+
+    with FakeOpenAI(["done"]) as fake:
+        fake.fail(401, times=20)
+        summary = run_agent(settings, store, "llm", driver_model="m", agent_options={
+            "llm_base_url": fake.base_url, "llm_retries": "0"})
+    assert summary.agent_status == "crashed" and summary.final_score is None
+    assert "HTTP 401: " in (summary.agent_error or "") and "injected 401" in summary.agent_error
+    with store.session() as s:
+        run = s.get(Run, summary.run_id)
+    assert run.agent_error == summary.agent_error and run.end_kind == "agent_crashed"
+    with pytest.raises(typer.Exit) as exc:
+        exit_on_agent_crash(summary)
+    assert exc.value.exit_code == 1
+    env = {k: None for k in os.environ if k.startswith("A2RL_")}
+    env.update(A2RL_HOME=str(settings.home), A2RL_DB_URL=settings.database_url)
+    shown = CliRunner().invoke(app, ["show", run.id], env=env).stdout
+    assert "agent error" in shown and "HTTP 401" in shown and "final (test)     - (no " \
+        "submission)" in shown
+    assert "agent error" in render(build_report(store, run.id), "md")
+    page = TestClient(create_app(settings.database_url)).get(f"/run/{run.id}").text
+    assert 'class="agent-error"' in page and "HTTP 401" in page
+    text = render_text(compare(store, run_ids=[run.id]))
+    assert f"(agent crashed: {summary.agent_error})" in text
 
 
 def test_run_options_reach_the_run(settings, store: Store) -> None:  # type: ignore[no-untyped-def]

@@ -352,7 +352,7 @@ def test_agents_are_asked_their_versions_at_once_and_listed_in_order(
 def test_an_agent_lacking_a_declared_member_is_named_one_line() -> None:
     from a2rl.clients.registry import AGENTS, get_connector
 
-    class Bare:  # the pre-declaration shape: no missing_config, unreachable, parse_transcript
+    class Bare:  # the pre-declaration shape: no options_model, missing_config, unreachable...
         name, title, kind, experimental = "bare", "Bare", "process", False
 
         def installed(self) -> bool:
@@ -375,8 +375,8 @@ def test_an_agent_lacking_a_declared_member_is_named_one_line() -> None:
         AGENTS.unregister("bare")
         AGENTS.unregister("quiet")
     assert "\n" not in str(err.value) and "BaseConnector" in str(err.value)
-    assert ("lacks missing_config, unreachable, parse_transcript, transcript_usage, prepare ("
-            in str(err.value))
+    assert ("lacks options_model, missing_config, unreachable, parse_transcript, "
+            "transcript_usage, prepare (" in str(err.value))
     assert "lacks run (" in str(quiet.value)
 
 
@@ -461,7 +461,8 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     summary = json.loads(run.stdout)
     assert summary["task"] == "echo" and summary["agent"] == "idle"
     assert summary["baseline_score"] is not None and summary["submissions"] == 0
-    assert summary["final_score"] == summary["baseline_score"]  # nothing submitted
+    # nothing submitted: no final score, as `a2rl show` says (not the baseline's)
+    assert summary["final_score"] is None and summary["final_note"] == "no submission"
     assert summary["tool_calls"] >= 2, (summary, run.stderr)  # read_file, budget_status
     shown = json.loads(_a2rl(plugin_env, home, "show", summary["run_id"], "--json").stdout)
     assert shown["status"] == "finished" and shown["task_id"] == "echo"

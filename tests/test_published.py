@@ -16,7 +16,7 @@ import pytest
 from a2rl.analysis import SCHEMA_PATH, build_report, compare, render, render_csv, render_json
 from a2rl.analysis import render_text as compare_text
 from a2rl.analysis.published import beside, published_line
-from a2rl.analysis.schema import PublishedBeside
+from a2rl.analysis.schema import SCHEMA_VERSION, PublishedBeside
 from a2rl.store import Evaluation, Run, Store, Submission
 from a2rl.tasks import get_task
 from a2rl.tasks.published import published_figures
@@ -116,7 +116,7 @@ def store(tmp_path: Path) -> Store:
 
 def test_report_carries_the_published_baseline_of_a_paper_run(store: Store) -> None:
     rep = build_report(store, "paper1")
-    assert rep.schema_version == "1.7"
+    assert rep.schema_version == SCHEMA_VERSION
     assert [(p.kind, p.published, p.measured) for p in rep.summary.published] == [
         ("baseline", 0.2161, 0.205)]
     doc = json.loads(render(rep, "json"))

@@ -207,7 +207,10 @@ def test_prepare_workspace_writes_sft_ready_train(tmp_path: Path) -> None:
     assert len(rows) == len(task.train_items(settings))
     assert {"prompt", "answer", "messages", "question", "target"} <= set(rows[0])
     assert (tmp_path / "ws" / "base_model" / "config.json").is_file()
-    assert "Question: <question>" in (tmp_path / "ws" / "TASK.md").read_text()
+    md = (tmp_path / "ws" / "TASK.md").read_text()
+    assert "Question: <question>" in md
+    # the sizes this run's data give (the fixture's 12 train rows: 9 and 3), not the hub's
+    assert f"{len(rows)} training problems" in md and "Hidden dev (feedback): 3 problems" in md
 
 
 # --- the paper profile (OpenCompass gsm8k_gen_1d7fe4, as the reference harness runs it) ------

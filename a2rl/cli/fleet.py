@@ -11,6 +11,7 @@ from a2rl.cli import context
 from a2rl.cli.errors import fail
 from a2rl.cli.options import BACKENDS, PROFILES, JsonFlag, choices, key_values, task_options
 from a2rl.cli.output import echo, print_json
+from a2rl.cli.preflight import check_run
 from a2rl.settings import Settings
 
 
@@ -76,6 +77,13 @@ def fleet(
     settings = context.settings()
     plan.task_options = _fleet_task_options(plan.tasks, plan.task_options, task_option,
                                             settings, plan.profile)
+    # what `a2rl run` checks before a run, once per task, agent and model, before Ray starts;
+    # on a remote cluster only the agents' options (the nodes check the rest, the same way)
+    checked: set[tuple[str, str | None, str | None]] = set()
+    for config in plan.runs():
+        if (key := (config.task_id, config.agent, config.driver_model)) not in checked:
+            checked.add(key)
+            check_run(settings, config, on_this_machine=address is None)
     store = context.store(settings)
     if address and store.dialect == "sqlite":
         echo("a2rl: warning: the store is a SQLite file, which nodes on other machines "

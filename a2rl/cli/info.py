@@ -9,7 +9,7 @@ import typer
 
 from a2rl.cli import context
 from a2rl.cli.errors import fail, message
-from a2rl.cli.options import PROFILES, JsonFlag, choices
+from a2rl.cli.options import PROFILES, JsonFlag, TaskOptionOpt, choices, task_options
 from a2rl.cli.output import echo, print_json
 from a2rl.settings import Settings, load_settings
 
@@ -20,15 +20,19 @@ def tasks(
     profile: Annotated[choices(*PROFILES) | None, typer.Option(
         help="show the evaluation settings in force under this profile (a2rl or paper)")
     ] = None,
+    task_option: TaskOptionOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List the tasks with their levels; with --profile, each task's evaluation settings;
-    with a task id, its options."""
+    """List the tasks with their levels and the splits this installation's data give; with
+    --profile, each task's evaluation settings; with a task id, its data and options (-T:
+    as a run with them would have them)."""
     from a2rl.tasks import list_tasks, task_load_errors
 
     if task_id is not None:
-        _print_task_options(task_id, as_json, profile)
+        _print_task_options(task_id, as_json, profile, task_option)
         return
+    if task_option:
+        fail("-T applies to one task: a2rl tasks TASK -T key=value")
 
     try:
         found = list_tasks(profile)
@@ -45,16 +49,32 @@ def tasks(
             echo(f"{doc.pop('task_id')} ({doc.pop('profile')} profile)")
             _print_profile_settings(doc)
         return
+    settings = context.settings()
+    statuses = {t.spec.id: t.data_status(settings) for t in found}  # offline, no download
     rows = [{"task_id": t.spec.id, "id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
              "default_budget": t.spec.default_budget,
-             "splits": {name: info.n_items for name, info in t.spec.splits.items()}}
+             "splits": {name: info.n_items for name, info in statuses[t.spec.id].splits.items()},
+             "data": statuses[t.spec.id].model_dump(exclude={"splits"})}
             for t in found]
     if as_json:
         print_json(rows)
         return
     for r in rows:
-        splits = ", ".join(f"{name} {n}" for name, n in r["splits"].items())
-        echo(f"{r['task_id']:12} level {r['level']}  {r['title']}  [{splits}]")
+        echo(f"{r['task_id']:12} level {r['level']}  {r['title']}  "
+                   f"[{statuses[r['task_id']].sizes()}]")
+        if (line := _data_line(statuses[r["task_id"]])) is not None:
+            echo(f"{'':12} {line}")
+    if any(not s.exact for s in statuses.values()):
+        echo("~: the full data's sizes; a run states its own (a2rl tasks TASK reads them)")
+
+
+def _data_line(status: Any) -> str | None:
+    """A task's data in one line, unless they are generated or shipped (nothing to say)."""
+    if status.state == "not_downloaded":
+        return f"not downloaded: {status.fetch}"
+    if status.state == "invalid":
+        return f"data unusable: {status.note}"
+    return f"data: {status.note}" if status.note else None
 
 
 def _print_profile_settings(doc: dict[str, Any]) -> None:
@@ -67,14 +87,16 @@ def _print_profile_settings(doc: dict[str, Any]) -> None:
         echo(f"  {key:16} {value}")
 
 
-def _print_task_options(task_id: str, as_json: bool, profile: str | None = None) -> None:
-    """`a2rl tasks <id>`: the task's options (name, type, default, description) and the
-    values now in force from config.toml and the deprecated settings; with --profile, first
-    the evaluation settings in force under that profile."""
+def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
+                        pairs: list[str] | None = None) -> None:
+    """`a2rl tasks <id>`: the splits its data give, the task's options (name, type, default,
+    description) and the values now in force from config.toml, the deprecated settings and
+    `-T`; with --profile, first the evaluation settings in force under that profile."""
     from a2rl.tasks import OptionsError, get_task
 
     try:
-        task = get_task(task_id, profile or "a2rl")
+        task = get_task(task_id, profile or "a2rl").with_options(
+            task_options(task_id, pairs, context.settings(), profile or "a2rl"))
     except KeyError as exc:
         fail(message(exc))
     evaluation = task.profile_settings(context.settings()) if profile is not None else None
@@ -85,12 +107,17 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None)
         fail(str(exc))
     for row in rows:
         row["value"] = current.get(row["name"])
+    data = _task_data(task, context.settings())
     if as_json:
         print_json({"task_id": task.spec.id, "id": task.spec.id, "title": task.spec.title,
-                    "options": rows}
+                    "options": rows, "data": data}
                    | ({"evaluation": evaluation} if evaluation is not None else {}))
         return
     echo(f"{task.spec.id}: {task.spec.title} (level {task.spec.level})")
+    echo(f"data: {data['line']}")
+    for name, split in data["splits"].items():
+        seen = "visible" if split["visible"] else "hidden"
+        echo(f"  {name:6} {split['n_items']:>6}  {seen:7} {split['source']}")
     if evaluation is not None:
         echo(f"evaluation ({evaluation.pop('profile')} profile):")
         evaluation.pop("task_id")
@@ -105,6 +132,26 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None)
         echo(f"      {note}")
         if row["value"] != row["default"]:
             echo(f"      now: {row['value']!r}")
+
+
+def _task_data(task: Any, settings: Settings) -> dict[str, Any]:
+    """What a run of `task` would have: the splits its data give, read from them (a local
+    copy is read; a hub dataset not yet cached is not downloaded here), or why none."""
+    from a2rl.tasks import TaskDataError
+
+    status = task.data_status(settings)
+    splits, line = status.splits, status.note or "generated (the same on every machine)"
+    if status.state == "not_downloaded":
+        line = f"not downloaded: {status.fetch}; the full data's splits:"
+    elif status.state == "invalid":
+        line = f"unusable: {status.note}"
+    else:
+        try:
+            splits = task.check_data(settings)
+        except TaskDataError as exc:
+            status.state, line = "invalid", f"unusable: {exc}"
+    return {"state": status.state, "line": line, "fetch": status.fetch,
+            "splits": {name: info.model_dump() for name, info in splits.items()}}
 
 
 def agents(as_json: JsonFlag = False) -> None:

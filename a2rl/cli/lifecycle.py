@@ -32,7 +32,8 @@ from a2rl.cli.options import (
     run_config,
     task_options,
 )
-from a2rl.cli.output import echo, print_json, score
+from a2rl.cli.output import echo, print_json, score, when
+from a2rl.cli.preflight import check_run
 from a2rl.clients.registry import DEFAULT_AGENT
 from a2rl.tasks.registry import DEFAULT_TASK
 
@@ -64,6 +65,7 @@ def create(
         unsafe_local=unsafe_local or None, gpus=gpu_ids(gpus), network=network == "bridge",
         keep_container=keep_container,
         task_options=task_options(task, task_option, settings, profile))
+    check_run(settings, config)  # the base model and the data, in one line each
     # the server (the MCP SDK among its imports, 0.6 s) once the flags are known to be good:
     # a mistake in them is answered without it
     from a2rl.server import create_run
@@ -103,23 +105,34 @@ def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
     store = context.read_store(settings)
     if store is None:
         no_run(run_id)
+    from a2rl.store.queries import run_summary
+
+    before = run_summary(store, run_id)
+    if before is None:
+        no_run(run_id)
     try:
         run = finish_run(settings, store, run_id, reason="finished by a2rl finish")
     except KeyError:
         no_run(run_id)
     from a2rl.store.outcome import end_kind_words
-    from a2rl.store.queries import run_summary
 
     # as `a2rl show` gives it: a run without a submission has no final score (the stored
     # final_score holds the baseline's)
     doc = run_summary(store, run.id) or {}
+    doc["already_finished"] = before["ended_at"] is not None
     if as_json:
         print_json(doc)
         return
     final = (f"final test {score(doc['final_score'])}" if doc.get("final_score") is not None
              else f"no final score ({doc.get('final_note') or 'none recorded'})")
-    echo(f"run {run.id} finished ({run.end_reason}; {end_kind_words(doc.get('end_kind'))})"
-         f": {final}, baseline test {score(run.baseline_test)}")
+    kind = end_kind_words(doc.get("end_kind"))
+    ended = run.end_reason if run.end_reason == kind else f"{run.end_reason}; {kind}"
+    if before["ended_at"] is not None:  # nothing was done: say so, and when it ended
+        echo(f"run {run.id} had already finished at {when(before['ended_at'])} UTC "
+                   f"({ended}): {final}, baseline test {score(run.baseline_test)}")
+        return
+    echo(f"run {run.id} finished ({ended}): {final}, baseline test "
+               f"{score(run.baseline_test)}")
 
 
 def serve(
@@ -223,8 +236,9 @@ def run(
     ] = None,
     llm_base_url: Annotated[str | None, typer.Option(
         help="--agent llm: an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")] = None,
-    llm_api_key_env: Annotated[str, typer.Option(
-        help="--agent llm: the variable holding the endpoint's key")] = "OPENAI_API_KEY",
+    llm_api_key_env: Annotated[str | None, typer.Option(
+        help="--agent llm: the variable holding the endpoint's key (default OPENAI_API_KEY, "
+             "optional; named here, it must be set)")] = None,
     agent_option: Annotated[list[str] | None, typer.Option(
         help="KEY=VALUE passed to the connector, e.g. anthropic_base_url=http://...")] = None,
     task_option: TaskOptionOpt = None,
@@ -240,10 +254,11 @@ def run(
         check_task(config.task_id)
     else:
         settings = context.settings(backend=backend)
-        agent_options = {"llm_api_key_env": llm_api_key_env}
-        if llm_base_url:
-            agent_options["llm_base_url"] = llm_base_url
-        agent_options.update(key_values(agent_option, "--agent-option"))
+        agent_options = key_values(agent_option, "--agent-option")
+        # the llm agent's two flags are its options (another agent refuses them by name)
+        for key, value in (("llm_base_url", llm_base_url), ("llm_api_key_env", llm_api_key_env)):
+            if value:
+                agent_options.setdefault(key, value)
         check_task(task)
         config = run_config(
             task_id=task, agent=agent, driver_model=model, budget=budget, backend=backend,
@@ -253,13 +268,10 @@ def run(
             agent_options=agent_options, gpus=gpu_ids(gpus), network=network == "bridge",
             keep_container=keep_container,
             task_options=task_options(task, task_option, settings, profile))
+    check_run(settings, config)  # the agent, its options and endpoint, the base model, data
     # the orchestrator (the MCP SDK among its imports) once the flags parsed: see `create`
-    from a2rl.clients.orchestrator import Orchestrator, check_options
+    from a2rl.clients.orchestrator import Orchestrator
 
-    try:
-        check_options(config)
-    except (KeyError, ValueError, RuntimeError) as exc:
-        fail(message(exc))
     store = context.store(settings)
     say = context.progress()
     summaries = []
@@ -279,6 +291,7 @@ def run(
         for summary in summaries:
             print_summary(summary)
     exit_if_interrupted(summaries[-1])
+    exit_on_agent_crash(*summaries)
     exit_on_grading_failure(*summaries)
 
 
@@ -330,20 +343,39 @@ def print_summary(summary: Any) -> None:
 
     agent = f", agent {summary.agent}: {summary.agent_status}" if summary.agent else ""
     echo(f"\nrun {summary.run_id} ({summary.task}{agent}) in {summary.seconds:.0f} s")
+    if summary.end_reason:
+        echo(f"  ended: {summary.end_reason}")
+    if summary.agent_error:  # why the agent failed or stopped, as `a2rl show` says it
+        echo(f"  agent: {summary.agent_error}")
+    # as `a2rl show`: no final score without a final submission (not the baseline's)
+    final = pct(summary.final_score) if summary.final_score is not None else \
+        f"none ({summary.final_note or 'not recorded'})"
     echo(f"  baseline (test) {pct(summary.baseline_score)} -> best dev "
-         f"{pct(summary.best_score)} -> final test {pct(summary.final_score)}")
+               f"{pct(summary.best_score)} -> final test {final}")
     echo(f"  {summary.submissions} submissions, {summary.tool_calls} tool calls, "
-         f"{summary.revisions} code revisions recorded")
+               f"{summary.revisions} code revisions recorded")
     echo(f"  inspect it: a2rl show {summary.run_id}")
 
 
+def exit_on_agent_crash(*summaries: Any) -> None:
+    """A run whose agent crashed is no result: one line each with why, and exit 1."""
+    crashed = [s for s in summaries if s.agent_status == "crashed"]
+    for summary in crashed:
+        say_error(f"run {summary.run_id}: the agent crashed: "
+                  f"{summary.agent_error or 'no error recorded'} (a2rl show {summary.run_id})")
+    if crashed:
+        raise typer.Exit(1)
+
+
 def exit_on_grading_failure(*summaries: Any) -> None:
-    """A run that produced no score is a failure (exit 1), shown with the grader's reasons."""
+    """A run that produced no score is a failure (exit 1), shown with the grader's reasons:
+    its submissions failed grading, or it was not finalized. A run without a submission has
+    no final score and is no failure of the grader (`final_note` "no submission")."""
     failed = False
     for summary in summaries:
         for error in summary.grading_errors:
             echo(f"a2rl: run {summary.run_id}: grading failed: {error}", err=True)
-        if summary.final_score is None:
+        if summary.final_score is None and summary.final_note != "no submission":
             failed = True
             echo(f"a2rl: run {summary.run_id} produced no score"
                  + (f" ({summary.submissions_failed} submissions failed grading)"

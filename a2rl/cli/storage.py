@@ -77,15 +77,24 @@ def import_(
 def gc(
     include_final: Annotated[bool, typer.Option(
         help="also remove the final checkpoint copies of finished runs")] = False,
+    grace: Annotated[str, typer.Option(
+        help="remove a run folder the store does not know (a failed create's) once it is "
+             "this old and no live process is making it, e.g. 1h, 10m, 0")] = "1h",
     as_json: JsonFlag = False,
 ) -> None:
-    """Remove what finished runs no longer need (checkpoint copies, sandbox leftovers)."""
+    """Remove what finished runs no longer need (checkpoint copies, sandbox leftovers) and
+    run folders the store does not know."""
     from a2rl.server.gc import collect_garbage
+    from a2rl.settings import parse_duration
 
+    try:
+        grace_s = 0.0 if grace.strip() in ("0", "0s") else parse_duration(grace)
+    except ValueError as exc:
+        fail(f"--grace: {exc}")
     settings = context.settings()
     store = context.read_store(settings)
-    result = collect_garbage(settings, store, include_final=include_final) if store is not None \
-        else {"removed": [], "bytes_freed": 0, "volumes_detached": []}  # no store: none known
+    result = collect_garbage(settings, store, include_final=include_final, grace_s=grace_s) \
+        if store is not None else {"removed": [], "bytes_freed": 0, "volumes_detached": []}
     if as_json:
         print_json(result)
         return

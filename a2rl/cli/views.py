@@ -36,12 +36,15 @@ def runs(
 ) -> None:
     """List runs, newest first: task, agent, status, when, how long, calls and scores.
     `--json` gives each run with the same keys as `a2rl show --json`."""
+    from a2rl.store.outcome import agent_label
     from a2rl.store.queries import count_runs, list_runs
 
     settings = context.settings()
     store = context.read_store(settings)
     rows = list_runs(store, task=task, agent=agent, status=status, limit=limit or None) \
         if store is not None else []
+    if not rows and (task or agent or status):  # the one rule for filters matching nothing
+        fail("no runs match the filters given (see a2rl runs)")
     if as_json:
         if rows:  # the paired interval, as `show --json` (the viewer's runs table computes it)
             from a2rl.analysis.web.queries import list_runs as table_rows
@@ -53,14 +56,14 @@ def runs(
         print_json(rows)
         return
     if not rows:
-        filtered = task or agent or status
-        echo("no runs match" if filtered else "no runs yet: try `a2rl demo`")
+        echo("no runs yet: try `a2rl demo`")
         return
     echo(f"{'RUN':14} {'TASK':12} {'AGENT':12} {'STATUS':10} {'END':16} "
          f"{'CREATED (UTC)':16} {'DURATION':>9} {'CALLS':>6} {'BASELINE':>8} {'FINAL':>6}")
     for r in rows:  # END: the run's EndKind ("agent crashed"); FINAL "-": no final submission
         end = (r["end_kind"] or "-").replace("_", " ")
-        echo(f"{cell(r['id']):14} {cell(r['task_id'])[:12]:12} {cell(r['agent'] or '-')[:12]:12} "
+        echo(f"{cell(r['id']):14} {cell(r['task_id'])[:12]:12} "
+             f"{cell(agent_label(r['agent'], r.get('kind')))[:12]:12} "
              f"{r['status']:10} {end:16} {when(r['created_at']):16} "
              f"{duration(r['started_at'], r['ended_at']):>9} {r['tool_calls']:>6} "
              f"{score(r['baseline_test']):>8} {score(r['final_score']):>6}")
@@ -104,6 +107,8 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
                 improvement: str) -> None:
     """`a2rl show`: a few labelled blocks a person reads top to bottom. Each value is one
     line (`cell`), whatever the agent put in it."""
+    from a2rl.store.outcome import agent_label
+
     def line(label: str, value: Any) -> None:
         echo(f"  {label:16} {cell(value)}")
 
@@ -118,8 +123,10 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
          if audit["flagged"] else f"no high-severity flag ({audit['flags']} flags)")
     line("task", doc["task_id"])
     agent = " ".join(str(x) for x in (doc["agent"], doc["agent_version"], doc["driver_model"])
-                     if x) or "-"
+                     if x) or f"{agent_label(None, doc.get('kind'))} (made with a2rl create)"
     line("agent", agent + (f" [{doc['agent_status']}]" if doc.get("agent_status") else ""))
+    if doc.get("agent_error"):  # why it failed, or the limit it stopped at (stored one line)
+        line("agent error", doc["agent_error"])
     line("base model", doc["base_model"] or "-")
     line("created", f"{when(doc['created_at'])} UTC")
     line("ran", f"{when(doc['started_at'])} to {when(doc['ended_at'])} "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ from ..auth import new_token
 from .clock import start_row
 from .finalize import finalize_scores
 from .hooks import build_runtime
+
+#: A run folder's file naming the process making it (`host:pid:start`), from its first
+#: moment until its row is written: `a2rl gc` never removes the folder of a live maker.
+MAKER_FILE = "maker"
 
 
 @dataclass
@@ -80,15 +85,24 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     budget_s = parse_duration(config.budget or task.spec.default_budget
                               or settings.default_budget)
     backend = config.backend or settings.backend
+    # what can fail for the task's inputs fails here, before anything is made: the base model
+    # (fetched once) and the data (TaskDataError: missing, not in the schema, too small)
+    base_model = task.base_model_dir(settings)
+    task.check_data(settings)
     run_id = new_run_id()
     root = settings.runs_dir / run_id
     workspace = root / "workspace"
-    workspace.mkdir(parents=True)
     with contextlib.ExitStack() as undo:
+        # a run that fails to be made leaves nothing: its folder goes (after its volume's
+        # mount, the callbacks run last first); the maker file tells `a2rl gc` whose folder
+        # this is while the row does not exist yet
+        undo.callback(shutil.rmtree, root, ignore_errors=True)
+        workspace.mkdir(parents=True)
+        (root / MAKER_FILE).write_text(process_owner())
         disk_volume = volume.workspace_volume(settings.sandbox_disk_volume, settings.sandbox_disk,
-                                              task.base_model_dir(settings), root, workspace)
+                                              base_model, root, workspace)
         if disk_volume:  # a run that fails to be made leaves no mount behind
-            undo.callback(volume.unmount, workspace)
+            undo.callback(volume.detach, root, workspace)
         task.prepare_workspace(workspace, settings)  # the layout, a2rl.layout's, is the task's
         unsafe = settings.unsafe_local if config.unsafe_local is None else config.unsafe_local
         scores = {}
@@ -126,6 +140,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
             "run created: task=%s profile=%s backend=%s budget=%.0fs", config.task_id,
             config.profile, backend, budget_s)
         undo.pop_all()  # made: its volume stays mounted while it lives
+    (root / MAKER_FILE).unlink(missing_ok=True)  # the row says whose it is now
     return CreatedRun(run=run, token=token)
 
 

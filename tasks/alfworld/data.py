@@ -31,7 +31,7 @@ SPLITS: dict[str, tuple[str, str]] = {
     "dev": ("valid_seen", "eval_in_distribution"),
     "test": ("valid_unseen", "eval_out_of_distribution"),
 }
-N_DEV, N_TEST = 140, 134
+N_TRAIN, N_DEV, N_TEST = 3553, 140, 134  # the full download's games (json_2.1.1)
 
 
 class GameRef(BaseModel):

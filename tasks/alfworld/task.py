@@ -29,11 +29,12 @@ from a2rl.layout import DATA
 from a2rl.settings import Settings
 
 from ..base import Split
+from ..data_status import DataStatus, TaskDataError
 from ..envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import game, react
-from .data import JSON_DIR, N_DEV, N_TEST, data_dir, game_dir, list_games, target_dir
+from .data import JSON_DIR, N_DEV, N_TEST, N_TRAIN, data_dir, game_dir, list_games, target_dir
 from .options import AlfWorldOptions
 from .published import PUBLISHED
 from .workspace import write_train_games
@@ -122,7 +123,7 @@ def demo_rows(root: Path, settings: Settings) -> list[dict[str, Any]]:
     return rows
 
 
-def _description() -> str:
+def _description(n_dev: int = N_DEV, n_test: int = N_TEST) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
     example = render_prompt(
         INSTRUCTION,
@@ -132,27 +133,29 @@ def _description() -> str:
         "You arrive at cabinet 1. The cabinet 1 is closed. Your task is to: put some "
         "spraybottle on toilet.", ["examine cabinet 1", "go to countertop 1", "go to toilet 1",
                                    "inventory", "look", "open cabinet 1"], 1)
-    return template.format(n_test=N_TEST, n_dev=N_DEV, max_steps=MAX_STEPS,
+    return template.format(n_test=n_test, n_dev=n_dev, max_steps=MAX_STEPS,
                            max_new_tokens=GRADER.max_new_tokens, instruction=INSTRUCTION,
                            n_demo=N_DEMO_GAMES, window=ROLLOUT.history_window, example=example)
 
 
-def _paper_description() -> str:
+def _paper_description(n_dev: int = N_DEV, n_test: int = N_TEST) -> str:
     template = resources.files(__package__).joinpath("description_paper.md").read_text()
-    return template.format(n_test=N_TEST, n_dev=N_DEV, max_steps=react.MAX_STEPS,
+    return template.format(n_test=n_test, n_dev=n_dev, max_steps=react.MAX_STEPS,
                            max_new_tokens=PAPER_GRADER.max_new_tokens,
                            max_model_len=react.MAX_MODEL_LEN,
                            kept_tokens=react.MAX_MODEL_LEN - PAPER_GRADER.max_new_tokens - 1,
                            prompts_file=react.PROMPTS_FILE, n_demo=N_DEMO_GAMES)
 
 
-def _splits() -> dict[str, SplitInfo]:
+def _splits(n_train: int = N_TRAIN, n_dev: int = N_DEV,
+            n_test: int = N_TEST) -> dict[str, SplitInfo]:
+    """The splits of a download with these numbers of games (ALFWorld's: 3,553, 140, 134)."""
     return {
-        "train": SplitInfo(n_items=0, visible=True,
-                           source="ALFWorld train games (json_2.1.1/train, 3,553); "
-                                  "environment in env/, expert demonstrations"),
-        "dev": SplitInfo(n_items=N_DEV, visible=False, source="ALFWorld valid_seen games"),
-        "test": SplitInfo(n_items=N_TEST, visible=False,
+        "train": SplitInfo(n_items=n_train, visible=True,
+                           source="ALFWorld train games (json_2.1.1/train); environment in "
+                                  "env/, expert demonstrations"),
+        "dev": SplitInfo(n_items=n_dev, visible=False, source="ALFWorld valid_seen games"),
+        "test": SplitInfo(n_items=n_test, visible=False,
                           source="ALFWorld valid_unseen games (out of distribution)"),
     }
 
@@ -220,6 +223,34 @@ class AlfWorldTask(InteractiveTask):
         return task
 
     # --- data -----------------------------------------------------------------------------
+
+    def _counts(self, settings: Settings) -> dict[str, int]:
+        """Games per split in the data folder (`TaskDataError` when there is none)."""
+        try:
+            root = data_dir(settings, self.options(settings))
+            return {split: len(list_games(root, split)) for split in ("train", "dev", "test")}
+        except (OSError, RuntimeError) as exc:
+            raise TaskDataError(f"task alfworld: {exc}") from None
+
+    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
+        return _splits(**{f"n_{k}": v for k, v in self._counts(settings).items()})
+
+    def data_status(self, settings: Settings) -> DataStatus:
+        """The download's folder, without listing its games (ALFWorld's loader is slow)."""
+        folder = target_dir(settings, self.options(settings))
+        if not (folder / JSON_DIR).is_dir():
+            return DataStatus(state="not_downloaded", splits=dict(self.spec.splits),
+                              exact=False, fetch="a2rl alfworld download",
+                              note=f"no {JSON_DIR}/ in {folder}")
+        return DataStatus(state="ready", splits=dict(self.spec.splits), exact=False,
+                          note=f"{folder} (sizes of its games: a2rl tasks alfworld)")
+
+    def task_md(self, settings: Settings | None = None) -> str:
+        if settings is None:
+            return self.spec.description
+        counts = self._counts(settings)
+        make = _paper_description if self.profile == "paper" else _description
+        return make(n_dev=counts["dev"], n_test=counts["test"])
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return demo_rows(data_dir(settings, self.options(settings)), settings)

@@ -34,6 +34,7 @@ from a2rl.settings import Settings, load_settings
 from a2rl.stats import NORMAL_METHOD, normal_interval
 
 from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..data_status import DataStatus, TaskDataError, folder_or_hub
 from ..hidden_data import hub_dataset_caches
 from ..improvement import IntervalResult, Scored
 from ..spec import GraderSettings, SplitInfo, TaskSpec
@@ -56,9 +57,10 @@ PAPER_MAX_MODEL_LEN = 4096
 PAPER_CI_METHOD = f"{NORMAL_METHOD} (alpaca_eval lc_standard_error)"
 
 
-def _description(grader: GraderSettings = GRADER, name: str = "description.md") -> str:
+def _description(grader: GraderSettings = GRADER, name: str = "description.md",
+                 n_train: int = N_TRAIN, n_dev: int = N_DEV, n_test: int = N_TEST) -> str:
     template = files(__package__).joinpath(name).read_text()
-    return template.format(n_train=N_TRAIN, n_dev=N_DEV, n_test=N_TEST,
+    return template.format(n_train=n_train, n_dev=n_dev, n_test=n_test,
                            max_new_tokens=grader.max_new_tokens)
 
 
@@ -212,6 +214,36 @@ class AlpacaEvalTask(Task):
         cut = self.n_train if len(rows) == self.n_train + self.n_dev else \
             len(rows) - max(1, len(rows) // 4)
         return rows[:cut], rows[cut:]
+
+    def _sizes(self, settings: Settings) -> tuple[int, int, int]:
+        """(train, dev, test) rows the data give; `TaskDataError` when they cannot be read."""
+        try:
+            train, dev = self._alpaca(settings)
+            return len(train), len(dev), len(load_eval_rows(settings, self.options(settings)))
+        except (OSError, RuntimeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+            raise TaskDataError(f"task alpacaeval: {str(exc).splitlines()[0]}") from None
+
+    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
+        n_train, n_dev, n_test = self._sizes(settings)
+        spec = _spec(n_train, n_dev, paper=self.profile == "paper")
+        return {**spec.splits, "test": spec.splits["test"].model_copy(
+            update={"n_items": n_test})}
+
+    def data_status(self, settings: Settings) -> DataStatus:
+        opts = self.options(settings)
+        cached = all(any(p.exists() for p in hub_dataset_caches(repo))
+                     for repo in (TRAIN_REPO, EVAL_REPO))
+        return folder_or_hub(self.spec.id, dict(self.spec.splits), _data_dir(opts),
+                             [opts.reference_file, ALPACA_FIXTURE], [TRAIN_REPO, EVAL_REPO],
+                             cached)
+
+    def task_md(self, settings: Settings | None = None) -> str:
+        if settings is None:
+            return self.spec.description
+        n_train, n_dev, n_test = self._sizes(settings)
+        if self.profile == "paper":
+            return _description(PAPER_GRADER, "description_paper.md", n_train, n_dev, n_test)
+        return _description(GRADER, "description.md", n_train, n_dev, n_test)
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         items = []

@@ -26,6 +26,7 @@ from a2rl.settings import Settings, load_settings
 
 from .. import rdagent
 from ..base import Split, TaskScore
+from ..data_status import DataStatus, TaskDataError, folder_or_hub
 from ..envapi.a2rl_env import Env, EnvPool, Episode
 from ..hidden_data import hub_dataset_caches
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
@@ -221,6 +222,22 @@ class DeepSearchQATask(InteractiveTask):
     # --- data -----------------------------------------------------------------------------
     def _settings_or_default(self) -> Settings:
         return self._settings or load_settings()[0]
+
+    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits the CSV's rows give (a copy of fewer than 900 rows: quarters)."""
+        try:
+            rows = load_rows(settings, self.options(settings))
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise TaskDataError(f"task deepsearchqa: {str(exc).splitlines()[0]}") from None
+        return {name: info.model_copy(update={
+                    "n_items": len(split_rows(rows, name, self.profile))})
+                for name, info in self.spec.splits.items()}
+
+    def data_status(self, settings: Settings) -> DataStatus:
+        folder = self.options(settings).data_dir
+        return folder_or_hub(self.spec.id, dict(self.spec.splits),
+                             Path(folder).expanduser() if folder else None, [FILE], [REPO],
+                             any(p.exists() for p in hub_dataset_caches(REPO)))
 
     def train_rows(self, settings: Settings) -> list[dict[str, Any]]:
         return split_rows(load_rows(settings, self.options(settings)), "train", self.profile)

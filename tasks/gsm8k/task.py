@@ -6,8 +6,9 @@ deprecated: `gsm8k_dir`, `A2RL_GSM8K_DIR`), the files
 `train.jsonl` / `test.jsonl` of that folder in the dataset's own schema
 (`{"question", "answer"}`): the test fixtures use this, and so can a user with an offline copy.
 Splits: visible train = the dataset's train split minus its last `N_DEV` rows, which are the
-hidden dev split; hidden test = the dataset's test split.
-(With fewer than `2 * N_DEV` train rows, as in the small test fixtures, dev is the last quarter.)
+hidden dev split; hidden test = the dataset's test split. With fewer than `2 * N_DEV` train
+rows (a copy of one's own, the test fixtures), dev is the last quarter
+(`data_status.small_data_cut`); TASK.md and `a2rl tasks gsm8k` state the sizes the data give.
 
 Under the `paper` profile (`paper.py`) every train row is visible (the dev rows too: the harness
 has no dev split), the prompt is OpenCompass's 4-shot chat prompt read from its wheel, and the
@@ -27,6 +28,7 @@ from a2rl.settings import Settings
 
 from .. import opencompass
 from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..data_status import DataStatus, TaskDataError, check_sizes, small_data_cut
 from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
@@ -56,18 +58,38 @@ GRADER = GraderSettings(max_new_tokens=256,
 PAPER_GRADER = GraderSettings(max_new_tokens=512, stop=["Question:"], batch_size=64)
 
 
-class GSM8KDataUnavailable(RuntimeError):
-    """The dataset could not be loaded (no hub access and no local copy)."""
+class GSM8KDataUnavailable(TaskDataError):
+    """The dataset could not be loaded (no hub access and no local copy, a file missing or a
+    row not in the dataset's schema): one line naming the file and the option."""
 
 
-def _description() -> str:
+#: What the dev split is, said once for TASK.md, `a2rl tasks` and the docs.
+DEV_RULE = (f"dev: the last {N_DEV} train rows, or the last quarter of fewer than "
+            f"{2 * N_DEV}")
+
+
+def _description(n_train_all: int = N_TRAIN_ALL, n_test: int = N_TEST) -> str:
+    """TASK.md for a train split of `n_train_all` rows and a test split of `n_test`."""
     template = files(__package__).joinpath("description.md").read_text()
-    n_train = N_TRAIN_ALL - N_DEV
-    return template.format(n_train=n_train, n_dev=N_DEV, n_test=N_TEST,
-                           dev_start=n_train, dev_end=N_TRAIN_ALL - 1,
+    n_dev = small_data_cut(n_train_all, N_DEV)
+    n_train = n_train_all - n_dev
+    return template.format(n_train=n_train, n_dev=n_dev, n_test=n_test,
+                           dev_start=n_train, dev_end=n_train_all - 1, dev_rule=DEV_RULE,
                            prompt_version=PROMPT_VERSION, max_new_tokens=GRADER.max_new_tokens,
                            stop=json.dumps(GRADER.stop),
                            base_model=DEFAULT_BASE_MODEL)
+
+
+def _splits(n_train_all: int, n_test: int, origin: str) -> dict[str, SplitInfo]:
+    """The a2rl profile's splits of a train split of `n_train_all` rows (`origin`: where)."""
+    n_dev = small_data_cut(n_train_all, N_DEV)
+    n_train = n_train_all - n_dev
+    return {"train": SplitInfo(n_items=n_train, visible=True,
+                               source=f"{origin} train, rows 0-{n_train - 1}"),
+            "dev": SplitInfo(n_items=n_dev, visible=False,
+                             source=f"{origin} train, rows {n_train}-{n_train_all - 1} "
+                                    f"({DEV_RULE})"),
+            "test": SplitInfo(n_items=n_test, visible=False, source=f"{origin} test")}
 
 
 def build_user_prompt(question: str) -> str:
@@ -81,9 +103,19 @@ def load_rows(folder: str | None, split: str) -> list[dict[str, Any]]:
     if folder is not None:
         path = Path(folder) / f"{split}.jsonl"
         if not path.is_file():
-            raise GSM8KDataUnavailable(f"GSM8K: {path} not found (option data_dir)")
-        with path.open() as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+            raise GSM8KDataUnavailable(f"task gsm8k: {path} not found (-T data_dir={folder}: "
+                                       "a folder with train.jsonl and test.jsonl)")
+        try:
+            lines = path.read_text().splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GSM8KDataUnavailable(f"task gsm8k: {path}: {exc}") from None
+        rows = []
+        for n, line in enumerate(lines, 1):
+            try:
+                rows.extend([json.loads(line)] if line.strip() else [])
+            except json.JSONDecodeError as exc:
+                raise GSM8KDataUnavailable(f"task gsm8k: {path} line {n}: not JSON "
+                                           f"({exc.msg})") from None
     else:
         try:
             from datasets import load_dataset
@@ -96,15 +128,20 @@ def load_rows(folder: str | None, split: str) -> list[dict[str, Any]]:
                 "cached) or set -T data_dir= to a folder with train.jsonl and test.jsonl."
             ) from None
         rows = [dict(r) for r in ds]
-    for row in rows:
-        if not isinstance(row.get("question"), str) or "####" not in str(row.get("answer")):
-            raise GSM8KDataUnavailable(f"GSM8K {split}: row not in the dataset's schema: "
-                                       f"{str(row)[:200]}")
+    where = f"{Path(folder) / f'{split}.jsonl'}" if folder is not None else f"{DATASET} {split}"
+    for n, row in enumerate(rows, 1):
+        if (not isinstance(row, dict) or not isinstance(row.get("question"), str)
+                or "####" not in str(row.get("answer"))):
+            raise GSM8KDataUnavailable(
+                f"task gsm8k: {where} row {n} is not in the dataset's schema (a \"question\" "
+                f"and an \"answer\" ending in '#### N'): {json.dumps(row)[:120]}")
+    if not rows:
+        raise GSM8KDataUnavailable(f"task gsm8k: {where} has no rows")
     return rows
 
 
 def dev_size(n_train_rows: int) -> int:
-    return N_DEV if n_train_rows >= 2 * N_DEV else max(1, n_train_rows // 4)
+    return small_data_cut(n_train_rows, N_DEV)
 
 
 class GSM8KTask(Task):
@@ -131,15 +168,7 @@ class GSM8KTask(Task):
             prompt_version=PROMPT_VERSION,
             default_base_model=DEFAULT_BASE_MODEL,
             default_budget="10h",
-            splits={
-                "train": SplitInfo(n_items=N_TRAIN_ALL - N_DEV, visible=True,
-                                   source=f"{DATASET} ({CONFIG}) train, rows 0-"
-                                          f"{N_TRAIN_ALL - N_DEV - 1}"),
-                "dev": SplitInfo(n_items=N_DEV, visible=False,
-                                 source=f"{DATASET} ({CONFIG}) train, last {N_DEV} rows"),
-                "test": SplitInfo(n_items=N_TEST, visible=False,
-                                  source=f"{DATASET} ({CONFIG}) test"),
-            },
+            splits=_splits(N_TRAIN_ALL, N_TEST, f"{DATASET} ({CONFIG})"),
             grader=GRADER,
             notes={"prompt_format": "zero-shot chat: 'Question: <question>\\nAnswer:' "
                                     "(lm-evaluation-harness gsm8k)",
@@ -186,6 +215,52 @@ class GSM8KTask(Task):
     def data_dir(self, settings: Settings) -> Path | None:
         raw = self._data_dir or self.options(settings).data_dir
         return Path(raw).expanduser() if raw else None
+
+    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits the data give (read: the hub's copy is downloaded by the first run)."""
+        folder = self.data_dir(settings)
+        n_train, n_test = len(self._rows("train", settings)), len(self._rows("test", settings))
+        if n_train < 2:
+            raise GSM8KDataUnavailable(
+                f"task gsm8k: {folder or DATASET} has {n_train} train row; a run needs at "
+                "least 2 (one to train on, one for dev)")
+        if self.profile == "paper":  # every train row is visible; dev is the last N_DEV
+            n_dev = small_data_cut(n_train, N_DEV)
+            sizes = {"train": n_train, "dev": n_dev, "test": n_test}
+            splits = {name: info.model_copy(update={"n_items": sizes[name]})
+                      for name, info in self.spec.splits.items()}
+            splits["dev"].source = (f"the last {n_dev} train rows ({DEV_RULE}), also in "
+                                    "data/train.jsonl (the harness has no dev split)")
+            return splits
+        return _splits(n_train, n_test, str(folder) if folder else f"{DATASET} ({CONFIG})")
+
+    def data_status(self, settings: Settings) -> DataStatus:
+        """A data folder is read (its sizes); the hub's copy is not (the spec's sizes): it is
+        either in the Hugging Face cache or downloaded by the first run."""
+        folder = self.data_dir(settings)
+        if folder is not None:
+            try:
+                splits = self.splits(settings)
+                check_sizes(self.spec.id, splits, str(folder))
+            except TaskDataError as exc:
+                return DataStatus(state="invalid", splits=dict(self.spec.splits), exact=False,
+                                  note=str(exc))
+            return DataStatus(state="ready", splits=splits, note=f"data_dir {folder}")
+        if any(p.exists() for p in hub_dataset_caches(DATASET)):
+            return DataStatus(state="ready", splits=dict(self.spec.splits), exact=False,
+                              note=f"{DATASET} in the Hugging Face cache")
+        return DataStatus(state="not_downloaded", splits=dict(self.spec.splits), exact=False,
+                          fetch=f"the first run downloads {DATASET} from the Hugging Face hub; "
+                                "offline: -T data_dir=FOLDER with train.jsonl and test.jsonl")
+
+    def task_md(self, settings: Settings | None = None) -> str:
+        """The description with the sizes this run's data give."""
+        if settings is None:
+            return self.spec.description
+        n_train, n_test = len(self._rows("train", settings)), len(self._rows("test", settings))
+        if self.profile == "paper":
+            return _paper_description(n_train, n_test)
+        return _description(n_train, n_test)
 
     def _rows(self, split: str, settings: Settings) -> list[dict[str, Any]]:
         """The dataset's rows of `split` ("train" or "test"), in the dataset's order."""
@@ -302,8 +377,9 @@ def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> Tas
         scorer=f"opencompass {opencompass.VERSION} gsm8k_postprocess + Gsm8kEvaluator")
 
 
-def _paper_description() -> str:
+def _paper_description(n_train_all: int = N_TRAIN_ALL, n_test: int = N_TEST) -> str:
+    n_dev = small_data_cut(n_train_all, N_DEV)
     return files(__package__).joinpath("description_paper.md").read_text().format(
-        n_train=N_TRAIN_ALL, n_dev=N_DEV, n_test=N_TEST, dev_start=N_TRAIN_ALL - N_DEV,
-        dev_end=N_TRAIN_ALL - 1, max_new_tokens=PAPER_GRADER.max_new_tokens,
+        n_train=n_train_all, n_dev=n_dev, n_test=n_test, dev_start=n_train_all - n_dev,
+        dev_end=n_train_all - 1, max_new_tokens=PAPER_GRADER.max_new_tokens,
         oc_version=opencompass.VERSION, base_model=DEFAULT_BASE_MODEL)

@@ -55,6 +55,8 @@ SYNTHETIC_PRICE_SEED = 20220702
 #: from this seed, so every process (grader, workspace) sees the same prices.
 PRICE_SEED = 20220701
 N_TEST, N_DEV = 500, 1000
+#: The full data's human goals (WebShop's paper: 12,087 instructions, split 10,587 / 1,000 / 500)
+N_HUMAN_GOALS = 12087
 PRODUCT_FILES = ("items_shuffle.json", "items_shuffle_1000.json")
 ATTRIBUTE_FILES = ("items_ins_v2.json", "items_ins_v2_1000.json")
 #: The harness's files first (the paper profile).

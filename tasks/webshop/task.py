@@ -28,11 +28,20 @@ from a2rl.settings import Settings
 
 from .. import rdagent
 from ..base import Split, TaskScore
+from ..data_status import DataStatus, TaskDataError
 from ..envapi.a2rl_env import Env, EnvPool, Episode
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper, sim
-from .catalog import HUMAN_FILE, N_DEV, N_TEST, WebShopData, download_command, load_data
+from .catalog import (
+    HUMAN_FILE,
+    N_DEV,
+    N_HUMAN_GOALS,
+    N_TEST,
+    WebShopData,
+    download_command,
+    load_data,
+)
 from .options import WebShopOptions
 
 MAX_STEPS = 15
@@ -207,8 +216,35 @@ results page), action parsing and reward. What remains:
 5. A copy with fewer than 1,501 human goals (test fixtures) splits train and dev in quarters."""
 
 
-def _description(paper: bool = False) -> str:
+def _ranges(n_goals: int) -> dict[str, range]:
+    """The human goals' splits of a shuffle of `n_goals` (`WebShopData.split_range`)."""
+    return {split: WebShopData(products=[], goals=[{}] * n_goals, source="").split_range(split)
+            for split in ("train", "dev", "test")}
+
+
+def _span(r: range) -> str:
+    return f"{r.start}-{r.stop - 1}" if len(r) else "none"
+
+
+def _splits(n_goals: int) -> dict[str, SplitInfo]:
+    """The a2rl profile's splits of a shuffle of `n_goals` human goals."""
+    r = _ranges(n_goals)
+    small = "" if n_goals > N_TEST + N_DEV else f"; a copy of {n_goals} goals: quarters"
+    return {"train": SplitInfo(n_items=len(r["train"]), visible=True,
+                               source=f"human goals {r['train'].start} to the end (of the "
+                                      f"seed-233 shuffle){small}; environment in env/, "
+                                      "demonstrations"),
+            "dev": SplitInfo(n_items=len(r["dev"]), visible=False,
+                             source=f"human goals {_span(r['dev'])}"),
+            "test": SplitInfo(n_items=len(r["test"]), visible=False,
+                              source=f"human goals {_span(r['test'])}: the original test "
+                                     "goals" if not small else
+                                     f"human goals {_span(r['test'])}")}
+
+
+def _description(paper: bool = False, n_goals: int = N_HUMAN_GOALS) -> str:
     template = resources.files(__package__).joinpath("description.md").read_text()
+    r = _ranges(n_goals)
     if paper:
         fields = {"success_rule": f"An episode **succeeds at reward {PAPER_SUCCESS_AT} or "
                                   "more** (the paper harness's rule).",
@@ -229,12 +265,16 @@ def _description(paper: bool = False) -> str:
     else:
         fields = {"success_rule": "An episode **succeeds only at reward 1** (the original's "
                                   "success rule).",
-                  "test_goals": f"goals 0-499 (the original test goals, {N_TEST})",
+                  "test_goals": f"goals {_span(r['test'])} (the original test goals, "
+                                f"{len(r['test'])})" if n_goals > N_TEST + N_DEV else
+                                f"goals {_span(r['test'])} ({len(r['test'])})",
                   "action_case": "lower-cased by the grader", "paper_files": "",
                   "grading": A2RL_GRADING.format(instruction=INSTRUCTION,
                                                  max_new_tokens=GRADER.max_new_tokens),
                   "max_steps": MAX_STEPS, "deviations": A2RL_DEVIATIONS}
-    return template.format(n_test=N_TEST, n_dev=N_DEV, n_demo=N_DEMO_GOALS, **fields)
+    return template.format(n_test=len(r["test"]), n_dev=len(r["dev"]),
+                           n_train=len(r["train"]), dev_range=_span(r["dev"]),
+                           n_demo=N_DEMO_GOALS, **fields)
 
 
 class WebShopTask(InteractiveTask):
@@ -263,14 +303,7 @@ class WebShopTask(InteractiveTask):
             prompt_version="1",
             default_base_model="Qwen/Qwen2.5-1.5B",
             default_budget="4h",
-            splits={
-                "train": SplitInfo(n_items=0, visible=True,
-                                   source="human goals 1500 to the end (of the seed-233 "
-                                          "shuffle); environment in env/, demonstrations"),
-                "dev": SplitInfo(n_items=N_DEV, visible=False, source="human goals 500-1499"),
-                "test": SplitInfo(n_items=N_TEST, visible=False,
-                                  source="human goals 0-499: the original test goals"),
-            },
+            splits=_splits(N_HUMAN_GOALS),
             grader=GRADER,
             readonly_paths=READONLY_PATHS,
             notes={"success_if": "reward == 1 (the original WebShop's rule)"},
@@ -331,6 +364,39 @@ class WebShopTask(InteractiveTask):
         if settings is None:
             raise RuntimeError("load_split must be called before the paper profile's episodes")
         return rdagent.webshop_text(rdagent.default_wheel(settings))
+
+    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits the data folder's human goals give (under `paper`, its test is the
+        synthetic goals, at most `PAPER_GOALS`)."""
+        try:
+            data = self.data(settings)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise TaskDataError(f"task webshop: {exc}") from None
+        splits = _splits(len(data.goals))
+        if self.profile == "paper":
+            n = min(PAPER_GOALS, len(data.synthetic))
+            splits["test"] = self.spec.splits["test"].model_copy(update={"n_items": n})
+        return splits
+
+    def data_status(self, settings: Settings) -> DataStatus:
+        """The data folder's files, without loading the catalog (a few hundred MB)."""
+        folder = self.options(settings).data_dir
+        fetch = f"-T data_dir=FOLDER after: {download_command('FOLDER')}"
+        if not folder:
+            return DataStatus(state="not_downloaded", splits=dict(self.spec.splits),
+                              exact=False, fetch=fetch)
+        path = Path(folder).expanduser()
+        if not (path / HUMAN_FILE).is_file():
+            return DataStatus(state="invalid", splits=dict(self.spec.splits), exact=False,
+                              fetch=fetch, note=f"data_dir {path} has no {HUMAN_FILE}")
+        return DataStatus(state="ready", splits=dict(self.spec.splits), exact=False,
+                          note=f"data_dir {path} (sizes when a run loads it: a2rl tasks "
+                               "webshop)")
+
+    def task_md(self, settings: Settings | None = None) -> str:
+        if settings is None:
+            return self.spec.description
+        return _description(self.profile == "paper", len(self.data(settings).goals))
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         data = self.data(settings)

@@ -1,0 +1,55 @@
+"""Everything checked before a run is made, the same for `create`, `run` and `fleet`.
+
+A run costs a workspace, a baseline (minutes to hours on a real model) and an agent's budget:
+whatever would make it fail later is refused first, in one `a2rl: ...` line and exit 2:
+
+1. the agent (`run`, `fleet`): its options against its model (unknown keys and wrong types
+   refused with the names it has), then whether it is installed, has its key, and whether
+   its endpoint answers an authenticated request (`clients.orchestrator.check_options`);
+2. the task's base model (fetched once, or a one-line refusal naming `-T base_model=`);
+3. the task's data (`Task.check_data`: present, in the task's schema, every split a run
+   needs non-empty).
+
+A fleet on a remote cluster checks only what does not depend on the machine (the agents'
+options): its nodes check the rest before each run, with these same messages.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from a2rl.cli.errors import fail, message
+from a2rl.settings import Settings
+
+if TYPE_CHECKING:
+    from a2rl.store import RunConfig
+
+
+def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = True) -> None:
+    """Refuse `config` in one line (`fail`) when its run could not be made or its agent
+    could not work; return when everything checked holds."""
+    from a2rl.tasks import get_task
+
+    try:
+        if config.agent is not None:
+            _check_agent(config, on_this_machine)
+        if on_this_machine:
+            task = get_task(config.task_id, config.profile).with_options(config.task_options)
+            task.base_model_dir(settings)
+            task.check_data(settings)
+    # an unknown name (KeyError), a bad option or data (AgentOptionsError, TaskDataError:
+    # ValueErrors), an agent or base model not available (RuntimeError, BaseModelUnavailable)
+    except (KeyError, ValueError, RuntimeError) as exc:
+        fail(message(exc))
+
+
+def _check_agent(config: RunConfig, on_this_machine: bool) -> None:
+    from a2rl.clients.orchestrator import check_options
+    from a2rl.clients.registry import get_connector
+
+    assert config.agent is not None
+    connector = get_connector(config.agent)
+    if on_this_machine:
+        check_options(config, connector)
+    else:
+        connector.options_model.parse(config.agent, config.agent_options)
