@@ -211,11 +211,13 @@ def test_a_failed_create_leaves_no_folder_and_no_mount(settings: Settings, store
         raise RuntimeError("the data broke while the workspace was written")
 
     monkeypatch.setattr(FixtureTask, "train_items", broken)
+    before = set(settings.runs_dir.glob("r-*"))  # the session's home holds others' runs
     with pytest.raises(RuntimeError, match="data broke"):
         create_run(settings, store, task_id="fixture", budget="10m", baseline=False)
-    assert not any(settings.runs_dir.glob("r-*")), list(settings.runs_dir.glob("*"))
+    assert set(settings.runs_dir.glob("r-*")) == before
     with open("/proc/self/mountinfo") as f:
-        assert str(settings.runs_dir) not in f.read()
+        mounted = [line.split()[4] for line in f if str(settings.runs_dir) in line]
+    assert all(any(m.startswith(f"{b}/") for b in before) for m in mounted), mounted
 
 
 def test_gc_removes_unknown_run_folders_after_the_grace_never_a_live_one(
