@@ -145,3 +145,7 @@ class BudgetEventKind(StrEnum):
     grading = "grading"  # one evaluation's grading time (detail: seconds, submission, split)
     exhausted = "exhausted"  # the deadline passed; jobs were stopped
     finished = "finished"  # the run was closed (detail: reason)
+    #: a revision scan stopped before it saw the whole workspace (detail: why, its cap, the
+    #: scan's source, tool call and job): what it did not see has no revision, and nothing it
+    #: did not see was recorded as deleted (a2rl.tools.revisions)
+    scan_stopped = "scan_stopped"

@@ -1,5 +1,6 @@
 """v8: what made a run (an agent, or a replay of another run's recipe) and the agent's last
-error; the code snapshot each job ran with; each submission's lineage.
+error; the code snapshot each job ran with; each submission's lineage; a tool call's whole
+arguments where the stored ones were cut.
 
 Revision ID: v8
 Revises: v7
@@ -29,3 +30,4 @@ def upgrade() -> None:
             op.create_index(f"ix_run_{column}", "run", [column])
     add_missing_columns("job", sa.Column("snapshot_id", sa.Integer()))
     add_missing_columns("submission", sa.Column("lineage", sa.JSON()))
+    add_missing_columns("toolcall", sa.Column("arguments_blob", sa.String()))
