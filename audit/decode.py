@@ -177,7 +177,11 @@ def _safe_cut(data: bytes) -> int:
 
 
 def _texty(data: bytes) -> bool:
-    return bool(data) and len(data.translate(None, _PRINTABLE)) <= (1 - TEXTY) * len(data)
+    """Whether decoded bytes are text: UTF-8 (nearly all of it) and printable. Random bytes,
+    which a long hex or word run decodes to, are neither."""
+    if not data or len(data.translate(None, _PRINTABLE)) > (1 - TEXTY) * len(data):
+        return False
+    return data.decode("utf-8", "replace").count("\ufffd") <= (1 - TEXTY) * len(data) / 4
 
 
 def base64_pieces(text: bytes, ctx: Ctx) -> Iterator[Out]:
