@@ -433,10 +433,22 @@ def test_cli_prints_flags_and_exits_by_severity(tmp_path: Path) -> None:
     doc = json.loads(clean.stdout)
     assert doc["run_id"] == "r-clean" and not [f for f in doc["flags"]
                                                 if f["severity"] == "high"]
+    assert doc["incomplete"] == [] and doc["checks"]["contamination"]["complete"] is True
     # a stored audit is shown as stored; --recompute replaces it
     save_audit(store, AuditReport(run_id="r-clean", audit_version=10**6, computed_at=utcnow(),
                                   flags=[Flag(kind="x", severity=Severity.high, finding="old")]))
     assert _a2rl(tmp_path, "r-clean").returncode == 1
+    # a check that failed: incomplete, exit 2 (a high flag elsewhere still wins: 1)
+    save_audit(store, AuditReport(run_id="r-clean", audit_version=10**6, computed_at=utcnow(),
+                                  flags=[Flag(kind="contamination", severity=Severity.medium,
+                                              finding="check contamination failed: OSError")],
+                                  checks={"contamination": {"available": True,
+                                                            "failed": "OSError: [Errno 36]"}}))
+    incomplete = _a2rl(tmp_path, "r-clean")
+    assert incomplete.returncode == 2, incomplete.stdout
+    assert "INCOMPLETE: contamination did not see everything" in incomplete.stdout
+    assert "no flags" not in incomplete.stdout
+    assert _a2rl(tmp_path, "--all").returncode == 1
     assert _a2rl(tmp_path, "--all", "--recompute").returncode == 1  # r-cheat still flagged
     assert load_audit(store, "r-clean").high == 0  # type: ignore[union-attr]
 

@@ -201,8 +201,8 @@ def audit(
     except KeyError:
         no_run(run_id or "")
     if as_json:
-        print_json([r.model_dump(mode="json") for r in reports] if all_runs
-                   else reports[0].model_dump(mode="json"))
+        docs = [{**r.model_dump(mode="json"), "incomplete": r.incomplete} for r in reports]
+        print_json(docs if all_runs else docs[0])
     else:
         for report in reports:
             typer.echo(format_report(report))

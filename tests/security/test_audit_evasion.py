@@ -11,10 +11,6 @@ channel under test can show them. The test reads the audit `finish_run` stored.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from sqlmodel import col, select
@@ -29,8 +25,6 @@ from ..helpers import last_call
 from .conftest import open_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
-
-A2RL = str(Path(sys.executable).with_name("a2rl"))
 
 #: Writes its hex payload (JSON lines of items) where the audit used to look away, or prints
 #: it between two fillers: `python code/hide.py files|print HEX...`
@@ -133,34 +127,3 @@ async def test_a_fifth_of_a_short_split_and_a_symlink_flood_hide_nothing(
     assert deleted == [] and peeked
     reach = _high(store, run_id, "reaching_out")
     assert reach and set(peeked) & set(reach[0].evidence.revisions), reach
-
-
-async def test_a_recomputed_audit_that_cannot_read_the_workspace_exits_2(
-        settings: Settings, store: Store) -> None:
-    """An honest run's audit at its finish reads its files (complete, exit 0); once the run's
-    volume is detached, `a2rl audit --recompute` cannot read them again: it says incomplete
-    and exits 2, never "no flags" with 0."""
-    local = backend_settings(settings, "local")
-    async for agent in open_agent(local, store):
-        run_id = agent.run.id
-        await agent.sh("head -3 data/train.jsonl > code/sample.jsonl")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("A2RL_")},
-           "A2RL_HOME": str(local.home_dir), "A2RL_DB_URL": local.database_url}
-    shown = subprocess.run([A2RL, "audit", run_id], env=env, capture_output=True, text=True,
-                           timeout=120)
-    assert shown.returncode == 0 and "INCOMPLETE" not in shown.stdout, shown.stdout
-    detached = not any(os.scandir(Path(load_run_workspace(store, run_id))))
-    again = subprocess.run([A2RL, "audit", run_id, "--recompute"], env=env,
-                           capture_output=True, text=True, timeout=120)
-    if detached:  # root with loop devices: the files are in workspace.img now
-        assert again.returncode == 2 and "INCOMPLETE: contamination" in again.stdout, again
-        assert "not mounted" in again.stdout
-    else:  # a plain folder stays readable: the recomputed audit is complete
-        assert again.returncode == 0, again.stdout
-
-
-def load_run_workspace(store: Store, run_id: str) -> str:
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        assert run is not None
-        return run.workspace
