@@ -42,12 +42,14 @@ def split(rel: str) -> tuple[str, ...] | None:
     return parts
 
 
+_WHY = {errno.ENOENT: "gone", errno.ELOOP: "a symlink", errno.ENOTDIR: "a link or file on the way",
+        errno.ENAMETOOLONG: "name too long", errno.EACCES: "permission denied",
+        errno.EMFILE: "out of file descriptors", errno.EINVAL: "not a regular file"}
+
+
 def why(exc: OSError) -> str:
     """An OSError as the few words a summary shows."""
-    return {errno.ENOENT: "gone", errno.ELOOP: "a symlink", errno.ENOTDIR: "a link or file on "
-            "the way", errno.ENAMETOOLONG: "name too long", errno.EACCES: "permission denied",
-            errno.EMFILE: "out of file descriptors"}.get(exc.errno or 0,
-                                                         os.strerror(exc.errno or 0))
+    return _WHY.get(exc.errno or 0, os.strerror(exc.errno or 0))
 
 
 @dataclass

@@ -455,10 +455,16 @@ class Files:
         except Cut:
             notes.cut = True
             self.reading.budget.note_unread(rel, max(1, item.data - _tell(f)))
-        except Exception as exc:  # noqa: BLE001 - a file the decoders cannot read is noted
+        except Exception as exc:  # noqa: BLE001 - what the decoders cannot read is read raw
             notes.error(rel[:80], exc)
-            with self.reading.lock:
-                self.reading.unreadable.setdefault(rel, f"not decoded: {type(exc).__name__}")
+            try:
+                yield from plain_texts(read_chunks(fd, os.fstat(fd), limit=item.grant, rel=rel),
+                                       Ctx(Quota(), notes, Quota(item.grant)))
+            except (OSError, Cut) as again:
+                with self.reading.lock:
+                    self.reading.unreadable.setdefault(rel, f"not read: {why(again)}"
+                                                       if isinstance(again, OSError) else
+                                                       "not read")
         finally:
             f.close()
             self.reading.absorb(notes)
@@ -488,10 +494,10 @@ def file_texts(f: Any, st: os.stat_result, item: Listed, ctx: Ctx,
     skipped), containers decoded."""
     fd = f.fileno()
     kind = item.kind if item.source.kind == "file" else _head_kind(fd, st.st_size)
-    if kind == "plain":
-        limit = item.grant
-        yield from plain_texts(read_chunks(fd, st, limit=limit, rel=item.source.ref,
-                                           budget=budget), ctx)
+    if kind == "plain":  # its grant bounds the bytes read (holes' boundaries are free)
+        plain = Ctx(Quota(), ctx.notes, ctx.pieces)
+        yield from plain_texts(read_chunks(fd, st, limit=item.grant, rel=item.source.ref,
+                                           budget=budget), plain)
         return
     ctx.notes.formats.add(kind)
     if kind in ("gzip", "zstd", "bz2", "xz", "tar"):

@@ -306,3 +306,41 @@ def test_whole_arguments_commands_and_logs_are_read(store: Store, tmp_path: Path
     result = _check(store)
     ev = next(f.evidence for f in result.flags if f.severity == Severity.high)
     assert ev.tool_calls and ev.jobs == ["j-cmd", "j-log"], result.flags
+
+
+def test_a_file_that_fakes_a_format_is_read_as_it_is(store: Store, tmp_path: Path) -> None:
+    """Bytes that start like a zip, a gzip or an Arrow stream but are none: the decoder's
+    failure is noted in the summary and the file is read raw, never left unread."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    leak = CHAT.replace("\\n", "\n").encode()
+    for name, magic in (("a", b"PK\x03\x04"), ("b", b"\x1f\x8b"), ("c", b"\xff\xff\xff\xff")):
+        (ws / name).write_bytes(magic + b"\n" + leak)
+    _run(store, ws, ["a", "b", "c"])
+    result = _check(store)
+    assert _high(result) == [["a", "b", "c"]], result.flags
+    assert [f for f in result.flags if f.severity != Severity.high] == []
+    assert len(result.summary["files"]["decode_errors"]) == 3
+
+
+def test_whole_arguments_past_the_runs_allowance_are_named_unchecked(store: Store,
+                                                                    tmp_path: Path) -> None:
+    """A run keeps whole arguments up to `tool_arg_run_keep_bytes`; a cut call past it keeps
+    its cut copy only, and the coverage check names it (refused calls ran nothing)."""
+    from a2rl.audit.coverage import check_coverage
+    from a2rl.server.recording import end_call, start_call
+
+    _run(store, tmp_path / "none", None)
+    big = {"command": "echo " + "x" * 100_000}
+    first = start_call(store, "r-read", "run_command", big, "memory", 65_536, None, 150_000)
+    second = start_call(store, "r-read", "run_command", big | {"note": "y"}, "memory", 65_536,
+                        None, 150_000)
+    refused = start_call(store, "r-read", "run_command", big | {"n": 1}, "memory", 65_536,
+                         None, 150_000)
+    end_call(store, refused, time.perf_counter(), "refused", "refused")
+    result = check_coverage(load_record(store, "r-read"))
+    with store.session() as s:
+        blobs = [s.get(ToolCall, i).arguments_blob for i in (first, second)]  # type: ignore[union-attr]
+    assert blobs[0] is not None and blobs[1] is None
+    assert [f.evidence.tool_calls for f in result.flags] == [[second]]
+    assert "kept only the first bytes" in result.flags[0].finding
