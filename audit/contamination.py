@@ -51,11 +51,12 @@ from a2rl.settings import Settings
 from a2rl.stats import binomial_tail, exact_greater
 
 from .decode import PIECE, TEXT, UNESCAPED, Ctx, Cut, Notes, Out, Quota
+from .files import Files
 from .hidden import HiddenData, HiddenItem
 from .model import Evidence, Flag, Severity
 from .ngrams import Matcher, texts_grams
 from .record import CheckResult, RunRecord
-from .texts import Files, ReadBudget, Reading, Source, record_texts
+from .texts import ReadBudget, Reading, Source, record_texts
 
 N = 8
 COVERAGE = 0.5

@@ -211,7 +211,7 @@ def test_a_huge_sparse_file_costs_its_data_and_holes_join_no_grams(store: Store,
     as the hole's zeros would not be."""
     import time
 
-    from a2rl.audit.texts import file_chunks
+    from a2rl.audit.files import file_chunks
 
     ws = tmp_path / "workspace"
     (ws / "gen").mkdir(parents=True)
