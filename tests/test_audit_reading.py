@@ -344,3 +344,17 @@ def test_whole_arguments_past_the_runs_allowance_are_named_unchecked(store: Stor
     assert blobs[0] is not None and blobs[1] is None
     assert [f.evidence.tool_calls for f in result.flags] == [[second]]
     assert "kept only the first bytes" in result.flags[0].finding
+
+
+def test_an_exported_run_carries_its_whole_arguments(store: Store, tmp_path: Path) -> None:
+    from a2rl.store.transfer import dump_run, load_run
+
+    _run(store, tmp_path / "none", None)
+    whole = json.dumps({"command": "echo " + "x" * 100_000}).encode()
+    with store.session() as s:
+        s.add(ToolCall(run_id="r-read", tool="run_command", arguments={"command": "echo x"},
+                       arguments_blob=store.put_blob(whole)))
+    other = Store(f"sqlite:///{tmp_path / 'other.db'}")
+    load_run(other, dump_run(store, "r-read"))
+    call = load_record(other, "r-read").tool_calls[0]
+    assert other.get_blob(call.arguments_blob) == whole  # type: ignore[arg-type]
