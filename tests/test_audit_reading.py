@@ -359,3 +359,25 @@ def test_an_exported_run_carries_its_whole_arguments(store: Store, tmp_path: Pat
     load_run(other, dump_run(store, "r-read"))
     call = load_record(other, "r-read").tool_calls[0]
     assert other.get_blob(call.arguments_blob) == whole  # type: ignore[arg-type]
+
+
+def test_the_issues_chat_jsonl_of_every_hidden_humaneval_problem_is_matched(
+        store: Store, tmp_path: Path, settings: Settings) -> None:
+    """Issue 43's case with the real items: the 82 hidden test problems with their solutions
+    as chat JSON lines (the ordinary SFT format) were matched for well under half; all are."""
+    from a2rl.audit.hidden import load_hidden
+
+    hidden = load_hidden(Run(id="probe", task_id="humaneval", workspace=""), settings)
+    require(hidden.error is None, f"HumanEval's items cannot be read here: {hidden.error}")
+    test = [it for it in hidden.items if it.split == "test"]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "sft.jsonl").write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": it.input},
+        {"role": "assistant", "content": it.answer}]}) + "\n" for it in test))
+    _run(store, ws, ["sft.jsonl"])
+    result = check_contamination(load_record(store, "r-read"), hidden=hidden,
+                                 settings=Settings())
+    high = [f for f in result.flags if f.severity == Severity.high]
+    assert len(test) == 82 and high, result.flags
+    assert high[0].finding.startswith("82 of 82 hidden test items")
