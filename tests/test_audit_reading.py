@@ -107,11 +107,11 @@ def _formats(ws: Path) -> dict[str, bytes]:
     out = {"gz": gzip.compress(text), "bz": bz2.compress(text), "xz": lzma.compress(text),
            "tgz": tar.getvalue(), "zip": zipped.getvalue(), "npz": npz.getvalue(),
            "npy": npy.getvalue(), "b64": b"blob = '" + base64.b64encode(text) + b"'\n"}
-    try:
+    try:  # the dev extra brings it (through inspect-ai); the audit reads zstd where it is
         import zstandard
         out["zst"] = zstandard.ZstdCompressor().compress(text)
     except ImportError:
-        require(False, "zstandard is not installed")
+        pass
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -145,7 +145,7 @@ def test_every_format_is_decoded_by_its_bytes_not_its_name(name: str, store: Sto
                                                            tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     (ws / "blobs").mkdir(parents=True)
-    _formats(ws)
+    require(name in _formats(ws), "zstandard is not installed: pip install -e '.[dev]'")
     rel = f"blobs/part_{name}.bin"
     _run(store, ws, [rel])
     result = _check(store)
