@@ -139,8 +139,13 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
                         settings: Settings | None = None, **_: object) -> CheckResult:
     if hidden is None or not hidden.items:
         why = hidden.error if hidden is not None and hidden.error else "no hidden items"
-        return CheckResult(summary={"checked": False, "reason": why,
-                                    "complete": hidden is None or not hidden.error})
+        if hidden is None or not hidden.error:
+            return CheckResult(summary={"checked": False, "reason": why, "complete": True})
+        return CheckResult(  # the items exist but could not be read here: unchecked, not clean
+            flags=[Flag(kind="contamination", severity=Severity.medium,
+                        finding=f"not checked: the task's hidden items could not be read here "
+                                f"({why})")],
+            summary={"checked": False, "reason": why, "complete": False})
     # every item's text hashed in one pass (thousands of items: one numpy pass, not thousands)
     control_items = hidden.control or hidden.train
     every = [*hidden.items, *hidden.train, *hidden.control]

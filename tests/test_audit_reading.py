@@ -381,3 +381,12 @@ def test_the_issues_chat_jsonl_of_every_hidden_humaneval_problem_is_matched(
     high = [f for f in result.flags if f.severity == Severity.high]
     assert len(test) == 82 and high, result.flags
     assert high[0].finding.startswith("82 of 82 hidden test items")
+
+
+def test_hidden_items_that_cannot_be_read_leave_the_check_incomplete(store: Store,
+                                                                     tmp_path: Path) -> None:
+    _run(store, tmp_path / "none", None)
+    result = _check(store, HiddenData(task_id="humaneval", error="OSError: no data here"))
+    assert result.summary["complete"] is False
+    assert [f.severity for f in result.flags] == [Severity.medium]
+    assert "could not be read here (OSError: no data here)" in result.flags[0].finding
