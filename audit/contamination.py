@@ -120,14 +120,17 @@ def _match_alone(sinks: _Sinks, label: str, outs: Iterator[Out]
     return sinks.close()
 
 
-def _guarded(outs: Iterator[Out], notes: Notes, reading: Reading) -> Iterator[Out]:
-    """A record text's outputs; a decoding error or cut is noted, the rest still matched."""
+def _guarded(outs: Iterator[Out], label: str, reading: Reading) -> Iterator[Out]:
+    """A record text's outputs; a decoding error or cut is noted (a cut as unread: what it
+    decompressed to passed the budget), the rest still matched."""
+    notes = Notes()
     try:
         yield from outs
     except Cut:
         notes.cut = True
+        reading.budget.note_unread(label, 1)
     except Exception as exc:  # noqa: BLE001 - one text the decoders cannot read is noted
-        notes.error("record text", exc)
+        notes.error(label, exc)
     reading.absorb(notes)
 
 
@@ -189,7 +192,7 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
         forked: list[Future[tuple[dict[str, set[int]], int]]] = []
         for source, outs in record_texts(record, lambda: Ctx(Quota(), Notes(), pieces)):
             if not seen(source):
-                sinks.feed(source.label, _guarded(outs, Notes(), reading))
+                sinks.feed(source.label, _guarded(outs, source.label, reading))
         files = Files(record, reading, hidden.shipped)
         listed = files.listed()
         for item, fd in files.opened(listed):

@@ -434,7 +434,10 @@ def bytes_texts(data: bytes, ctx: Ctx) -> Iterator[Out]:
         yield from plain_texts(iter((data,)), ctx)
         return
     ctx.notes.formats.add(kind)
-    yield from random_access_texts(kind, io.BytesIO(data), len(data), ctx, lambda: data)
+    # what a container inflates to is taken from the pieces' quota: a stored revision or a
+    # log is bounded by the store, what it decompresses to is not
+    inner = Ctx(ctx.pieces, ctx.notes, ctx.pieces, ctx.depth)
+    yield from random_access_texts(kind, io.BytesIO(data), len(data), inner, lambda: data)
 
 
 def random_access_texts(kind: str, f: BinaryIO, size: int, ctx: Ctx,

@@ -390,3 +390,17 @@ def test_hidden_items_that_cannot_be_read_leave_the_check_incomplete(store: Stor
     assert result.summary["complete"] is False
     assert [f.severity for f in result.flags] == [Severity.medium]
     assert "could not be read here (OSError: no data here)" in result.flags[0].finding
+
+
+def test_a_stored_text_that_inflates_is_bounded_too(store: Store, tmp_path: Path) -> None:
+    """A revision is at most a megabyte; what it decompresses to is not: it draws on the
+    audit's budget like the files, and a cut is named."""
+    _run(store, tmp_path / "none", None)
+    bomb = gzip.compress(b"\0" * (64 << 20), compresslevel=9)
+    with store.session() as s:
+        s.add(Revision(run_id="r-read", path="code/x.gz", source="command",
+                       blob_sha=store.put_blob(bomb), size=len(bomb)))
+    result = _check(store, audit_read_bytes=1 << 20)
+    assert result.summary["bytes"] <= (1 << 20) + len(bomb)
+    unread = [f for f in result.flags if "not fully read" in f.finding]
+    assert unread and unread[0].evidence.paths[0].startswith("revision:"), result.flags
