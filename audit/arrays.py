@@ -31,6 +31,8 @@ BYTE_DTYPES = {"U8", "I8", "BOOL"}
 #: PyTorch storage types whose bytes are text-like
 BYTE_STORAGES = {"ByteStorage", "CharStorage", "BoolStorage"}
 MAX_HEADER = 100 << 20
+#: numpy's own files keep theirs under 64 KB; a larger one is not parsed (read raw instead)
+MAX_NPY_HEADER = 1 << 20
 MAX_PICKLE = 64 << 20
 
 
@@ -60,7 +62,7 @@ def npy_texts(f: BinaryIO, ctx: Ctx) -> Iterator[Out]:
     magic = _read(f, 8)
     major = magic[6]
     size = struct.unpack("<H" if major == 1 else "<I", _read(f, 2 if major == 1 else 4))[0]
-    if size > MAX_HEADER:
+    if size > MAX_NPY_HEADER:
         raise ValueError(f"npy header of {size} bytes")
     header = ast.literal_eval(_read(f, size).decode("latin-1" if major < 3 else "utf-8"))
     dtype = np.dtype(header["descr"])

@@ -336,8 +336,9 @@ def stream_texts(reader: BinaryIO, ctx: Ctx) -> Iterator[Out]:
         ctx.notes.formats.add("npy")
         yield from npy_texts(_Peeked(head, reader), ctx)
     elif kind in ("zip", "parquet", "arrow_file", "arrow_stream", "safetensors"):
-        data = head + reader.read(MEM_CAP)
-        if reader.read(1):  # too large to hold: read as it is
+        cap = MEM_CAP if ctx.quota.left is None else min(MEM_CAP, max(ctx.quota.left, 0))
+        data = head + reader.read(cap)
+        if reader.read(1):  # too large to hold (or past the quota): read as it is
             ctx.notes.formats.add(f"{kind} (too large inside a stream: read raw)")
             yield from plain_texts(_reader_chunks(reader, data), ctx)
         else:
