@@ -106,6 +106,10 @@ class Settings(BaseSettings):
         "past it a job's log keeps its size only (0: no limit)")
     tool_arg_keep_bytes: int = Field(65_536, ge=1, description="bytes of one tool argument stored "
                                      "(longer ones: cut, with their sha256 and size)")
+    tool_arg_run_keep_bytes: int = Field(
+        256 << 20, ge=0, description="bytes of whole tool arguments one run keeps as blobs where "
+        "the stored ones were cut (the audit reads them); past it a cut call keeps its cut "
+        "copy only and the audit says so (0: no limit)")
     max_tool_args_bytes: int = Field(8_000_000, ge=1, description="largest tool call (all its "
                                      "arguments, UTF-8 bytes); larger calls are refused")
     audit_read_bytes: int = Field(

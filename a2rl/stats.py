@@ -20,6 +20,10 @@
   `paper` profile's length-controlled win rate).
 - `mean_interval`: Student's t interval of the mean of a few independent repeats (the test
   scores of a recipe's replicas, `a2rl replay`).
+- `binomial_tail` / `exact_greater`: one-sided exact tests of a count against a rate and of one
+  proportion against another (the audit's short-item rule: are hidden items found more often
+  than the visible ones, beyond what chance does?). Exact sums in log space, not normal
+  approximations: the counts are small and the tails the audit acts on are far out.
 """
 
 from __future__ import annotations
@@ -226,3 +230,49 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
 def within_noise(low: float, high: float) -> bool:
     """An improvement is within noise when its 95% interval contains 0."""
     return low <= 0.0 <= high
+
+
+def _log_choose(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _log_sum(terms: list[float]) -> float:
+    top = max(terms)
+    return top + math.log(math.fsum(math.exp(t - top) for t in terms))
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): the one-sided exact test of `k` successes in `n`
+    tries against a rate `p` (scipy's `binomtest(k, n, p, alternative="greater")`)."""
+    if not 0 <= k <= n or not 0.0 <= p <= 1.0:
+        raise ValueError(f"no binomial tail for k={k}, n={n}, p={p}")
+    if k == 0:
+        return 1.0
+    if p == 0.0:
+        return 0.0
+    if p == 1.0:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    return min(1.0, math.exp(_log_sum([_log_choose(n, i) + i * lp + (n - i) * lq
+                                       for i in range(k, n + 1)])))
+
+
+def exact_greater(k: int, n: int, c: int, m: int) -> float:
+    """The one-sided p-value of "`k` of `n` is a higher rate than `c` of `m`": Fisher's exact
+    test (scipy's `fisher_exact([[k, n - k], [c, m - c]], alternative="greater")`), the
+    hypergeometric chance that, of the k + c successes shared out at random between the two
+    groups, `k` or more land in the first. Unlike a binomial test against `c / m`, it counts
+    the control's own sampling error: a control of 0 hits in 20 does not make 1 hit in 20 a
+    certainty. With no control (m == 0) nothing can be said: 1.0."""
+    if not (0 <= k <= n and 0 <= c <= m):
+        raise ValueError(f"no exact test for {k} of {n} against {c} of {m}")
+    if m == 0 or n == 0:
+        return 1.0
+    if k == 0:
+        return 1.0
+    hits, total = k + c, n + m
+    top = min(hits, n)
+    denom = _log_choose(total, hits)
+    terms = [_log_choose(n, i) + _log_choose(m, hits - i) - denom
+             for i in range(max(k, hits - m), top + 1)]
+    return min(1.0, math.exp(_log_sum(terms))) if terms else 0.0

@@ -28,6 +28,7 @@ CHECKS: dict[str, str] = {
     "model_identity": "identity:check_identity",
     "grader_gaming": "gaming:check_gaming",
     "dev_overfitting": "overfit:check_overfit",
+    "coverage": "coverage:check_coverage",
 }
 #: name -> "module:function" returning the check's extra keyword inputs
 INPUTS: dict[str, str] = {

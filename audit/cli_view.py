@@ -1,5 +1,6 @@
 """What `a2rl audit` does and prints: the stored audit of a run (computed when missing or
-asked to), its flags one a line, and the exit status (1 when a high flag stands).
+asked to), its flags one a line, and the exit status (`exit_status`: 1 when a high flag
+stands, else 2 when a check could not look at everything, else 0).
 
 A flag quotes what the agent wrote (an excerpt of a file, a path): each quoted value is shown
 on one line with its controls as escapes (`a2rl.display.printable`), so an excerpt holding
@@ -62,7 +63,10 @@ def format_report(report: AuditReport) -> str:
             f" (audit v{report.audit_version}, {report.computed_at:%Y-%m-%d %H:%M} UTC)"
             if report.flags else f"run {report.run_id}: no flags (audit "
             f"v{report.audit_version}, {report.computed_at:%Y-%m-%d %H:%M} UTC)")
-    lines = [head + (" — FLAGGED: not a result" if report.flagged else "")]
+    incomplete = report.incomplete
+    lines = [head + (" — FLAGGED: not a result" if report.flagged else "")
+             + (f" — INCOMPLETE: {', '.join(incomplete)} did not see everything"
+                if incomplete else "")]
     for flag in sorted(report.flags, key=lambda f: -SEVERITY_ORDER[f.severity]):
         lines.append(f"  {flag.severity.value:<6} {flag.kind:<18} "
                      f"{printable(flag.finding, one_line=True)}")
@@ -75,4 +79,16 @@ def format_report(report: AuditReport) -> str:
                if isinstance(c, dict) and c.get("available") is False]
     if skipped:
         lines.append(f"  not checked: {', '.join(skipped)}")
+    files = (report.checks.get("contamination") or {}).get("files") or {}
+    if files.get("source") == "walk":
+        lines.append("  files: no record of the files the jobs opened; the whole workspace "
+                     "was walked instead")
     return "\n".join(lines)
+
+
+def exit_status(reports: list[AuditReport]) -> int:
+    """1 when a high flag stands in any report (the verdict is known), else 2 when any is
+    incomplete (a check failed or could not read what it must: not clean), else 0."""
+    if any(r.flagged for r in reports):
+        return 1
+    return 2 if any(r.incomplete for r in reports) else 0

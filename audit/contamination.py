@@ -21,9 +21,21 @@ space finds both alike; text made from the hidden split finds hidden items far m
 
 Severity: a hidden item's question with its answer, or a long answer copied (≥ 50% of its
 n-grams), is `high`; questions without their answers are `medium` (a person should read it).
-Short items with their answers: at most 2 points above the control's rate, chance and no flag
-(counted in the summary); half of a split or more, as often as the control, `low` (the space
-enumerated); half or more and 30 points above the control, `high`; between, `low`.
+Short items with their answers are judged against the control by an exact one-sided test
+(Fisher's, `a2rl.stats.exact_greater`: are the split's items found more often than the
+control's, beyond what chance does?): p ≤ 1e-6 is `high` (200 of arith's 500 test items and
+no control item: p ≈ 1e-242; the same 8 of 10 items of a toy pool: p ≈ 4e-4, not proof);
+p ≤ 1e-3 is `low`; otherwise half of a split or more is `low` (the space enumerated, found
+as often as the control), and less is chance and no flag (counted in the summary). The control
+is the task's own (`Task.audit_control_items`: arith's problems in neither split, which an
+enumeration finds and a copy of the hidden items does not), else the visible train items.
+
+What is read, and how: `audit/texts.py` (the sources) and `audit/decode.py` (the formats).
+What could not be read is a flag of its own: `medium` for files past the read budget, not
+readable (a link on the way, a name too deep) or a walk that stopped; `low` for files the
+jobs read that were gone by the audit. A workspace that is not there while the run had one
+(a recomputed audit after the volume was detached) leaves the check incomplete (`complete`:
+false in its summary), which the audit reports as such, never as clean.
 """
 
 from __future__ import annotations
@@ -33,22 +45,26 @@ from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from a2rl.settings import Settings
+from a2rl.stats import binomial_tail, exact_greater
 
+from .decode import PIECE, TEXT, UNESCAPED, Ctx, Cut, Notes, Out, Quota
+from .files import Files
 from .hidden import HiddenData, HiddenItem
 from .model import Evidence, Flag, Severity
 from .ngrams import Matcher, texts_grams
 from .record import CheckResult, RunRecord
-from .texts import ReadBudget, Source, agent_texts
+from .texts import ReadBudget, Reading, Source, record_texts
 
 N = 8
 COVERAGE = 0.5
-#: short items: a split's hit rate must reach this and exceed the control's by MARGIN
-SHORT_RATE, SHORT_MARGIN = 0.5, 0.3
-#: short items found at most this far above the control's rate are chance, not a flag: a
-#: sum printed while training (`47+85=132`) meets a hidden one now and then, as often as a
-#: visible one (the summary still counts them)
+#: short items: p-values of the one-sided exact test against the control for `high` and `low`
+LEAK_P, SUSPECT_P = 1e-6, 1e-3
+#: short items: half a split or more, found as often as the control: the space enumerated
+SHORT_RATE = 0.5
+#: the control rate assumed where a task has no control items
 CHANCE = 0.02
 MAX_ITEMS_SHOWN = 20
 #: a workspace file this large is matched in a worker thread, WORKERS at once
@@ -73,14 +89,49 @@ def _item_grams(q_grams: tuple[list[int], int], a_grams: tuple[list[int], int],
                   short=q_short, long_answer=bool(a) and not a_short)
 
 
-def _match_alone(matcher: Matcher, label: str, chunks: Iterator[bytes]) -> Matcher:
-    """One large text through its own fork of the matcher (in a worker thread)."""
-    first = True
-    for chunk in chunks:
-        matcher.feed(label, chunk, new_text=first)
-        first = False
-    matcher.close()
-    return matcher
+class _Sinks:
+    """A matcher per role of a decoded text (the text, its unescaped form, pieces found in
+    it): each role's chunks stream contiguously, so no gram joins two forms of one text."""
+
+    def __init__(self, matcher: Matcher) -> None:
+        self.by_role = {TEXT: matcher, UNESCAPED: matcher.fork(), PIECE: matcher.fork()}
+
+    def fork(self) -> _Sinks:
+        return _Sinks(self.by_role[TEXT].fork())
+
+    def feed(self, label: str, outs: Iterator[Out]) -> None:
+        started: set[int] = set()
+        for role, data, new in outs:
+            self.by_role[role].feed(label, data, new_text=new or role not in started)
+            started.add(role)
+
+    def close(self) -> tuple[dict[str, set[int]], int]:
+        found: dict[str, set[int]] = {}
+        for m in self.by_role.values():
+            for label, grams in m.close().items():
+                found.setdefault(label, set()).update(grams)
+        return found, sum(m.bytes_read for m in self.by_role.values())
+
+
+def _match_alone(sinks: _Sinks, label: str, outs: Iterator[Out]
+                 ) -> tuple[dict[str, set[int]], int]:
+    """One large text through its own matchers (in a worker thread)."""
+    sinks.feed(label, outs)
+    return sinks.close()
+
+
+def _guarded(outs: Iterator[Out], label: str, reading: Reading) -> Iterator[Out]:
+    """A record text's outputs; a decoding error or cut is noted (a cut as unread: what it
+    decompressed to passed the budget), the rest still matched."""
+    notes = Notes()
+    try:
+        yield from outs
+    except Cut:
+        notes.cut = True
+        reading.budget.note_unread(label, 1)
+    except Exception as exc:  # noqa: BLE001 - one text the decoders cannot read is noted
+        notes.error(label, exc)
+    reading.absorb(notes)
 
 
 def _share(part: set[int], found: set[int]) -> float:
@@ -91,9 +142,16 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
                         settings: Settings | None = None, **_: object) -> CheckResult:
     if hidden is None or not hidden.items:
         why = hidden.error if hidden is not None and hidden.error else "no hidden items"
-        return CheckResult(summary={"checked": False, "reason": why})
+        if hidden is None or not hidden.error:
+            return CheckResult(summary={"checked": False, "reason": why, "complete": True})
+        return CheckResult(  # the items exist but could not be read here: unchecked, not clean
+            flags=[Flag(kind="contamination", severity=Severity.medium,
+                        finding=f"not checked: the task's hidden items could not be read here "
+                                f"({why})")],
+            summary={"checked": False, "reason": why, "complete": False})
     # every item's text hashed in one pass (thousands of items: one numpy pass, not thousands)
-    every = [*hidden.items, *hidden.train]
+    control_items = hidden.control or hidden.train
+    every = [*hidden.items, *hidden.train, *hidden.control]
     hashed = texts_grams([t for it in every for t in (it.input, it.answer)], N)
     item_hashes = {it: (hashed[2 * i], hashed[2 * i + 1]) for i, it in enumerate(every)}
     train_grams: set[int] = set()
@@ -103,46 +161,56 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
                 train_grams.update(g)
     items = {it.ref: (it, _item_grams(*item_hashes[it], train_grams)) for it in hidden.items}
     has_short = any(g.short for _, g in items.values())
-    control = ({it.ref: (it, _item_grams(*item_hashes[it], set())) for it in hidden.train}
+    control = ({it.ref: (it, _item_grams(*item_hashes[it], set())) for it in control_items}
                if has_short else {})
     wanted: set[int] = set()
     lengths = {N} | {length for _, length in hashed}
     for _, g in [*items.values(), *control.values()]:
         wanted |= g.question | g.answer
     lengths.discard(0)
-    matcher = Matcher(wanted, lengths)
+    sinks = _Sinks(Matcher(wanted, lengths))
     sources: dict[str, Source] = {}
     same_as: dict[str, str] = {}  # label -> the label of the identical blob read before it
     first_of_blob: dict[str, str] = {}
-    n_texts = 0
+    limit = settings.audit_read_bytes if settings is not None else 0
+    reading = Reading(budget=ReadBudget(left=limit or None))
+    pieces = Quota(limit or None)  # what base64 runs in the record's texts decode to
+
+    def seen(source: Source) -> bool:
+        sources[source.label] = source
+        if source.blob:
+            if source.blob in first_of_blob:  # identical content: matched once, not twice
+                same_as[source.label] = first_of_blob[source.blob]
+                return True
+            first_of_blob[source.blob] = source.label
+        return False
+
     # Large workspace files (generated training data: up to gigabytes) are matched by worker
-    # threads, each with a fork of the matcher; numpy lets go of the GIL in its array passes,
-    # so on 2 cores two files go at once while this thread reads the record's own texts.
+    # threads, each with forks of the matchers; numpy lets go of the GIL in its array passes,
+    # so on 2 cores two files go at once while this thread reads the others.
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="a2rl-audit") as pool:
-        forked: list[Future[Matcher]] = []
-        limit = settings.audit_read_bytes if settings is not None else 0
-        budget = ReadBudget(left=limit or None)
-        for source, chunks in agent_texts(record, budget=budget):
-            sources[source.label] = source
-            n_texts += 1
-            if source.blob:
-                if source.blob in first_of_blob:  # identical content: matched once, not twice
-                    same_as[source.label] = first_of_blob[source.blob]
-                    continue
-                first_of_blob[source.blob] = source.label
-            if source.kind == "file" and source.size >= LARGE_FILE:
-                forked.append(pool.submit(_match_alone, matcher.fork(), source.label, chunks))
+        forked: list[Future[tuple[dict[str, set[int]], int]]] = []
+        for source, outs in record_texts(record, lambda: Ctx(Quota(), Notes(), pieces)):
+            if not seen(source):
+                sinks.feed(source.label, _guarded(outs, source.label, reading))
+        files = Files(record, reading, hidden.shipped)
+        listed = files.listed()
+        for item, fd in files.opened(listed):
+            if seen(item.source):
+                if fd is not None:
+                    os.close(fd)
                 continue
-            first = True
-            for chunk in chunks:
-                matcher.feed(source.label, chunk, new_text=first)
-                first = False
-        found = matcher.close()
-        bytes_read = matcher.bytes_read
+            outs = files.texts(item, fd)
+            if item.data >= LARGE_FILE:
+                forked.append(pool.submit(_match_alone, sinks.fork(), item.source.label, outs))
+            else:
+                sinks.feed(item.source.label, outs)
+        found, bytes_read = sinks.close()
         for future in forked:
-            done = future.result()
-            found.update(done.found)  # labels are distinct: one source, one fork
-            bytes_read += done.bytes_read
+            got, n = future.result()
+            for label, grams in got.items():  # labels are distinct: one source, one fork
+                found.setdefault(label, set()).update(grams)
+            bytes_read += n
     # in the record's order (evidence lists it so), whatever order the chunks found them in
     found_by = {label: found[same_as.get(label, label)] for label in sources
                 if same_as.get(label, label) in found}
@@ -160,49 +228,57 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
                 out[ref] = ("with_answer" if g.answer and a >= COVERAGE else "question", item)
         return out
 
-    found = hits(items)
-    control_hits = hits(control)
-    control_rate = (sum(1 for how, _ in control_hits.values() if how == "with_answer")
-                    / len(control)) if control else 0.0
+    found_items = hits(items)
+    short_control = [ref for ref, (_, g) in control.items() if g.short]
+    control_hits = sum(1 for ref, (how, _) in hits(control).items()
+                       if how == "with_answer" and ref in set(short_control))
+    control_rate = control_hits / len(short_control) if short_control else 0.0
     flags: list[Flag] = []
-    per_split: dict[str, dict[str, int]] = {}
+    per_split: dict[str, dict[str, Any]] = {}
     for split in ("dev", "test"):
-        pool = [ref for ref, (it, _) in items.items() if it.split == split]
-        if not pool:
+        pool_refs = [ref for ref, (it, _) in items.items() if it.split == split]
+        if not pool_refs:
             continue
-        split_hits = {ref: v for ref, v in found.items() if v[1].split == split}
+        split_hits = {ref: v for ref, v in found_items.items() if v[1].split == split}
         by_how: dict[str, list[str]] = defaultdict(list)
         for ref, (how, _) in split_hits.items():
             short = items[ref][1].short
             by_how[("short_" if short else "") + how].append(ref)
-        per_split[split] = {"items": len(pool), "hit": len(split_hits),
+        per_split[split] = {"items": len(pool_refs), "hit": len(split_hits),
                             **{k: len(v) for k, v in by_how.items()}}
         strong = by_how["with_answer"] + by_how["answer"]
         if strong:
-            flags.append(_flag(Severity.high, split, strong, len(pool), found_by, sources, items,
-                               "appear in the agent's text with their answers"
+            flags.append(_flag(Severity.high, split, strong, len(pool_refs), found_by, sources,
+                               items, "appear in the agent's text with their answers"
                                if by_how["with_answer"] else "have their answers copied"))
         if by_how["question"]:
-            flags.append(_flag(Severity.medium, split, by_how["question"], len(pool), found_by,
-                               sources, items, "have their questions in the agent's text "
-                               "(without their answers)"))
+            flags.append(_flag(Severity.medium, split, by_how["question"], len(pool_refs),
+                               found_by, sources, items, "have their questions in the agent's "
+                               "text (without their answers)"))
         short_hits = by_how["short_with_answer"]
-        rate = len(short_hits) / len(pool)
-        if short_hits and (rate >= SHORT_RATE or rate > control_rate + CHANCE):
-            enumerated = rate >= SHORT_RATE and rate < control_rate + SHORT_MARGIN
-            leaked = rate >= SHORT_RATE and not enumerated
-            flags.append(_flag(
-                Severity.high if leaked else Severity.low, split, short_hits, len(pool),
-                found_by, sources, items,
-                f"(short items) appear with their answers; visible train items "
-                f"{control_rate:.0%} alike" + (": the task's space may be enumerable"
-                                               if enumerated else "")))
-    if budget.unread:
-        flags.append(_unread_flag(budget, limit))
-    summary = {"checked": True, "n": N, "coverage": COVERAGE, "texts": n_texts,
-               "bytes": bytes_read, "unread_bytes": budget.unread_bytes,
-               "hidden_grams": len(wanted),
-               "control_rate": round(control_rate, 4), "splits": per_split}
+        n_short = sum(1 for ref in pool_refs if items[ref][1].short)
+        if short_hits:
+            k = len(short_hits)
+            p = (exact_greater(k, n_short, control_hits, len(short_control)) if short_control
+                 else binomial_tail(k, n_short, CHANCE))
+            per_split[split]["short_p"] = float(f"{p:.3g}")
+            rate = k / n_short
+            enumerated = p > SUSPECT_P and rate >= SHORT_RATE
+            if p <= SUSPECT_P or enumerated:
+                flags.append(_flag(
+                    Severity.high if p <= LEAK_P else Severity.low, split, short_hits,
+                    len(pool_refs), found_by, sources, items,
+                    f"(short items) appear with their answers; the control's items "
+                    f"{control_rate:.0%} alike (one-sided exact test: p = {p:.2g})"
+                    + (": the task's space may be enumerable" if enumerated else "")))
+    flags += _unread_flags(reading, limit)
+    complete = reading.source != "unavailable"
+    summary = {"checked": True, "complete": complete, "n": N, "coverage": COVERAGE,
+               "texts": len(sources), "bytes": bytes_read,
+               "unread_bytes": reading.budget.unread_bytes, "hidden_grams": len(wanted),
+               "control": "task" if hidden.control else "train",
+               "control_rate": round(control_rate, 4), "splits": per_split,
+               "files": reading.summary()}
     return CheckResult(flags=flags, summary=summary)
 
 
@@ -225,11 +301,35 @@ def _flag(severity: Severity, split: str, refs: list[str], total: int,
     return Flag(kind="contamination", severity=severity, finding=finding, evidence=ev)
 
 
-def _unread_flag(budget: ReadBudget, limit: int) -> Flag:
-    """The workspace's files the read budget left unread: unchecked, which is not clean."""
-    worst = sorted(budget.unread, key=lambda p: (-budget.unread[p], p))
-    return Flag(kind="contamination", severity=Severity.medium,
-                finding=f"not fully read: {budget.unread_bytes} bytes of {len(worst)} "
-                        f"workspace file{'s' if len(worst) != 1 else ''} past the audit's "
-                        f"{limit}-byte budget (audit_read_bytes) are unchecked",
-                evidence=Evidence(paths=worst[:MAX_ITEMS_SHOWN]))
+def _unread_flags(reading: Reading, limit: int) -> list[Flag]:
+    """What the check could not read: unchecked, which is not clean."""
+    flags: list[Flag] = []
+    budget = reading.budget
+    parts: list[str] = []
+    paths: list[str] = []
+    if budget.unread:
+        worst = sorted(budget.unread, key=lambda p: (-budget.unread[p], p))
+        parts.append(f"{budget.unread_bytes} bytes of {len(worst)} file"
+                     f"{'s' if len(worst) != 1 else ''} past the audit's {limit}-byte budget "
+                     "(audit_read_bytes)")
+        paths += worst
+    if reading.unreadable:
+        reasons = sorted(set(reading.unreadable.values()))
+        parts.append(f"{len(reading.unreadable)} file{'s' if len(reading.unreadable) != 1 else ''}"
+                     f" not readable ({', '.join(reasons[:4])})")
+        paths += sorted(reading.unreadable)
+    if reading.walked is not None and reading.walked.stopped:
+        parts.append(f"the workspace walk stopped after {reading.walked.entries - 1} entries")
+    if reading.source == "unavailable":
+        parts.append("the workspace is not mounted (a finished run's volume is detached): the "
+                     "files the jobs read were not read again")
+    if parts:
+        flags.append(Flag(kind="contamination", severity=Severity.medium,
+                          finding="not fully read: " + "; ".join(parts) + ": unchecked",
+                          evidence=Evidence(paths=paths[:MAX_ITEMS_SHOWN])))
+    if reading.gone:
+        flags.append(Flag(kind="contamination", severity=Severity.low,
+                          finding=f"{len(reading.gone)} file{'s' if len(reading.gone) != 1 else ''}"
+                                  " the jobs read were gone by the audit: unchecked",
+                          evidence=Evidence(paths=sorted(reading.gone)[:MAX_ITEMS_SHOWN])))
+    return flags

@@ -10,6 +10,8 @@ short-item rule (audit/contamination.py).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +62,12 @@ class HiddenData:
     paths: list[Path] = field(default_factory=list)  # host files that carry hidden items
     dataset_ids: list[str] = field(default_factory=list)
     error: str | None = None
+    #: the short-item rule's control: items of the task's kind neither given nor hidden
+    #: (`Task.audit_control_items`); empty: the train items serve
+    control: list[HiddenItem] = field(default_factory=list)
+    #: workspace path -> sha256 of the task's data files as it writes them (recognised by
+    #: hash when a job reads them unchanged: the visible split is no evidence)
+    shipped: dict[str, str] = field(default_factory=dict)
 
 
 def item_text(item: dict[str, Any], fields: tuple[str, ...]) -> str:
@@ -87,6 +95,19 @@ def dataset_ids_of_paths(paths: list[Path]) -> list[str]:
     return found
 
 
+#: where `Task.prepare_workspace` writes the visible split
+TRAIN_FILE = "data/train.jsonl"
+
+
+def train_file_sha(rows: list[dict[str, Any]]) -> str:
+    """The sha256 of data/train.jsonl as `Task.prepare_workspace` writes it (one JSON object
+    a line): a task that writes its data otherwise is simply not recognised, and read."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update((json.dumps(row) + "\n").encode())
+    return h.hexdigest()
+
+
 def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenData:
     """The hidden items (dev and test), the visible train items and the hidden data's names of
     `run`'s task, as the run's grader saw them. A task that cannot be read here gives what
@@ -103,7 +124,11 @@ def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenDa
         if items:
             for split in ("dev", "test"):
                 data.items += _items(task.load_split(split, settings), split)  # type: ignore[arg-type]
-            data.train = _items(task.train_items(settings), "train")
+            rows = task.train_items(settings)
+            data.train = _items(rows, "train")
+            data.shipped = {TRAIN_FILE: train_file_sha(rows)}
+            control = task.audit_control_items(settings)
+            data.control = _items(control, "control") if control else []
     except Exception as exc:  # noqa: BLE001 - any task failure: the audit says what it lacked
         log.warning("audit of %s: hidden data of %s not read: %s", run.id, run.task_id, exc)
         data.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

@@ -66,6 +66,15 @@ class AuditReport(BaseModel):
         """A high-severity flag stands: the run's score is not counted as a result."""
         return self.high > 0
 
+    @property
+    def incomplete(self) -> list[str]:
+        """The checks that did not look at everything they should have: one that failed
+        (an exception), one not available, or one that says it is not complete (what it had
+        to read was not there). An incomplete audit is never clean: `a2rl audit` says so and
+        exits with status 2 unless a high flag already stands."""
+        return [name for name, c in self.checks.items() if isinstance(c, dict) and (
+            "failed" in c or c.get("available") is False or c.get("complete") is False)]
+
     def worst(self) -> Severity | None:
         return max((f.severity for f in self.flags), key=SEVERITY_ORDER.__getitem__,
                    default=None)

@@ -14,7 +14,7 @@ from a2rl.store.queries import INITIAL_SOURCE
 
 from .model import Evidence, Flag, Severity
 from .record import RunRecord
-from .texts import tool_call_text
+from .texts import call_text
 
 MAX_TEXT = 2 << 20  # a revision or log longer than this is searched in its first 2 MiB
 MAX_EVIDENCE = 30
@@ -53,7 +53,7 @@ class Text:
 def record_texts(record: RunRecord) -> Iterator[Text]:
     """The run's searchable texts: what the agent wrote, then what it was answered."""
     for call in record.tool_calls:
-        yield Text("tool_call", str(call.id), tool_call_text(call), "agent")
+        yield Text("tool_call", str(call.id), call_text(record, call), "agent")
         answer = " ".join(x for x in (call.error or "", call.result_summary or "") if x)
         if answer:
             yield Text("tool_call", str(call.id), answer, "output")

@@ -16,7 +16,18 @@ from typing import Any
 
 from sqlmodel import col, select
 
-from a2rl.store import Evaluation, Job, Revision, Run, Store, Submission, ToolCall
+from a2rl.store import (
+    BudgetEvent,
+    Evaluation,
+    Job,
+    JobFile,
+    Revision,
+    Run,
+    Store,
+    Submission,
+    ToolCall,
+)
+from a2rl.store.status import BudgetEventKind
 
 from .model import Flag
 
@@ -34,6 +45,11 @@ class RunRecord:
     submissions: list[Submission]
     evaluations: list[Evaluation]
     home: Path | None = None
+    #: the workspace files the jobs opened, as the kernel reported them (schema v8); empty
+    #: where the run had no access record (the audit then walks the whole workspace)
+    job_files: list[JobFile] = field(default_factory=list)
+    #: the revision scans that stopped before seeing the whole workspace (their events)
+    scan_stops: list[BudgetEvent] = field(default_factory=list)
 
     def blob(self, sha: str) -> bytes:
         """A stored blob's bytes (a revision's content, a job's log)."""
@@ -72,9 +88,14 @@ def load_record(store: Store, run_id: str) -> RunRecord:
             submissions=rows(Submission, col(Submission.created_at)),
             evaluations=rows(Evaluation, col(Evaluation.id)),
             home=Path(run.workspace).parent if run.workspace else None,
+            job_files=rows(JobFile, col(JobFile.id)),
+            scan_stops=list(s.exec(select(BudgetEvent).where(
+                BudgetEvent.run_id == run_id, BudgetEvent.kind == BudgetEventKind.scan_stopped)
+                .order_by(col(BudgetEvent.id))).all()),
         )
         for r in [run, *record.tool_calls, *record.revisions, *record.jobs,
-                  *record.submissions, *record.evaluations]:
+                  *record.submissions, *record.evaluations, *record.job_files,
+                  *record.scan_stops]:
             s.expunge(r)
     return record
 

@@ -1,8 +1,11 @@
 """`audit_run`: a run's audit, computed from its record and stored with it.
 
 Why an audit never fails: it runs when a run finishes and when a person recomputes it; a
-check that crashes (a task whose data is gone, a malformed row) becomes an `info` flag saying
-so, and the other checks still run. A finished run stays finished whatever its audit says.
+check that crashes (a task whose data is gone, a malformed row, a workspace shaped against its
+reader) becomes a `medium` flag saying so, its failure is stored in the check's summary
+(`failed`), and the other checks still run. Such an audit is incomplete
+(`AuditReport.incomplete`), never clean: `a2rl audit` exits with status 2 for it. A finished
+run stays finished whatever its audit says.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ log = logging.getLogger(__name__)
 
 #: Bump when a check is added or changes what it flags: a stored audit older than this is
 #: recomputed by `a2rl audit --all --recompute`.
-AUDIT_VERSION = 1
+AUDIT_VERSION = 2
 
 
 def compute_audit(store: Store, run_id: str, settings: Settings) -> AuditReport:
@@ -49,8 +52,9 @@ def compute_audit(store: Store, run_id: str, settings: Settings) -> AuditReport:
         except Exception as exc:  # noqa: BLE001 - one check's crash is a finding, not a failure
             log.warning("audit of %s: check %s failed", run_id, name, exc_info=True)
             message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            report.flags.append(Flag(kind=name, severity=Severity.info,
-                                     finding=f"check {name} failed: {message}",
+            report.flags.append(Flag(kind=name, severity=Severity.medium,
+                                     finding=f"check {name} failed: {message}: the audit is "
+                                             "incomplete",
                                      evidence=Evidence()))
             report.checks[name] = {"available": True, "failed": message}
             continue

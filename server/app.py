@@ -140,8 +140,12 @@ class A2RLServer(MCPServer[Any]):
         rt = self._runtime()
         started = time.perf_counter()
         arguments = arguments or {}
+        # a call too large to run keeps no whole copy: the audit reads what ran
+        oversize = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
         call_id = await astart_call(self.store, rt.run_id, name, arguments, self.transport,
-                                    self.a2rl_settings.tool_arg_keep_bytes)
+                                    self.a2rl_settings.tool_arg_keep_bytes,
+                                    None if oversize else
+                                    self.a2rl_settings.tool_arg_run_keep_bytes)
         limiters = self._limiters.get(rt.run_id)
         if limiters is None:
             n = self.a2rl_settings.max_run_threads
@@ -150,7 +154,7 @@ class A2RLServer(MCPServer[Any]):
         token = bind(CallContext(rt, call_id, *limiters))
         summary, error = "", None
         try:
-            refused = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
+            refused = oversize
             if refused is None and name in self._arguments:  # an unknown tool: the SDK says so
                 refused = unknown_arguments(arguments, self._arguments[name])
             if refused is not None:  # worded as the SDK words a tool's own errors

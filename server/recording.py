@@ -5,11 +5,16 @@ it) and completed when it ends, whether it succeeded, was refused by argument va
 raised a `ToolError` or was cancelled. A message the JSON-RPC guard refused is a row too
 (`record_refusal`). This is the one place that records; tools don't.
 
-What is stored is bounded whatever the agent sends: a string argument longer than
+What is stored in the row is bounded whatever the agent sends: a string argument longer than
 `keep_bytes` is stored cut, and `_truncated` keeps its sha256 and full size (the string stays
 a string, so queries such as `arguments->>'command'` still work); result summaries are cut to
-`SUMMARY_CHARS`. The `a*` functions run the store writes in a worker thread, so that a slow
-store never holds the event loop (over HTTP, every run's calls share it).
+`SUMMARY_CHARS`. The sandbox runs the whole argument, though, and the audit must read what
+ran (a command padded past the cut hid what followed it, issue 43): so a cut call's whole
+arguments are kept as one content-addressed blob, named by `ToolCall.arguments_blob`, while the
+run's `whole_run_bytes` last (the store is shared; past it the row says nothing was kept and
+the audit reports the cut as unread). The `a*` functions run the store writes in a worker
+thread, so that a slow store never holds the event loop (over HTTP, every run's calls share
+it).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import anyio
 from sqlalchemy import func
 from sqlmodel import select
 
-from a2rl.store import Run, Store, ToolCall
+from a2rl.store import Blob, Run, Store, ToolCall
 
 from .jsonrpc_guard import MESSAGE_KEY, Refusal, scrub
 
@@ -35,19 +40,24 @@ TRUNCATED_KEY = "_truncated"
 
 def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
                transport: str | None, keep_bytes: int = 65_536,
-               cut: dict[str, Any] | None = None) -> int:
+               cut: dict[str, Any] | None = None, whole_run_bytes: int | None = None) -> int:
+    """Record a call as it starts; its id. `whole_run_bytes`: the run's allowance for whole
+    arguments of cut calls (0: no limit; None: keep none, for a message read in part)."""
     stored = stored_arguments(arguments, keep_bytes)
+    whole_sha = None
     if cut is not None:
         # A message read in part: only its whole size and sha256 mean something (a value's
         # own would be those of the piece that was read).
         stored[TRUNCATED_KEY] = {MESSAGE_KEY: cut}
+    elif whole_run_bytes is not None and stored.get(TRUNCATED_KEY):
+        whole_sha = keep_whole(store, run_id, arguments, whole_run_bytes)
     with store.session() as s:
         # the run's row locked, so that concurrent calls of one run (over HTTP) number apart
         # (SQLite's BEGIN IMMEDIATE serializes writers anyway)
         s.exec(select(Run.id).where(Run.id == run_id).with_for_update()).first()
         last = s.exec(select(func.max(ToolCall.seq)).where(ToolCall.run_id == run_id)).one()
         row = ToolCall(run_id=run_id, tool=tool, arguments=stored, transport=transport,
-                       seq=(last or 0) + 1)
+                       seq=(last or 0) + 1, arguments_blob=whole_sha)
         s.add(row)
         s.flush()
         assert row.id is not None
@@ -66,9 +76,29 @@ def end_call(store: Store, call_id: int, started: float, summary: str, error: st
 
 
 async def astart_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
-                      transport: str | None, keep_bytes: int) -> int:
+                      transport: str | None, keep_bytes: int,
+                      whole_run_bytes: int | None = None) -> int:
     return await anyio.to_thread.run_sync(start_call, store, run_id, tool, arguments,
-                                          transport, keep_bytes)
+                                          transport, keep_bytes, None, whole_run_bytes)
+
+
+def keep_whole(store: Store, run_id: str, arguments: dict[str, Any],
+               run_bytes: int) -> str | None:
+    """Store a cut call's whole arguments (JSON) as a blob; its sha256, or None when the run's
+    `run_bytes` (0: no limit) would be passed. Counted per call (a repeat costs its size
+    again): a bound on what one run may add to the shared store, not an exact tally."""
+    try:
+        data = json.dumps(arguments, default=repr).encode()
+    except (TypeError, ValueError, RecursionError):  # nested past Python's stack: not kept
+        return None
+    if run_bytes > 0:
+        with store.session() as s:
+            kept = s.exec(select(func.coalesce(func.sum(Blob.size), 0)).select_from(ToolCall)
+                          .join(Blob, Blob.sha256 == ToolCall.arguments_blob)  # type: ignore[arg-type]
+                          .where(ToolCall.run_id == run_id)).one()
+        if kept + len(data) > run_bytes:
+            return None
+    return store.put_blob(data)
 
 
 async def aend_call(store: Store, call_id: int, started: float, summary: str,

@@ -212,6 +212,10 @@ class ToolCall(SQLModel, table=True):
     # schema v6: the call's number within its run (1, 2, ...), the one shown to people (`id`
     # counts every run's calls in the store); filled at insert, older rows by the migration
     seq: int | None = None
+    # schema v8: the sha256 of a Blob holding the whole arguments as JSON, when `arguments`
+    # holds a value cut to `tool_arg_keep_bytes` (the sandbox ran the whole one: the audit
+    # reads it); None when nothing was cut, or the run's `tool_arg_run_keep_bytes` were used
+    arguments_blob: str | None = None
 
 
 class Blob(SQLModel, table=True):

@@ -151,3 +151,7 @@ class BudgetEventKind(StrEnum):
     #: one submission checked for the run, refused ones too (detail: submission id, outcome,
     #: the CPU seconds it cost: the server's thread and the validating process)
     validation = "validation"
+    #: a revision scan stopped before it saw the whole workspace (detail: why, its cap, the
+    #: scan's source, tool call and job): what it did not see has no revision, and nothing it
+    #: did not see was recorded as deleted (a2rl.tools.revisions)
+    scan_stopped = "scan_stopped"

@@ -85,6 +85,7 @@ def _referenced_blobs(run: Run, rows: dict[str, list[Any]]) -> set[str]:
     shas |= {r.blob_sha for r in rows["revision"]} | {r.prev_blob_sha for r in rows["revision"]}
     shas |= {f.blob_sha for f in rows["snapshotfile"]}
     shas |= {j.log_blob_sha for j in rows["job"]}
+    shas |= {c.arguments_blob for c in rows["toolcall"]}  # a cut call's whole arguments
     return {s for s in shas if s}
 
 

@@ -214,6 +214,14 @@ class Task(ABC):
         another's runs."""
         return None
 
+    def audit_control_items(self, settings: Settings) -> list[dict[str, Any]] | None:
+        """Items of the task's own kind the agent was never given and that are not hidden:
+        the audit's control for short items (a2rl.audit.contamination), which text that
+        enumerates the task's space finds as often as hidden ones, and text made from the
+        hidden data does not. None (the default): the visible train items serve, which text
+        copying the train file finds too, so a task whose items are short should give these."""
+        return None
+
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
         """Host files or folders that carry this task's hidden items (a data file shipped in a
         package, a hub cache, a data folder, a secret seed). Every run's sandbox masks them,

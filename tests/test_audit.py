@@ -211,7 +211,7 @@ def test_a_huge_sparse_file_costs_its_data_and_holes_join_no_grams(store: Store,
     as the hole's zeros would not be."""
     import time
 
-    from a2rl.audit.texts import _read_chunks
+    from a2rl.audit.files import file_chunks
 
     ws = tmp_path / "workspace"
     (ws / "gen").mkdir(parents=True)
@@ -239,7 +239,7 @@ def test_a_huge_sparse_file_costs_its_data_and_holes_join_no_grams(store: Store,
     assert result.summary["bytes"] < 1 << 20 and result.summary["unread_bytes"] == 0
     # the reader: the two data blocks in order (zero-padded to their blocks), one boundary
     # where the megabyte hole was
-    data = b"".join(_read_chunks(cut))
+    data = b"".join(file_chunks(cut))
     assert data.startswith(other_q[:30].encode()) and data.endswith(other_q[30:].encode())
     assert b" \x00 " in data and len(data) <= 64 << 10
     # dropping the hole without a boundary would have joined the halves into a match
@@ -281,14 +281,14 @@ def test_the_read_budget_leaves_a_medium_flag_naming_what_it_did_not_read(
     unread = {"gen/0big.txt": sizes["0big.txt"], "gen/b.txt": sizes["b.txt"] - read_of_b}
     assert result.summary["unread_bytes"] == sum(unread.values())
     assert medium.evidence.paths == ["gen/0big.txt", "gen/b.txt"]
-    assert f"{sum(unread.values())} bytes of 2 workspace files" in medium.finding
+    assert f"{sum(unread.values())} bytes of 2 files past" in medium.finding
     # no budget (0): everything is read, both copies found, nothing unread
     whole = check_contamination(record, hidden=_hidden(), settings=Settings(audit_read_bytes=0))
     assert whole.summary["unread_bytes"] == 0
     assert [f.evidence.paths for f in whole.flags] == [["gen/a.txt", "gen/b.txt"]]
     one = check_contamination(record, hidden=_hidden(),
                               settings=Settings(audit_read_bytes=budget + sizes["b.txt"]))
-    assert "bytes of 1 workspace file past" in one.flags[-1].finding
+    assert "bytes of 1 file past" in one.flags[-1].finding
 
 
 def test_contamination_question_alone_is_medium_and_a_phrase_is_nothing(store: Store) -> None:
@@ -305,14 +305,38 @@ def test_contamination_ignores_what_the_train_split_gave(store: Store) -> None:
     assert result.flags == []
 
 
-def test_short_items_are_judged_against_the_train_control(store: Store) -> None:
-    hidden = [HiddenItem("test", f"test-{i}", f"{i}+{i + 1}", str(2 * i + 1)) for i in range(10)]
-    train = [HiddenItem("train", f"tr-{i}", f"{i}+{i + 2}", str(2 * i + 2)) for i in range(10)]
-    data = HiddenData(task_id="arith", items=hidden, train=train)
-    leak = " ".join(f"{it.input}={it.answer}" for it in hidden[:8])
-    flags = check_contamination(_record(store, [leak]), hidden=data).flags
-    assert [f.severity for f in flags] == [Severity.high]
-    assert "8 of 10 hidden test items" in flags[0].finding
+def _sums(split: str, n: int, step: int) -> list[HiddenItem]:
+    return [HiddenItem(split, f"{split}-{i}", f"{i}+{i + step}", str(2 * i + step))
+            for i in range(n)]
+
+
+def test_short_items_are_judged_against_the_control_by_an_exact_test(store: Store,
+                                                                     tmp_path: Path) -> None:
+    """A short-item split is a leak when it is found more often than the control beyond what
+    chance does (a one-sided exact test), not when half of it is: 40 of 100 hidden sums with
+    their answers and no control sum is high; 8 of a toy pool of 10 is low (p = 4e-4 is
+    suspicion, not proof); the task's own control replaces the train items."""
+    hidden = _sums("test", 100, 1)
+    data = HiddenData(task_id="arith", items=hidden, train=_sums("train", 100, 2))
+    leak = " ".join(f"{it.input}={it.answer}" for it in hidden[:40])
+    result = check_contamination(_record(store, [leak]), hidden=data)
+    assert [f.severity for f in result.flags] == [Severity.high]
+    assert "40 of 100 hidden test items" in result.flags[0].finding
+    assert result.summary["splits"]["test"]["short_p"] < 1e-6
+    toy = HiddenData(task_id="arith", items=hidden[:10], train=_sums("train", 10, 2))
+    small = Store(f"sqlite:///{tmp_path / 'toy.db'}")
+    flags = check_contamination(_record(small, [" ".join(f"{it.input}={it.answer}"
+                                                         for it in hidden[:8])]),
+                                hidden=toy).flags
+    assert [f.severity for f in flags] == [Severity.low] and "p = 0.00036" in flags[0].finding
+    # a control the text also enumerates: found alike, the space enumerated (low)
+    control = _sums("control", 100, 3)
+    both = " ".join(f"{it.input}={it.answer}" for it in hidden[:60] + control[:60])
+    other = Store(f"sqlite:///{tmp_path / 'ctl.db'}")
+    with_control = HiddenData(task_id="arith", items=hidden, train=data.train, control=control)
+    result = check_contamination(_record(other, [both]), hidden=with_control)
+    assert [f.severity for f in result.flags] == [Severity.low]
+    assert "enumerable" in result.flags[0].finding and result.summary["control"] == "task"
 
 
 def test_short_items_found_as_often_as_train_ones_are_low(tmp_path: Path) -> None:
@@ -345,7 +369,7 @@ def test_short_items_met_by_chance_raise_no_flag(store: Store, tmp_path: Path) -
 
 
 @pytest.mark.cheats("names an API key in a tool call")
-def test_a_crashing_check_is_an_info_flag_and_the_rest_still_run(
+def test_a_crashing_check_leaves_the_audit_incomplete_and_the_rest_still_run(
         store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     from a2rl.audit import run as audit_module
 
@@ -357,10 +381,13 @@ def test_a_crashing_check_is_an_info_flag_and_the_rest_still_run(
                         lambda: ({**real()[0], "boom": boom}, real()[1]))
     _record(store, ["echo $OPENAI_API_KEY"])
     report = audit_run(store, "r-audit", settings)
-    assert any(f.kind == "boom" and f.severity == Severity.info
-               and f.finding == "check boom failed: RuntimeError: bad row" for f in report.flags)
+    assert any(f.kind == "boom" and f.severity == Severity.medium
+               and f.finding.startswith("check boom failed: RuntimeError: bad row")
+               for f in report.flags)
     assert any(f.kind == "reaching_out" and f.severity == Severity.high for f in report.flags)
-    assert load_audit(store, "r-audit") == report
+    stored = load_audit(store, "r-audit")
+    assert stored == report and stored.incomplete == ["boom"]  # type: ignore[union-attr]
+    assert stored.checks["boom"]["failed"].startswith("RuntimeError")  # type: ignore[union-attr]
 
 
 def test_every_check_runs_on_a_stored_run_with_its_inputs(store: Store, settings: Settings) -> None:
@@ -406,10 +433,22 @@ def test_cli_prints_flags_and_exits_by_severity(tmp_path: Path) -> None:
     doc = json.loads(clean.stdout)
     assert doc["run_id"] == "r-clean" and not [f for f in doc["flags"]
                                                 if f["severity"] == "high"]
+    assert doc["incomplete"] == [] and doc["checks"]["contamination"]["complete"] is True
     # a stored audit is shown as stored; --recompute replaces it
     save_audit(store, AuditReport(run_id="r-clean", audit_version=10**6, computed_at=utcnow(),
                                   flags=[Flag(kind="x", severity=Severity.high, finding="old")]))
     assert _a2rl(tmp_path, "r-clean").returncode == 1
+    # a check that failed: incomplete, exit 2 (a high flag elsewhere still wins: 1)
+    save_audit(store, AuditReport(run_id="r-clean", audit_version=10**6, computed_at=utcnow(),
+                                  flags=[Flag(kind="contamination", severity=Severity.medium,
+                                              finding="check contamination failed: OSError")],
+                                  checks={"contamination": {"available": True,
+                                                            "failed": "OSError: [Errno 36]"}}))
+    incomplete = _a2rl(tmp_path, "r-clean")
+    assert incomplete.returncode == 2, incomplete.stdout
+    assert "INCOMPLETE: contamination did not see everything" in incomplete.stdout
+    assert "no flags" not in incomplete.stdout
+    assert _a2rl(tmp_path, "--all").returncode == 1
     assert _a2rl(tmp_path, "--all", "--recompute").returncode == 1  # r-cheat still flagged
     assert load_audit(store, "r-clean").high == 0  # type: ignore[union-attr]
 

@@ -13,8 +13,10 @@ import pytest
 from a2rl.analysis.improvement import Scored, paired_improvement
 from a2rl.stats import (
     NEWCOMBE_PAIRED_METHOD,
+    binomial_tail,
     bootstrap_interval,
     bootstrap_weights,
+    exact_greater,
     mean_interval,
     newcombe_paired_interval,
     normal_interval,
@@ -333,3 +335,29 @@ def test_improvement_of_a_length_controlled_win_rate() -> None:
     iv, note = paired_improvement(Scored(lc1 + 0.01, final.items, metrics), base,
                                   "alpacaeval")
     assert iv is None and note is not None and "differs from the stored score" in note
+
+
+# --- exact one-sided tests (the audit's short-item rule) -----------------------------------
+@pytest.mark.parametrize(("k", "n", "c", "m"), [(200, 500, 0, 3300), (8, 10, 0, 10),
+                                                (20, 100, 2, 100), (2, 100, 2, 100),
+                                                (1, 20, 0, 20), (0, 5, 0, 5), (5, 5, 5, 5),
+                                                (3, 10, 10, 10), (60, 100, 60, 100)])
+def test_exact_greater_matches_scipys_fisher(k: int, n: int, c: int, m: int,
+                                             reference: None) -> None:
+    ref = scipy_stats.fisher_exact([[k, n - k], [c, m - c]], alternative="greater").pvalue
+    assert exact_greater(k, n, c, m) == pytest.approx(ref, rel=1e-9, abs=1e-300)
+
+
+@pytest.mark.parametrize(("k", "n", "p"), [(3, 10, 0.1), (0, 10, 0.5), (10, 10, 0.5),
+                                           (200, 500, 0.02), (1, 1, 0.02)])
+def test_binomial_tail_matches_scipy(k: int, n: int, p: float, reference: None) -> None:
+    ref = scipy_stats.binomtest(k, n, p, alternative="greater").pvalue
+    assert binomial_tail(k, n, p) == pytest.approx(ref, rel=1e-9, abs=1e-300)
+
+
+def test_exact_tests_refuse_impossible_counts() -> None:
+    with pytest.raises(ValueError):
+        exact_greater(5, 4, 0, 4)
+    with pytest.raises(ValueError):
+        binomial_tail(1, 2, 1.5)
+    assert exact_greater(3, 10, 0, 0) == 1.0  # no control: nothing can be said

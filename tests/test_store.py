@@ -254,7 +254,7 @@ _ADDED_IN_V7 = [("job", "cpu_s"), ("job", "memory_peak_bytes"), ("job", "gpu_s")
 _ADDED_IN_V8 = [("run", "kind"), ("run", "replay_of"), ("run", "agent_error"),
                 ("job", "snapshot_id"), ("submission", "lineage"), ("evaluation", "regrade_id"),
                 ("evaluation", "superseded_by"), ("ledger", "validations"),
-                ("ledger", "validation_cpu_s")]
+                ("ledger", "validation_cpu_s"), ("toolcall", "arguments_blob")]
 
 
 def _before_alembic(conn: Connection, version: int) -> None:

@@ -10,6 +10,14 @@ opened, iterative with depth and entry caps): the workspace is the agent's, so a
 nested folders, a FIFO or a symlink swapped in mid-scan costs a bounded walk, not a hang, a
 host file or a RecursionError.
 
+A walk its caps stop must not lie (issue 43: 100,000 symlinks in a folder that sorts first
+used up the entry cap, and every file after it was recorded as deleted). So links and special
+files are passed over by their directory entry's type and not counted; a walk that still
+stops (entries, or folders below its depth) is recorded (`BudgetEvent` "scan_stopped": what
+it did not see has no revision), and then deletes nothing it did not see: every file it
+knew is looked up by name before being called deleted, and the files the jobs wrote (the
+kernel's record, `JobFile`) are looked up too, so they get their revisions wherever they are.
+
 The task's own files are recorded once when the run is made (`record_initial`, source
 "initial"), so that the first scan after the agent's first command compares with them: they
 are where the agent started, not code revisions it made.
@@ -35,10 +43,19 @@ from pathlib import Path
 from sqlalchemy import func
 from sqlmodel import select
 
-from a2rl.store import Blob, Revision, Snapshot, SnapshotFile, Store
+from a2rl.store import (
+    Blob,
+    BudgetEvent,
+    BudgetEventKind,
+    JobFile,
+    Revision,
+    Snapshot,
+    SnapshotFile,
+    Store,
+)
 from a2rl.store.queries import INITIAL_SOURCE
 
-from .workspace_fs import WalkCapped, WorkspaceError, WorkspaceFS, split_path
+from .workspace_fs import WalkCapped, WalkStats, WorkspaceError, WorkspaceFS, split_path
 
 #: The scan stops descending below this depth and after this many entries (and logs it).
 SCAN_MAX_DEPTH = 32
@@ -113,11 +130,16 @@ class RevisionScanner:
     def _excluded(self, rel: str) -> bool:
         return any(fnmatch(rel, pattern) for pattern in self.exclude)
 
-    def _walk(self) -> dict[str, os.stat_result]:
+    def _walk(self) -> tuple[dict[str, os.stat_result], dict[str, object] | None]:
+        """The regular files the walk found (within the size cap, not excluded), and why it
+        stopped before the whole workspace (None: it saw everything)."""
         found: dict[str, os.stat_result] = {}
+        stats = WalkStats()
+        stopped: dict[str, object] | None = None
         try:
             for entry in self.fs.walk((), max_depth=SCAN_MAX_DEPTH,
-                                      max_entries=SCAN_MAX_ENTRIES, prune=self._pruned):
+                                      max_entries=SCAN_MAX_ENTRIES, prune=self._pruned,
+                                      regular_only=True, stats=stats):
                 st = entry.st
                 rel = "/".join(entry.parts)
                 if (stat.S_ISREG(st.st_mode) and st.st_size <= self.max_bytes
@@ -125,7 +147,37 @@ class RevisionScanner:
                     found[rel] = st
         except WalkCapped as exc:  # what was found is recorded; the rest waits
             log.warning("run %s: revision scan stopped after %d entries", self.run_id, exc.cap)
-        return found
+            stopped = {"reason": "entries", "cap": exc.cap}
+        if stopped is None and stats.deep:
+            stopped = {"reason": "depth", "cap": SCAN_MAX_DEPTH, "folders": stats.deep}
+        return found, stopped
+
+    def _written(self) -> list[str]:
+        """The workspace files the run's jobs wrote, as the kernel recorded them."""
+        with self.store.session() as s:
+            return list(s.exec(select(JobFile.path).where(
+                JobFile.run_id == self.run_id, JobFile.written == True)  # noqa: E712
+                .distinct()).all())
+
+    def _unseen(self, current: dict[str, os.stat_result], seen: dict[str, _Seen]) -> int:
+        """After a walk that stopped: the files it knew and the files jobs wrote, looked up
+        by name, so nothing it did not see is called deleted or missed. How many it found."""
+        more = 0
+        for rel in sorted((set(seen) | set(self._written())) - set(current)):
+            if self._excluded(rel):
+                continue
+            st = self._stat(rel)
+            if st is not None:
+                current[rel] = st
+                more += 1
+        return more
+
+    def _record_stop(self, stopped: dict[str, object], source: str, tool_call_id: int | None,
+                     job_id: str | None) -> None:
+        with self.store.session() as s:
+            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.scan_stopped,
+                              detail={**stopped, "source": source, "tool_call_id": tool_call_id,
+                                      "job_id": job_id}))
 
     def _stat(self, rel: str) -> os.stat_result | None:
         try:
@@ -154,7 +206,10 @@ class RevisionScanner:
                 self._seen = self._load()
             seen = self._seen
             if only is None:
-                current = self._walk()
+                current, stopped = self._walk()
+                if stopped is not None:
+                    stopped["looked_up"] = self._unseen(current, seen)
+                    self._record_stop(stopped, source, tool_call_id, job_id)
                 candidates = set(current) | set(seen)
             else:
                 current = {}

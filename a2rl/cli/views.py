@@ -204,10 +204,11 @@ def audit(
     recompute: Annotated[bool, typer.Option(help="compute again, replacing the stored")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check runs for cheating: print the audit's flags; exit 1 when a high flag stands."""
+    """Check runs for cheating: print the audit's flags; exit 1 when a high flag stands, 2 when
+    the audit is incomplete (a check failed or could not read what it must)."""
     if (run_id is None) == (not all_runs):
         fail("give one run id or --all")
-    from a2rl.audit.cli_view import audits, finished_run_ids, format_report
+    from a2rl.audit.cli_view import audits, exit_status, finished_run_ids, format_report
 
     settings = context.settings()
     store = context.read_store(settings)
@@ -219,12 +220,12 @@ def audit(
     except KeyError:
         no_run(run_id or "")
     if as_json:
-        print_json([r.model_dump(mode="json") for r in reports] if all_runs
-                   else reports[0].model_dump(mode="json"))
+        docs = [{**r.model_dump(mode="json"), "incomplete": r.incomplete} for r in reports]
+        print_json(docs if all_runs else docs[0])
     else:
         for report in reports:
             echo(format_report(report))
-    raise typer.Exit(1 if any(r.flagged for r in reports) else 0)
+    raise typer.Exit(exit_status(reports))
 
 
 def report(

@@ -28,7 +28,7 @@ OPERATIONS: tuple[tuple[str, float, tuple[int, int], tuple[int, int]], ...] = (
 )
 
 
-def _apply(op: str, a: int, b: int) -> int:
+def apply_op(op: str, a: int, b: int) -> int:
     if op == "+":
         return a + b
     if op == "-":
@@ -48,7 +48,7 @@ def _problems(seed: int) -> Iterator[tuple[str, str]]:
         a, b = rng.randint(la, ha), rng.randint(lb, hb)
         if op == "-" and b > a:  # results stay non-negative
             a, b = b, a
-        yield f"{a}{op}{b}", str(_apply(op, a, b))
+        yield f"{a}{op}{b}", str(apply_op(op, a, b))
 
 
 def make_items(

@@ -17,7 +17,15 @@ from a2rl.settings import Settings
 from ..base import ItemResult, Messages, Split, Task, TaskScore
 from ..hidden_seed import secret_seed, seed_digest, seed_path
 from ..spec import GraderSettings, SplitInfo, TaskSpec
-from .generate import GENERATOR_VERSION, TRAIN_SEED, make_items, normalize_answer, with_messages
+from .generate import (
+    GENERATOR_VERSION,
+    OPERATIONS,
+    TRAIN_SEED,
+    apply_op,
+    make_items,
+    normalize_answer,
+    with_messages,
+)
 
 N_TRAIN, N_DEV, N_TEST = 6000, 200, 500
 GRADER = GraderSettings(max_new_tokens=8, stop=["</s>"], batch_size=256)
@@ -74,6 +82,23 @@ class ArithTask(Task):
         dev = [{**it, "id": f"dev-{i:04d}"} for i, it in enumerate(both[:N_DEV])]
         test = [{**it, "id": f"test-{i:04d}"} for i, it in enumerate(both[N_DEV:])]
         return {"dev": dev, "test": test}
+
+    def audit_control_items(self, settings: Settings) -> list[dict[str, Any]]:
+        """Every problem of the space in neither the train nor a hidden split (about 3,300):
+        an enumeration of the space finds them as often as hidden ones, a copy of the train
+        file or of the hidden items does not (the audit's short-item control)."""
+        taken = {it["prompt"] for it in self._train}
+        taken |= {it["prompt"] for split in self.hidden_items(settings).values() for it in split}
+        items: list[dict[str, Any]] = []
+        for op, _, (la, ha), (lb, hb) in OPERATIONS:
+            for a in range(la, ha + 1):
+                for b in range(lb, hb + 1):
+                    problem = f"{a}{op}{b}"
+                    if problem not in taken and (op != "-" or a >= b):
+                        taken.add(problem)
+                        items.append({"id": f"control-{len(items):05d}", "prompt": problem,
+                                      "answer": str(apply_op(op, a, b))})
+        return items
 
     def hidden_split_identity(self, settings: Settings) -> str | None:
         """The hidden splits are drawn from this home's secret seed."""

@@ -7,6 +7,9 @@ audits them; the tests read the stored audit, as `a2rl audit` does.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,11 +53,30 @@ def _flags(store: Store, run_id: str, kind: str) -> list:
 
 
 async def test_honest_run_raises_no_high_flag(local: Settings, store: Store) -> None:
+    """Clean and complete at its finish, which reads its files (exit 0); once the run's volume
+    is detached, `a2rl audit --recompute` cannot read them again: it says incomplete and exits
+    2, never "no flags" with 0 (issue 43)."""
     run_id = await _run(local, store, None)
     report = load_audit(store, run_id)
     assert report is not None and not report.flagged, report.flags
     assert report.checks["contamination"]["checked"] is True
     assert report.checks["contamination"]["splits"]["test"]["hit"] == 0
+    assert report.incomplete == [], report.checks
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("A2RL_")},
+           "A2RL_HOME": str(local.home_dir), "A2RL_DB_URL": local.database_url}
+    a2rl = str(Path(sys.executable).with_name("a2rl"))
+    shown = subprocess.run([a2rl, "audit", run_id], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0 and "INCOMPLETE" not in shown.stdout, shown.stdout
+    with store.session() as s:
+        workspace = Path(s.get(Run, run_id).workspace)  # type: ignore[union-attr]
+    again = subprocess.run([a2rl, "audit", run_id, "--recompute"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    if not any(os.scandir(workspace)):  # root with loop devices: the files are in the image
+        assert again.returncode == 2 and "INCOMPLETE: contamination" in again.stdout, again
+        assert "not mounted" in again.stdout
+    else:  # a plain folder stays readable: the recomputed audit is complete
+        assert again.returncode == 0, again.stdout
 
 
 @pytest.mark.cheats("writes hidden test items into its training data")

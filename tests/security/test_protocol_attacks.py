@@ -297,6 +297,7 @@ async def test_oversize_arguments_are_refused_and_nothing_is_written(agent: Agen
     assert not (Path(agent.run.workspace) / "big.txt").exists()
     row = last_call(agent.store, agent.run.id)
     assert len(row.arguments["new_text"].encode()) <= agent.settings.tool_arg_keep_bytes
+    assert row.arguments_blob is None  # it never ran: no whole copy
 
 
 @pytest.mark.anyio
@@ -310,6 +311,10 @@ async def test_a_big_argument_is_stored_bounded_with_its_hash(agent: Agent) -> N
     assert row.arguments["_truncated"] == {"new_text": {
         "sha256": hashlib.sha256(text.encode()).hexdigest(), "size": len(text)}}
     assert row.arguments["path"] == "big.txt"
+    # the whole arguments, as the tool received them, kept once for the audit (issue 43)
+    assert row.arguments_blob is not None
+    assert json.loads(agent.store.get_blob(row.arguments_blob)) == {"path": "big.txt",
+                                                                    "new_text": text}
 
 
 @pytest.mark.anyio

@@ -1,7 +1,8 @@
 """v8: what made a run (an agent, or a replay of another run's recipe) and the agent's last
 error; the code snapshot each job ran with; each submission's lineage; which regrade made an
-evaluation and which evaluation replaced it; the checks of a run's submissions in its ledger
-(the `regrade` and `jobfile` tables are new, made by `create_all`).
+evaluation and which evaluation replaced it; the checks of a run's submissions in its ledger; a
+tool call's whole arguments where the stored ones were cut (the `regrade` and `jobfile` tables
+are new, made by `create_all`).
 
 Revision ID: v8
 Revises: v7
@@ -36,3 +37,4 @@ def upgrade() -> None:
     add_missing_columns("ledger", sa.Column("validations", sa.Integer(), nullable=False,
                                             server_default="0"),
                         sa.Column("validation_cpu_s", sa.Float()))
+    add_missing_columns("toolcall", sa.Column("arguments_blob", sa.String()))
