@@ -1,5 +1,6 @@
 """v8: what made a run (an agent, or a replay of another run's recipe) and the agent's last
-error; the code snapshot each job ran with; each submission's lineage.
+error; the code snapshot each job ran with and whether its file accesses were recorded; each
+submission's lineage.
 
 Revision ID: v8
 Revises: v7
@@ -27,5 +28,6 @@ def upgrade() -> None:
     for column in ("kind", "replay_of"):
         if f"ix_run_{column}" not in have:
             op.create_index(f"ix_run_{column}", "run", [column])
-    add_missing_columns("job", sa.Column("snapshot_id", sa.Integer()))
+    add_missing_columns("job", sa.Column("snapshot_id", sa.Integer()),
+                        sa.Column("files_recorded", sa.String()))
     add_missing_columns("submission", sa.Column("lineage", sa.JSON()))
