@@ -34,7 +34,6 @@ from a2rl.layout import BASE_MODEL, OUTPUT
 LINEAGE_VERSION = 1
 MAX_STAGES = 50  # a chain longer than this is cut (and says so)
 MAX_LISTED = 20  # paths listed per piece of evidence
-SLACK_S = 1.0  # the recorder's clock and the server's are one host's: a margin for order
 #: a workspace path under output/ named in a command or code (`--init output/sft`)
 NAMED = re.compile(r"(?<![\w./-])(?:\./)?(" + OUTPUT + r"/[A-Za-z0-9_.\-/]*[A-Za-z0-9_\-])")
 #: a code file a command names (`python code/grpo.py`), read for the checkpoints it names
@@ -197,7 +196,7 @@ class _Record:
 
     def latest_write(self, path: str, before: float) -> Access | None:
         """The write of `path` that closed last before `before`."""
-        found = [w for w in self.writes if w.path == path and w.last_at <= before + SLACK_S]
+        found = [w for w in self.writes if w.path == path and w.last_at <= before]
         return found[-1] if found else None
 
     def files_at(self, folder: str, before: float) -> dict[str, str | None]:
@@ -221,10 +220,10 @@ def _attribute(rec: _Record, path: str, sha: str | None, before: float) -> Linea
                            how="unattributed" if last is None or last.job_id is None
                            else "trained",
                            note="its content was not hashed (it changed while it was read)")
-    candidates = [w for w in rec.by_sha.get(sha, []) if w.last_at <= before + SLACK_S]
+    candidates = [w for w in rec.by_sha.get(sha, []) if w.last_at <= before]
     last_here = rec.latest_write(path, before)
-    edits = [e for e in rec.inputs.edits if e.path == path and e.at <= before + SLACK_S
-             and (last_here is None or e.at >= last_here.last_at - SLACK_S)]
+    edits = [e for e in rec.inputs.edits if e.path == path and e.at <= before
+             and (last_here is None or e.at >= last_here.last_at)]
     if candidates:
         same = [w for w in candidates if w.path == path]
         writer = (same or candidates)[-1]
