@@ -137,3 +137,45 @@ def test_a_job_that_reads_its_own_output_does_not_loop() -> None:
     lin = _lineage("output/m", {"config.json": "b"}, accesses, jobs)
     assert _stages(lin) == [("output/m", "trained", "b"), ("output/m", "trained", "a"),
                             ("base_model", "base", None)]
+
+
+def test_every_view_shows_the_chain_and_none_runs_the_agents_text(store) -> None:  # type: ignore[no-untyped-def]
+    """The section as the report and the viewer take it from the store, in text, Markdown and
+    HTML; a command holding terminal controls and a bidi override is shown escaped."""
+    from a2rl.analysis.lineage_view import lineage_json, lineage_lines, lineage_section, stage_rows
+    from a2rl.analysis.render_html import environment
+    from a2rl.analysis.render_md import lineage_markdown
+    from a2rl.store import Run, Submission
+
+    hostile = "python code/grpo.py --init output/sft \x1b[2J\u202eevil"
+    jobs = {**JOBS, "grpo": JobInfo(id="grpo", command=hostile, snapshot_id=2, started_at=30,
+                                    ended_at=40, files_recorded="complete")}
+    lin = _lineage("output/grpo", {"config.json": "c", "w.bin": "g"}, CHAIN, jobs)
+    with store.session() as s:
+        s.add(Run(id="r-1", workspace="/x", token_hash="t", budget_s=60, task_id="fixture",
+                  backend="local", final_submission_id="s-2"))
+        s.add(Submission(id="s-1", run_id="r-1", path="output/sft", lineage={}))
+        s.add(Submission(id="s-2", run_id="r-1", path="output/grpo",
+                         lineage=lin.model_dump(mode="json")))
+    section = lineage_section(store, "r-1")
+    assert section is not None and section.shown_submission_id == "s-2"
+    assert [c.chain for c in section.submissions] == [
+        "output/grpo (trained, grpo) <- output/sft (trained, sft) <- base_model"]
+    doc = lineage_json(store, "r-1")
+    assert doc["final_submission_id"] == "s-2" and set(doc["submissions"]) == {"s-2"}
+    assert doc["final"]["stages"][0]["command"] == hostile  # the record keeps it as it was
+    lines = lineage_lines(section.shown)
+    assert lines[0] == ("output/grpo: trained by grpo (code snapshot 2): python code/grpo.py "
+                        "--init output/sft \\x1b[2J\\u202eevil")
+    assert lines[1].startswith("  from output/sft (the job read it; its command names "
+                               "output/sft")
+    assert lines[2:] == ["output/sft: trained by sft (code snapshot 1): python code/sft.py "
+                         "--out output/sft", "  from base_model (the job read it)",
+                         "base_model: the base model"]
+    md = "\n".join(lineage_markdown(section))
+    page = environment().get_template("lineage.html.jinja").render(
+        lineage=section, lineage_rows=stage_rows(section.shown))
+    for shown in (md, page, "\n".join(lines)):
+        assert "\x1b" not in shown and "\u202e" not in shown and "\\x1b[2J" in shown
+    assert "<li><code>output/grpo</code>: trained by grpo (code snapshot 2)" in page
+    assert "| `output/sft` | trained by sft (code snapshot 1) |" in md

@@ -34,6 +34,7 @@ from a2rl.store import Run
 from .. import plots
 from ..audit_view import AUDIT_FILTERS, audit_section, audit_states
 from ..ledger_view import ledger_rows, ledger_section
+from ..lineage_view import lineage_section, stage_rows
 from ..render_html import TEMPLATES, environment, report_context, training_curves
 from ..report import build_report
 from ..schema import Report
@@ -153,6 +154,7 @@ class Viewer:
             return self.not_found(f"no run {request.path_params['run_id']!r}")
         row = queries.list_runs(self.store, run_id=run.id)[0]
         kind, msgs, total = self.conversation_page(run, 0)
+        lineage = lineage_section(self.store, run.id)
         return self.page(
             "run.html.jinja", title=f"run {run.id}", run=run, row=row,
             conv_format=kind, messages=msgs, conv_total=total, page=PAGE,
@@ -163,6 +165,7 @@ class Viewer:
             submissions=queries.submissions(self.store, run),
             audit=audit_section(self.store, run.id),
             ledger_rows=ledger_rows(ledger_section(self.store, run.id)),
+            lineage=lineage, lineage_rows=stage_rows(lineage.shown) if lineage else [],
             live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id),
             clock=queries.live_clock(run))
 
