@@ -20,6 +20,7 @@ and used where the kernel's record is missing.
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections.abc import Callable
@@ -167,20 +168,37 @@ def normalize(path: str) -> str:
 
 
 class _Record:
-    """The inputs, indexed."""
+    """The inputs, indexed: by content, by path (in order of their last close), by job, and
+    the folders that hold a checkpoint file (a run writing 100,000 files stays linear)."""
 
     def __init__(self, inputs: LineageInputs) -> None:
         self.inputs = inputs
         self.writes = sorted((a for a in inputs.accesses if a.written),
                              key=lambda a: (a.last_at, a.first_at))
         self.by_sha: dict[str, list[Access]] = {}
+        self.by_path: dict[str, list[Access]] = {}
+        self.sizes: dict[str, int] = {}
+        self.checkpoint_folders: set[str] = set()
         for w in self.writes:
+            self.by_path.setdefault(w.path, []).append(w)
             if w.sha256:
                 self.by_sha.setdefault(w.sha256, []).append(w)
+                self.sizes[w.sha256] = w.size or 0
+            if CHECKPOINT_FILE.search(w.path):
+                folder = posixpath.dirname(w.path)
+                while folder and folder not in self.checkpoint_folders:
+                    self.checkpoint_folders.add(folder)
+                    folder = posixpath.dirname(folder)
         self.reads: dict[str | None, list[Access]] = {}
         for a in inputs.accesses:
             if a.read:
                 self.reads.setdefault(a.job_id, []).append(a)
+        self._read_paths: dict[str | None, set[str]] = {}
+
+    def read_paths(self, job_id: str | None) -> set[str]:
+        if job_id not in self._read_paths:
+            self._read_paths[job_id] = {a.path for a in self.reads.get(job_id, [])}
+        return self._read_paths[job_id]
 
     def copied_from(self, writer: Access) -> Access | None:
         """Another job's earlier write of the content `writer` wrote under another name: the
@@ -191,20 +209,21 @@ class _Record:
                    and w.first_at <= writer.first_at]
         if not earlier:
             return None
-        read = {a.path for a in self.reads.get(writer.job_id, [])}
+        read = self.read_paths(writer.job_id)
         return min(earlier, key=lambda w: (w.path not in read, w.first_at))
 
     def latest_write(self, path: str, before: float) -> Access | None:
         """The write of `path` that closed last before `before`."""
-        found = [w for w in self.writes if w.path == path and w.last_at <= before]
-        return found[-1] if found else None
+        writes = self.by_path.get(path, [])
+        i = bisect.bisect_right([w.last_at for w in writes], before) if len(writes) > 1 else (
+            1 if writes and writes[0].last_at <= before else 0)
+        return writes[i - 1] if i else None
 
     def files_at(self, folder: str, before: float) -> dict[str, str | None]:
         """The files under `folder` as the record last saw them written before `before`:
         path -> the sha256 of that write (None: not hashed)."""
-        paths = {w.path for w in self.writes if _under(w.path, folder)}
         found: dict[str, str | None] = {}
-        for path in sorted(paths):
+        for path in sorted(p for p in self.by_path if _under(p, folder)):
             w = self.latest_write(path, before)
             if w is not None:
                 found[path] = w.sha256
@@ -285,8 +304,7 @@ def _source(rec: _Record, job: JobInfo, own: str) -> StageSource:
         if w is not None and w.job_id != job.id:
             made.setdefault(_checkpoint_of(a.path), []).append(a.path)
     checkpoints = {folder: paths for folder, paths in made.items()
-                   if any(CHECKPOINT_FILE.search(w.path) for w in rec.writes
-                          if _under(w.path, folder))}
+                   if folder in rec.checkpoint_folders}
     named = [n for n in named_command] + [c.split(": ", 1)[1] for c in named_code]
     chosen: str | None = None
     if checkpoints:
@@ -312,7 +330,7 @@ def _source(rec: _Record, job: JobInfo, own: str) -> StageSource:
 def _stage(rec: _Record, checkpoint: str, files: list[LineageFile]) -> LineageStage:
     """The stage that made `checkpoint` from its files' writers."""
     weight: dict[str, int] = {}
-    sizes = {w.sha256: w.size or 0 for w in rec.writes if w.sha256}
+    sizes = rec.sizes
     for f in files:
         if f.job_id is not None:
             weight[f.job_id] = weight.get(f.job_id, 0) + sizes.get(f.sha256, 0) + 1

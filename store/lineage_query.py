@@ -30,16 +30,18 @@ def lineage_inputs(store: Store, submission: Submission,
     run_id = submission.run_id
     with store.session() as s:
         jobs = s.exec(select(Job).where(Job.run_id == run_id)).all()
-        files = s.exec(select(JobFile).where(JobFile.run_id == run_id)).all()
+        files = s.exec(select(JobFile.job_id, JobFile.path, JobFile.read, JobFile.written,
+                              JobFile.first_at, JobFile.last_at, JobFile.size, JobFile.sha256)
+                       .where(JobFile.run_id == run_id)).all()
         calls = s.exec(select(ToolCall).where(ToolCall.run_id == run_id,
                                               ToolCall.tool == "edit_file",
                                               ToolCall.is_error == False)).all()  # noqa: E712
     job_infos = {j.id: JobInfo(id=j.id, command=j.command, snapshot_id=j.snapshot_id,
                                started_at=_ts(j.started_at) or 0.0, ended_at=_ts(j.ended_at),
                                files_recorded=j.files_recorded) for j in jobs}
-    accesses = [Access(job_id=f.job_id, path=f.path, read=f.read, written=f.written,
-                       first_at=_ts(f.first_at) or 0.0, last_at=_ts(f.last_at) or 0.0,
-                       size=f.size, sha256=f.sha256) for f in files]
+    accesses = [Access(job_id=job, path=path, read=read, written=written,
+                       first_at=_ts(first) or 0.0, last_at=_ts(last) or 0.0, size=size,
+                       sha256=sha) for job, path, read, written, first, last, size, sha in files]
     edits = [Edit(seq=c.seq, path=normalize(str(c.arguments.get("path") or "")),
                   at=(_ts(c.started_at) or 0.0) + c.duration_ms / 1000.0)
              for c in calls if isinstance(c.arguments, dict)]

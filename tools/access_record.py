@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import col, select
+import sqlalchemy as sa
 
 from a2rl.store import JobFile, Store
 
@@ -173,27 +173,44 @@ def _when(ts: Any) -> datetime:
 
 
 def _upsert(store: Store, run_id: str, rows: dict[tuple[str | None, str], list[Any]]) -> None:
+    """New rows inserted, known ones updated, in bulk (a job writing 100,000 files is one
+    statement of each, not 100,000 objects)."""
     if not rows:
         return
+    table = JobFile.__table__  # type: ignore[attr-defined]
     paths = sorted({path for _, path in rows})
+    new: list[dict[str, Any]] = []
+    changed: list[dict[str, Any]] = []
     with store.session() as s:
-        existing: dict[tuple[str | None, str], JobFile] = {}
+        existing: dict[tuple[str | None, str], Any] = {}
         for i in range(0, len(paths), CHUNK):
-            for found in s.exec(select(JobFile).where(
-                    JobFile.run_id == run_id, col(JobFile.path).in_(paths[i:i + CHUNK]))):
+            for found in s.execute(sa.select(
+                    table.c.id, table.c.job_id, table.c.path, table.c.read, table.c.written,
+                    table.c.first_at, table.c.last_at, table.c.size, table.c.sha256).where(
+                    table.c.run_id == run_id, table.c.path.in_(paths[i:i + CHUNK]))):
                 existing[(found.job_id, found.path)] = found
         for key, (job, path, read, written, first, last, size, sha) in rows.items():
             row = existing.get(key)
             if row is None:
-                row = JobFile(run_id=run_id, job_id=job, path=path)
-                row.first_at, row.last_at = _when(first), _when(last)
-            else:
-                row.first_at = min(_aware(row.first_at), _when(first))
-                row.last_at = max(_aware(row.last_at), _when(last))
-            row.read = row.read or bool(read)
-            if written:
-                row.written, row.size, row.sha256 = True, size, sha
-            s.add(row)
+                new.append({"run_id": run_id, "job_id": job, "path": path, "read": bool(read),
+                            "written": bool(written), "first_at": _when(first),
+                            "last_at": _when(last), "size": size if written else None,
+                            "sha256": sha if written else None})
+                continue
+            merged = {"row_id": row.id, "read": row.read or bool(read),
+                      "written": row.written or bool(written),
+                      "first_at": min(_aware(row.first_at), _when(first)),
+                      "last_at": max(_aware(row.last_at), _when(last)),
+                      "size": size if written else row.size,
+                      "sha256": sha if written else row.sha256}
+            changed.append(merged)
+        if new:
+            s.execute(sa.insert(table), new)
+        if changed:
+            s.execute(sa.update(table).where(table.c.id == sa.bindparam("row_id")).values(
+                read=sa.bindparam("read"), written=sa.bindparam("written"),
+                first_at=sa.bindparam("first_at"), last_at=sa.bindparam("last_at"),
+                size=sa.bindparam("size"), sha256=sa.bindparam("sha256")), changed)
 
 
 def _aware(when: datetime) -> datetime:
