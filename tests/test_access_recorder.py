@@ -60,14 +60,14 @@ if child == 0:
     if grandchild == 0:
         time.sleep(60)
         os._exit(0)
-    print("g", grandchild, flush=True)
+    os.write(1, b"g %d\\n" % grandchild)  # one write: the parent writes its line meanwhile
     os.waitpid(grandchild, 0)
     os._exit(0)
 other = os.fork()  # a child of the supervisor that is no shim
 if other == 0:
     time.sleep(60)
     os._exit(0)
-print("c", child, other, flush=True)
+os.write(1, b"c %d %d\\n" % (child, other))
 time.sleep(60)
 """
 
@@ -79,6 +79,7 @@ def test_a_process_is_its_shims_job_and_a_stranger_is_outside() -> None:
         assert sup.stdout is not None
         said = dict((line.split()[0], line.split()[1:]) for line in
                     (sup.stdout.readline(), sup.stdout.readline()))  # in either order
+        assert set(said) == {"g", "c"}, said
         grandchild = int(said["g"][0])
         shim, other = (int(x) for x in said["c"])
         started += [grandchild, shim, other]

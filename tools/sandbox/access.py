@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,19 +90,27 @@ def call(folder: Path, request: str = "sync",
     return reply if isinstance(reply, dict) and reply.get("ok") else None
 
 
-def start(workspace: Path, control_dir: Path, supervisor_pid: int | None, *,
-          inside: str, readonly: list[str], supervisor_socket: Path,
-          token_file: Path) -> str | None:
-    """Make sure a recorder watches the run: the one already answering, else a new one.
-    Returns None when one watches, else why not (also written to the journal)."""
+def start(workspace: Path, control_dir: Path, supervisor: Callable[[], int | None], *,
+          inside: str, readonly: list[str], supervisor_socket: Path, token_file: Path,
+          check_supervisor: bool = True) -> str | None:
+    """Make sure a recorder watches the run: the one already answering (watching the
+    supervisor `supervisor()` names, unless `check_supervisor` is false: a run has one
+    supervisor at a time, and a recorder ends with its own), else a new one. Returns None when
+    one watches, else why not (also written to the journal)."""
     folder = folder_of(control_dir)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     running = call(folder, "ping", timeout=3.0)
+    supervisor_pid = None
     if running is not None:
+        if not check_supervisor:
+            return None
+        supervisor_pid = supervisor()
         if running.get("supervisor") == supervisor_pid:
             return None
         stop(control_dir, wait_s=5.0)  # an earlier supervisor's, ending with it
     why = unavailable_reason(workspace)
+    if why is None and supervisor_pid is None:
+        supervisor_pid = supervisor()
     if why is None and supervisor_pid is None:
         why = "the sandbox's supervisor has no pid on this host"
     if why is None:
