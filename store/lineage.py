@@ -21,6 +21,7 @@ and used where the kernel's record is missing.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import posixpath
 import re
 from collections.abc import Callable
@@ -93,6 +94,12 @@ class LineageStage(BaseModel):
         "other jobs that wrote files of this checkpoint"))
     tool_calls: list[int] = Field(default_factory=list, description=(
         "edit_file calls (seq) that wrote files of this checkpoint"))
+    file_count: int = Field(0, description="its files (submitted, or as the next stage read "
+                            "them)")
+    content_sha256: str | None = Field(None, description=(
+        "the checkpoint's content then: sha256 of its `path<TAB>sha256` lines, sorted; None "
+        "where a file was not hashed. A folder kept later holds that checkpoint only if its "
+        "content hashes the same"))
 
 
 class Lineage(BaseModel):
@@ -327,8 +334,27 @@ def _source(rec: _Record, job: JobInfo, own: str) -> StageSource:
                        other_outputs=other[:MAX_LISTED])
 
 
+def content_sha256(files: dict[str, str]) -> str:
+    """A checkpoint's identity: sha256 of its `path<TAB>sha256` lines (paths within it),
+    sorted."""
+    text = "".join(f"{path}\t{sha}\n" for path, sha in sorted(files.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _content(checkpoint: str, files: list[LineageFile]) -> str | None:
+    if any(not f.sha256 for f in files):
+        return None
+    return content_sha256({f.path.removeprefix(checkpoint + "/"): f.sha256 for f in files})
+
+
 def _stage(rec: _Record, checkpoint: str, files: list[LineageFile]) -> LineageStage:
     """The stage that made `checkpoint` from its files' writers."""
+    stage = _made_by(rec, checkpoint, files)
+    stage.file_count, stage.content_sha256 = len(files), _content(checkpoint, files)
+    return stage
+
+
+def _made_by(rec: _Record, checkpoint: str, files: list[LineageFile]) -> LineageStage:
     weight: dict[str, int] = {}
     sizes = rec.sizes
     for f in files:
@@ -410,6 +436,11 @@ def build_lineage(inputs: LineageInputs) -> Lineage:
     if unattributed:
         notes.append(f"{len(unattributed)} file(s) not tied to a job or an edit: "
                      + ", ".join(unattributed[:5]))
+        unrecorded = sorted({j.files_recorded for j in inputs.jobs.values()
+                             if j.files_recorded and j.files_recorded != "complete"})
+        if unrecorded:
+            notes.append(f"file accesses of the run's jobs were not all recorded "
+                         f"({unrecorded[0]})")
     partial = sorted({s.job_id for s in lineage.stages
                       if s.job_id and s.files_recorded != "complete"})
     if partial:

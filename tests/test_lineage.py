@@ -54,6 +54,11 @@ def test_a_trained_chain_back_to_the_base_model() -> None:
     assert _stages(lin) == [("output/grpo", "trained", "grpo"), ("output/sft", "trained", "sft"),
                             ("base_model", "base", None)]
     assert lin.complete and lin.note == ""
+    from a2rl.store.lineage import content_sha256
+
+    assert [(st.file_count, st.content_sha256) for st in lin.stages] == [
+        (2, content_sha256({"config.json": "c", "w.bin": "g"})),
+        (2, content_sha256({"config.json": "c", "w.bin": "s"})), (0, None)]
     grpo = lin.stages[0]
     assert grpo.command == JOBS["grpo"].command and grpo.snapshot_id == 2
     assert grpo.source is not None and grpo.source.checkpoint == "output/sft"
@@ -120,9 +125,11 @@ def test_only_named_where_the_kernel_saw_nothing_and_unattributed_writes() -> No
     assert _stages(lin)[1:] == [("output/sft", "trained", "sft"), ("base_model", "base", None)]
     assert not lin.complete and "not recorded whole: grpo" in lin.note
     # a write the kernel saw but could not tie to a job is never given to one
-    lin = _lineage("output/u", {"w": "u"}, [_wrote(None, "output/u/w", 5, "u")], {})
+    lin = _lineage("output/u", {"w": "u"}, [_wrote(None, "output/u/w", 5, "u")], jobs)
     assert [(f.job_id, f.how) for f in lin.files] == [(None, "unattributed")]
     assert _stages(lin) == [("output/u", "unknown", None)]
+    assert ("file accesses of the run's jobs were not all recorded (none: the server is not "
+            "root)") in lin.note
 
 
 def test_a_job_that_reads_its_own_output_does_not_loop() -> None:
