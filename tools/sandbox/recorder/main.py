@@ -22,7 +22,12 @@ from .procs import OUTSIDE, Resolver
 
 FLUSH_EVERY = 0.5  # seconds between two journal flushes while events come
 TICK = 0.1  # the longest wait between two reads of the pid counter
+#: one read of the group: each event in it comes with two new descriptors (the file's and a
+#: pidfd), and the kernel denies an open whose descriptor it cannot make, so a read never
+#: asks for more events than descriptors are left (`read_bytes`)
 READ_BYTES = 1 << 18
+EVENT_BYTES = 32  # an event with its pidfd record (24 + 8)
+FDS_KEPT = 512  # descriptors left free for the rest of the recorder
 SYNC_HASH_WAIT_S = 60.0  # how long a sync waits for large files still being hashed
 SUPERVISOR_TIMEOUT = 3.0
 
@@ -96,6 +101,7 @@ class Recorder:
         self.deep: dict[tuple[int, int], str] = {}  # (dev, inode) -> its name, too long to print
         self.group = -1
         self.failures = 0
+        self.read_bytes = read_bytes()
 
     def start(self) -> tuple[int, socket.socket]:
         if not os.path.ismount(self.args.workspace):
@@ -115,7 +121,7 @@ class Recorder:
         count = 0
         while True:
             try:
-                buf = os.read(self.group, READ_BYTES)
+                buf = os.read(self.group, self.read_bytes)
             except BlockingIOError:
                 return count
             except InterruptedError:
@@ -221,6 +227,14 @@ class Recorder:
         # whatever its processes did before they ended is queued: read it all
         self.sync()
         return stop[0]
+
+
+def read_bytes() -> int:
+    """How many bytes one read of the group may ask for: as many events as two descriptors
+    each leave room for (see READ_BYTES)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    events = (soft - FDS_KEPT) // 2 if soft != resource.RLIM_INFINITY else READ_BYTES
+    return max(EVENT_BYTES, min(READ_BYTES, events * EVENT_BYTES))
 
 
 def printable(path: str) -> str:
