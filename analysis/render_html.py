@@ -28,6 +28,7 @@ from . import fmt, plots
 from .audit_view import section_of
 from .data import job_logs
 from .ledger_view import ledger_rows
+from .lineage_view import stage_rows
 from .schema import Report, Summary
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -118,7 +119,8 @@ def report_context(r: Report, curves: Curves, standalone: bool) -> dict[str, Any
     or call is listed on the page, so the plots and the evidence do not link to them."""
     return dict(r=r, s=r.summary, summary_rows=fmt.summary_rows(r),
                 audit=r.audit or section_of(None), run_id=r.summary.run_id,
-                ledger_rows=ledger_rows(r.ledger),
+                ledger_rows=ledger_rows(r.ledger), lineage=r.lineage,
+                lineage_rows=stage_rows(r.lineage.shown) if r.lineage else [],
                 metric_rows=fmt.metric_rows(r.metrics), curves=curves, standalone=standalone,
                 improvement_class=improvement_class(r.summary),
                 score_svg=plots.score_plot(r.trajectory, r.timeline.end_s, r.summary.final_test),

@@ -18,10 +18,12 @@ from .fmt import (
     summary_rows,
 )
 from .ledger_view import ledger_rows
+from .lineage_view import stage_rows
 from .md_escape import cell, code, fence, prose, text
-from .schema import AuditEvidence, AuditSection, Report
+from .schema import AuditEvidence, AuditSection, LineageSection, Report
 
-SECTIONS = ["Summary", "Audit", "Cost ledger", "Score trajectory", "Training routes",
+SECTIONS = ["Summary", "Audit", "Cost ledger", "Score trajectory", "Checkpoint lineage",
+            "Training routes",
             "Failures", "Timeline", "Process metrics", "Code history"]
 
 
@@ -60,6 +62,25 @@ def audit_markdown(a: AuditSection | None) -> list[str]:
     return out
 
 
+def lineage_markdown(section: LineageSection | None) -> list[str]:
+    """The shown submission's chain as a table, then each submission's in one line."""
+    out = ["## Checkpoint lineage", ""]
+    if section is None:
+        return [*out, "No submission with a lineage.", ""]
+    lin = section.shown
+    which = "final" if section.shown_submission_id == section.final_submission_id else "last"
+    out += [f"Submission {text(section.shown_submission_id)} ({which}), {code(lin.checkpoint)}, "
+            "newest first:", ""]
+    out += _table(["checkpoint", "made", "command", "from"], [
+        [code(c), text(who), code(what) if what else "–", text(src) if src else "–"]
+        for c, who, what, src in stage_rows(lin)])
+    if lin.note:
+        out += ["", f"Incomplete: {text(lin.note)}"]
+    out += [""] + [f"- {text(c.submission_id)}: {code(c.chain)}"
+                   + ("" if c.complete else " (incomplete)") for c in section.submissions]
+    return [*out, ""]
+
+
 def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
     s, m, t = r.summary, r.metrics, r.timeline
     out = [f"# Run report: {text(s.run_id)}", "",
@@ -86,7 +107,8 @@ def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
         [dur(p.at_s), text(p.submission_id), num(p.score),
          f"{num(p.ci_low)}–{num(p.ci_high)}", "yes" if p.improved_best else ""]
         for p in r.trajectory.points]) if r.trajectory.points else ["No graded submission."]
-    out += ["", "## Training routes", ""]
+    out += ["", *lineage_markdown(r.lineage)]
+    out += ["## Training routes", ""]
     for rt in r.routes:
         also = f" (also: {', '.join(ROUTE_LABELS[a] for a in rt.also)})" if rt.also else ""
         out += [f"- **{text(rt.submission_id)}** {code(rt.path)}: "

@@ -16,6 +16,7 @@ from .data import RunData, load_run
 from .failures import find_failures
 from .improvement import Scored, paired_improvement
 from .ledger_view import ledger_section
+from .lineage_view import lineage_section
 from .published import summary_published
 from .routes import classify
 from .schema import (
@@ -166,7 +167,8 @@ def build_report(store: Store, run_id: str, idle_threshold_s: float = 120.0) -> 
                   trajectory=trajectory, code_history=build_code_history(d),
                   routes=routes, failures=failures,
                   metrics=build_metrics(d, timeline, trajectory),
-                  audit=audit_section(store, run_id), ledger=ledger_section(store, run_id))
+                  audit=audit_section(store, run_id), ledger=ledger_section(store, run_id),
+                  lineage=lineage_section(store, run_id))
 
 
 def link_calls(d: RunData, evidence: list[Evidence]) -> None:

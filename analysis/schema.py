@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from a2rl.store.lineage import Lineage
+
 # 1.1: the optional `narrative`; 1.2: paired improvement interval; 1.3: evidence's `call_id`,
 # `summary.profile`, and what a run's store caps left out (`revisions_without_content`,
 # `job_logs_not_stored`); 1.4: `summary.end_kind`, `summary.result`, `summary.final_note` (and
@@ -22,7 +24,7 @@ from pydantic import BaseModel, Field
 # `job_lost`), and the optional `audit`; 1.5: `summary.published`; 1.6: the optional `ledger`;
 # 1.7: `summary.evaluation_config` (the run's frozen evaluation config), `summary.regrades`,
 # `summary.agent_status`, `summary.agent_error`, the ledger's `validations` and
-# `validation_cpu_s`
+# `validation_cpu_s`, and the optional `lineage` (where the submitted checkpoints came from)
 SCHEMA_VERSION = "1.7"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
@@ -375,6 +377,26 @@ class LedgerSection(BaseModel):
                                            "server's thread and the validating process)")
 
 
+class SubmissionChain(BaseModel):
+    """One submission's lineage in one line."""
+
+    submission_id: str
+    checkpoint: str
+    complete: bool
+    chain: str = Field(description="its stages newest first: `output/grpo (trained, j-2) <- "
+                       "output/sft (trained, j-1) <- base_model`")
+
+
+class LineageSection(BaseModel):
+    """Where the submitted checkpoints came from (`a2rl.store.lineage`, schema 1.7): each
+    submission's chain, and one lineage whole: the final submission's, else the last one's."""
+
+    final_submission_id: str | None = None
+    shown_submission_id: str
+    shown: Lineage
+    submissions: list[SubmissionChain] = Field(default_factory=list)
+
+
 class Report(BaseModel):
     schema_version: str = SCHEMA_VERSION
     generated_at: str
@@ -392,6 +414,10 @@ class Report(BaseModel):
     ledger: LedgerSection | None = Field(
         None, description="what the run cost; null for a run with no ledger stored (not "
         "finished, or finished before it existed) and in documents before schema 1.6")
+    lineage: LineageSection | None = Field(
+        None, description="where the submitted checkpoints came from; null for a run whose "
+        "submissions have no lineage (refused, made before it was recorded) and in documents "
+        "before schema 1.7")
 
 
 def json_schema() -> dict[str, object]:

@@ -295,6 +295,11 @@ class Job(SQLModel, table=True):
     # schema v8: the code snapshot the job ran with (the workspace's code when it started;
     # checkpoint lineage and `a2rl replay` read it); null for rows of older versions
     snapshot_id: int | None = None
+    # schema v8: whether the kernel's record of the workspace files its processes opened
+    # (`JobFile` rows) covers the job, set when it settles: "complete" (an access recorder
+    # watched it from its start to its end), "partial: <why>" or "none: <why>" (no volume, not
+    # root, the recorder died); null for rows of older versions
+    files_recorded: str | None = None
 
 
 class JobFile(SQLModel, table=True):
@@ -303,7 +308,15 @@ class JobFile(SQLModel, table=True):
     `create_all`). Written from the run's access record (fanotify on the run's own workspace
     filesystem, outside the sandbox); read by checkpoint lineage (which job wrote each
     submitted file) and the audit (what the jobs read). `job_id` None: the kernel saw the
-    access but it could not be tied to a job (kept as such, never guessed)."""
+    access but it could not be tied to a job (kept as such, never guessed). Accesses by
+    processes outside the sandbox (the server's own reads, a grader's) are not recorded.
+
+    `path` is workspace-relative. One starting with "/" is not a path: `/unnamed/inode/N`,
+    an access whose file could not be named (deeper than PATH_MAX and not reached from the
+    process's working folder, or deleted once its sandbox was gone); N is its inode. A name
+    that is not UTF-8 keeps its bytes as backslash escapes. The rows of a job are complete once
+    it settles, for every process of it that ended (leftovers it left running add to them
+    later); `Job.files_recorded` says whether a recorder watched it whole."""
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
@@ -333,9 +346,9 @@ class Submission(SQLModel, table=True):
     near_copy: bool = False
     tool_call_id: int | None = None
     created_at: datetime = Field(default_factory=utcnow)
-    # schema v8: where the checkpoint came from (`a2rl.analysis.lineage`): the job that wrote
-    # each file, its command and code snapshot, the checkpoint it started from; {} for rows of
-    # older versions
+    # schema v8: where the checkpoint came from (`a2rl.store.lineage.Lineage`, built when it is
+    # submitted): the job that wrote each file, its command and code snapshot, the checkpoint
+    # it started from, back to the base model; {} for rows of older versions and refusals
     lineage: dict[str, Any] = _json(dict)
 
 

@@ -98,7 +98,8 @@ def run_details(store: Store, run_id: str) -> dict[str, list[dict[str, Any]]]:
         "job_list": [{"id": j.id, "state": j.state, "exit_code": j.exit_code,
                       "command": j.command, "started_at": j.started_at.isoformat(),
                       "ended_at": j.ended_at.isoformat() if j.ended_at else None,
-                      "cpu_s": j.cpu_s, "memory_peak_bytes": j.memory_peak_bytes}
+                      "cpu_s": j.cpu_s, "memory_peak_bytes": j.memory_peak_bytes,
+                      "snapshot_id": j.snapshot_id, "files_recorded": j.files_recorded}
                      for j in jobs],
         "submission_list": [{"id": x.id, "path": x.path, "status": x.status, "error": x.error,
                              "created_at": x.created_at.isoformat(),

@@ -48,9 +48,10 @@ from .status import EvaluationKind
 #: Every table that holds a run's rows, in load order (referenced rows first).
 RUN_TABLES: dict[str, type[SQLModel]] = {
     "run": Run, "toolcall": ToolCall, "snapshot": Snapshot, "snapshotfile": SnapshotFile,
-    "revision": Revision, "job": Job, "submission": Submission, "evaluation": Evaluation,
+    "revision": Revision, "job": Job, "jobfile": JobFile, "submission": Submission,
+    "evaluation": Evaluation,
     "graderequest": GradeRequest, "budgetevent": BudgetEvent, "audit": Audit,
-    "ledger": Ledger, "regrade": Regrade, "jobfile": JobFile,
+    "ledger": Ledger, "regrade": Regrade,
 }
 
 
@@ -101,8 +102,8 @@ def dump_run(store: Store, run_id: str) -> RunDump:
                                .order_by(model.id)).all())
 
         rows: dict[str, list[Any]] = {"run": [run]}
-        for name in ("toolcall", "snapshot", "revision", "job", "submission", "graderequest",
-                     "budgetevent", "regrade", "jobfile"):
+        for name in ("toolcall", "snapshot", "revision", "job", "jobfile", "submission",
+                     "graderequest", "budgetevent", "regrade"):
             rows[name] = of_run(RUN_TABLES[name])
         snap_ids = [x.id for x in rows["snapshot"]]
         rows["snapshotfile"] = list(s.exec(select(SnapshotFile).where(
@@ -156,6 +157,14 @@ def _insert_all(s: Any, model: type[SQLModel], rows: list[dict[str, Any]],
         pairs.append((old, obj))
     s.flush()
     return {old: obj.id for old, obj in pairs if old is not None}
+
+
+def _remapped_lineage(lineage: dict[str, Any], snaps: dict[int, int]) -> dict[str, Any]:
+    """A submission's lineage whose stages name the target's code snapshots."""
+    stages = [{**st, "snapshot_id": snaps.get(st["snapshot_id"])}
+              if isinstance(st, dict) and st.get("snapshot_id") is not None else st
+              for st in lineage.get("stages") or []]
+    return {**lineage, "stages": stages}
 
 
 def _remapped_flag(flag: dict[str, Any], calls: dict[int, int], revs: dict[int, int],
@@ -213,7 +222,10 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
                            ("job", {"snapshot_id": snaps, **call_ref}),
                            ("submission", {"snapshot_id": snaps, **call_ref})):
             for row in rows.get(name, []):
+                if name == "submission" and row.get("lineage"):
+                    row = {**row, "lineage": _remapped_lineage(row["lineage"], snaps)}
                 s.add(RUN_TABLES[name].model_validate(_remapped(row, refs)))
+        _insert_all(s, JobFile, rows.get("jobfile", []))  # a dump from before v8 has none
         evals: dict[int, int] = {}
         fresh = []
         for row in rows.get("evaluation", []):
@@ -233,7 +245,6 @@ def load_run(store: Store, dump: RunDump) -> dict[str, int]:
                 ev.superseded_by = evals.get(row["superseded_by"])  # type: ignore[union-attr]
                 ev.regrade_id = regrades.get(row["regrade_id"])  # type: ignore[union-attr]
                 s.add(ev)
-        _insert_all(s, JobFile, rows.get("jobfile", []))
         recorded = baseline_ids(run)
         if recorded:  # the baseline ids the run recorded, as the target numbers them
             setup = run.config.setup.model_copy(update={"baseline_evaluations": {

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -92,6 +94,38 @@ def _kernel_leftovers(base: Path) -> list[str]:
               if str(d.get("back-file") or "").startswith(prefix)]
     run_ids = {p.name for pattern in ("*/runs/r-*", "*/*/runs/r-*") for p in base.glob(pattern)}
     found += [f"cgroup of run {rid}" for rid in sorted(run_ids) if RunCgroup(rid).exists]
+    found += [f"access recorder {pid}" for pid in _recorders(base)]
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _recorders(base: Path) -> list[int]:
+    """The access recorders (tools/sandbox/recorder/) of this session's runs that outlived
+    their run's supervisor: each must end with it (a run a test left unfinished keeps its
+    sandbox, and its recorder with it, as a user's open run does)."""
+    from a2rl.tools.sandbox.access import RECORDER_PATH
+
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if (str(RECORDER_PATH).encode() not in argv or not _running(int(name))
+                or not any(a.startswith(str(base).encode() + b"/") for a in argv)):
+            continue
+        supervisor = argv[argv.index(b"--supervisor-pid") + 1] if (
+            b"--supervisor-pid" in argv[:-1]) else b""
+        if not supervisor.isdigit() or not _running(int(supervisor)):
+            found.append(int(name))
     return found
 
 
@@ -120,6 +154,9 @@ def _leave_no_kernel_resource(tmp_path_factory: pytest.TempPathFactory) -> Itera
     for d in volume._loop_devices():
         if str(d.get("back-file") or "").startswith(str(base) + "/"):
             subprocess.run(["losetup", "--detach", d["name"]], capture_output=True, timeout=60)
+    for pid in _recorders(base):  # this session's own, by their ids
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     for leak in leaks:
         if leak.startswith("cgroup of run "):
             cgroup = RunCgroup(leak.removeprefix("cgroup of run "))

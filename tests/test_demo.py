@@ -57,6 +57,23 @@ def test_show_finds_the_run(demo: dict[str, Any]) -> None:
     shown = json.loads(p.stdout)
     assert shown["status"] == "finished" and shown["final_score"] == demo["summary"]["final_score"]
     assert shown["tool_calls"] == demo["summary"]["tool_calls"]
+    # checkpoint lineage (issue 42): the GRPO checkpoint came from the GRPO job, which read
+    # the SFT job's checkpoint, which read the base model; each job watched whole
+    lineage = shown["lineage"]
+    grpo = next(x for x in lineage["submissions"].values() if x["checkpoint"] == "output/grpo")
+    stages = [(x["checkpoint"], x["how"], (x["command"] or "").split(" --")[0])
+              for x in grpo["stages"]]
+    assert stages == [("output/grpo", "trained", "python code/grpo.py"),
+                      ("output/sft", "trained", "python code/sft.py"),
+                      ("base_model", "base", "")], stages
+    assert grpo["complete"], grpo["note"]
+    assert grpo["stages"][0]["source"]["named_by_command"] == ["output/sft"]
+    jobs = {j["id"]: j for j in shown["job_list"]}
+    assert {jobs[x["job_id"]]["command"] for x in grpo["stages"][:2]} == {
+        x["command"] for x in grpo["stages"][:2]}
+    final = lineage["final"]
+    assert final is not None and final["stages"][-1]["how"] == "base"
+    assert lineage["final_submission_id"] == shown["final_submission_id"]
 
 
 def test_everything_was_recorded(demo: dict[str, Any]) -> None:

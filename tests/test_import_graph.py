@@ -12,6 +12,8 @@ import graphlib
 import sys
 from pathlib import Path
 
+import pytest
+
 from a2rl.tools.sandbox.registry import BUILTIN_BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,10 +172,12 @@ def test_sandbox_backends_are_siblings_the_server_names_none() -> None:
     assert found == []
 
 
-def test_the_supervisor_needs_only_the_standard_library() -> None:
-    """The supervisor runs inside the sandbox with only its own folder shown: each of its
-    modules imports the standard library and, relatively, its siblings."""
-    folder = REPO / "tools" / "sandbox" / "supervisor"
+@pytest.mark.parametrize("program", ["supervisor", "recorder"])
+def test_the_supervisor_needs_only_the_standard_library(program: str) -> None:
+    """The supervisor runs inside the sandbox with only its own folder shown, and the access
+    recorder starts from its folder alone on the host (`python -I`): each of their modules
+    imports the standard library and, relatively, its siblings."""
+    folder = REPO / "tools" / "sandbox" / program
     outside = []
     for path in sorted(folder.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

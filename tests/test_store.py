@@ -252,9 +252,10 @@ _ADDED_IN_V6 = [("run", "end_kind"), ("job", "end_cause"), ("job", "end_evidence
 _ADDED_IN_V7 = [("job", "cpu_s"), ("job", "memory_peak_bytes"), ("job", "gpu_s"),
                 ("job", "gpu_memory_peak_bytes")]
 _ADDED_IN_V8 = [("run", "kind"), ("run", "replay_of"), ("run", "agent_error"),
-                ("job", "snapshot_id"), ("submission", "lineage"), ("evaluation", "regrade_id"),
-                ("evaluation", "superseded_by"), ("ledger", "validations"),
-                ("ledger", "validation_cpu_s"), ("toolcall", "arguments_blob")]
+                ("job", "snapshot_id"), ("job", "files_recorded"), ("submission", "lineage"),
+                ("evaluation", "regrade_id"), ("evaluation", "superseded_by"),
+                ("ledger", "validations"), ("ledger", "validation_cpu_s"),
+                ("toolcall", "arguments_blob")]
 
 
 def _before_alembic(conn: Connection, version: int) -> None:

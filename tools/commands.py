@@ -67,11 +67,15 @@ async def run_command(
     if not command.strip():
         raise ToolError("command is empty")
     sandbox = await in_thread(rt.sandbox)
+    await in_thread(sandbox.watch_access)  # a recorder that died is started again, first
     job_id = new_job_id()
     log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see jobs.log_file_of
+    # the code it runs with: the workspace's code now (the last snapshot when unchanged)
+    snapshot_id = await in_thread(rt.scanner.code_snapshot, f"job {job_id}",
+                                  call.tool_call_id)
     with rt.store.session() as s:
         s.add(Job(id=job_id, run_id=rt.run_id, command=command, log_path=log_path,
-                  tool_call_id=call.tool_call_id))
+                  tool_call_id=call.tool_call_id, snapshot_id=snapshot_id))
     try:
         await in_thread(sandbox.spawn, job_id, command)
         await in_thread(track, rt)  # its GPU use is sampled from now on, ended or not

@@ -22,6 +22,7 @@ from sqlmodel import col, select
 from a2rl.layout import LOGS
 from a2rl.store import Blob, Job, JobEndCause, aware
 
+from .access_record import job_files
 from .gpu_usage import track
 from .output import log_size, read_head_tail
 from .results import JobInfo
@@ -103,14 +104,18 @@ def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: in
     blob, size = keep_log(rt, row.log_path)
     source = "job" if row.is_background else "command"
     rt.scanner.scan(source, tool_call_id=tool_call_id, job_id=job_id)
+    ended = sj.ended_at if sj is not None and sj.ended_at else None
+    ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
+    # the files its ended processes opened, in the store before its row says it ended
+    files = job_files(rt.store, rt.run_id, rt.dir, row.started_at, ended_at)
     with rt.store.session() as s:
         row = s.get(Job, job_id)
         assert row is not None
         if row.state == JobState.running:
             row.state = lost_state if lost or sj is None else sj.state
             row.exit_code = None if sj is None else sj.exit_code
-            ended = sj.ended_at if sj is not None and sj.ended_at else None
-            row.ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
+            row.ended_at = ended_at
+            row.files_recorded = files
             row.log_blob_sha, row.log_bytes = blob, size
             row.end_cause, row.end_evidence = gone or _cause(row.state, sj)
             if sj is not None:

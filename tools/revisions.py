@@ -87,6 +87,7 @@ class RevisionScanner:
         self.fs = WorkspaceFS(root)
         self._lock = threading.Lock()
         self._seen: dict[str, _Seen] | None = None
+        self._last_snapshot: tuple[int, dict[str, str]] | None = None  # id, {path: sha}
 
     def _load(self) -> dict[str, _Seen]:
         """The last recorded version of each path, from the store (the source of truth)."""
@@ -265,12 +266,31 @@ class RevisionScanner:
     def snapshot(self, reason: str, tool_call_id: int | None = None) -> int:
         """Freeze the code as it is now (after a scan) and return the snapshot id."""
         self.scan("scan", tool_call_id=tool_call_id)
+        return self._freeze(reason, tool_call_id, self._files())
+
+    def code_snapshot(self, reason: str, tool_call_id: int | None = None) -> int:
+        """The snapshot of the code as it is now (after a scan): the last one this scanner
+        made when the code is unchanged since (a job started after another reuses its
+        snapshot), else a new one. What a job ran with (`Job.snapshot_id`)."""
+        self.scan("scan", tool_call_id=tool_call_id)
+        files = self._files()
+        if self._last_snapshot is not None and self._last_snapshot[1] == files:
+            return self._last_snapshot[0]
+        return self._freeze(reason, tool_call_id, files)
+
+    def _files(self) -> dict[str, str]:
         assert self._seen is not None
+        with self._lock:
+            return {p: v.sha for p, v in sorted(self._seen.items()) if v.sha}
+
+    def _freeze(self, reason: str, tool_call_id: int | None, files: dict[str, str]) -> int:
         with self.store.session() as s:
             snap = Snapshot(run_id=self.run_id, reason=reason, tool_call_id=tool_call_id)
             s.add(snap)
             s.flush()
             assert snap.id is not None
-            s.add_all(SnapshotFile(snapshot_id=snap.id, path=p, blob_sha=v.sha)
-                      for p, v in sorted(self._seen.items()) if v.sha)
-            return snap.id
+            s.add_all(SnapshotFile(snapshot_id=snap.id, path=p, blob_sha=sha)
+                      for p, sha in files.items())
+            snapshot_id = snap.id
+        self._last_snapshot = (snapshot_id, files)
+        return snapshot_id

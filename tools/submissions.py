@@ -44,9 +44,13 @@ from a2rl.store import (
     Run,
     Submission,
     SubmissionStatus,
+    utcnow,
 )
+from a2rl.store.lineage import Lineage
+from a2rl.store.lineage_query import lineage_of
 from a2rl.store.queries import best_submission
 
+from . import access_record
 from .checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
 from .runtime import RunRuntime, current, in_thread
 from .submission_checks import Check, counted_check
@@ -308,12 +312,15 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
         return checked
     check, dest, hashes = checked.check, checked.dest, checked.hashes
     snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
+    lineage = _lineage(rt, Submission(id=sub.id, run_id=sub.run_id, path=sub.path,
+                                      file_hashes=hashes, created_at=sub.created_at))
     with rt.store.session() as s:
         row = s.get(Submission, sub.id)
         assert row is not None
         row.l2_distance, row.near_copy = check.l2_relative, check.near_copy
         row.checkpoint_dir, row.file_hashes = str(dest), hashes
         row.snapshot_id, row.status = snapshot_id, SubmissionStatus.queued
+        row.lineage = lineage
         s.add(row)
     rt.grading.request(run.id, sub.id, split)
     rt.log.info("submission %s queued (%s)", sub.id, path)
@@ -323,6 +330,22 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
                         l2_distance=check.l2_relative, warning=warning,
                         hint=f"graded in the background: get_score(submission_id='{sub.id}', "
                              "wait_s=60)")
+
+
+def _lineage(rt: RunRuntime, sub: Submission) -> dict[str, object]:
+    """Where the checkpoint came from (`a2rl.store.lineage`), from the access record as it is
+    now (the recorder synced first: every ended process's writes are in); never fails a
+    submission: a lineage that cannot be built says why."""
+    folder = access_record.folder_of(rt.dir)
+    try:
+        access_record.sync(folder)
+        access_record.ingest(rt.store, rt.run_id, folder)
+        lineage = lineage_of(rt.store, sub, submitted_at=utcnow())
+    except Exception as exc:  # noqa: BLE001 - the submission goes on without it
+        rt.log.warning("submission %s: lineage not built: %s", sub.id, exc)
+        lineage = Lineage(checkpoint=sub.path, complete=False,
+                          note=f"the lineage could not be built: {exc}")
+    return lineage.model_dump(mode="json")
 
 
 async def submit_checkpoint(

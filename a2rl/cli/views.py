@@ -84,6 +84,7 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
     details = run_details(store, run_id)
     from a2rl.analysis import build_report
     from a2rl.analysis.fmt import improvement
+    from a2rl.analysis.lineage_view import lineage_json
     from a2rl.audit import load_audit
 
     rep = build_report(store, run_id)
@@ -98,9 +99,25 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
     if as_json:
         print_json({**doc, **details, "improvement": summary.improvement.model_dump()
                     if summary.improvement else None,
-                    "improvement_note": summary.improvement_note, **marks})
+                    "improvement_note": summary.improvement_note, **marks,
+                    "lineage": lineage_json(store, run_id)})
         return
     _print_show({**doc, **marks}, details, improvement(summary))
+    _print_lineage(rep.lineage)
+    echo(f"report: a2rl report {doc['id']}")
+
+
+def _print_lineage(section: Any) -> None:
+    """`a2rl show`'s lineage block: the final submission's chain (else the last one's)."""
+    if section is None:
+        return
+    from a2rl.analysis.lineage_view import lineage_lines
+
+    which = "final" if section.shown_submission_id == section.final_submission_id else "last"
+    echo(f"lineage of {section.shown_submission_id} ({which}, "
+               f"{cell(section.shown.checkpoint)}), newest first")
+    for text in lineage_lines(section.shown):
+        echo(f"  {text}")
 
 
 def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
@@ -156,6 +173,15 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     echo("counts")
     line("tool calls", f"{doc['tool_calls']} ({doc['tool_errors']} errors)")
     line("jobs", doc["jobs"])
+    recorded = [j.get("files_recorded") for j in details["job_list"]]
+    if any(recorded):  # the kernel's record of the files they opened (None: older rows)
+        whole = sum(r == "complete" for r in recorded)
+        why = sorted({r for r in recorded if r and r != "complete"})
+        from a2rl.analysis.lineage_view import visible
+
+        line("file accesses", f"recorded whole for {whole} of {len(recorded)} jobs"
+             + (f"; {visible(why[0])}" if why else "")
+             + (f" (and {len(why) - 1} other reasons)" if len(why) > 1 else ""))
     line("submissions", doc["submissions"])
     line("code revisions", doc["revisions"])
     echo("scores")
@@ -195,7 +221,6 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
             scores = "  ".join(f"{k} {score(v)}" for k, v in sorted(x["scores"].items()))
             why = f"  {cell(x['error'].splitlines()[-1])[:60]}" if x["error"] else ""
             echo(f"  {x['id']:12} {x['status']:8} {cell(x['path'])[:30]:30} {scores}{why}")
-    echo(f"report: a2rl report {doc['id']}")
 
 
 def audit(

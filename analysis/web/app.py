@@ -34,6 +34,7 @@ from a2rl.store import Run
 from .. import plots
 from ..audit_view import AUDIT_FILTERS, audit_section, audit_states
 from ..ledger_view import ledger_rows, ledger_section
+from ..lineage_view import lineage_section, stage_rows
 from ..render_html import TEMPLATES, environment, report_context, training_curves
 from ..report import build_report
 from ..schema import Report
@@ -154,6 +155,7 @@ class Viewer:
         row = queries.list_runs(self.store, run_id=run.id)[0]
         kind, msgs, total = self.conversation_page(run, 0)
         evaluation, regrades = queries.reproducibility(self.store, run)
+        lineage = lineage_section(self.store, run.id)
         return self.page(
             "run.html.jinja", title=f"run {run.id}", run=run, row=row,
             evaluation=evaluation, regrades=regrades,
@@ -165,6 +167,7 @@ class Viewer:
             submissions=queries.submissions(self.store, run),
             audit=audit_section(self.store, run.id),
             ledger_rows=ledger_rows(ledger_section(self.store, run.id)),
+            lineage=lineage, lineage_rows=stage_rows(lineage.shown) if lineage else [],
             live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id),
             clock=queries.live_clock(run))
 

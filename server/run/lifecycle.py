@@ -22,6 +22,8 @@ from typing import Any
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import EndKind, Run, RunConfig, RunSetup, RunStatus, Store, utcnow
 from a2rl.store.owners import process_owner
+from a2rl.tools.access_record import folder_of as access_folder
+from a2rl.tools.access_record import ingest as ingest_access
 from a2rl.tools.jobs import stop_all, stop_cause
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
@@ -166,6 +168,15 @@ def _ledger(store: Store, run_id: str, log: logging.Logger) -> None:
         log.exception("run %s: ledger failed", run_id)
 
 
+def _access(store: Store, run_id: str, run_dir: Path, log: logging.Logger) -> None:
+    """The rest of the run's access journal into the store, before the audit reads it (the
+    recorder read every event its jobs left before it ended); never fails a finish."""
+    try:
+        ingest_access(store, run_id, access_folder(run_dir))
+    except Exception:  # noqa: BLE001 - the run is finished whatever its record does
+        log.exception("run %s: the access record could not be read", run_id)
+
+
 def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "finished",
                end_kind: EndKind | None = None) -> Run:
     """Stop the run's sandbox and jobs, record what they left, close the run (its `end_kind`
@@ -188,6 +199,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     # left to stop), and its empty cgroup stayed behind
     if cgroup.exists and cgroup.kill_all():
         cgroup.remove()
+    _access(store, run_id, rt.dir, rt.log)  # complete now: its recorder ended with the sandbox
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)

@@ -274,6 +274,10 @@ class Sandbox(Protocol):
     def set_deadline(self, deadline: float) -> None:
         """Move the time at which every job is stopped."""
 
+    def watch_access(self) -> None:
+        """Make sure the run's access recorder (`access.py`) watches the jobs from now on;
+        where it cannot, its journal says why. Never raises."""
+
     def supervisor_host_pid(self) -> int | None:
         """The supervisor's pid as this host sees it, while it runs (every process of the run
         descends from it: the GPU sampler walks up to it); None where it is not known."""

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 from a2rl.settings import Settings, parse_size
 
+from . import access
 from .base import (
     CAP_SYS_RESOURCE,
     BackendConfig,
@@ -269,6 +270,7 @@ class SupervisedSandbox(ABC):
         self.spec = spec
         self.config = config if config is not None else self.config_type()
         self.client = SupervisorClient(spec.control_dir)
+        self._access_refused: str | None = None  # why no access recorder could watch
 
     # -- what a backend is -----------------------------------------------------------------------
 
@@ -315,6 +317,12 @@ class SupervisedSandbox(ABC):
     def supervisor_host_pid(self) -> int | None:
         return None  # a backend that cannot say: its jobs' GPU use is not measured
 
+    @property
+    def workspace_inside(self) -> str:
+        """Where the sandbox shows the workspace (the host's path unless a backend moves it):
+        the access recorder names files from it."""
+        return str(self.spec.workspace)
+
     # -- starting ------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -323,6 +331,7 @@ class SupervisedSandbox(ABC):
         self.spec.logs_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         with self._start_lock():
             if self._reattach():
+                self._record_access(check_supervisor=True)  # one that died meanwhile
                 return
             try:
                 self._launch()
@@ -334,6 +343,32 @@ class SupervisedSandbox(ABC):
                 except Exception as exc:  # the start's own error is the one to report
                     log.warning("run %s: cleaning up a failed start: %s", self.spec.run_id, exc)
                 raise
+            self._record_access(check_supervisor=True)
+
+    def watch_access(self) -> None:
+        """Before each new job: a recorder that died is started again (a ping when it
+        answers, about a millisecond)."""
+        self._record_access(check_supervisor=False)
+
+    def _record_access(self, check_supervisor: bool) -> None:
+        """Make sure the run's access recorder watches this supervisor's jobs (`access`): at
+        every start, before any job, and before each job; where none can, the journal says why
+        (once per process: a reason that stands, no volume or a kernel that refuses, is not
+        tried again for every command). Never fails a start or a job."""
+        if self._access_refused is not None:
+            return
+        try:
+            why = access.start(self.spec.workspace, self.spec.control_dir,
+                               self.supervisor_host_pid, inside=self.workspace_inside,
+                               readonly=self.spec.readonly_paths,
+                               supervisor_socket=self.client.socket_path,
+                               token_file=self.client.token_path,
+                               check_supervisor=check_supervisor)
+        except Exception as exc:  # noqa: BLE001 - jobs run unrecorded, and the record says so
+            why = f"the access recorder could not start: {exc}"
+            with contextlib.suppress(OSError):
+                access.note(access.folder_of(self.spec.control_dir), "error", why=why)
+        self._access_refused = why
 
     def attach(self) -> bool:
         if not self.spec.control_dir.is_dir():
@@ -388,9 +423,11 @@ class SupervisedSandbox(ABC):
                 if "not running" not in str(exc):
                     log.warning("supervisor shutdown failed (%s); killing it", exc)
         self._force_stop()
+        access.stop(self.spec.control_dir)  # it read what the jobs left, then ended
 
     def release(self) -> None:
         self._force_stop()
+        access.stop(self.spec.control_dir)
 
     # -- jobs ----------------------------------------------------------------------------------
 

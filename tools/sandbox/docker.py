@@ -238,6 +238,10 @@ class DockerSandbox(SupervisedSandbox):
     def isolated(self) -> bool:
         return True
 
+    @property
+    def workspace_inside(self) -> str:
+        return WORKSPACE_INSIDE
+
     def container(self) -> Any | None:
         import docker
 

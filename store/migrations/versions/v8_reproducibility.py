@@ -1,8 +1,8 @@
 """v8: what made a run (an agent, or a replay of another run's recipe) and the agent's last
-error; the code snapshot each job ran with; each submission's lineage; which regrade made an
-evaluation and which evaluation replaced it; the checks of a run's submissions in its ledger; a
-tool call's whole arguments where the stored ones were cut (the `regrade` and `jobfile` tables
-are new, made by `create_all`).
+error; the code snapshot each job ran with and whether its file accesses were recorded; each
+submission's lineage; which regrade made an evaluation and which evaluation replaced it; the
+checks of a run's submissions in its ledger; a tool call's whole arguments where the stored
+ones were cut (the `regrade` and `jobfile` tables are new, made by `create_all`).
 
 Revision ID: v8
 Revises: v7
@@ -30,7 +30,8 @@ def upgrade() -> None:
     for column in ("kind", "replay_of"):
         if f"ix_run_{column}" not in have:
             op.create_index(f"ix_run_{column}", "run", [column])
-    add_missing_columns("job", sa.Column("snapshot_id", sa.Integer()))
+    add_missing_columns("job", sa.Column("snapshot_id", sa.Integer()),
+                        sa.Column("files_recorded", sa.String()))
     add_missing_columns("submission", sa.Column("lineage", sa.JSON()))
     add_missing_columns("evaluation", sa.Column("regrade_id", sa.Integer()),
                         sa.Column("superseded_by", sa.Integer()))

@@ -21,6 +21,7 @@ Responses are {"ok": true, ...} or {"ok": false, "error": "..."}. Operations:
     wait {job_id, timeout}                 -> {"ok", "job"}  (returns early when the job ends)
     wait_any {job_ids, timeout}            -> {"ok", "jobs"} (early once one of them ends)
     list                                   -> {"ok", "jobs"}
+    shims                                  -> {"ok", "shims": [[shim pid, job id], ...]}
     kill {job_id, cause?, evidence?}       -> {"ok", "job"}
     set_deadline {deadline}                -> {"ok", "deadline"}
     shutdown {cause?, evidence?}           -> {"ok"} once every job is killed; then it exits

@@ -29,8 +29,8 @@ Reply = dict[str, Any]
 
 class Dispatcher:
     #: every operation, answered by the method of the same name
-    OPS = ("ping", "spawn", "get", "wait", "wait_any", "list", "kill", "set_deadline",
-           "shutdown")
+    OPS = ("ping", "spawn", "get", "wait", "wait_any", "list", "shims", "kill",
+           "set_deadline", "shutdown")
 
     def __init__(self, token: str, table: JobTable, deadline: DeadlineWatch) -> None:
         self.token = token
@@ -86,6 +86,13 @@ class Dispatcher:
     def list(self, request: dict[str, Any]) -> Reply:
         with self.table.lock:
             return {"ok": True, "jobs": [j.as_dict() for j in self.table.jobs.values()]}
+
+    def shims(self, request: dict[str, Any]) -> Reply:
+        """[shim pid, job id] of every shim not yet reaped (a reaped one's pid may be a
+        stranger's): the host's access recorder finds a process's job by its shim."""
+        with self.table.lock:
+            return {"ok": True, "shims": [[j.shim, j.job_id] for j in self.table.jobs.values()
+                                          if not j.shim_reaped]}
 
     def kill(self, request: dict[str, Any]) -> Reply:
         table = self.table
