@@ -65,6 +65,14 @@ class Listed:
     grant: int | None = None
 
 
+def whole_record(record: RunRecord) -> bool:
+    """Whether the kernel's access record saw every job whole (`Job.files_recorded`
+    "complete"): only then do the files it names stand for all the jobs read and wrote. A job
+    it watched in part (a recorder that died, a run without a workspace volume) may have read
+    anything, so the audit walks the whole workspace instead."""
+    return all(job.files_recorded == "complete" for job in record.jobs)
+
+
 def workspace_root(record: RunRecord) -> Path | None:
     """The run's workspace folder on the host while its files are there (a run being
     finished, a plain-folder workspace); None once its volume is detached (the files are then
@@ -161,10 +169,10 @@ class Files:
             self.reading.source = "unavailable" if self.record.run.workspace else "none"
         else:
             with Tree(self.root) as tree:
-                if self.record.job_files:
+                if self.record.job_files and whole_record(self.record):
                     self.reading.source = "access record"
                     out += self._recorded(tree)
-                else:
+                else:  # no record, or a job it did not watch whole: every file is read
                     self.reading.source = "walk"
                     self.reading.walked = Walked()
                     for parts, _, dir_fd in tree.walk(self.reading.walked):

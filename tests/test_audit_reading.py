@@ -404,3 +404,22 @@ def test_a_stored_text_that_inflates_is_bounded_too(store: Store, tmp_path: Path
     assert result.summary["bytes"] <= (1 << 20) + len(bomb)
     unread = [f for f in result.flags if "not fully read" in f.finding]
     assert unread and unread[0].evidence.paths[0].startswith("revision:"), result.flags
+
+
+def test_a_job_the_record_did_not_watch_whole_makes_the_audit_walk_everything(
+        store: Store, tmp_path: Path) -> None:
+    """The access record names one file, but one of the run's jobs was watched only in part
+    (its recorder died): the audit cannot trust the record to name every file a job read, so
+    it walks the whole workspace and finds the items the record never named."""
+    ws = tmp_path / "ws"
+    (ws / "code").mkdir(parents=True)
+    (ws / "code" / "train.py").write_text("print('train')\n")
+    (ws / ".cache").mkdir()
+    (ws / ".cache" / "he.jsonl").write_text(CHAT * 3)
+    _run(store, ws, ["code/train.py"])
+    with store.session() as s:
+        s.add(Job(id="j-1", run_id="r-read", command="python code/train.py",
+                  files_recorded="partial: the recorder stopped without a word"))
+    result = _check(store)
+    assert result.summary["files"]["source"] == "walk"
+    assert _high(result) == [[".cache/he.jsonl"]], result.flags
