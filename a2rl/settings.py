@@ -42,7 +42,7 @@ from .layout import BASE_MODEL, DATA, ENV, LOGS, OUTPUT
 ENV_PREFIX = "A2RL_"
 #: the settings that are sizes ("16g"), checked with `parse_size` when settings load
 SIZE_FIELDS = ("docker_memory", "docker_shm_size", "sandbox_memory", "sandbox_disk",
-               "sandbox_file_size", "job_log_max_bytes")
+               "sandbox_file_size", "job_log_max_bytes", "stage_keep_bytes")
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
 #: settings that are tables, never variables: set in config.toml (and `-T`)
 _NOT_VARIABLES = ("tasks", "legacy_task_settings")
@@ -138,6 +138,10 @@ class Settings(BaseSettings):
                                    "(RLIMIT_FSIZE, both backends)")
     job_log_max_bytes: str = Field("1g", description="output bytes one job may write to its "
                                    "log; more ends the job as a log flood")
+    stage_keep_bytes: str = Field(
+        "20g", description="bytes of checkpoints one run keeps at its finish for the stages of "
+        "its final checkpoint's lineage the agent never submitted, to score them (stage "
+        "attribution; 0: no cap)")
     base_model: str = Field("", description="base model of every task (hub id, folder or "
                             "tiny-llama); empty: each task's own default")
     tasks: dict[str, dict[str, Any]] = Field(

@@ -25,6 +25,8 @@ from a2rl.audit import flagged_run_ids
 from a2rl.store import Run, RunKind, Store
 from a2rl.store.outcome import agent_label, end_kind, is_result, not_result_reason
 
+from .attribution import route_gains
+from .fmt import ROUTE_LABELS
 from .ledger_view import gain_per, gpu_hours
 from .published import published_line
 from .report import build_report
@@ -62,6 +64,9 @@ class RunRow(BaseModel):
     flagged: bool = False
     #: the scores are a regrade's (`a2rl regrade`), not those graded when the run ended
     regraded: bool = False
+    #: the gains of the final checkpoint's stages on the feedback split, summed by route
+    #: (stage attribution, `a2rl.analysis.attribution`); {} without a lineage
+    route_gains: dict[str, float] = Field(default_factory=dict)
     final_note: str | None = None
     #: the cost ledger (`a2rl.store.ledger`): the driver model's cost in USD and how it is
     #: known, the jobs' GPU-hours, and the improvement per GPU-hour and per dollar of driver
@@ -91,6 +96,9 @@ class Group(BaseModel):
     improvement_mean: float | None
     improvement_std: float | None
     routes: dict[str, int]
+    #: per route, the mean over the group's counted runs of the gain its stages earned on the
+    #: feedback split (a run without that route counts 0): where the improvement came from
+    route_gains: dict[str, float] = Field(default_factory=dict)
     #: runs of the group left out of the aggregates, by why (`runs` counts the others)
     not_counted: dict[str, int] = Field(default_factory=dict)
     #: counted runs the audit flagged, and counted runs without a final score (no submission)
@@ -133,6 +141,7 @@ def run_row(store: Store, run_id: str) -> RunRow:
                   budget_s=s.budget_s, budget_used_s=s.budget_used_s, end_kind=s.end_kind,
                   result=bool(s.result), final_note=s.final_note, published=s.published,
                   regraded=any(g.current for g in s.regrades),
+                  route_gains=route_gains(rep.attribution),
                   cost_usd=usd, cost_basis=cost.cost_basis if cost is not None else None,
                   gpu_hours=gpu_hours(cost), gain_per_gpu_hour=gain_per(gain, gpu_hours(cost)),
                   gain_per_dollar=gain_per(gain, usd))
@@ -162,10 +171,14 @@ def group_rows(rows: list[RunRow]) -> list[Group]:
         routes: dict[str, int] = defaultdict(int)
         for r in rs:
             routes[r.best_route or "none"] += 1
+        named = sorted({route for r in rs for route in r.route_gains})
+        gains = {route: statistics.fmean(r.route_gains.get(route, 0.0) for r in rs)
+                 for route in named} if rs else {}
         out.append(Group(task=task, profile=profile, agent=agent, driver=driver, runs=len(rs),
                          final_mean=fm,
                          final_std=fs, improvement_mean=im, improvement_std=is_,
-                         routes=dict(routes), not_counted=dict(left.most_common()),
+                         routes=dict(routes), route_gains=gains,
+                         not_counted=dict(left.most_common()),
                          flagged=sum(r.flagged for r in rs),
                          without_final=sum(r.final is None for r in rs)))
     return out
@@ -285,11 +298,12 @@ def render_csv(c: Comparison) -> str:
     """The per-run rows as CSV (the grouped view and the published figures are in the JSON
     and the text)."""
     buf = io.StringIO()
-    fields = [f for f in RunRow.model_fields if f != "published"]
+    nested = {"published", "route_gains"}  # not one value each: the JSON has them
+    fields = [f for f in RunRow.model_fields if f not in nested]
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     for r in c.rows:
-        w.writerow(r.model_dump(exclude={"published"}))
+        w.writerow(r.model_dump(exclude=nested))
     return buf.getvalue()
 
 
@@ -367,6 +381,9 @@ def render_text(c: Comparison) -> str:
                        f"{'' if g.improvement_std is None else ' ± ' + f(g.improvement_std)}"
                        "  final "
                        f"{f(g.final_mean)}  routes {json.dumps(g.routes)}{extra}")
+            if g.route_gains:  # stage attribution: where the improvement came from
+                out.append("      gain by route (feedback split, mean over runs): " + ", ".join(
+                    f"{ROUTE_LABELS.get(r, r)} {v:+.3f}" for r, v in g.route_gains.items()))
     left = [g for g in c.groups if g.not_counted]
     if left:
         out += ["", "runs not counted, per group:"]

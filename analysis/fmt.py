@@ -8,6 +8,7 @@ from a2rl.store.outcome import agent_label, end_kind_words
 
 from .published import published_line
 from .schema import (
+    Attribution,
     AuditSection,
     Evidence,
     Interval,
@@ -202,3 +203,20 @@ def evaluation_config(config: dict[str, Any] | None) -> str:
     if config.get("source") == "provenance":
         parts.append("read from its first evaluation's provenance")
     return "; ".join(parts)
+
+
+def attribution_rows(a: Attribution | None) -> list[tuple[str, str, str, str, str, str]]:
+    """Stage attribution as rows (checkpoint, route, job, score, gain with its interval,
+    where the score comes from), oldest first, the base model first."""
+    if a is None:
+        return []
+    rows = [("base model", "–", "–", num(a.baseline), "–", f"the baseline ({a.split})")]
+    for st in a.stages:
+        gain = "–" if st.gain is None else f"{st.gain:+.3f}" + (
+            f" {interval(st.interval)}" if st.interval else "")
+        source = (f"submitted as {st.submission_id}" if st.seen_by_agent else
+                  "scored after the run, never seen by the agent" if st.score is not None
+                  else st.note or "not scored")
+        rows.append((st.checkpoint, ROUTE_LABELS.get(st.route, st.route), st.job_id or "–",
+                     num(st.score), gain, source))
+    return rows

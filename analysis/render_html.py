@@ -121,6 +121,7 @@ def report_context(r: Report, curves: Curves, standalone: bool) -> dict[str, Any
                 audit=r.audit or section_of(None), run_id=r.summary.run_id,
                 ledger_rows=ledger_rows(r.ledger), lineage=r.lineage,
                 lineage_rows=stage_rows(r.lineage.shown) if r.lineage else [],
+                attribution=r.attribution, attribution_rows=fmt.attribution_rows(r.attribution),
                 metric_rows=fmt.metric_rows(r.metrics), curves=curves, standalone=standalone,
                 improvement_class=improvement_class(r.summary),
                 score_svg=plots.score_plot(r.trajectory, r.timeline.end_s, r.summary.final_test),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from .fmt import (
     FAILURE_LABELS,
     ROUTE_LABELS,
+    attribution_rows,
     audit_headline,
     dur,
     evidence,
@@ -20,9 +21,10 @@ from .fmt import (
 from .ledger_view import ledger_rows
 from .lineage_view import stage_rows
 from .md_escape import cell, code, fence, prose, text
-from .schema import AuditEvidence, AuditSection, LineageSection, Report
+from .schema import Attribution, AuditEvidence, AuditSection, LineageSection, Report
 
 SECTIONS = ["Summary", "Audit", "Cost ledger", "Score trajectory", "Checkpoint lineage",
+            "Stage attribution",
             "Training routes",
             "Failures", "Timeline", "Process metrics", "Code history"]
 
@@ -60,6 +62,22 @@ def audit_markdown(a: AuditSection | None) -> list[str]:
             [text(f.severity), text(f.kind), text(f.finding), audit_evidence(f.evidence)]
             for f in a.flags]) + [""]
     return out
+
+
+def attribution_markdown(a: Attribution | None) -> list[str]:
+    """Each stage of the final checkpoint's lineage with its score and gain."""
+    out = ["## Stage attribution", ""]
+    if a is None:
+        return [*out, "No final submission with a lineage.", ""]
+    out += [f"Each stage of the final checkpoint's lineage, oldest first, scored on "
+            f"{text(a.split)}; its gain over the stage before, with the paired 95% interval.",
+            ""]
+    out += _table(["checkpoint", "route", "job", "score", "gain", "score from"], [
+        [code(c) if c != "base model" else text(c), text(r), text(j), text(sc), text(g),
+         text(src)] for c, r, j, sc, g, src in attribution_rows(a)])
+    if a.note:
+        out += ["", f"Lineage incomplete: {text(a.note)}"]
+    return [*out, ""]
 
 
 def lineage_markdown(section: LineageSection | None) -> list[str]:
@@ -108,6 +126,7 @@ def render_markdown(r: Report, max_diff_lines: int = 200) -> str:
          f"{num(p.ci_low)}–{num(p.ci_high)}", "yes" if p.improved_best else ""]
         for p in r.trajectory.points]) if r.trajectory.points else ["No graded submission."]
     out += ["", *lineage_markdown(r.lineage)]
+    out += attribution_markdown(r.attribution)
     out += ["## Training routes", ""]
     for rt in r.routes:
         also = f" (also: {', '.join(ROUTE_LABELS[a] for a in rt.also)})" if rt.also else ""

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from a2rl.store import EvaluationKind, EvaluationStatus, Store, SubmissionStatus
 from a2rl.store.outcome import end_kind, is_result, shown_final
 
+from .attribution import attribution_section
 from .audit_view import audit_section
 from .data import RunData, load_run
 from .failures import find_failures
@@ -168,7 +169,8 @@ def build_report(store: Store, run_id: str, idle_threshold_s: float = 120.0) -> 
                   routes=routes, failures=failures,
                   metrics=build_metrics(d, timeline, trajectory),
                   audit=audit_section(store, run_id), ledger=ledger_section(store, run_id),
-                  lineage=lineage_section(store, run_id))
+                  lineage=lineage_section(store, run_id),
+                  attribution=attribution_section(store, run_id))
 
 
 def link_calls(d: RunData, evidence: list[Evidence]) -> None:

@@ -24,7 +24,8 @@ from a2rl.store.lineage import Lineage
 # `job_lost`), and the optional `audit`; 1.5: `summary.published`; 1.6: the optional `ledger`;
 # 1.7: `summary.evaluation_config` (the run's frozen evaluation config), `summary.regrades`,
 # `summary.agent_status`, `summary.agent_error`, the ledger's `validations` and
-# `validation_cpu_s`, and the optional `lineage` (where the submitted checkpoints came from)
+# `validation_cpu_s`, the optional `lineage` (where the submitted checkpoints came from) and
+# `attribution` (each stage's gain)
 SCHEMA_VERSION = "1.7"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
@@ -397,6 +398,36 @@ class LineageSection(BaseModel):
     submissions: list[SubmissionChain] = Field(default_factory=list)
 
 
+class StageGain(BaseModel):
+    """One stage of the final checkpoint's lineage (schema 1.7): its score on the feedback
+    split and its gain over the stage before (the base model for the first)."""
+
+    checkpoint: str
+    job_id: str | None
+    how: str = Field(description="trained, copied or edited (the lineage's)")
+    route: RouteName = Field(description="read from the code its job ran")
+    route_evidence: str = ""
+    command: str | None = None
+    score: float | None = Field(description="on the feedback split; null: not scored")
+    evaluation_id: int | None = None
+    submission_id: str | None = Field(description="the agent's submission of this checkpoint; "
+                                      "null: scored after the run, never seen by the agent")
+    seen_by_agent: bool
+    gain: float | None = Field(description="score minus the stage before's")
+    interval: Interval | None = Field(None, description="paired 95% interval of the gain")
+    note: str | None = None
+
+
+class Attribution(BaseModel):
+    """Which stage of the final checkpoint's lineage earned how much (schema 1.7)."""
+
+    split: str = Field(description="the feedback split the stages are scored on")
+    baseline: float | None
+    stages: list[StageGain] = Field(description="oldest first")
+    complete: bool = Field(description="the lineage is complete and every stage was scored")
+    note: str = ""
+
+
 class Report(BaseModel):
     schema_version: str = SCHEMA_VERSION
     generated_at: str
@@ -418,6 +449,9 @@ class Report(BaseModel):
         None, description="where the submitted checkpoints came from; null for a run whose "
         "submissions have no lineage (refused, made before it was recorded) and in documents "
         "before schema 1.7")
+    attribution: Attribution | None = Field(
+        None, description="each stage of the final checkpoint's lineage with its score and "
+        "gain; null without a final submission with a lineage (schema 1.7)")
 
 
 def json_schema() -> dict[str, object]:

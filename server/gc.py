@@ -1,7 +1,8 @@
 """`a2rl gc`: remove what finished runs no longer need.
 
 Finished runs keep their record in the store (which is never touched here) and, unless
-`include_final`, the grader's copy of their final checkpoint. Removed: other checkpoint copies,
+`include_final`, the grader's copy of their final checkpoint and of the stages scored for its
+attribution (`stage-<job>`). Removed: other checkpoint copies,
 the copies of runs whose record is gone, and the sandbox control folders of finished runs.
 The workspace volumes of finished runs are detached (`finish_run` does it already; here for the
 runs of older versions and those a kept container held), and the loop devices of deleted
@@ -101,7 +102,9 @@ def collect_garbage(settings: Settings, store: Store, include_final: bool = Fals
         if run is not None and run.ended_at is None:
             continue  # a live run may still need every copy
         for sub_dir in sorted(run_dir.glob("*")):
-            if run is not None and sub_dir.name == run.final_submission_id and not include_final:
+            kept = sub_dir.name == run.final_submission_id or sub_dir.name.startswith(
+                "stage-") if run is not None else False  # what a regrade or a score needs
+            if kept and not include_final:
                 continue
             freed.add(sub_dir)
             shutil.rmtree(sub_dir, ignore_errors=True)

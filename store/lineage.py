@@ -96,6 +96,9 @@ class LineageStage(BaseModel):
         "edit_file calls (seq) that wrote files of this checkpoint"))
     file_count: int = Field(0, description="its files (submitted, or as the next stage read "
                             "them)")
+    files: dict[str, str] = Field(default_factory=dict, description=(
+        "its files (paths within it) and their sha256, as submitted or as the next stage read "
+        "them: what a copy kept later is checked against"))
     content_sha256: str | None = Field(None, description=(
         "the checkpoint's content then: sha256 of its `path<TAB>sha256` lines, sorted; None "
         "where a file was not hashed. A folder kept later holds that checkpoint only if its "
@@ -351,6 +354,7 @@ def _stage(rec: _Record, checkpoint: str, files: list[LineageFile]) -> LineageSt
     """The stage that made `checkpoint` from its files' writers."""
     stage = _made_by(rec, checkpoint, files)
     stage.file_count, stage.content_sha256 = len(files), _content(checkpoint, files)
+    stage.files = {f.path.removeprefix(checkpoint + "/"): f.sha256 for f in files if f.sha256}
     return stage
 
 

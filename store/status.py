@@ -74,6 +74,9 @@ class EvaluationKind(StrEnum):
     #: a second reading of a run's final checkpoint or base model under another profile
     #: (`a2rl regrade --profile`): kept beside the run's scores, never one of them
     reading = "reading"
+    #: a stage of the final checkpoint's lineage the agent never submitted, scored on the
+    #: feedback split when the run finished (stage attribution; never seen by the agent)
+    stage = "stage"
 
 
 class GradeState(StrEnum):

@@ -100,11 +100,26 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
         print_json({**doc, **details, "improvement": summary.improvement.model_dump()
                     if summary.improvement else None,
                     "improvement_note": summary.improvement_note, **marks,
-                    "lineage": lineage_json(store, run_id)})
+                    "lineage": lineage_json(store, run_id),
+                    "attribution": rep.attribution.model_dump(mode="json")
+                    if rep.attribution else None})
         return
     _print_show({**doc, **marks}, details, improvement(summary))
     _print_lineage(rep.lineage)
+    _print_attribution(rep.attribution)
     echo(f"report: a2rl report {doc['id']}")
+
+
+def _print_attribution(attribution: Any) -> None:
+    """`a2rl show`'s attribution block: each stage's score and gain, oldest first."""
+    if attribution is None:
+        return
+    from a2rl.analysis.fmt import attribution_rows
+
+    echo(f"attribution ({attribution.split}, the final checkpoint's stages, oldest first)")
+    for checkpoint, route, job, value, gain, source in attribution_rows(attribution):
+        echo(f"  {cell(checkpoint)[:24]:24} {route:8} {cell(job):12} {value:>6}  {gain:28} "
+             f"{cell(source)}")
 
 
 def _print_lineage(section: Any) -> None:

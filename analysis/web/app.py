@@ -31,7 +31,8 @@ from starlette.routing import Route
 from a2rl.listen import VIEW_PORT, listen
 from a2rl.store import Run
 
-from .. import plots
+from .. import fmt, plots
+from ..attribution import attribution_section
 from ..audit_view import AUDIT_FILTERS, audit_section, audit_states
 from ..ledger_view import ledger_rows, ledger_section
 from ..lineage_view import lineage_section, stage_rows
@@ -156,6 +157,7 @@ class Viewer:
         kind, msgs, total = self.conversation_page(run, 0)
         evaluation, regrades = queries.reproducibility(self.store, run)
         lineage = lineage_section(self.store, run.id)
+        attribution = attribution_section(self.store, run.id)
         return self.page(
             "run.html.jinja", title=f"run {run.id}", run=run, row=row,
             evaluation=evaluation, regrades=regrades,
@@ -168,6 +170,7 @@ class Viewer:
             audit=audit_section(self.store, run.id),
             ledger_rows=ledger_rows(ledger_section(self.store, run.id)),
             lineage=lineage, lineage_rows=stage_rows(lineage.shown) if lineage else [],
+            attribution=attribution, attribution_rows=fmt.attribution_rows(attribution),
             live=run.status in LIVE_STATES, activity=queries.activity(self.store, run.id),
             clock=queries.live_clock(run))
 

@@ -158,6 +158,18 @@ def _audit(settings: Settings, store: Store, run_id: str, log: logging.Logger) -
     log.info("run %s audited: %d flags, %d high", run_id, len(report.flags), report.high)
 
 
+def _stages(settings: Settings, store: Store, run_id: str, log: logging.Logger) -> None:
+    """Score the final lineage's stages the agent never submitted (stage attribution);
+    never fails a run's finish."""
+    from .stages import score_unsubmitted_stages
+
+    try:
+        if n := score_unsubmitted_stages(settings, store, run_id):
+            log.info("run %s: %d stages it never submitted scored", run_id, n)
+    except Exception:  # noqa: BLE001 - the run is finished whatever its stages do
+        log.exception("run %s: scoring its stages failed", run_id)
+
+
 def _ledger(store: Store, run_id: str, log: logging.Logger) -> None:
     """The ledger's part the run's rows give (jobs, grading time); never fails a finish."""
     from a2rl.store import ledger
@@ -203,6 +215,7 @@ def finish_run(settings: Settings, store: Store, run_id: str, reason: str = "fin
     rt.scanner.scan("scan")
     rt.clock.set_status(RunStatus.finalizing)
     finalize_scores(settings, store, run_id)
+    _stages(settings, store, run_id, rt.log)  # while the workspace's files are still mounted
     run = rt.clock.close(reason, end_kind=end_kind)
     _ledger(store, run_id, rt.log)
     _audit(settings, store, run_id, rt.log)  # while the workspace's files are still mounted
