@@ -1,9 +1,9 @@
 """What `a2rl replay` re-runs of a finished run: the recipe behind its final submission.
 
-From the record alone: the final submission's files, the job that last wrote each of them
-(the kernel's record of each job's file accesses, `JobFile`), and, back from those jobs, every
-earlier job that wrote a file they read, until only the task's own inputs and the jobs' code
-remain. Each job is replayed with the code snapshot it ran with (`Job.snapshot_id`). Pure
+From the record alone: the final submission's files, the job that wrote each of them (its
+lineage, `a2rl.store.lineage`: matched by content), and, back from those jobs, every earlier
+job that wrote a file they read (the kernel's record of each job's file accesses, `JobFile`),
+until only the task's own inputs and the jobs' code remain. Each job is replayed with the code snapshot it ran with (`Job.snapshot_id`). Pure
 reads: the plan is built before anything is made, and whatever makes the recipe impossible to
 re-run is one `CannotReplay` line (a run still live, no final submission, a checkpoint file no
 job wrote, a job whose code was not kept, file accesses not recorded).
@@ -33,6 +33,7 @@ from a2rl.store import (
     Submission,
     aware,
 )
+from a2rl.store.lineage_query import stored_lineage
 from a2rl.store.queries import INITIAL_SOURCE
 
 #: Files a job reads that no replay needs from an earlier job: caches the interpreter or a
@@ -96,10 +97,12 @@ def plan_replay(store: Store, run_id: str) -> ReplayPlan:
         jobs = {j.id: j for j in s.exec(select(Job).where(Job.run_id == run_id)).all()}
         initial = {r.path: r.blob_sha for r in s.exec(select(Revision).where(
             Revision.run_id == run_id, Revision.source == INITIAL_SOURCE)).all()}
-    if not accesses:
-        why = (run.config.setup.model_dump().get("access") or {}).get("why") or \
-            "no job's file accesses were recorded"
-        raise CannotReplay(f"run {run_id}: {why}, so the jobs behind its checkpoint are not "
+    lineage = stored_lineage(sub)
+    if not accesses or lineage is None:
+        why = next((j.files_recorded for j in jobs.values()
+                    if j.files_recorded and j.files_recorded != "complete"),
+                   "no job's file accesses were recorded")
+        raise CannotReplay(f"run {run_id}: {why}; so the jobs behind its checkpoint are not "
                            "known")
     started = {j.id: aware(j.started_at) for j in jobs.values()}
     writers: dict[str, list[_Access]] = {}
@@ -111,17 +114,14 @@ def plan_replay(store: Store, run_id: str) -> ReplayPlan:
             writers.setdefault(a.path, []).append(_Access(a.job_id, started[a.job_id]))
         if a.read:
             reads.setdefault(a.job_id, set()).add(a.path)
-    submitted = aware(sub.created_at)
-    assert submitted is not None
     wanted: list[str] = []
-    for rel in sorted(sub.file_hashes):
-        path = f"{sub.path.rstrip('/')}/{rel}"
-        writer = _last_writer(writers, path, submitted)
-        if writer is None:
-            raise CannotReplay(f"run {run_id}: no job wrote {path} of the final checkpoint (a "
-                               "tool call did, or the write was not recorded): the recipe "
-                               "cannot be re-run")
-        wanted.append(writer)
+    for f in lineage.files:  # each submitted file's writer, by its content
+        if f.job_id is None or f.job_id not in jobs:
+            made = "edit_file wrote it" if f.how == "edited" else "its write was not recorded"
+            raise CannotReplay(f"run {run_id}: no job wrote {lineage.checkpoint}/{f.path} of "
+                               f"the final checkpoint ({made}): the recipe cannot be re-run "
+                               "without the agent")
+        wanted.append(f.job_id)
     inputs = _inputs(run)
     needed: set[str] = set()
     while wanted:
@@ -129,6 +129,10 @@ def plan_replay(store: Store, run_id: str) -> ReplayPlan:
         if job_id in needed:
             continue
         needed.add(job_id)
+        recorded = jobs[job_id].files_recorded
+        if recorded is not None and recorded != "complete":
+            raise CannotReplay(f"run {run_id}: the file accesses of job {job_id} were not "
+                               f"recorded whole ({recorded}): what it depended on is not known")
         for path in reads.get(job_id, set()):
             if path.startswith(inputs) or REBUILT.search(path):
                 continue
