@@ -2,12 +2,16 @@
 
 The final submission's lineage (`a2rl.store.lineage`) is a chain of stages, each a checkpoint
 one job made from the one before (SFT on the base model, then GRPO on the SFT checkpoint). Each
-stage is scored on the run's feedback split (dev under `heldout`): by the agent's own
-submission of that very checkpoint (the same job, the same content) where it made one, else by
-the evaluation the run's finish made of the checkpoint it kept (`EvaluationKind.stage`, never
-seen by the agent). Its gain is over the stage before it (the base model's score for the
+stage is scored on the run's feedback split (dev under `heldout`): by the agent's own submission
+of that very checkpoint (the same job, the same content) where it made one, else by the
+evaluation the run's finish made of the checkpoint it kept (`EvaluationKind.stage`, never seen
+by the agent). Each stage's gain is over the stage before it (the base model's score for the
 first), with the paired interval over the items both scored; its route is read from the code
 its job ran (`a2rl.analysis.routes`). `a2rl compare` sums the gains by route.
+
+A later submission built on top of the final checkpoint that did not beat it (GRPO on the SFT
+checkpoint, tied on dev) extends the chain: its stage is shown, marked as not part of the final
+checkpoint, and its gain counts for no route.
 
 `attribute` is pure; `attribution_section` reads the store for it.
 """
@@ -52,15 +56,34 @@ def stage_key(stage: LineageStage) -> tuple[str | None, str | None]:
     return stage.job_id, stage.content_sha256
 
 
+def made_stages(lineage: Lineage) -> list[LineageStage]:
+    """The stages a job made, oldest first (pure)."""
+    return [s for s in reversed(lineage.stages) if s.how in MADE]
+
+
+def extension(final: Lineage, others: list[Lineage]) -> Lineage:
+    """The longest of `others` whose chain starts with the final checkpoint's stages (a later
+    submission built on top of the final one: GRPO on the SFT checkpoint, which did not beat
+    it), else `final` itself (pure)."""
+    head = [stage_key(s) for s in made_stages(final)]
+    longer = [o for o in others if len(made_stages(o)) > len(head)
+              and [stage_key(s) for s in made_stages(o)][:len(head)] == head]
+    return max(longer, key=lambda o: len(made_stages(o)), default=final)
+
+
 def attribute(lineage: Lineage, scores: dict[tuple[str | None, str | None], StageScore],
               baseline: Evaluation | None, routes: dict[str, tuple[RouteName, str]],
-              split: str, task_id: str | None) -> Attribution:
+              split: str, task_id: str | None, final_stages: int | None = None,
+              ) -> Attribution:
     """The stages of `lineage` oldest first, each with its score on `split`, its gain over the
-    stage before (the baseline for the first) with the paired interval, and its route."""
-    chain = [s for s in reversed(lineage.stages) if s.how in MADE]
+    stage before (the baseline for the first) with the paired interval, and its route; the
+    first `final_stages` (default: all) make the final checkpoint, the others were built on
+    top of it later and did not replace it."""
+    chain = made_stages(lineage)
+    final_stages = len(chain) if final_stages is None else final_stages
     out: list[StageGain] = []
     before = baseline
-    for stage in chain:
+    for i, stage in enumerate(chain):
         found = scores.get(stage_key(stage))
         ev = found.evaluation if found is not None else None
         route, why = routes.get(stage.job_id or "", ("unknown", "no code recorded for its job"))
@@ -83,18 +106,19 @@ def attribute(lineage: Lineage, scores: dict[tuple[str | None, str | None], Stag
             evaluation_id=ev.id if ev else None,
             submission_id=found.submission_id if found else None,
             seen_by_agent=bool(found and found.submission_id), gain=gain, interval=interval,
-            note=note))
+            note=note, in_final=i < final_stages))
         before = ev  # a stage without a score leaves the next one's gain unknown
+    final = out[:final_stages]
     return Attribution(split=split, baseline=baseline.score if baseline else None,
                        stages=out, complete=lineage.complete and all(
-                           s.score is not None for s in out), note=lineage.note)
+                           s.score is not None for s in final), note=lineage.note)
 
 
 def route_gains(a: Attribution | None) -> dict[str, float]:
     """The gains of a run's stages summed by route (pure): what `compare` averages."""
     out: dict[str, float] = {}
     for st in a.stages if a else []:
-        if st.gain is not None:
+        if st.gain is not None and st.in_final:  # the final checkpoint's own stages
             out[st.route] = out.get(st.route, 0.0) + st.gain
     return out
 
@@ -114,9 +138,11 @@ def attribution_section(store: Store, run_id: str) -> Attribution | None:
         subs = list(s.exec(select(Submission).where(Submission.run_id == run_id)
                            .order_by(col(Submission.created_at))).all())
         final = next((x for x in subs if x.id == run.final_submission_id), None)
-        lineage = stored_lineage(final) if final is not None else None
-        if lineage is None:
+        final_lineage = stored_lineage(final) if final is not None else None
+        if final_lineage is None:
             return None
+        lineage = extension(final_lineage, [lin for x in subs if x.id != final.id  # type: ignore[union-attr]
+                                            and (lin := stored_lineage(x)) is not None])
         split = run.config.feedback_split
         evals = list(s.exec(select(Evaluation).where(
             Evaluation.run_id == run_id, Evaluation.split == split,
@@ -150,7 +176,8 @@ def attribution_section(store: Store, run_id: str) -> Attribution | None:
                                         texts.get(st.snapshot_id or -1, {}),
                                         [(st.job_id, st.command or "")])
             routes[st.job_id] = (route, ev[0].text[:200] if ev else "no evidence")
-    return attribute(lineage, scores, baseline, routes, split, run.task_id)
+    return attribute(lineage, scores, baseline, routes, split, run.task_id,
+                     final_stages=len(made_stages(final_lineage)))
 
 
 def _text(store: Store, sha: str) -> str | None:

@@ -212,11 +212,12 @@ def attribution_rows(a: Attribution | None) -> list[tuple[str, str, str, str, st
         return []
     rows = [("base model", "–", "–", num(a.baseline), "–", f"the baseline ({a.split})")]
     for st in a.stages:
-        gain = "–" if st.gain is None else f"{st.gain:+.3f}" + (
-            f" {interval(st.interval)}" if st.interval else "")
+        gain = "–" if st.gain is None else interval(st.interval) if st.interval else \
+            f"{st.gain:+.3f}"
         source = (f"submitted as {st.submission_id}" if st.seen_by_agent else
                   "scored after the run, never seen by the agent" if st.score is not None
-                  else st.note or "not scored")
+                  else st.note or "not scored") + (
+            "" if st.in_final else "; built on the final checkpoint later, not part of it")
         rows.append((st.checkpoint, ROUTE_LABELS.get(st.route, st.route), st.job_id or "–",
                      num(st.score), gain, source))
     return rows

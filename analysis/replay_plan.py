@@ -1,12 +1,13 @@
 """What `a2rl replay` re-runs of a finished run: the recipe behind its final submission.
 
 From the record alone: the final submission's files, the job that wrote each of them (its
-lineage, `a2rl.store.lineage`: matched by content), and, back from those jobs, every earlier
-job that wrote a file they read (the kernel's record of each job's file accesses, `JobFile`),
-until only the task's own inputs and the jobs' code remain. Each job is replayed with the code snapshot it ran with (`Job.snapshot_id`). Pure
-reads: the plan is built before anything is made, and whatever makes the recipe impossible to
-re-run is one `CannotReplay` line (a run still live, no final submission, a checkpoint file no
-job wrote, a job whose code was not kept, file accesses not recorded).
+lineage, `a2rl.store.lineage`: matched by content), and, back from those jobs, every earlier job
+that wrote a file they read (the kernel's record of each job's file accesses, `JobFile`), until
+only the task's own inputs and the jobs' code remain. Each job is replayed with the code
+snapshot it ran with (`Job.snapshot_id`). Pure reads: the plan is built before anything is made,
+and whatever makes the recipe impossible to re-run is one `CannotReplay` line (a run still live,
+no final submission, a checkpoint file no job wrote, a job whose code was not kept, file
+accesses not recorded).
 """
 
 from __future__ import annotations

@@ -416,6 +416,8 @@ class StageGain(BaseModel):
     gain: float | None = Field(description="score minus the stage before's")
     interval: Interval | None = Field(None, description="paired 95% interval of the gain")
     note: str | None = None
+    in_final: bool = Field(True, description="a stage of the final checkpoint; false: built "
+                           "on top of it later by a submission that did not replace it")
 
 
 class Attribution(BaseModel):
