@@ -224,8 +224,8 @@ def replay_doc(source: Any, replicas: list[Any], note: str) -> dict[str, Any]:
         "std": statistics.stdev(scores) if len(scores) > 1 else None,
         "min": min(scores, default=None), "max": max(scores, default=None),
         "interval": None, "method": T_METHOD, "agent_within": None}
-    if (iv := mean_interval(scores)) is not None:
-        doc["interval"] = [iv[1], iv[2]]
+    if (iv := mean_interval(scores)) is not None:  # cut to a score's range, [0, 1]
+        doc["interval"] = [max(iv[1], 0.0), min(iv[2], 1.0)]
         if source.final_score is not None:
             doc["agent_within"] = iv[1] <= source.final_score <= iv[2]
     return doc
