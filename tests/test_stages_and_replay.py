@@ -54,9 +54,16 @@ AutoTokenizer.from_pretrained("base_model").save_pretrained(a.out)
 
 
 async def _command(c: Client, command: str) -> str:
-    r = await c.call_tool("run_command", {"command": command, "wait_s": 120})
+    """Run `command` to its end (a loaded machine may need more than one wait)."""
+    r = await c.call_tool("run_command", {"command": command, "wait_s": 60})
     assert not r.is_error, text_of(r)
-    assert r.structured_content["exit_code"] == 0, r.structured_content["output"]
+    job, output = r.structured_content, r.structured_content["output"]
+    while job.get("status") == "running" or job.get("job", {}).get("state") == "running":
+        st = await c.call_tool("job_status", {"job_id": r.structured_content["job_id"],
+                                              "wait_s": 60})
+        job, output = st.structured_content, output + st.structured_content["output"]
+    code = job["exit_code"] if "exit_code" in job else job["job"]["exit_code"]
+    assert code == 0, output
     return str(r.structured_content["job_id"])
 
 
