@@ -154,9 +154,7 @@ async def refused_in_flight(url: str, token: str, stop: anyio.Event, n: int = 30
                 try:
                     resp = await client.post(url, content=REFUSED % (i * 1_000_000 + k),
                                              headers=headers_for(token, session))
-                    counts.note(resp.status_code)
-                    if resp.status_code == 429:
-                        await anyio.sleep(0.2)  # as a client honouring Retry-After would not
+                    counts.note(resp.status_code)  # and again at once, Retry-After or not
                 except httpx2.HTTPError as exc:
                     counts.note(type(exc).__name__)
                     await anyio.sleep(0.05)
@@ -287,3 +285,51 @@ def percentile(samples: list[float], q: float) -> float:
     if not ordered:
         return float("nan")
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _flood_main(name: str, url: str, token: str, seconds: float) -> dict[str, Any]:
+    """One flood for `seconds`, in a process of its own (the attacker's CPU is not the
+    victim's client's): its counts."""
+    port = int(url.split(":")[2].split("/")[0])
+    stop = anyio.Event()
+    out: dict[str, Any] = {}
+
+    async def run() -> None:
+        if name == "initialize":
+            out.update((await initialize_loop(url, token, stop)).statuses)
+        elif name == "slow-bodies":
+            async def bodies() -> None:
+                out["bodies"] = (await slow_bodies("127.0.0.1", port, token, stop)).statuses
+
+            async def halves() -> None:
+                out["halves"] = (await half_requests("127.0.0.1", port, stop)).statuses
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(bodies)
+                tg.start_soon(halves)
+        elif name == "refused":
+            out.update((await refused_in_flight(url, token, stop)).statuses)
+        else:
+            out.update((await duplicate_ids(url, token, stop)).statuses)
+
+    finished = anyio.Event()
+
+    async def run_then_say() -> None:
+        await run()
+        finished.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_then_say)
+        await anyio.sleep(seconds)
+        stop.set()
+        with anyio.move_on_after(60):  # its last requests end (or a hung server is left)
+            await finished.wait()
+        tg.cancel_scope.cancel()
+    return out
+
+
+if __name__ == "__main__":  # python http_floods.py NAME URL TOKEN SECONDS
+    import sys
+
+    print(json.dumps(anyio.run(_flood_main, sys.argv[1], sys.argv[2], sys.argv[3],
+                               float(sys.argv[4]))))
