@@ -11,7 +11,8 @@ holding as many as may be in flight, so that an agent's parallel calls pass),
 one: a run can only push out its own); per client address, `http_max_requests_per_address`
 requests in flight. A request over a bound is answered at once (429, with the bound's name)
 and costs a counter: refusals are kept in the run's `http.refused` row (`CountedRow`), never a
-store write each. Each `initialize` is counted in the run's `mcp.initialize` row.
+store write each. Each `initialize` (and each `server/discover`, the 2026 protocol's opening)
+is counted in the run's `mcp.initialize` row.
 
 All state here is touched from the event loop only (the counted rows write in their own
 threads); the connection layer (http_connections.py) knows which connection carried which
@@ -93,6 +94,8 @@ class Session:
     run_id: str
     events: SessionEvents
     used_at: float = field(default_factory=time.monotonic)
+    busy: int = 1  # requests in flight (its opening one, from its admission)
+    opening: bool = True  # its `initialize` is still being answered: never ended then
 
 
 class RunShare:
@@ -107,7 +110,7 @@ class RunShare:
         self.sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
         self.refused = CountedRow(store, run_id, REFUSED_TOOL, "http", _describe_refused, KINDS)
         self.opened = CountedRow(store, run_id, INITIALIZE_TOOL, "http", _describe_opened,
-                                 ("initialize", "evicted"), is_error=False)
+                                 ("initialize", "discover", "evicted"), is_error=False)
         self.clients: Counter[str] = Counter()
 
 
@@ -174,18 +177,20 @@ class HttpGate:
         self.share(run_id).refused.add(kind)
 
     # -- sessions -----------------------------------------------------------------------------
-    def initialize(self, run_id: str, client: str) -> tuple[CountedRow, list[Session]]:
-        """An `initialize` of the run (it opens a session): counted, with the client's name;
-        the run's least recently used sessions that must end so that the new one fits."""
+    def initialize(self, run_id: str, client: str, kind: str = "initialize",
+                   opens: bool = True) -> tuple[CountedRow, list[Session]]:
+        """A client's opening of the run (`kind`: initialize, or discover in the 2026
+        protocol), counted with the client's name; when it `opens` a session, the run's least
+        recently used sessions that must end so that the new one fits."""
         share = self.share(run_id)
         with share.opened.lock:
             if client not in share.clients and len(share.clients) >= MAX_CLIENT_NAMES:
                 client = "(other)"
             share.clients[client] += 1
             share.opened.extra["clients"] = dict(share.clients)
-        evict = list(share.sessions.values())[:max(0, len(share.sessions)
-                                                    - self.limits.sessions_per_run + 1)]
-        share.opened.add("initialize")
+        evict = _to_end(list(share.sessions.values()), self.limits.sessions_per_run - 1) \
+            if opens else []
+        share.opened.add(kind)
         if evict:
             share.opened.add("evicted", len(evict))
         return share.opened, evict
@@ -197,6 +202,13 @@ class HttpGate:
         self.share(run_id).sessions[session_id] = session
         self.sessions[session_id] = session
         return events
+
+    def session_answered(self, session_id: str) -> None:
+        """The request that opened the session has its answer."""
+        session = self.sessions.get(session_id)
+        if session is not None and session.opening:
+            session.opening = False
+            session.busy -= 1
 
     def session_used(self, session_id: str) -> Session | None:
         session = self.sessions.get(session_id)
@@ -234,6 +246,18 @@ class HttpGate:
             share.opened.close()
 
 
+def _to_end(sessions: list[Session], keep: int) -> list[Session]:
+    """Which of a run's sessions (least recently used first) end so that `keep` remain: the
+    idle ones first, then the busy ones; never one whose opening is still being answered
+    (ending it would cut that answer: such a session counts past the cap for that moment)."""
+    ready = [s for s in sessions if not s.opening]
+    over = len(sessions) - keep
+    if over <= 0:
+        return []
+    idle = [s for s in ready if not s.busy]
+    return (idle + [s for s in ready if s.busy])[:over]
+
+
 def _describe_refused(counts: Mapping[str, int]) -> str:
     summary = ", ".join(f"{n} over {kind}" for kind, n in counts.items() if n)
     return f"{sum(counts.values())} HTTP requests refused at once: {summary}"
@@ -241,6 +265,8 @@ def _describe_refused(counts: Mapping[str, int]) -> str:
 
 def _describe_opened(counts: Mapping[str, int]) -> str:
     text = f"{counts.get('initialize', 0)} MCP sessions opened over HTTP"
+    if counts.get("discover"):
+        text += f", {counts['discover']} sessionless connections (server/discover)"
     if counts.get("evicted"):
         text += (f"; {counts['evicted']} older ones ended to keep the run within "
                  "http_sessions_per_run")

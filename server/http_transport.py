@@ -13,9 +13,10 @@ requests in flight; per run, caps on requests in flight and connections, a reque
   is recorded for the run (one store write, in the run's own threads);
 - a request whose JSON-RPC id is that of a request of the same session still unanswered gets
   HTTP 400 and a JSON-RPC error: the SDK routes answers by id and would leave one waiting;
-- an `initialize` is counted in the run's `mcp.initialize` row (the run's first before it is
-  answered) and, when the run already holds `http_sessions_per_run` sessions, its least
-  recently used one is ended;
+- an `initialize` (or the 2026 protocol's `server/discover`, which opens no session) is
+  counted in the run's `mcp.initialize` row (the run's first before it is answered) and, when
+  the run already holds `http_sessions_per_run` sessions, its least recently used one is
+  ended;
 - a resumed stream (GET with Last-Event-ID) whose event is no longer kept gets 404, so the
   client stops retrying.
 
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: how often the server asks the store which of its runs have ended
 ENDED_POLL_S = 1.0
+#: what a client sends first, by protocol revision (2025-11-25, 2026-07-28), as counted
+OPENINGS = {"initialize": "initialize", "server/discover": "discover"}
 _SESSION = MCP_SESSION_ID_HEADER.encode()
 _LAST_EVENT = LAST_EVENT_ID_HEADER.encode()
 
@@ -142,7 +145,13 @@ class HttpGate:
                               "longer kept (http_resume_bytes_per_session): the stream cannot "
                               "be resumed").response_bytes())
                 return
-            await self.app(scope, receive, send)
+            if session is not None:
+                session.busy += 1
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                if session is not None:
+                    session.busy -= 1
         finally:
             self.state.leave_run(run_id)
 
@@ -173,10 +182,22 @@ class HttpGate:
             await _answer(send, 400, refusal.response_bytes())
             return
         method, rid = _method_and_id(message)
-        if method == "initialize":
-            await self._initialize(run_id, message, opens)
+        if method in OPENINGS:
+            await self._opening(run_id, message, OPENINGS[method], opens and
+                                method == "initialize", dict(scope.get("headers") or []))
         if session is None or rid is None or method is None:
-            await self.app(scope, _replay(body, receive), send)
+            opened: list[bytes] = []
+
+            async def noted(event: dict[str, Any]) -> None:  # the session it opens, if any
+                if event["type"] == "http.response.start":
+                    opened.extend(v for k, v in event.get("headers", []) if k == _SESSION)
+                await send(event)
+
+            try:
+                await self.app(scope, _replay(body, receive), noted if session is None else send)
+            finally:
+                for made in opened:
+                    self.state.session_answered(made.decode("latin-1"))
             return
         key = str(rid)
         if not session.events.begin(key):
@@ -186,6 +207,7 @@ class HttpGate:
                           "a new id", rid).response_bytes())
             return
         dispatched = False
+        session.busy += 1
 
         async def watched(event: dict[str, Any]) -> None:
             nonlocal dispatched
@@ -197,18 +219,23 @@ class HttpGate:
         try:
             await self.app(scope, _replay(body, receive), watched)
         finally:
+            session.busy -= 1
             if not dispatched:  # the SDK refused it: no answer will be stored for it
                 session.events.pending.discard(key)
 
-    async def _initialize(self, run_id: str, message: Any, opens: bool) -> None:
+    async def _opening(self, run_id: str, message: Any, kind: str, opens: bool,
+                       headers: dict[bytes, bytes]) -> None:
+        """A client's opening (`initialize`, or the 2026 protocol's `server/discover`),
+        counted with the client's name; one that opens a session may end an older one."""
         params = message.get("params")
         info = params.get("clientInfo") if isinstance(params, dict) else None
-        info = info if isinstance(info, dict) else {}
-        name = f"{info.get('name', '?')} {info.get('version', '')}"[:80].strip()
-        row, evict = self.state.initialize(run_id, name if opens else "(same session)")
-        if opens:
-            for old in evict:
-                await self.hooks.end(old.session_id)
+        if isinstance(info, dict):
+            name = f"{info.get('name', '?')} {info.get('version', '')}"
+        else:
+            name = headers.get(b"user-agent", b"?").decode("latin-1")
+        row, evict = self.state.initialize(run_id, name[:80].strip(), kind, opens)
+        for old in evict:
+            await self.hooks.end(old.session_id)
         if not row.written:  # the run's first: in the store before it is answered
             await anyio.to_thread.run_sync(row.flush, limiter=self.server.limiters(run_id)[0])
 

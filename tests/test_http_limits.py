@@ -116,11 +116,18 @@ def test_an_initialize_past_the_cap_ends_the_runs_least_recently_used_session() 
     for sid in ("s1", "s2"):
         assert gate.initialize("r-a", "cli 1")[1] == []
         gate.session_opened("r-a", sid)
+    assert gate.initialize("r-a", "cli 1")[1] == []  # both still being answered: kept
+    for sid in ("s1", "s2"):
+        gate.session_answered(sid)
     gate.session_opened("r-b", "other")
     gate.session_used("s1")  # s2 is now the least recently used
     row, evict = gate.initialize("r-a", "cli 1")
     assert [s.session_id for s in evict] == ["s2"]
-    assert row.counts == {"initialize": 3, "evicted": 1} and row.extra["clients"] == {"cli 1": 3}
+    gate.sessions["s2"].busy = 1  # a request in flight: the idle one goes first
+    assert [s.session_id for s in gate.initialize("r-a", "cli 1")[1]] == ["s1"]
+    assert row.counts == {"initialize": 5, "evicted": 2} and row.extra["clients"] == {"cli 1": 5}
+    row, evict = gate.initialize("r-a", "cli 2", "discover", opens=False)  # no session
+    assert evict == [] and row.counts["discover"] == 1
     gate.session_closed("s2")
     assert [s.session_id for s in gate.sessions_of("r-a")] == ["s1"]
     assert [s.session_id for s in gate.sessions_of("r-b")] == ["other"]
