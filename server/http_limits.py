@@ -36,7 +36,7 @@ from .event_store import EventBudget, SessionEvents
 REFUSED_TOOL = "http.refused"
 INITIALIZE_TOOL = "mcp.initialize"
 #: every bound a refusal can name, in the row's arguments (0 when none was hit)
-KINDS = ("rate", "requests", "connections", "body_timeout", "duplicate_id")
+KINDS = ("rate", "requests", "connections", "body_timeout", "duplicate_id", "address")
 #: distinct client names kept in the `mcp.initialize` row (the rest are counted as "(other)")
 MAX_CLIENT_NAMES = 16
 

@@ -41,7 +41,7 @@ from a2rl.settings import Settings
 from a2rl.store import Store
 
 from .app import A2RLServer, build_server
-from .auth import RunTokenVerifier, TokenRun, ended_message
+from .auth import RunTokenVerifier, TokenRun, ended_message, hash_token
 from .http_connections import ConnectionTable, uvicorn_config
 from .http_limits import HttpGate as GateState
 from .http_limits import HttpLimits, Refused, Session
@@ -108,6 +108,10 @@ class HttpGate:
         address = str(client[0]) if client else ""
         refused = self.state.enter_address(address)
         if refused is not None:
+            token = _bearer(dict(scope.get("headers") or []))
+            hit, found = self.verifier.cached(hash_token(token)) if token else (False, None)
+            if hit and found is not None and found.ended is None:  # counted where it is known
+                self.state.refuse(found.run_id, "address")
             await _refused(send, refused, close=scope.get("method") == "POST")
             return
         try:
