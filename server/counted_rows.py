@@ -9,7 +9,9 @@ that holds them is written in a thread of its own within `every_s`, at most once
 stopping, or the first event of a run must be in the store before it is answered).
 
 The row is made on the first write and rewritten in place after that, so that it keeps its
-place among the run's calls, and the report and `a2rl show` list it with them.
+place among the run's calls, and the report and `a2rl show` list it with them. With
+`open_only` nothing is written once the run has ended: its record is closed (what was counted
+in its last second, not yet written, is not kept).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from a2rl.store import Store, ToolCall
+from sqlmodel import select
+
+from a2rl.store import Run, Store, ToolCall
 
 FLUSH_EVERY_S = 1.0
 
@@ -30,11 +34,13 @@ class CountedRow:
 
     def __init__(self, store: Store | None, run_id: str, tool: str, transport: str,
                  describe: Callable[[Mapping[str, int]], str], kinds: tuple[str, ...] = (),
-                 is_error: bool = True, every_s: float = FLUSH_EVERY_S) -> None:
+                 is_error: bool = True, every_s: float = FLUSH_EVERY_S,
+                 open_only: bool = False) -> None:
         """`describe(counts)` is the row's summary (and its error, when `is_error`); `kinds`
         are keys always written (0 when never counted), so readers see every bound."""
         self.store, self.run_id, self.tool, self.transport = store, run_id, tool, transport
         self.describe, self.kinds, self.is_error, self.every_s = describe, kinds, is_error, every_s
+        self.open_only = open_only
         self.counts: Counter[str] = Counter()
         self.extra: dict[str, Any] = {}  # more arguments, set by the owner under `lock`
         self.lock = threading.Lock()
@@ -76,6 +82,9 @@ class CountedRow:
                 row_id = self._row_id
             text = self.describe(counts)
             with self.store.session() as s:
+                if self.open_only and s.exec(select(Run.ended_at).where(
+                        Run.id == self.run_id)).first() is not None:
+                    return
                 row = s.get(ToolCall, row_id) if row_id is not None else None
                 if row is None:
                     row = ToolCall(run_id=self.run_id, tool=self.tool, transport=self.transport)

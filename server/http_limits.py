@@ -108,9 +108,12 @@ class RunShare:
         self.bucket = TokenBucket(limits.requests_per_s,
                                   max(limits.requests_per_s, limits.max_requests_per_run))
         self.sessions: OrderedDict[str, Session] = OrderedDict()  # least recently used first
-        self.refused = CountedRow(store, run_id, REFUSED_TOOL, "http", _describe_refused, KINDS)
+        # nothing written once the run has ended: a closed record gets no more rows
+        self.refused = CountedRow(store, run_id, REFUSED_TOOL, "http", _describe_refused, KINDS,
+                                  open_only=True)
         self.opened = CountedRow(store, run_id, INITIALIZE_TOOL, "http", _describe_opened,
-                                 ("initialize", "discover", "evicted"), is_error=False)
+                                 ("initialize", "discover", "evicted"), is_error=False,
+                                 open_only=True)
         self.clients: Counter[str] = Counter()
 
 

@@ -303,17 +303,16 @@ async def watch_ended(state: GateState, verifier: RunTokenVerifier,
             continue
         try:
             ended = await anyio.to_thread.run_sync(verifier.ended_among, run_ids)
-        except Exception:  # a store that is briefly away: try again next time
-            log.warning("could not read which runs have ended", exc_info=True)
-            continue
-        for run_id in ended:
-            share = state.run_ended(run_id)
-            if share is None:
-                continue
-            for session in list(share.sessions.values()):
-                await hooks.end(session.session_id)
-            await anyio.to_thread.run_sync(share.refused.flush)
-            await anyio.to_thread.run_sync(share.opened.flush)
+            for run_id in ended:
+                share = state.run_ended(run_id)
+                if share is None:
+                    continue
+                for session in list(share.sessions.values()):
+                    await hooks.end(session.session_id)
+                await anyio.to_thread.run_sync(share.refused.flush)
+                await anyio.to_thread.run_sync(share.opened.flush)
+        except Exception:  # a store briefly away, a session that would not end: next time
+            log.warning("could not end the sessions of ended runs", exc_info=True)
 
 
 def _bearer(headers: dict[bytes, bytes]) -> str | None:
