@@ -168,7 +168,10 @@ class HttpGate:
 
     async def _post(self, scope: Any, receive: Any, send: Any, run_id: str,
                     session: Session | None, opens: bool) -> None:
-        read = await self._read(receive)
+        try:
+            read = await self._read(receive)
+        except _Gone:  # no whole message, and no one to answer: not a call
+            return
         if read is None:
             self.state.refuse(run_id, "body_timeout")
             await _refused(send, Refused(408, "body_timeout", "the request's body did not "
@@ -249,7 +252,10 @@ class HttpGate:
         assert found.ended is not None
         rid = None
         if scope.get("method") == "POST":
-            read = await self._read(receive)
+            try:
+                read = await self._read(receive)
+            except _Gone:
+                return
             if read is not None:
                 body, over = read
                 rid = over.refusal(self.limit).id if over is not None else _request_id(body)
@@ -259,7 +265,8 @@ class HttpGate:
 
     async def _read(self, receive: Any) -> tuple[bytes, Oversize | None] | None:
         """The body; or, once it passes the limit, what `Oversize` keeps of it (the rest is
-        drained, not kept); None when it did not arrive within `http_body_timeout_s`."""
+        drained, not kept); None when it did not arrive within `http_body_timeout_s`; `_Gone`
+        when the client left before sending it whole."""
         with anyio.move_on_after(self.state.limits.body_timeout_s):
             return await self._read_all(receive)
         return None
@@ -270,7 +277,7 @@ class HttpGate:
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                raise _Gone
             chunk = message.get("body", b"")
             size += len(chunk)
             if over is not None:
@@ -284,6 +291,10 @@ class HttpGate:
                 chunks = []
             more = message.get("more_body", False)
         return b"".join(chunks), over
+
+
+class _Gone(Exception):
+    """The client disconnected before its request's body was whole."""
 
 
 def verifier_of(server: A2RLServer) -> RunTokenVerifier:
