@@ -77,6 +77,47 @@ class Settings(BaseSettings):
         8, ge=1, description="worker threads one run's tool calls hold at once, and as many for "
         "its waits on jobs; more wait their turn (a server serves many runs over HTTP: one run's "
         "calls must not starve the rest)")
+    # The HTTP server is shared by every run: what one token or one address may hold of it
+    # (server/http_limits.py, server/http_connections.py; README "Serving many runs").
+    http_sessions_per_run: int = Field(
+        8, ge=1, description="MCP sessions one run holds open on the HTTP server; opening one "
+        "more ends that run's least recently used session (never another run's)")
+    http_session_idle_s: float = Field(
+        900.0, gt=0, description="an HTTP session with no request in flight (no open stream) "
+        "for this long is ended; a run's sessions also end when the run ends")
+    http_header_timeout_s: float = Field(
+        10.0, gt=0, description="seconds a connection has to send a request's headers (from "
+        "its opening or its previous answer); past it the connection is closed")
+    http_body_timeout_s: float = Field(
+        30.0, gt=0, description="seconds a request has to send its whole body once its headers "
+        "are in; past it it gets 408 and the connection is closed")
+    http_requests_per_s: float = Field(
+        20.0, gt=0, description="HTTP requests per second one run's token is answered (a burst "
+        "of as many as http_max_requests_per_run); faster ones get 429 at once, counted in the "
+        "run's http.refused row")
+    http_max_requests_per_run: int = Field(
+        64, ge=1, description="HTTP requests of one run's token in flight at once (open "
+        "streams included); one more gets 429 at once")
+    http_max_connections_per_run: int = Field(
+        128, ge=1, description="connections whose last request carried one run's token; one more "
+        "gets 429 and is closed")
+    http_max_requests_per_address: int = Field(
+        256, ge=1, description="HTTP requests in flight from one client address (all its runs "
+        "and token-less requests together); one more gets 429 at once")
+    http_max_connections_per_address: int = Field(
+        512, ge=1, description="connections open from one client address; one more closes that "
+        "address's longest idle connection, or is refused with 503 when none is idle")
+    http_max_connections: int = Field(
+        4096, ge=1, description="connections open to the HTTP server from every address "
+        "together (file descriptors); past it as per address")
+    http_resume_bytes_per_session: int = Field(
+        2_000_000, ge=0, description="bytes of server messages one HTTP session keeps so that a "
+        "client that lost a stream gets them again (SSE Last-Event-ID); the oldest go first")
+    http_resume_bytes: int = Field(
+        64_000_000, ge=0, description="the same for every session together; the oldest go "
+        "first")
+    http_sse_retry_ms: int = Field(
+        1000, ge=0, description="the SSE retry a client waits before it resumes a lost stream")
     service_max_connections: int = Field(
         16, ge=1, description="connections one run's task services (unix sockets in the "
         "sandbox) hold open at once; one more is refused with a one-line error")

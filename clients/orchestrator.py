@@ -115,11 +115,10 @@ def http_server(settings: Settings, store: Store) -> Iterator[str]:
     """Our MCP server over streamable HTTP on loopback, in a thread, for one run's agent."""
     import uvicorn
 
-    from a2rl.server.transports import http_app
+    from a2rl.server.http_transport import http_config
 
     port = _free_port()
-    config = uvicorn.Config(http_app(settings, store), host="127.0.0.1", port=port,
-                            log_level="warning", lifespan="on")
+    config = http_config(settings, store, "127.0.0.1", port, lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="a2rl-mcp-http", daemon=True)
     thread.start()

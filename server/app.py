@@ -32,9 +32,9 @@ from a2rl.tools.runtime import CallContext, RunRuntime, bind, in_thread, unbind
 from a2rl.tools.workspace_fs import WorkspaceError
 
 from .argument_checks import check_arguments, unknown_arguments, validation_message
-from .auth import RunTokenVerifier
+from .auth import RunTokenVerifier, ended_message
 from .instructions import instructions_for
-from .recording import aend_call, astart_call, summarize
+from .recording import RecordClosed, aend_call, astart_call, summarize
 from .run.clock import RunClock, read_clock
 from .run.grading import GradingPump, tell_sandbox
 from .run.hooks import build_runtime
@@ -142,15 +142,14 @@ class A2RLServer(MCPServer[Any]):
         arguments = arguments or {}
         # a call too large to run keeps no whole copy: the audit reads what ran
         oversize = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
-        call_id = await astart_call(self.store, rt.run_id, name, arguments, self.transport,
-                                    self.a2rl_settings.tool_arg_keep_bytes,
-                                    None if oversize else
-                                    self.a2rl_settings.tool_arg_run_keep_bytes)
-        limiters = self._limiters.get(rt.run_id)
-        if limiters is None:
-            n = self.a2rl_settings.max_run_threads
-            limiters = self._limiters[rt.run_id] = (anyio.CapacityLimiter(n),
-                                                    anyio.CapacityLimiter(n))
+        try:
+            call_id = await astart_call(self.store, rt.run_id, name, arguments, self.transport,
+                                        self.a2rl_settings.tool_arg_keep_bytes,
+                                        None if oversize else
+                                        self.a2rl_settings.tool_arg_run_keep_bytes)
+        except RecordClosed as exc:  # ended elsewhere a moment ago: nothing is recorded
+            raise ToolError(ended_message(rt.run_id, exc.reason)) from None
+        limiters = self.limiters(rt.run_id)
         token = bind(CallContext(rt, call_id, *limiters))
         summary, error = "", None
         try:
@@ -182,6 +181,15 @@ class A2RLServer(MCPServer[Any]):
         finally:
             await aend_call(self.store, call_id, started, summary, error)
             unbind(token)
+
+    def limiters(self, run_id: str) -> tuple[anyio.CapacityLimiter, anyio.CapacityLimiter]:
+        """The run's shares of worker threads: for its work, and for its waits on jobs."""
+        limiters = self._limiters.get(run_id)
+        if limiters is None:
+            n = self.a2rl_settings.max_run_threads
+            limiters = self._limiters[run_id] = (anyio.CapacityLimiter(n),
+                                                 anyio.CapacityLimiter(n))
+        return limiters
 
     async def _check_budget(self, rt: RunRuntime[RunClock], name: str) -> None:
         clock = read_clock(rt.clock.start())

@@ -71,18 +71,24 @@ class Refusal:
 
 def inspect(raw: bytes) -> Refusal | None:
     """None when the SDK can take `raw` as it is; else the refusal to answer with."""
+    return examine(raw)[0]
+
+
+def examine(raw: bytes) -> tuple[Refusal | None, Any]:
+    """`inspect`, and the parsed message when it passes (the HTTP gate reads its method and
+    id without parsing it again)."""
     try:
         parsed = pydantic_core.from_json(raw)
     except ValueError as exc:
-        return _unparsed(raw, str(exc))
+        return _unparsed(raw, str(exc)), None
     if isinstance(parsed, list):
         return Refusal(INVALID_REQUEST, "Invalid request: JSON-RPC batch arrays are not "
-                       "supported; send one message per request", None)
+                       "supported; send one message per request", None), None
     try:
         types.jsonrpc_message_adapter.validate_python(parsed, by_name=False)
     except ValidationError as exc:
-        return _invalid(parsed, exc)
-    return None
+        return _invalid(parsed, exc), None
+    return None, parsed
 
 
 class Oversize:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from functools import partial
 from typing import Any
 
 import anyio
@@ -38,11 +39,24 @@ MAX_STORED_DEPTH = 64  # no tool takes nested arguments; deeper ones are noted, 
 TRUNCATED_KEY = "_truncated"
 
 
+class RecordClosed(Exception):
+    """The run has ended: its record takes no more calls (`reason`: why it ended)."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id} has ended ({reason})")
+        self.run_id, self.reason = run_id, reason
+
+
 def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
                transport: str | None, keep_bytes: int = 65_536,
-               cut: dict[str, Any] | None = None, whole_run_bytes: int | None = None) -> int:
-    """Record a call as it starts; its id. `whole_run_bytes`: the run's allowance for whole
-    arguments of cut calls (0: no limit; None: keep none, for a message read in part)."""
+               cut: dict[str, Any] | None = None, whole_run_bytes: int | None = None,
+               error: str | None = None, open_only: bool = False) -> int:
+    """The call's row, numbered in its run; with `error`, a call already over (written once,
+    not started and ended: a refusal). `whole_run_bytes`: the run's allowance for whole
+    arguments of cut calls (0: no limit; None: keep none, for a message read in part).
+    `open_only`: `RecordClosed` when the run has ended, read under the same lock as the
+    number, so that no call of an agent lands in a record that is closed (an HTTP server
+    learns of an end made elsewhere a moment later)."""
     stored = stored_arguments(arguments, keep_bytes)
     whole_sha = None
     if cut is not None:
@@ -54,10 +68,16 @@ def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
     with store.session() as s:
         # the run's row locked, so that concurrent calls of one run (over HTTP) number apart
         # (SQLite's BEGIN IMMEDIATE serializes writers anyway)
-        s.exec(select(Run.id).where(Run.id == run_id).with_for_update()).first()
+        run = s.exec(select(Run.ended_at, Run.end_reason, Run.status).where(
+            Run.id == run_id).with_for_update()).first()
+        if open_only and run is not None and run[0] is not None:
+            raise RecordClosed(run_id, str(run[1] or run[2]))
         last = s.exec(select(func.max(ToolCall.seq)).where(ToolCall.run_id == run_id)).one()
         row = ToolCall(run_id=run_id, tool=tool, arguments=stored, transport=transport,
                        seq=(last or 0) + 1, arguments_blob=whole_sha)
+        if error is not None:
+            row.result_summary = row.error = error[:SUMMARY_CHARS]
+            row.is_error = True
         s.add(row)
         s.flush()
         assert row.id is not None
@@ -78,8 +98,10 @@ def end_call(store: Store, call_id: int, started: float, summary: str, error: st
 async def astart_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
                       transport: str | None, keep_bytes: int,
                       whole_run_bytes: int | None = None) -> int:
-    return await anyio.to_thread.run_sync(start_call, store, run_id, tool, arguments,
-                                          transport, keep_bytes, None, whole_run_bytes)
+    """An agent's call: `RecordClosed` when its run has ended."""
+    return await anyio.to_thread.run_sync(partial(
+        start_call, store, run_id, tool, arguments, transport, keep_bytes, None,
+        whole_run_bytes, open_only=True))
 
 
 def keep_whole(store: Store, run_id: str, arguments: dict[str, Any],
@@ -110,12 +132,10 @@ async def aend_call(store: Store, call_id: int, started: float, summary: str,
 
 def record_refusal(store: Store, run_id: str, refusal: Refusal, transport: str | None,
                    keep_bytes: int = 65_536) -> int:
-    """A message the guard refused, as a failed call of the tool it named (if any)."""
-    started = time.perf_counter()
-    call_id = start_call(store, run_id, refusal.tool, refusal.arguments, transport, keep_bytes,
-                         refusal.cut)
-    end_call(store, call_id, started, refusal.message, refusal.message)
-    return call_id
+    """A message the guard refused, as a failed call of the tool it named (if any): one
+    store write (none, `RecordClosed`, when the run has ended)."""
+    return start_call(store, run_id, refusal.tool, refusal.arguments, transport, keep_bytes,
+                      refusal.cut, error=refusal.message, open_only=True)
 
 
 def stored_arguments(arguments: dict[str, Any], keep_bytes: int) -> dict[str, Any]:

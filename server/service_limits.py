@@ -10,23 +10,24 @@ the answer that crosses it is still sent, so the total may pass it by one answer
 a bound is refused at once with one JSON line, never queued or left hanging.
 
 Refusals are counted here, by bound, and kept in one `ToolCall` row per run and process (tool
-`service.refused`, arguments `{"connections": n, "rate": n, "bytes": n}`) that is rewritten at
-most once a second: a flood of refusals costs counters, not one store write each, and the
-report and `a2rl show` list the row with the run's other calls.
+`service.refused`, arguments `{"connections": n, "rate": n, "bytes": n}`, a `CountedRow`):
+a flood of refusals costs counters, not one store write each, and the report and `a2rl show`
+list the row with the run's other calls.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from a2rl.settings import Settings
-from a2rl.store import Store, ToolCall
+from a2rl.store import Store
+
+from .counted_rows import CountedRow
 
 REFUSED_TOOL = "service.refused"
-FLUSH_EVERY_S = 1.0
 KINDS = ("connections", "rate", "bytes")
 
 
@@ -49,16 +50,11 @@ class RunServiceBudget:
                  run_id: str = "") -> None:
         self.limits, self.store, self.run_id = limits, store, run_id
         self._lock = threading.Lock()
-        self._flush_lock = threading.Lock()  # one writer of the row at a time: made once
         self._open = 0
         self._tokens = max(1.0, limits.requests_per_s)
         self._refill_at = time.monotonic()
         self.bytes_carried = 0
-        self.refused: Counter[str] = Counter()
-        self._row_id: int | None = None
-        self._flushed_at = 0.0
-        self._timer: threading.Timer | None = None
-        self._dirty = False
+        self.row = CountedRow(store, run_id, REFUSED_TOOL, "unix", _describe, KINDS)
 
     # -- connections ---------------------------------------------------------------------
     def open_connection(self) -> str | None:
@@ -109,44 +105,22 @@ class RunServiceBudget:
             self.bytes_carried += answer_bytes
 
     # -- refusals ------------------------------------------------------------------------
+    @property
+    def refused(self) -> Mapping[str, int]:
+        return self.row.counts
+
     def _note(self, kind: str) -> None:
-        with self._lock:
-            self.refused[kind] += 1
-            self._dirty = True
-            due = time.monotonic() - self._flushed_at >= FLUSH_EVERY_S
-            if not due and self._timer is None:  # written within a second, whatever follows
-                self._timer = threading.Timer(FLUSH_EVERY_S, self.flush)
-                self._timer.daemon = True
-                self._timer.start()
-        if due:
-            self.flush()
+        self.row.add(kind)
 
     def flush(self) -> None:
         """Write the refusal counts to the run's `service.refused` row (made on first use)."""
-        with self._flush_lock:
-            with self._lock:
-                if self._timer is not None:
-                    self._timer.cancel()
-                    self._timer = None
-                if not self._dirty or self.store is None:
-                    return
-                counts = {kind: self.refused[kind] for kind in KINDS}
-                self._dirty, self._flushed_at = False, time.monotonic()
-                row_id = self._row_id
-            total = sum(counts.values())
-            summary = ", ".join(f"{n} over {kind}" for kind, n in counts.items() if n)
-            error = f"{total} service requests or connections refused: {summary}"
-            with self.store.session() as s:
-                row = s.get(ToolCall, row_id) if row_id is not None else None
-                if row is None:
-                    row = ToolCall(run_id=self.run_id, tool=REFUSED_TOOL, transport="unix")
-                row.arguments, row.result_summary = counts, error
-                row.is_error, row.error = True, error
-                s.add(row)
-                s.flush()
-                with self._lock:
-                    self._row_id = row.id
+        self.row.flush()
 
     def close(self) -> None:
         """Write what is still unwritten (the host is stopping)."""
-        self.flush()
+        self.row.close()
+
+
+def _describe(counts: Mapping[str, int]) -> str:
+    summary = ", ".join(f"{n} over {kind}" for kind, n in counts.items() if n)
+    return f"{sum(counts.values())} service requests or connections refused: {summary}"

@@ -1,11 +1,13 @@
-"""Transports: stdio for one run, streamable HTTP at /mcp for every run (token per run).
+"""Transports: stdio for one run here; streamable HTTP at /mcp for every run (token per run)
+in http_transport.py.
 
 Both put the JSON-RPC guard (jsonrpc_guard.py) in front of the SDK: a message the SDK would
-drop gets its JSON-RPC error here, and the refusal is recorded for the run it came from.
+drop gets its JSON-RPC error, and the refusal is recorded for the run it came from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -20,9 +22,8 @@ from a2rl.store import Run, Store
 from a2rl.tools.sandbox.registry import clean_up
 
 from .app import A2RLServer, build_server
-from .auth import RunTokenVerifier, TokenRun, ended_message
-from .jsonrpc_guard import HEAD_SLACK, INVALID_REQUEST, Oversize, Refusal, inspect
-from .recording import record_refusal
+from .jsonrpc_guard import HEAD_SLACK, Oversize, Refusal, examine
+from .recording import RecordClosed, record_refusal
 from .run.owner import DeadlineWatch
 
 # Messages above this size are inspected in a worker thread, off the event loop.
@@ -50,14 +51,23 @@ def oversize(settings: Settings) -> Oversize:
 
 
 async def guard(raw: bytes) -> Refusal | None:
+    return (await examined(raw))[0]
+
+
+async def examined(raw: bytes) -> tuple[Refusal | None, Any]:
+    """The guard's verdict on `raw` and the parsed message (`jsonrpc_guard.examine`)."""
     if len(raw) <= _INLINE_BYTES:
-        return inspect(raw)
-    return await anyio.to_thread.run_sync(inspect, raw)
+        return examine(raw)
+    return await anyio.to_thread.run_sync(examine, raw)
 
 
 async def refuse(server: A2RLServer, run_id: str, refusal: Refusal) -> None:
-    await anyio.to_thread.run_sync(record_refusal, server.store, run_id, refusal,
-                                   server.transport, server.a2rl_settings.tool_arg_keep_bytes)
+    """Record a refusal: one store write, in the run's own worker threads (a flood of them
+    waits behind itself, not in the threads every run's recording shares)."""
+    with contextlib.suppress(RecordClosed):  # ended a moment ago: its record is closed
+        await anyio.to_thread.run_sync(record_refusal, server.store, run_id, refusal,
+                                       server.transport, server.a2rl_settings.tool_arg_keep_bytes,
+                                       limiter=server.limiters(run_id)[0])
 
 
 # -- stdio ---------------------------------------------------------------------------------
@@ -149,139 +159,3 @@ def serve_stdio(settings: Settings, store: Store, run_id: str) -> None:
     server.registry.pump.wake()  # drain what an earlier server left queued
     stdin, stdout = _claim_stdio()
     anyio.run(run_stdio_guarded, server, stdin, stdout)
-
-
-# -- streamable HTTP -------------------------------------------------------------------------
-
-class JsonRpcGuardMiddleware:
-    """ASGI middleware in front of the SDK's /mcp endpoint.
-
-    Only a POST with a valid run token is inspected: without one the SDK answers 401 as
-    before and no run is touched. The token of a run that has ended gets HTTP 403 and a
-    JSON-RPC error naming the run, and nothing is recorded. A refused body is answered with
-    HTTP 400 and the JSON-RPC error, and recorded for the token's run; any other body is
-    replayed to the SDK untouched.
-    """
-
-    def __init__(self, app: Any, server: A2RLServer, path: str = "/mcp") -> None:
-        self.app, self.server, self.path = app, server, path
-        self.limit = max_message_bytes(server.a2rl_settings)
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if (scope["type"] != "http" or scope.get("method") != "POST"
-                or scope.get("path", "").rstrip("/") != self.path):
-            await self.app(scope, receive, send)
-            return
-        found = await self._run_of(scope)
-        if found is None:
-            await self.app(scope, receive, send)
-            return
-        body, over = await self._read(receive)
-        if found.ended is not None:
-            # Refused before any tool or record sees it: the run's record is closed, and a
-            # row appended now would change its report. Nothing is recorded.
-            rid = over.refusal(self.limit).id if over is not None else _request_id(body)
-            await _answer(send, 403, Refusal(INVALID_REQUEST, ended_message(
-                found.run_id, found.ended), rid).response_bytes())
-            return
-        refusal = over.refusal(self.limit) if over is not None else await guard(body)
-        if refusal is None:
-            await self.app(scope, _replay(body, receive), send)
-            return
-        await refuse(self.server, found.run_id, refusal)
-        await _answer(send, 400, refusal.response_bytes())
-
-    async def _run_of(self, scope: Any) -> TokenRun | None:
-        headers = dict(scope.get("headers") or [])
-        auth = headers.get(b"authorization", b"").decode("latin-1")
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return None
-        verifier = self.server._token_verifier
-        if not isinstance(verifier, RunTokenVerifier):
-            return None
-        return await anyio.to_thread.run_sync(verifier.lookup, token.strip())
-
-    async def _read(self, receive: Any) -> tuple[bytes, Oversize | None]:
-        """The body; or, once it passes the limit, what `Oversize` keeps of it (the rest is
-        drained, not kept)."""
-        chunks: list[bytes] = []
-        size, more, over = 0, True, None
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if over is not None:
-                over.feed(chunk)
-            elif size <= self.limit:
-                chunks.append(chunk)
-            else:
-                over = oversize(self.server.a2rl_settings)
-                for kept in (*chunks, chunk):
-                    over.feed(kept)
-                chunks = []
-            more = message.get("more_body", False)
-        return b"".join(chunks), over
-
-
-async def _answer(send: Any, status: int, payload: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})
-
-
-def _request_id(body: bytes) -> str | int | None:
-    """The JSON-RPC id of a request, so that the client can match the refusal to it."""
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return None
-    rid = doc.get("id") if isinstance(doc, dict) else None
-    return rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
-
-
-def _replay(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def replayed() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
-def http_app(settings: Settings, store: Store,  # type: ignore[no-untyped-def]
-             watch_deadlines: bool = False):
-    """The Starlette app (for tests and embedding); run `app.router.lifespan` as usual.
-    `watch_deadlines` (`a2rl serve --http`): the runs it owns are finalized at their deadline."""
-    server = build_server(settings, store, run_id=None, transport="http")
-    if watch_deadlines:
-        server.registry.deadlines = DeadlineWatch(settings, store)
-    server.registry.pump.wake()
-
-    @server.custom_route("/health", methods=["GET"])
-    async def health(_request):  # type: ignore[no-untyped-def]
-        from starlette.responses import JSONResponse
-
-        return JSONResponse({"ok": True})
-
-    app = server.streamable_http_app(streamable_http_path="/mcp", host=settings.http_host,
-                                     max_request_body_size=max_message_bytes(settings))
-    app.add_middleware(JsonRpcGuardMiddleware, server=server)
-    return app
-
-
-def serve_http(settings: Settings, store: Store) -> None:
-    import uvicorn
-
-    adopt_on_start(store)
-    config = uvicorn.Config(http_app(settings, store, watch_deadlines=True),
-                            host=settings.http_host,
-                            port=settings.http_port, log_level="warning")
-    anyio.run(uvicorn.Server(config).serve)

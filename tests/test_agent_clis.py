@@ -177,6 +177,10 @@ def test_cli_uses_only_our_tools(name, request, settings, store, mcp_url,  # typ
     assert not {n.lower().rpartition("/")[2] for n in foreign} & BUILTINS
 
     rows = calls(store, run_id)
+    opened = [r for r in rows if r.tool == "mcp.initialize"]  # the sessions it opened, counted
+    assert len(opened) == 1, opened  # initialize (2025-11-25) or server/discover (2026-07-28)
+    assert opened[0].arguments["initialize"] + opened[0].arguments["discover"] >= 1, opened
+    rows = [r for r in rows if r.tool != "mcp.initialize"]
     assert [r.tool for r in rows] == [s.tool for s in SCRIPT], detail
     assert rows[1].arguments["command"] == "echo hello" and not rows[1].is_error
     assert not rows[0].is_error and not rows[2].is_error
@@ -306,7 +310,8 @@ def test_cli_through_a2rl_run(name, request, settings, tmp_path, baseline_rows) 
 
     store = Store(settings.database_url)
     try:
-        assert [c.tool for c in calls(store, summary["run_id"])] == ["list_files", "run_command"]
+        assert [c.tool for c in calls(store, summary["run_id"])
+                if c.tool != "mcp.initialize"] == ["list_files", "run_command"]
         with store.session() as s:
             run = s.get(Run, summary["run_id"])
             assert run is not None

@@ -165,8 +165,8 @@ def test_claude_code_run_end_to_end(settings, store: Store, agent_clis: Path,
         summary = run_agent(settings, store, "claude-code", driver_model=fake.model,
                             agent_options={"anthropic_base_url": fake.url})
     assert summary.agent_status == "finished", summary
-    assert [c.tool for c in calls(store, summary.run_id)] == [
-        "list_files", "run_command", "budget_status"]
+    assert [c.tool for c in calls(store, summary.run_id)] == [  # its connection, counted
+        "mcp.initialize", "list_files", "run_command", "budget_status"]
     with store.session() as s:
         run = s.get(Run, summary.run_id)
     assert run.agent == "claude-code" and run.agent_version and run.driver_model == fake.model

@@ -115,11 +115,16 @@ async def test_http_needs_the_runs_token(settings, store) -> None:  # type: igno
                     streamable_http_client(url, http_client=h), mode="legacy") as c:
                 r = await c.call_tool("run_command", {"command": "pwd"})
                 assert r.structured_content["output"].strip() == created.run.workspace
-        for created in (a, b):
-            assert [c.tool for c in calls(store, created.run.id)] == ["run_command"]
+        for created in (a, b):  # each session opened is counted in the run's record
+            rows = calls(store, created.run.id)
+            assert [c.tool for c in rows] == ["mcp.initialize", "run_command"]
+            assert rows[0].arguments["initialize"] == 1 and not rows[0].is_error
         # An ended run's token: refused in one line naming the run, its record left closed.
         finish_run(settings, store, a.run.id)
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {a.token}"}) as h:
+            with anyio.fail_after(10):  # the server learns of an end made elsewhere within 1 s
+                while (await h.get(url)).status_code != 403:
+                    await anyio.sleep(0.2)
             for tool in ("run_command", "budget_status"):  # budget_status: even the always-on
                 resp = await h.post(url, headers={"Accept": "application/json, text/event-stream"},
                                     json={"jsonrpc": "2.0", "id": 7, "method": "tools/call",
@@ -130,7 +135,9 @@ async def test_http_needs_the_runs_token(settings, store) -> None:  # type: igno
                 assert error["id"] == 7 and "\n" not in error["error"]["message"]
                 assert error["error"]["message"].startswith(
                     f"run {a.run.id} has ended (finished"), error
-        assert [c.tool for c in calls(store, a.run.id)] == ["run_command"]
+            resp = await h.delete(url)  # and a session's end
+            assert resp.status_code == 403, resp.text
+        assert [c.tool for c in calls(store, a.run.id)] == ["mcp.initialize", "run_command"]
         with store.session() as s:
             assert s.get(Run, a.run.id).ended_at is not None  # type: ignore[union-attr]
     finally:

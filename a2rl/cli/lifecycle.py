@@ -146,7 +146,8 @@ def serve(
         help="allow listening on a non-loopback address")] = False,
 ) -> None:
     """Serve MCP: one run over stdio (--run RUN_ID), or every run over HTTP (--http)."""
-    from a2rl.server.transports import serve_http, serve_stdio
+    from a2rl.server.http_transport import serve_http
+    from a2rl.server.transports import serve_stdio
     from a2rl.store.queries import run_summary
 
     settings = context.settings(http_host=host, http_port=port)

@@ -329,7 +329,7 @@ async def test_a_token_reaches_only_its_own_run(http_runs, store: Store) -> None
             "Authorization": f"Bearer {b.token}", "mcp-session-id": session_a,
             "mcp-protocol-version": "2025-11-25"})
         assert resp.status_code in (200, 400, 403, 404)
-    assert [c.tool for c in calls(store, a.run.id)] == ["run_command"]
+    assert [c.tool for c in calls(store, a.run.id)] == ["mcp.initialize", "run_command"]
     assert not (Path(a.run.workspace) / "pwned").exists()
     assert all(c.run_id == b.run.id for c in calls(store, b.run.id))
 

@@ -103,12 +103,13 @@ def free_port() -> int:
 class HttpServer:
     """`a2rl serve --http` on a free loopback port."""
 
-    def __init__(self, settings: Settings, log: Path) -> None:
+    def __init__(self, settings: Settings, log: Path, env: dict[str, str] | None = None) -> None:
+        """`env`: more variables for the server (A2RL_HTTP_... settings)."""
         self.port = free_port()
         self.log = log.open("wb")
         self.proc = subprocess.Popen([A2RL, "serve", "--http", "--port", str(self.port)],
-                                     env=server_env(settings), stdout=subprocess.DEVNULL,
-                                     stderr=self.log)
+                                     env={**server_env(settings), **(env or {})},
+                                     stdout=subprocess.DEVNULL, stderr=self.log)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         deadline = time.monotonic() + STARTUP_S
         while True:
