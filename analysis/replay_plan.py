@@ -28,14 +28,12 @@ from a2rl.store import (
     JobFile,
     Revision,
     Run,
-    RunStatus,
     SnapshotFile,
     Store,
-    Submission,
     aware,
 )
 from a2rl.store.lineage_query import stored_lineage
-from a2rl.store.queries import INITIAL_SOURCE
+from a2rl.store.queries import INITIAL_SOURCE, NotFinished, finished_final
 
 #: Files a job reads that no replay needs from an earlier job: caches the interpreter or a
 #: library rebuilds, and the job logs' links.
@@ -84,16 +82,10 @@ def seed_note(stages: list[ReplayStage]) -> str:
 def plan_replay(store: Store, run_id: str) -> ReplayPlan:
     """The recipe behind run `run_id`'s final submission, or `CannotReplay`."""
     with store.session() as s:
-        run = s.get(Run, run_id)
-        if run is None:
-            raise CannotReplay(f"run {run_id!r} does not exist (see a2rl runs)")
-        if run.ended_at is None or run.status != RunStatus.finished:
-            raise CannotReplay(f"run {run_id} is still {run.status}: replay it once it has "
-                               f"ended (a2rl finish {run_id})")
-        sub = s.get(Submission, run.final_submission_id) if run.final_submission_id else None
-        if sub is None:
-            raise CannotReplay(f"run {run_id} has no final submission: there is no recipe "
-                               "to replay")
+        try:
+            run, sub = finished_final(s, run_id, "replay it", "there is no recipe to replay")
+        except NotFinished as exc:
+            raise CannotReplay(str(exc)) from None
         accesses = list(s.exec(select(JobFile).where(JobFile.run_id == run_id)).all())
         jobs = {j.id: j for j in s.exec(select(Job).where(Job.run_id == run_id)).all()}
         initial = {r.path: r.blob_sha for r in s.exec(select(Revision).where(

@@ -15,7 +15,6 @@ script measures its steps per second and trains fewer steps when the planned one
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import resources
 from typing import Any, Literal
 
@@ -24,8 +23,8 @@ from pydantic import Field
 
 from .base import AgentContext, BaseConnector
 from .options import AgentOptions
+from .scripted import AgentError, Say, ScriptedAgent
 
-Say = Callable[[str], None]
 #: SFT settings for the demonstrations of an interactive task (longer prompts, fewer rows).
 SFT_ENV_ARGS = "--max-length 128 --holdout 0 --steps 100 --batch 32"
 #: of the time left when a stage starts, what is kept for submitting and grading its checkpoint
@@ -42,27 +41,16 @@ def stage_limit(remaining_s: float) -> float:
     return max(0.0, remaining_s - max(RESERVE_MIN_S, RESERVE_SHARE * remaining_s))
 
 
-class AgentError(RuntimeError):
-    pass
-
-
 def script(name: str) -> str:
     return resources.files("a2rl.clients").joinpath("reference_scripts", name).read_text()
 
 
-class ReferenceAgent:
+class ReferenceAgent(ScriptedAgent):
     def __init__(self, client: Client, say: Say = lambda _m: None,
                  sft_args: str = "", grpo_args: str = "", sft_only: bool = False) -> None:
-        self.client, self.say = client, say
+        super().__init__(client, say)
         self.sft_args, self.grpo_args = sft_args, grpo_args
         self.sft_only = sft_only  # stop after the first submission (short runs for tests)
-
-    async def tool(self, name: str, **args: Any) -> dict[str, Any]:
-        result = await self.client.call_tool(name, args, read_timeout_seconds=120)
-        if result.is_error:
-            text = " ".join(getattr(p, "text", "") for p in result.content)
-            raise AgentError(f"{name} failed: {text}")
-        return result.structured_content or {}
 
     async def time_limit(self) -> float:
         """This stage's `--time-limit`, from the budget left now."""
@@ -72,32 +60,7 @@ class ReferenceAgent:
         return limit
 
     async def train(self, command: str) -> bool:
-        started = await self.tool("run_command", command=command, wait_s=5)
-        if started["status"] == "exited":
-            return started["exit_code"] == 0
-        job_id, offset = started["job_id"], 0
-        while True:
-            st = await self.tool("job_status", job_id=job_id, wait_s=30, offset=offset)
-            offset = st["next_offset"]
-            lines = [ln for ln in st["output"].splitlines() if ln.strip()]
-            if lines:
-                self.say(f"  {job_id}: {lines[-1][:100]}")
-            if st["job"]["state"] != "running":
-                ok = st["job"]["state"] == "exited" and st["job"]["exit_code"] == 0
-                if not ok:
-                    self.say(f"  {job_id} failed:\n{st['output'][-1500:]}")
-                return ok
-
-    async def submit(self, path: str, note: str) -> dict[str, Any]:
-        sub = await self.tool("submit_checkpoint", path=path, note=note)
-        self.say(f"submitted {path} as {sub['submission_id']}; waiting for its score")
-        while True:
-            score = await self.tool("get_score", submission_id=sub["submission_id"], wait_s=60)
-            if score["status"] not in ("queued", "grading"):
-                break
-        self.say(f"score of {path}: {score.get('score')} ({score['split']}; baseline "
-                 f"{score.get('baseline')})")
-        return score
+        return (await self.run_job(command))[0]
 
     async def run(self) -> dict[str, Any]:
         task = (await self.client.read_resource("a2rl://task")).contents[0]

@@ -11,7 +11,7 @@ from .db import Store
 from .models import Evaluation, Job, Revision, Run, Submission, ToolCall
 from .outcome import end_kind, is_result, shown_final
 from .run_config import EvaluationConfig
-from .status import EvaluationKind, EvaluationStatus
+from .status import EvaluationKind, EvaluationStatus, RunStatus
 
 #: Revisions recorded when a run is made (the task's own files): not the agent's changes.
 INITIAL_SOURCE = "initial"
@@ -231,3 +231,24 @@ def evaluation_config(session: Any, run: Run) -> EvaluationConfig | None:
             Evaluation.run_id == run.id, Evaluation.status == EvaluationStatus.done)
             .order_by(col(Evaluation.id))).first()
     return from_provenance(first.provenance or {}, run) if first is not None else None
+
+
+class NotFinished(LookupError):
+    """A command that needs a finished run with a final submission was given another (one
+    line: why)."""
+
+
+def finished_final(session: Any, run_id: str, verb: str, nothing: str) -> tuple[Run, Submission]:
+    """The finished run `run_id` and its final submission, for `a2rl regrade` and `a2rl
+    replay` (`verb`: "regrade it"; `nothing`: what a run without a final submission lacks);
+    `NotFinished` saying why not."""
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFinished(f"run {run_id!r} does not exist (see a2rl runs)")
+    if run.ended_at is None or run.status != RunStatus.finished:
+        raise NotFinished(f"run {run_id} is still {run.status}: {verb} once it has ended "
+                          f"(a2rl finish {run_id})")
+    sub = session.get(Submission, run.final_submission_id) if run.final_submission_id else None
+    if sub is None:
+        raise NotFinished(f"run {run_id} has no final submission: {nothing}")
+    return run, sub

@@ -61,3 +61,25 @@ def workspace_text(workspace: str | Path, rel: str) -> str:
     out = subprocess.run(["debugfs", "-R", f"cat /{rel}", str(image)], capture_output=True,
                          text=True, timeout=60, check=True)
     return out.stdout
+
+
+def noisy_checkpoint_copy(settings: Settings, workspace: Path, name: str = "ck") -> Path:
+    """A grader-owned copy of arith's base model with noise on its weights: a checkpoint the
+    grader scores (graded, not trained), made in a second."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from a2rl.tasks import get_task
+    from a2rl.tools.checkpoint_copy import copy_checkpoint
+
+    base = get_task("arith").base_model_dir(settings)
+    src = workspace / "output" / name
+    model = AutoModelForCausalLM.from_pretrained(base)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    model.save_pretrained(src)
+    AutoTokenizer.from_pretrained(base).save_pretrained(src)
+    copy = settings.home_dir / "checkpoints" / name
+    copy_checkpoint(src, copy)
+    return copy

@@ -17,7 +17,8 @@ from a2rl.grading.frozen import CannotHonour, freeze, honour, of_run
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, Run, RunConfig, Store, Submission
 from a2rl.tasks import get_task
-from a2rl.tools.checkpoint_copy import copy_checkpoint
+
+from .helpers import noisy_checkpoint_copy
 
 
 @pytest.fixture(scope="module")
@@ -28,20 +29,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def ckpt(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A grader-owned copy of the base weights with noise (graded, not trained)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    base = get_task("arith").base_model_dir(Settings(home=home))
-    src = tmp_path_factory.mktemp("ws") / "output" / "ck"
-    model = AutoModelForCausalLM.from_pretrained(base)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.01 * torch.randn_like(p))
-    model.save_pretrained(src)
-    AutoTokenizer.from_pretrained(base).save_pretrained(src)
-    copy = home / "checkpoints" / "ck"
-    copy_checkpoint(src, copy)
-    return copy
+    return noisy_checkpoint_copy(Settings(home=home), tmp_path_factory.mktemp("ws"))
 
 
 def _run(store: Store, settings: Settings, run_id: str = "r1") -> Run:

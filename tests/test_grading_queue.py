@@ -16,28 +16,15 @@ from sqlmodel import select
 from a2rl.grading import claim, enqueue, process_one
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, GradeRequest, Run, Store, Submission
-from a2rl.tasks import get_task
-from a2rl.tools.checkpoint_copy import copy_checkpoint
+
+from .helpers import noisy_checkpoint_copy
 
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path]:
     """A grader-owned checkpoint copy (the base weights plus noise: graded, not trained)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     settings = Settings(home=tmp_path_factory.mktemp("home"))
-    base = get_task("arith").base_model_dir(settings)
-    src = tmp_path_factory.mktemp("ws") / "output" / "ck"
-    model = AutoModelForCausalLM.from_pretrained(base)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.01 * torch.randn_like(p))
-    model.save_pretrained(src)
-    AutoTokenizer.from_pretrained(base).save_pretrained(src)
-    copy = settings.home_dir / "checkpoints" / "ck"
-    copy_checkpoint(src, copy)
-    return settings, copy
+    return settings, noisy_checkpoint_copy(settings, tmp_path_factory.mktemp("ws"))
 
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)

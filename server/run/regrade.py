@@ -33,12 +33,16 @@ from a2rl.store import (
     EvaluationStatus,
     Regrade,
     Run,
-    RunStatus,
     Store,
     Submission,
     utcnow,
 )
-from a2rl.store.queries import baseline_evaluation, current_final_evaluation
+from a2rl.store.queries import (
+    NotFinished,
+    baseline_evaluation,
+    current_final_evaluation,
+    finished_final,
+)
 
 #: how long one evaluation of a regrade may take before its grader process is killed
 TIMEOUT_S = 1800.0
@@ -74,18 +78,13 @@ def _checked(store: Store, run_id: str) -> tuple[Run, Submission, Evaluation]:
     """The run, its final submission and that submission's current test evaluation, or
     `CannotRegrade` saying why not."""
     with store.session() as s:
-        run = s.get(Run, run_id)
-        if run is None:
-            raise CannotRegrade(f"run {run_id!r} does not exist (see a2rl runs)")
-        if run.ended_at is None or run.status != RunStatus.finished:
-            raise CannotRegrade(f"run {run_id} is still {run.status}: regrade it once it has "
-                                f"ended (a2rl finish {run_id})")
-        if not run.final_submission_id:
-            raise CannotRegrade(f"run {run_id} has no final submission: its score is the "
-                                "baseline's, nothing to regrade")
-        sub = s.get(Submission, run.final_submission_id)
+        try:
+            run, sub = finished_final(s, run_id, "regrade it",
+                                      "its score is the baseline's, nothing to regrade")
+        except NotFinished as exc:
+            raise CannotRegrade(str(exc)) from None
         old = current_final_evaluation(s, run)
-    if sub is None or old is None:
+    if old is None:
         raise CannotRegrade(f"run {run_id}: its final submission's test evaluation is not in "
                             "the store")
     if not sub.checkpoint_dir or not Path(sub.checkpoint_dir).is_dir():
