@@ -70,3 +70,47 @@ def test_the_stages_a_finish_scores_are_those_never_submitted() -> None:
     other = sft_submitted.model_copy(deep=True)
     other.stages[0].content_sha256 = "c1-later"
     assert [s.job_id for s in unsubmitted_stages(final, [final, other])] == ["j-sft"]
+
+
+def test_the_seed_note_says_how_a_recipe_seeds_itself() -> None:
+    from a2rl.analysis.replay_plan import seed_note
+    from a2rl.clients.replay import ReplayStage
+
+    reads = ReplayStage(job_id="j", command="python t.py",
+                        files={"t.py": b"seed = int(os.environ['A2RL_SEED'])"})
+    fixed = ReplayStage(job_id="j", command="python t.py --seed 3",
+                        files={"t.py": b"torch.manual_seed(0)"})
+    neither = ReplayStage(job_id="j", command="python t.py", files={"t.py": b"print(1)"})
+    assert "reads $A2RL_SEED" in seed_note([reads, fixed])
+    note = seed_note([fixed])
+    assert "fixes its own seed (--seed 3, manual_seed(0))" in note and "differ only" in note
+    assert "neither reads" in seed_note([neither])
+
+
+def test_a_recipe_whose_code_was_not_kept_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A job of the recipe without a code snapshot (a run recorded before jobs kept theirs):
+    one line, nothing made."""
+    import pytest
+
+    from a2rl.analysis.replay_plan import CannotReplay, plan_replay
+    from a2rl.store import Job, JobFile, Run, Store, Submission, utcnow
+
+    store = Store(f"sqlite:///{tmp_path / 'a.db'}")
+    from a2rl.store.lineage import LineageFile
+
+    lineage = Lineage(checkpoint="output/a", complete=True, files=[LineageFile(
+        path="model.safetensors", sha256="0", job_id="j-a", how="trained")], stages=[
+        LineageStage(checkpoint="output/a", how="trained", job_id="j-a"),
+        LineageStage(checkpoint="base_model", how="base")])
+    with store.session() as s:
+        s.add(Run(id="r-old", task_id="arith", workspace="/x", budget_s=60, status="finished",
+                  ended_at=utcnow(), final_submission_id="s-a"))
+        s.add(Job(id="j-a", run_id="r-old", command="python train.py",
+                  files_recorded="complete"))
+        s.add(JobFile(run_id="r-old", job_id="j-a", path="output/a/model.safetensors",
+                      written=True))
+        s.add(Submission(id="s-a", run_id="r-old", path="output/a",
+                         lineage=lineage.model_dump(mode="json")))
+    with pytest.raises(CannotReplay, match="the code job j-a ran with was not kept"):
+        plan_replay(store, "r-old")
+    store.close()

@@ -74,6 +74,15 @@ def test_show_finds_the_run(demo: dict[str, Any]) -> None:
     final = lineage["final"]
     assert final is not None and final["stages"][-1]["how"] == "base"
     assert lineage["final_submission_id"] == shown["final_submission_id"]
+    # stage attribution: SFT's gain over the base model, then GRPO's over SFT (GRPO is the
+    # final, or a later submission built on the final SFT checkpoint when they tie on dev)
+    attribution = shown["attribution"]
+    assert [(x["checkpoint"], x["route"], x["seen_by_agent"]) for x in attribution["stages"]
+            ] == [("output/sft", "sft", True), ("output/grpo", "grpo", True)]
+    sft, grpo = attribution["stages"]
+    assert sft["gain"] == sft["score"] - attribution["baseline"] and sft["interval"]
+    assert grpo["gain"] == grpo["score"] - sft["score"] and grpo["interval"]
+    assert grpo["in_final"] == (shown["final_submission_id"] == grpo["submission_id"])
 
 
 def test_everything_was_recorded(demo: dict[str, Any]) -> None:

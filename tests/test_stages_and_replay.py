@@ -167,6 +167,14 @@ def test_replay_grades_replicas_beside_the_agents_score(made: dict[str, Any]) ->
     rows = {row["run_id"]: row for row in json.loads(table.stdout)["rows"]}
     assert all(not rows[r["run_id"]]["counted"] for r in doc["replicas"])
     assert rows[made["run_id"]]["counted"]
+    # the gain by route: the attribution's stages summed by route, in the run's group
+    gains = rows[made["run_id"]]["route_gains"]
+    attribution = attribution_section(store, made["run_id"])
+    assert attribution is not None and gains
+    assert sum(gains.values()) == pytest.approx(sum(s.gain or 0 for s in attribution.stages))
+    [group] = [g for g in json.loads(table.stdout)["groups"] if g["task"] == "arith"
+               and g["agent"] is None]
+    assert group["route_gains"] == pytest.approx(gains)
     # bad input: one line, nothing made
     live = subprocess.run([A2RL, "replay", "r-typo"], capture_output=True, text=True,
                           timeout=120, env=env)
