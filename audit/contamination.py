@@ -326,7 +326,8 @@ def _unread_flags(reading: Reading, limit: int) -> list[Flag]:
     if parts:
         flags.append(Flag(kind="contamination", severity=Severity.medium,
                           finding="not fully read: " + "; ".join(parts) + ": unchecked",
-                          evidence=Evidence(paths=paths[:MAX_ITEMS_SHOWN])))
+                          evidence=Evidence(paths=list(dict.fromkeys(paths))[
+                              :MAX_ITEMS_SHOWN])))
     if reading.gone:
         flags.append(Flag(kind="contamination", severity=Severity.low,
                           finding=f"{len(reading.gone)} file{'s' if len(reading.gone) != 1 else ''}"

@@ -216,8 +216,15 @@ def base64_pieces(text: bytes, ctx: Ctx) -> Iterator[Out]:
         if kind != "plain" and ctx.depth < MAX_DEPTH:
             ctx.notes.formats.add(f"base64+{kind}")
             inner = Ctx(ctx.pieces, ctx.notes, ctx.pieces, ctx.depth + 1)
-            for _, out, _ in bytes_texts(data, inner):
-                yield PIECE, out, True
+            try:
+                for _, out, _ in bytes_texts(data, inner):
+                    yield PIECE, out, True
+            except Cut:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a run that only looks like a format
+                # (random bytes that start like a gzip): noted, and the text around it is
+                # still read, once; the file is not read again raw past its grant
+                ctx.notes.error(f"base64 run as {kind}", exc)
         elif _texty(data):
             ctx.notes.formats.add("base64")
             yield PIECE, ctx.pieces.take(data), True

@@ -67,10 +67,11 @@ class Listed:
 
 def whole_record(record: RunRecord) -> bool:
     """Whether the kernel's access record saw every job whole (`Job.files_recorded`
-    "complete"): only then do the files it names stand for all the jobs read and wrote. A job
-    it watched in part (a recorder that died, a run without a workspace volume) may have read
-    anything, so the audit walks the whole workspace instead."""
-    return all(job.files_recorded == "complete" for job in record.jobs)
+    "complete") and named every file (a row of `/unnamed/inode/N` is a file it could not
+    name, past PATH_MAX say): only then do the files it names stand for all the jobs read and
+    wrote. Otherwise a job may have read anything, so the audit walks the whole workspace."""
+    return (all(job.files_recorded == "complete" for job in record.jobs)
+            and not any(row.path.startswith("/") for row in record.job_files))
 
 
 def workspace_root(record: RunRecord) -> Path | None:
@@ -305,9 +306,12 @@ class Files:
             self.reading.budget.note_unread(rel, max(1, item.data - _tell(f)))
         except Exception as exc:  # noqa: BLE001 - what the decoders cannot read is read raw
             notes.error(rel[:80], exc)
+            # read raw within what is left of its grant: a decoder that fails late must not
+            # make the file cost its grant twice
+            left = item.grant if ctx.pieces.left is None else max(ctx.pieces.left, 0)
             try:
-                yield from plain_texts(read_chunks(fd, os.fstat(fd), limit=item.grant, rel=rel),
-                                       Ctx(Quota(), notes, Quota(item.grant)))
+                yield from plain_texts(read_chunks(fd, os.fstat(fd), limit=left, rel=rel),
+                                       Ctx(Quota(), notes, Quota(left)))
             except (OSError, Cut) as again:
                 with self.reading.lock:
                     self.reading.unreadable.setdefault(rel, f"not read: {why(again)}"

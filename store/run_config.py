@@ -20,7 +20,6 @@ baseline evaluations), recorded so that every later process builds the same run.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -35,6 +34,9 @@ from pydantic import (
 )
 
 from .status import GradingClock, Profile, Protocol, RunKind
+
+#: `$A2RL_SEED` of a run made without `--seed`
+DEFAULT_JOB_SEED = 0
 
 
 class RunConfigError(ValueError):
@@ -244,13 +246,11 @@ class RunConfig(RunKnobs):
         chosen by: test under the paper protocol, else dev."""
         return "test" if self.protocol == Protocol.paper else "dev"
 
-    def job_seed(self, run_id: str) -> int:
-        """The seed every job of the run finds in `$A2RL_SEED`: the run's `seed` when given,
-        else one drawn from the run's id (so the record alone says what it was). `a2rl
-        replay` gives each replica another."""
-        if self.seed is not None:
-            return self.seed
-        return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16) % (2**31)
+    def job_seed(self) -> int:
+        """The seed every job of the run finds in `$A2RL_SEED`: the run's `seed`, 0 when it
+        has none (the same for every run: a run's recipe is deterministic where its training
+        is). `a2rl replay` gives each replica another."""
+        return self.seed if self.seed is not None else DEFAULT_JOB_SEED
 
     def row_values(self) -> dict[str, Any]:
         """The fields the run's row keeps in columns of their own (`ROW_FIELDS`)."""

@@ -192,6 +192,37 @@ def test_the_ledger_keeps_one_row_per_job_and_path(tmp_path: Path) -> None:
     assert rows[(None, "output/w")][2:4] == [True, False] and rows[(None, "output/w")][7] is None
 
 
+def test_hashing_costs_the_recorder_what_the_run_wrote_at_most(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sparse file (a 1 GB hole) is not hashed; a close that changed nothing is not hashed
+    again; past the hashing budget a write is recorded without its hash, never a wrong one."""
+    book = ledger.Ledger(str(tmp_path / "journal.jsonl"))
+    sparse = tmp_path / "sparse"
+    with open(sparse, "wb") as f:
+        f.truncate(1 << 30)
+    fd = os.open(sparse, os.O_RDONLY)
+    book.note("j-1", "output/sparse", True, fd, os.fstat(fd))
+    os.close(fd)
+    dense = tmp_path / "dense"
+    dense.write_bytes(b"z" * 4096)
+    fd = os.open(dense, os.O_RDONLY)
+    book.note("j-1", "output/dense", True, fd, os.fstat(fd))
+    tokens = book._tokens
+    book.note("j-2", "output/dense", True, fd, os.fstat(fd))  # the same bytes: known
+    assert book._tokens == tokens
+    monkeypatch.setattr(book, "_tokens", 0.0)
+    monkeypatch.setattr(ledger, "HASH_RATE", 0)
+    dense.write_bytes(b"q" * 4096)
+    book.note("j-3", "output/dense", True, fd, os.fstat(fd))  # over the budget
+    os.close(fd)
+    assert book.hashes_done(5)
+    rows = book.rows
+    assert rows[("j-1", "output/sparse")].sha is None and rows[("j-1", "output/sparse")].written
+    assert rows[("j-1", "output/dense")].sha == hashlib.sha256(b"z" * 4096).hexdigest()
+    assert rows[("j-2", "output/dense")].sha == rows[("j-1", "output/dense")].sha
+    assert rows[("j-3", "output/dense")].sha is None
+
+
 def test_coverage_says_whether_a_job_was_watched_whole() -> None:
     cov = Coverage(spans=[[10.0, 20.0, "the run's supervisor exited", 19.0],
                           [30.0, None, None, 35.0]])

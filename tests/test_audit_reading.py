@@ -423,3 +423,24 @@ def test_a_job_the_record_did_not_watch_whole_makes_the_audit_walk_everything(
     result = _check(store)
     assert result.summary["files"]["source"] == "walk"
     assert _high(result) == [[".cache/he.jsonl"]], result.flags
+
+
+def test_a_run_that_only_looks_like_gzip_costs_no_second_read(store: Store,
+                                                              tmp_path: Path) -> None:
+    """Random bytes in base64 that start like a gzip (the magic, then junk): the failed
+    decode is noted, the text around it is still read (a hidden item after it is found), and
+    the file is never read a second time past its share of the budget."""
+    import base64
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    fake = base64.b64encode(b"\x1f\x8b\x08\x00" + os.urandom(3000)).decode()
+    (ws / "filler.txt").write_text(fake + "\n" + CHAT * 3 + "x" * 400_000)
+    _run(store, ws, ["filler.txt"])
+    result = _check(store, audit_read_bytes=300_000)
+    errors = result.summary["files"]["decode_errors"]
+    assert any(e.startswith("base64 run as gzip") for e in errors), errors
+    assert not any(e.startswith("filler.txt") for e in errors), errors  # no raw second read
+    assert _high(result) == [["filler.txt"]], result.flags
+    size = (ws / "filler.txt").stat().st_size  # read once, within its share: the rest unread
+    assert result.summary["unread_bytes"] == size - 300_000

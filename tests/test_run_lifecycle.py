@@ -381,7 +381,7 @@ def test_statuses_keep_their_stored_words() -> None:
     assert list(GradeState) == ["queued", "leased", "done", "failed"]
     assert list(JobState) == ["running", "exited", "killed", "timeout", "lost"]
     assert list(BudgetEventKind) == ["clock_start", "grading", "exhausted", "finished",
-                                     "validation"]
+                                     "validation", "scan_stopped"]
     assert list(AgentStatus) == ["finished", "crashed", "budget", "interrupted"]
     assert Run(id="r", task_id="t", workspace="/w", budget_s=1).status == "created"
     # spelled out in the CLI's options: the CLI starts light

@@ -279,10 +279,12 @@ def test_run_records_options_and_the_grader_uses_them(settings: Settings, store:
         # the grader rebuilds the task from the run's record, not from its own settings
         seen: dict[str, Any] = {}
 
-        def fake_evaluate(task: Any, checkpoint_dir: Path, split: str, st: Settings) -> Any:
+        def fake_evaluate(task: Any, checkpoint_dir: Path, split: str, st: Settings,
+                          generation: Any = None) -> Any:
             seen["options"] = task.options(st).model_dump()
             task.base_model_dir(st)
-            return evaluate(task, checkpoint_dir, split, st, engine=EchoEngine("hellohello"))
+            return evaluate(task, checkpoint_dir, split, st, engine=EchoEngine("hellohello"),
+                            generation=generation)
 
         monkeypatch.setattr(importlib.import_module("a2rl.grading.evaluate"), "evaluate",
                             fake_evaluate)

@@ -221,8 +221,12 @@ def test_a_failed_create_leaves_no_folder_and_no_mount(settings: Settings, store
 
 
 def test_gc_removes_unknown_run_folders_after_the_grace_never_a_live_one(
-        settings: Settings, store: Store) -> None:
+        tmp_path: Path) -> None:
     require_bwrap()
+    # a home of its own: gc removes what this test's store does not know, and the session's
+    # shared home holds other tests' runs and checkpoint copies
+    settings = Settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path / 'gc.db'}")
+    store = Store(settings.database_url)
     made = create_run(settings, store, task_id="fixture", budget="10m", baseline=False)
     known = Path(made.run.workspace).parent
     with store.session() as s:  # a run whose row is gone (a store replaced): its folder is
@@ -244,6 +248,7 @@ def test_gc_removes_unknown_run_folders_after_the_grace_never_a_live_one(
     assert folders["r-young"].exists() and folders["r-live"].exists() and not known.exists()
     assert not os.path.ismount(known / "workspace") and not volume.loops_of(
         known / volume.IMAGE_NAME)
+    store.close()
 
 
 # -- connect your own agent: the README's client, run against a real `a2rl serve` ----------------

@@ -160,7 +160,7 @@ class RunRuntime(Generic[ClockT]):
             python_prefixes=list(prefixes), job_logs_dir=self.job_logs_dir,
             masked_paths=self.hidden_paths(),
             # the run's seed, as TASK.md's rules tell agents to read it (a replay's differs)
-            env={**thread_env(), "A2RL_SEED": str(self.config.job_seed(self.run_id))},
+            env={**thread_env(), "A2RL_SEED": str(self.config.job_seed())},
             uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
             file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes,
         )

@@ -291,7 +291,7 @@ def replay(
     say(f"replaying run {run_id}: {len(plan.stages)} jobs "
         f"({', '.join(st.job_id for st in plan.stages)}), then {plan.submit_path} submitted; "
         f"{note}")
-    first = seed if seed is not None else source.config.job_seed(source.id) + 1
+    first = seed if seed is not None else source.config.job_seed() + 1
     replicas: list[_Replica] = []
     for i in range(repeats):
         try:

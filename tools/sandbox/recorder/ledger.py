@@ -29,6 +29,13 @@ CHUNK = 1 << 20
 #: never the recorder's descriptors
 INLINE_BYTES = 256 << 10
 QUEUED = 64
+#: what a run's writes may make the recorder read to hash them, a token bucket: a burst of
+#: HASH_BURST bytes, refilled at HASH_RATE bytes a second. The recorder runs outside the
+#: run's cgroup, so a job that rewrites one byte of a 10 GB file in a loop must not make it
+#: hash 10 GB each time without bound: past it a write is recorded without its hash (never a
+#: guessed one), as is a sparse file (holes no checkpoint has: a 100 GB file of nothing)
+HASH_BURST = 64 << 30
+HASH_RATE = 256 << 20
 
 
 class Row:
@@ -56,7 +63,25 @@ class Ledger:
         self._hashes: queue.Queue[tuple[tuple[str | None, str], int, int, os.stat_result]] = (
             queue.Queue(QUEUED))
         self.events = 0
+        #: (device, inode, size, mtime, ctime) -> sha256 of files hashed: a close after an
+        #: open for writing that changed nothing is not hashed again
+        self._known: dict[tuple[int, int, int, int, int], str] = {}
+        self._tokens, self._filled = float(HASH_BURST), time.monotonic()
         threading.Thread(target=self._hash_forever, name="hasher", daemon=True).start()
+
+    def _may_hash(self, st: os.stat_result) -> bool:
+        """Whether a file of `st` is hashed: not sparse, and within the hashing budget."""
+        if st.st_blocks * 512 < st.st_size // 2:  # mostly holes
+            return False
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(float(HASH_BURST),
+                               self._tokens + (now - self._filled) * HASH_RATE)
+            self._filled = now
+            if self._tokens < st.st_size:
+                return False
+            self._tokens -= st.st_size
+            return True
 
     def line(self, kind: str, **fields: Any) -> None:
         """A start, end or error line."""
@@ -90,13 +115,25 @@ class Ledger:
             writes = row.writes
         if not written or not stat.S_ISREG(st.st_mode):
             return
+        ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        if (known := self._known.get(ident)) is not None:
+            self._hashed(key, writes, known)
+            return
+        if not self._may_hash(st):
+            return
         if st.st_size <= INLINE_BYTES:
-            self._hashed(key, writes, _digest(fd, st))
+            self._hashed(key, writes, _digest(fd, st), st)
         else:
             self._hashes.put((key, writes, os.dup(fd), st))  # waits while QUEUED are queued
 
-    def _hashed(self, key: tuple[str | None, str], writes: int, digest: str | None) -> None:
+    def _hashed(self, key: tuple[str | None, str], writes: int, digest: str | None,
+                st: os.stat_result | None = None) -> None:
         with self._lock:
+            if digest is not None and st is not None:
+                if len(self._known) > 100_000:  # bounded: forget, hash again if need be
+                    self._known.clear()
+                self._known[(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                             st.st_ctime_ns)] = digest
             row = self.rows.get(key)
             if row is not None and row.writes == writes and digest is not None:
                 row.sha = digest
@@ -123,7 +160,7 @@ class Ledger:
         while True:
             key, writes, fd, before = self._hashes.get()
             try:
-                self._hashed(key, writes, _digest(fd, before))
+                self._hashed(key, writes, _digest(fd, before), before)
             finally:
                 os.close(fd)
                 self._hashes.task_done()
