@@ -22,7 +22,8 @@ import pytest
 from typer.testing import CliRunner
 
 from a2rl.cli import app
-from a2rl.clients.options import AgentOptions, AgentOptionsError, options_markdown
+from a2rl.clients.options import AgentOptions, AgentOptionsError
+from a2rl.clients.options_doc import options_markdown
 from a2rl.clients.orchestrator import error_line, returned_end
 from a2rl.llm import endpoint_refusal
 from a2rl.server import create_run, finish_run
@@ -153,14 +154,14 @@ def test_agent_options_are_typed_and_refused_by_name() -> None:
 
 
 def test_docs_agent_options_are_written_from_the_models() -> None:
-    """docs/agent-options.md is `python -m a2rl.clients.options`'s output, and every option a
+    """docs/agent-options.md is `python -m a2rl.clients.options_doc`'s output, and every option a
     connector reads is one its model declares."""
-    from a2rl.clients.options import builtin_rows
+    from a2rl.clients.options_doc import builtin_rows
     from a2rl.clients.registry import BUILTIN_AGENTS
 
     rows = builtin_rows()
     assert (ROOT / "docs" / "agent-options.md").read_text() == options_markdown(rows), \
-        "docs/agent-options.md is stale: python -m a2rl.clients.options > docs/agent-options.md"
+        "docs/agent-options.md is stale: python -m a2rl.clients.options_doc > docs/agent-options.md"
     models = {name: model for name, _title, model in rows}
     for name, target in BUILTIN_AGENTS.items():
         module = target.split(":")[0].removeprefix("a2rl.clients.")
