@@ -147,7 +147,7 @@ def test_a_run_keeping_requests_queued_gets_its_waits_back_within_the_cap(
         order.append(req.submission_id)
     assert order == ["b0", "a0", "b1", "a1"]
     a = {d["submission_id"]: d["wait_credit_s"] for d in grading_events(store, "A")}
-    assert 0.5 <= a["a0"] < 0.75, a  # behind b0
+    assert 0.5 <= a["a0"] <= 0.75, a  # behind b0 (a loaded machine grades it slower)
     assert a["a1"] == pytest.approx(0.75 - a["a0"], abs=0.002), a  # b1, cut at the cap
     moved = (RunClock(store, "A").deadline() - deadline_a).total_seconds()  # type: ignore[operator]
     assert moved == pytest.approx(0.75, abs=0.01)
