@@ -2,8 +2,8 @@
 
 One run, driven through a real MCP client: a data job writes a file the first "training" job
 reads; that job makes output/a from the base model, a second makes output/b from output/a (each
-adds noise seeded by $A2RL_SEED: real checkpoints the grader scores, in seconds, no training),
-and only output/b is submitted. At its finish the never-submitted output/a is kept and scored
+adds noise seeded by $A2RL_SEED to the weights' tensors: real checkpoints the grader scores, in
+a second, no training), and only output/b is submitted. At its finish the never-submitted output/a is kept and scored
 on dev; the attribution names both stages. Then `a2rl replay --repeats 2` re-runs the recipe
 (the data job and both stages, each with the code it ran with) in two runs of kind replay,
 each with a seed of its own, and sets the agent's score beside the replicas'. The demo's own
@@ -36,20 +36,21 @@ pytestmark = [pytest.mark.timeout(600)]
 A2RL = str(Path(sys.executable).parent / "a2rl")
 
 NOISE = """\
-import argparse, os, torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+import argparse, os, shutil, torch
+from safetensors.torch import load_file, save_file
 p = argparse.ArgumentParser()
 p.add_argument("--init", required=True)
 p.add_argument("--out", required=True)
 a = p.parse_args()
 assert open("code/data.txt").read().strip() == "made by the data job"
 torch.manual_seed(int(os.environ["A2RL_SEED"]))
-model = AutoModelForCausalLM.from_pretrained(a.init)
-with torch.no_grad():
-    for w in model.parameters():
-        w.add_(0.02 * torch.randn_like(w))
-model.save_pretrained(a.out)
-AutoTokenizer.from_pretrained("base_model").save_pretrained(a.out)
+os.makedirs(a.out, exist_ok=True)
+for name in os.listdir(a.init):  # config and tokenizer as they are; the weights with noise
+    if name != "model.safetensors" and os.path.isfile(os.path.join(a.init, name)):
+        shutil.copyfile(os.path.join(a.init, name), os.path.join(a.out, name))
+weights = load_file(os.path.join(a.init, "model.safetensors"))
+save_file({k: w + 0.02 * torch.randn_like(w) for k, w in weights.items()},
+          os.path.join(a.out, "model.safetensors"), metadata={"format": "pt"})
 """
 
 
