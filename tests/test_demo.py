@@ -267,7 +267,7 @@ def _summary(**kw: Any) -> Any:
     ({"agent_status": "interrupted"}, "interrupted"),
 ])
 def test_a_demo_without_an_improvement_says_why(fields: dict[str, Any], why: str | None) -> None:
-    from a2rl.demo import demo_failure
+    from a2rl.cli.demo import demo_failure
 
     found = demo_failure(_summary(**fields))
     assert (found is None) if why is None else (why in (found or "")), found

@@ -26,8 +26,8 @@ from a2rl.tasks.registry import BUILTIN_TASKS
 from .test_import_graph import imports_in
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_FOLDERS = ("a2rl", "analysis", "audit", "clients", "fleet", "grading", "server", "store",
-                  "tasks", "tools")
+SHARED_FOLDERS = ("a2rl", "analysis", "audit", "cli", "clients", "fleet", "grading", "server",
+                  "store", "tasks", "tools")
 #: where the names are registered: naming them is their job
 REGISTRIES = {"tasks/registry.py", "clients/registry.py"}
 
@@ -126,7 +126,7 @@ def test_shared_code_names_no_task_and_no_agent() -> None:
     rels = {p.relative_to(REPO).as_posix() for p in files}
     # the walk reaches the shared code and skips what belongs to one task or agent
     assert {"analysis/improvement.py", "clients/orchestrator.py", "tasks/base.py",
-            "audit/gaming.py", "a2rl/demo.py"} <= rels
+            "audit/gaming.py", "cli/demo.py"} <= rels
     assert not rels & {"clients/codex.py", "tasks/registry.py", "tasks/arith/task.py"}
     wrong = [f"{rel}:{line}: {name}" for path in files
              for rel in [path.relative_to(REPO).as_posix()]

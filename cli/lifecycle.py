@@ -300,7 +300,7 @@ def demo(
     check_task(task)
     config = run_config(task_id=task, agent=DEFAULT_AGENT, backend=backend, gpus=gpu_ids(gpus),
                         keep_container=keep_container)
-    from a2rl.demo import DEMO_FIELDS, demo_failure, run_demo  # see `create`
+    from a2rl.cli.demo import DEMO_FIELDS, demo_failure, run_demo  # see `create`
 
     store = context.store(settings)
     say = context.progress()
