@@ -24,8 +24,9 @@ that started it closes the pipe, which the kernel does when that process dies in
 Where the fork server cannot serve (it did not start, died, or the caller's environment differs
 from the one it started with in what its imports may have read), `start_python` starts the process
 the plain way, with the same interface. A caller's environment reaches the child as it is at
-the call; only variables the warm imports may have read (`IMPORT_TIME_ENV`) must match.
-`A2RL_PREFORK=0` turns the fork server off (every process started the plain way).
+the call; only variables the warm imports may have read (`IMPORT_TIME_ENV`) must match. A fork
+server whose variables no longer match is replaced by a new one once nothing it started still
+runs. `A2RL_PREFORK=0` turns the fork server off (every process started the plain way).
 """
 
 from __future__ import annotations
@@ -323,6 +324,11 @@ class ForkServer:
             self._give_up("did not fork")
         return None
 
+    def idle(self) -> bool:
+        """Nothing started by this server is still running or being started."""
+        with self._lock:
+            return not self._children and not self._spawned
+
     def _give_up(self, why: str) -> None:
         """Mark this fork server unusable and end it (and, with it, its children)."""
         log.warning("the grader's fork server %s in time (stopped or stuck?): ended; this "
@@ -357,7 +363,11 @@ _server_lock = threading.Lock()
 def _fork_server() -> ForkServer | None:
     global _server
     with _server_lock:
-        if _server is not None and not _server.alive:
+        # A server imported under other variables (a caller changed HF_HOME, say) would
+        # never serve this caller: replaced once nothing it started still runs (ending it
+        # ends its children), until then the caller starts the plain way.
+        stale = _server is not None and _server.alive and _server.env != _import_env()
+        if _server is not None and (not _server.alive or (stale and _server.idle())):
             _server.close()
             _server = None
         if _server is None:

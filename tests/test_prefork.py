@@ -109,16 +109,32 @@ def test_the_child_takes_the_callers_environment_arguments_and_stderr(
                     "argv": ["--flag", "value"], "sys.argv": [probe.__name__, "--flag", "value"]}
 
 
-def test_an_import_time_variable_changed_since_is_served_the_plain_way(
+def test_an_import_time_variable_changed_since_gets_a_new_server_once_the_old_is_idle(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    prefork._fork_server()
+    """A server imported under other variables never serves: while a child of it runs, a
+    caller starts the plain way (ending the server would end that child); once it is idle it
+    is replaced by one that imported under the caller's variables."""
+    old = prefork._fork_server()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    busy = prefork.start_python(VALIDATE, _blocking_args(tmp_path, cwd), cwd, tmp_path / "e0")
+    assert isinstance(busy, prefork._Forked)
     monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "a-value-the-imports-did-not-see")
-    proc = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "stderr")
+    proc = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "e1")
     assert isinstance(proc, subprocess.Popen)
     assert proc.wait(timeout=120) == 2
+    assert prefork._fork_server() is old  # kept: its child still runs
+    os.killpg(busy.pid, signal.SIGKILL)
+    assert busy.wait(timeout=30) == -signal.SIGKILL
+    fresh = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "e2")
+    assert isinstance(fresh, prefork._Forked) and fresh.wait(timeout=120) == 2
+    server = prefork._fork_server()
+    assert server is not old and server is not None
+    assert server.env["TRANSFORMERS_VERBOSITY"] == "a-value-the-imports-did-not-see"
+    assert old is not None and old.proc.poll() is not None
     monkeypatch.undo()
     monkeypatch.setenv("A2RL_PREFORK", "0")  # and the switch that turns it off
-    proc = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "stderr")
+    proc = prefork.start_python(VALIDATE, ["--no-such-flag"], tmp_path, tmp_path / "e3")
     assert isinstance(proc, subprocess.Popen)
     assert proc.wait(timeout=120) == 2
 
