@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 #: name -> the sandbox class of that backend, in the order we document.
 BUILTIN_BACKENDS: dict[str, str] = {
-    "local": "a2rl.tools.sandbox.local:LocalSandbox",
-    "docker": "a2rl.tools.sandbox.docker:DockerSandbox",
+    "local": "a2rl.sandbox.local:LocalSandbox",
+    "docker": "a2rl.sandbox.docker:DockerSandbox",
 }
 
 def _is_backend(target: object) -> bool:
