@@ -43,6 +43,10 @@ ENV_PREFIX = "A2RL_"
 #: the settings that are sizes ("16g"), checked with `parse_size` when settings load
 SIZE_FIELDS = ("docker_memory", "docker_shm_size", "sandbox_memory", "sandbox_disk",
                "sandbox_file_size", "job_log_max_bytes", "stage_keep_bytes")
+#: a backend's or an engine's name: the registries (`a2rl.sandbox.registry`,
+#: `a2rl.grading.engine_select`) sit above the settings and say which names exist, where the
+#: name is used (`a2rl create`, the grader); here it is only checked to be a name
+NAME_PATTERN = r"^[a-z][a-z0-9_-]{0,63}$"
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
 #: settings that are tables, never variables: set in config.toml (and `-T`)
 _NOT_VARIABLES = ("tasks", "legacy_task_settings")
@@ -65,7 +69,9 @@ class Settings(BaseSettings):
 
     home: Path = Field(Path("~/.a2rl"), description="where runs, secrets and the store live")
     db_url: str = Field("", description="SQLAlchemy URL of the store; default SQLite in home")
-    backend: Literal["local", "docker"] = Field("local", description="default sandbox backend")
+    backend: str = Field(
+        "local", pattern=NAME_PATTERN, description="default sandbox backend: local, docker, or "
+        "one an installed package adds (entry point `a2rl.backends`); `a2rl create -h` lists them")
     unsafe_local: bool = Field(
         False, description="allow the local backend without bubblewrap for non-toy tasks"
     )
@@ -221,9 +227,11 @@ class Settings(BaseSettings):
     checkpoint_check_timeout_s: float = Field(
         600.0, gt=0, description="seconds that process may take before it is killed and the "
         "submission refused")
-    grading_engine: Literal["auto", "transformers", "static", "vllm"] = Field(
-        "auto", description="generation engine of the grader: auto (vLLM if installed and "
-        "CUDA, else static-cache transformers), or force one (grading/engine_select.py)")
+    grading_engine: str = Field(
+        "auto", pattern=NAME_PATTERN, description="generation engine of the grader: auto (vLLM "
+        "if installed and CUDA, else static-cache transformers), or force one: transformers, "
+        "static, vllm, or one an installed package adds (entry point `a2rl.engines`; "
+        "grading/engine_select.py)")
 
     grading_pause_cap_fraction: float = Field(
         0.25, ge=0, le=1, description="the most grading gives back to a run's clock, as a "

@@ -22,11 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from a2rl.sandbox import access
 from a2rl.server import create_run, finish_run
 from a2rl.server.run.hooks import build_runtime
 from a2rl.settings import Settings
 from a2rl.store import Store
-from a2rl.tools.sandbox import access
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import tests.fixture_task  # noqa: E402, F401  (registers the fixture task)

@@ -22,10 +22,10 @@ from pathlib import Path
 import anyio
 from mcp import Client
 
+from a2rl.sandbox.docker import TEST_IMAGE, container_name, docker_client
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import Settings
 from a2rl.store import Store
-from a2rl.tools.sandbox.docker import TEST_IMAGE, container_name, docker_client
 
 
 def summary(samples: list[float]) -> tuple[float, float]:

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 
+from a2rl.sandbox.workspace_fs import WorkspaceFS
 from a2rl.tools import files
 from a2rl.tools.paths import Workspace
-from a2rl.tools.workspace_fs import WorkspaceFS
 
 
 def old_resolve(root: Path, rel: str) -> Path:

@@ -72,8 +72,8 @@ def create(
     check_run(settings, config)  # the base model and the data, in one line each
     # the server and the tools (the MCP SDK among their imports, ~0.4 s) once the flags are
     # known to be good: a mistake in them is answered without it
+    from a2rl.sandbox.base import SandboxError
     from a2rl.server import create_run
-    from a2rl.tools.sandbox.base import SandboxError
 
     store = context.store(settings)
     say = context.progress()

@@ -8,7 +8,9 @@ whatever would make it fail later is refused first, in one `a2rl: ...` line and 
    its endpoint answers an authenticated request (`clients.orchestrator.check_options`);
 2. the task's base model (fetched once, or a one-line refusal naming `-T base_model=`);
 3. the task's data (`Task.check_data`: present, in the task's schema, every split a run
-   needs non-empty).
+   needs non-empty);
+4. the sandbox backend and the grading engine: names their registries know (a package's
+   included), loadable, and the engine able to run on this machine.
 
 A fleet on a remote cluster checks only what does not depend on the machine (the agents'
 options): its nodes check the rest before each run, with these same messages.
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 from a2rl.cli.errors import fail, message
 from a2rl.clients.registry import get_connector
+from a2rl.grading.engine_select import chosen_engine
+from a2rl.sandbox.registry import backend
 from a2rl.settings import Settings
 from a2rl.store import RunConfig
 from a2rl.tasks import get_task
@@ -33,8 +37,11 @@ def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = 
             task = get_task(config.task_id, config.profile).with_options(config.task_options)
             task.base_model_dir(settings)
             task.check_data(settings)
+            backend(config.backend or settings.backend)
+            chosen_engine(settings)
     # an unknown name (KeyError), a bad option or data (AgentOptionsError, TaskDataError:
-    # ValueErrors), an agent or base model not available (RuntimeError, BaseModelUnavailable)
+    # ValueErrors), an agent, base model or engine not available (RuntimeError,
+    # BaseModelUnavailable, EngineUnavailable)
     except (KeyError, ValueError, RuntimeError) as exc:
         fail(message(exc))
 

@@ -15,7 +15,7 @@ import os
 import shutil
 from pathlib import Path
 
-from a2rl.tools.sandbox.local import SYSTEM_DIRS, host_system_binds
+from a2rl.sandbox.local import SYSTEM_DIRS, host_system_binds
 
 from .base import AgentLaunch
 

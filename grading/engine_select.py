@@ -25,7 +25,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from a2rl.registry import Registry
 from a2rl.settings import Settings
@@ -41,7 +41,8 @@ from .gpu_memory import (
     wait_for_memory,
 )
 
-EngineKind = Literal["transformers", "static", "vllm"]
+#: An engine's name in `ENGINES`: the built-in transformers, static and vllm, or a plugin's.
+EngineKind = str
 #: Prompt tokens assumed per sequence when sizing the KV cache before loading.
 PROMPT_TOKENS_ESTIMATE = 1024
 #: The CPU choice of `auto` (see the module docstring for the measurement behind it).
@@ -86,7 +87,7 @@ def choose_engine(requested: str, *, cuda: bool, vllm: bool) -> EngineKind:
             raise EngineUnavailable("grading_engine=vllm needs a CUDA GPU, and none is visible")
         return "vllm"
     if requested in ENGINES:  # a kind with no machine requirement (vLLM's is checked above)
-        return requested  # type: ignore[return-value]
+        return requested
     *first, last = ["auto", *ENGINES.names()]
     raise EngineUnavailable(f"unknown grading_engine {requested!r}: use {', '.join(first)} "
                             f"or {last}")
@@ -154,10 +155,13 @@ class _VllmDriver:
                           tokenizer_dir=r.tokenizer_dir, gpu_memory_utilization=r.gpu_fraction)
 
 
-#: The grading engines by kind, in the same registry mechanism as tasks, agents and backends.
-#: No entry-point group: the engine is part of every score's provenance and of the baseline
-#: cache key, so the set is a2rl's to vouch for.
-ENGINES: Registry[EngineDriver] = Registry("grading engine", check=callable)
+#: The grading engines by kind, in the same registry mechanism as tasks, agents and backends;
+#: an installed package adds one through the entry-point group `a2rl.engines` (built-in names
+#: win). The engine is part of every score's provenance: its `identity` (name and version) is
+#: frozen with the run and kept on each evaluation, and a grading process that does not have
+#: the run's engine refuses rather than grade with another (`frozen.honour`).
+ENGINES: Registry[EngineDriver] = Registry("grading engine", group="a2rl.engines",
+                                           check=callable)
 ENGINES.register("transformers", _TransformersDriver, source="builtin")
 ENGINES.register("static", _StaticDriver, source="builtin")
 ENGINES.register("vllm", _VllmDriver, source="builtin")

@@ -25,11 +25,11 @@ from pydantic import ValidationError
 
 from a2rl import __version__
 from a2rl.layout import TASK_FILE
+from a2rl.sandbox.workspace_fs import WorkspaceError
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 from a2rl.tools import TOOLS
 from a2rl.tools.runtime import CallContext, RunRuntime, bind, in_thread, unbind
-from a2rl.tools.workspace_fs import WorkspaceError
 
 from .argument_checks import check_arguments, unknown_arguments, validation_message
 from .auth import RunTokenVerifier, ended_message

@@ -24,10 +24,10 @@ from pathlib import Path
 
 from sqlmodel import select
 
+from a2rl.sandbox import volume
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 from a2rl.store.owners import owner_gone
-from a2rl.tools.sandbox import volume
 
 
 class _Freed:

@@ -17,9 +17,9 @@ import anyio
 from mcp.server.stdio import stdio_server
 from sqlmodel import select
 
+from a2rl.sandbox.registry import clean_up
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
-from a2rl.tools.sandbox.registry import clean_up
 
 from .app import A2RLServer, build_server
 from .jsonrpc_guard import HEAD_SLACK, Oversize, Refusal, examine

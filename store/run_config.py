@@ -55,13 +55,13 @@ class RunSetup(BaseModel):
     baseline_evaluations: dict[str, int | None] = Field(default_factory=dict)
     #: the local backend may run without bubblewrap (a toy task, or `unsafe_local`)
     allow_unisolated: bool = False
-    #: the workspace is a volume of its own (`tools.sandbox.volume`), remounted when needed
+    #: the workspace is a volume of its own (`sandbox.volume`), remounted when needed
     disk_volume: bool = False
     #: the workspace inputs the task declared read-only; None for a run made before runs
     #: recorded them (`a2rl.layout.LEGACY_READONLY_INPUTS` applies)
     readonly_paths: list[str] | None = None
     #: the sandbox backend's own options fixed when the run was made (a container's image
-    #: and limits: `tools.sandbox.registry.run_options`; {} for a backend that reads the
+    #: and limits: `sandbox.registry.run_options`; {} for a backend that reads the
     #: settings at every start). Stored as `container` before backends were siblings.
     sandbox: dict[str, Any] = Field(default_factory=dict,
                                     validation_alias=AliasChoices("sandbox", "container"))

@@ -16,7 +16,7 @@ import pytest
 # Files side by side (pytest-xdist, one worker per core): numeric libraries get one thread each,
 # before anything imports torch. Two trainings whose OpenMP threads spin on the same two cores
 # ran 8x slower than with a thread each. Graders and agents inherit this; sandbox jobs get it
-# through `tools.sandbox.base.THREAD_VARS`.
+# through `sandbox.base.THREAD_VARS`.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(_var, "1")
@@ -84,8 +84,8 @@ def _kernel_leftovers(base: Path) -> list[str]:
     """The mounts, loop devices and run cgroups of this session's runs (everything under its
     own temporary folder `base`, and the cgroups named after the runs made there: another
     session on the machine has its own folder and run ids)."""
-    from a2rl.tools.sandbox import volume
-    from a2rl.tools.sandbox.cgroup import RunCgroup
+    from a2rl.sandbox import volume
+    from a2rl.sandbox.cgroup import RunCgroup
 
     prefix = str(base) + "/"
     with open("/proc/self/mountinfo") as f:
@@ -106,10 +106,10 @@ def _running(pid: int) -> bool:
 
 
 def _recorders(base: Path) -> list[int]:
-    """The access recorders (tools/sandbox/recorder/) of this session's runs that outlived
+    """The access recorders (sandbox/recorder/) of this session's runs that outlived
     their run's supervisor: each must end with it (a run a test left unfinished keeps its
     sandbox, and its recorder with it, as a user's open run does)."""
-    from a2rl.tools.sandbox.access import RECORDER_PATH
+    from a2rl.sandbox.access import RECORDER_PATH
 
     found = []
     for name in os.listdir("/proc"):
@@ -148,8 +148,8 @@ def _leave_no_kernel_resource(tmp_path_factory: pytest.TempPathFactory) -> Itera
         time.sleep(0.5)
     if not leaks:
         return
-    from a2rl.tools.sandbox import volume
-    from a2rl.tools.sandbox.cgroup import RunCgroup
+    from a2rl.sandbox import volume
+    from a2rl.sandbox.cgroup import RunCgroup
 
     for d in volume._loop_devices():
         if str(d.get("back-file") or "").startswith(str(base) + "/"):
@@ -199,7 +199,7 @@ def require_docker() -> str:
         client.ping()
     except Exception as exc:
         require(False, f"no Docker engine answers ({exc}): run scripts/docker-engine.sh")
-    from a2rl.tools.sandbox.docker import TEST_IMAGE
+    from a2rl.sandbox.docker import TEST_IMAGE
 
     try:
         client.images.get(TEST_IMAGE)

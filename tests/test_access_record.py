@@ -23,10 +23,10 @@ import pytest
 from mcp import Client
 from sqlmodel import select
 
+from a2rl.sandbox import access
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.store import Job, JobFile, Run, SnapshotFile, Store, Submission
 from a2rl.store.lineage_query import lineage_of
-from a2rl.tools.sandbox import access
 
 from .conftest import backend_settings
 from .helpers import text_of

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
+from a2rl.sandbox.recorder import fanotify, ledger, naming, procs
 from a2rl.store import JobFile, Run, Store
 from a2rl.tools.access_record import Coverage, ingest
-from a2rl.tools.sandbox.recorder import fanotify, ledger, naming, procs
 
 from .helpers import wait_for
 

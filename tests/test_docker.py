@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from a2rl.server import build_server, create_run, finish_run
-from a2rl.store import Run, Store
-from a2rl.tools.sandbox.base import SandboxError, SandboxSpec
-from a2rl.tools.sandbox.docker import (
+from a2rl.sandbox.base import SandboxError, SandboxSpec
+from a2rl.sandbox.docker import (
     DockerConfig,
     DockerSandbox,
     adopt_containers,
@@ -21,6 +19,8 @@ from a2rl.tools.sandbox.docker import (
     container_name,
     docker_client,
 )
+from a2rl.server import build_server, create_run, finish_run
+from a2rl.store import Run, Store
 
 from .conftest import backend_settings
 

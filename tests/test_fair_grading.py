@@ -23,6 +23,7 @@ from mcp import Client
 from sqlmodel import select
 
 from a2rl.grading.device_lock import device_lock
+from a2rl.sandbox.cgroup import RunCgroup
 from a2rl.server import build_server
 from a2rl.server.run import QueueOnly, RunClock, build_runtime, create_run, finish_run
 from a2rl.server.run import grading as run_grading
@@ -39,7 +40,6 @@ from a2rl.store import (
     aware,
     utcnow,
 )
-from a2rl.tools.sandbox.cgroup import RunCgroup
 
 from .conftest import require, require_bwrap
 from .helpers import text_of, wait_for

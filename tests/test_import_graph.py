@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.tools.sandbox.registry import BUILTIN_BACKENDS
+from a2rl.sandbox.registry import BUILTIN_BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,21 +22,25 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = {"a2rl.server": "server", "a2rl.tools": "tools", "a2rl.tasks": "tasks",
             "a2rl.grading": "grading", "a2rl.store": "store", "a2rl.clients": "clients",
             "a2rl.analysis": "analysis", "a2rl.fleet": "fleet",
-            "a2rl.audit": "audit", "a2rl.cli": "cli"}
+            "a2rl.audit": "audit", "a2rl.cli": "cli",
+            "a2rl.sandbox": "sandbox"}
 
 #: Who may import whom, read downwards; an edge missing here is a layering mistake, and one
 #: added must keep the graph free of loops (the test checks that too).
 ALLOWED: dict[str, set[str]] = {
-    "cli": {"analysis", "fleet", "clients", "server", "audit", "tools", "tasks", "grading",
-            "store", "a2rl"},
+    "cli": {"analysis", "fleet", "clients", "server", "audit", "tools", "sandbox", "tasks",
+            "grading", "store", "a2rl"},
     "analysis": {"clients", "audit", "tasks", "store", "a2rl"},
     "fleet": {"server", "audit", "store", "a2rl"},
-    "clients": {"server", "tools", "tasks", "store", "a2rl"},
-    "server": {"tools", "audit", "tasks", "grading", "store", "a2rl"},
+    "clients": {"server", "tools", "sandbox", "tasks", "store", "a2rl"},
+    "server": {"tools", "sandbox", "audit", "tasks", "grading", "store", "a2rl"},
     #: the cheating audit reads the record and the tasks' hidden items; the server runs it
     #: when a run finishes, analysis and the CLI show it
     "audit": {"tasks", "grading", "store", "a2rl"},
-    "tools": {"grading", "store", "a2rl"},
+    "tools": {"sandbox", "grading", "store", "a2rl"},
+    #: the sandbox backends, their supervisor and recorder: what runs the agent's commands, for
+    #: the tools, the server and the agent's own sandbox alike
+    "sandbox": {"store", "a2rl"},
     "tasks": {"grading", "a2rl"},  # grading's seam only (test below)
     "grading": {"store", "a2rl"},
     "store": {"a2rl"},
@@ -151,7 +155,7 @@ def test_sandbox_backends_are_siblings_the_server_names_none() -> None:
     assert len(modules) == len(BUILTIN_BACKENDS) >= 2
     for module in modules:
         imported = set(imports_of(file_of_module(module)))
-        assert "a2rl.tools.sandbox.client" in imported, module  # the walk sees its imports
+        assert "a2rl.sandbox.client" in imported, module  # the walk sees its imports
         assert imported & (modules - {module}) == set(), module
     names = set(BUILTIN_BACKENDS) | {"bwrap", "bubblewrap"}
     found = []
@@ -170,7 +174,7 @@ def test_the_supervisor_needs_only_the_standard_library(program: str) -> None:
     """The supervisor runs inside the sandbox with only its own folder shown, and the access
     recorder starts from its folder alone on the host (`python -I`): each of their modules
     imports the standard library and, relatively, its siblings."""
-    folder = REPO / "tools" / "sandbox" / program
+    folder = REPO / "sandbox" / program
     outside = []
     for path in sorted(folder.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -246,7 +246,7 @@ def test_a_container_killed_by_the_oom_killer_says_so() -> None:
     from .conftest import require_docker
 
     image = require_docker()
-    from a2rl.tools.sandbox.docker import container_oom_evidence, docker_client
+    from a2rl.sandbox.docker import container_oom_evidence, docker_client
 
     client = docker_client()
     hog = client.containers.run(image, ["python3", "-c", "x = bytearray(1 << 30)"],

@@ -68,7 +68,7 @@ def test_the_wheel_holds_every_package_folder_and_its_files(tmp_path: Path) -> N
     assert missing == []
     # every package folder, the nested ones too, and the files beside the code
     assert {"a2rl/tasks/arith/__init__.py", "a2rl/server/run/__init__.py",
-            "a2rl/tools/sandbox/__init__.py", "a2rl/analysis/web/__init__.py"} <= set(packages)
+            "a2rl/sandbox/__init__.py", "a2rl/analysis/web/__init__.py"} <= set(packages)
     assert {"a2rl/analysis/templates/viewer.js", "a2rl/analysis/report.schema.json",
             "a2rl/clients/reference_scripts/sft.py", "a2rl/tasks/arith/description.md",
             "a2rl/clients/package.json"} <= names

@@ -147,9 +147,9 @@ def test_register_replaces_a_task_and_checks_what_it_builds() -> None:
 
 def test_sandbox_backends_and_grading_engines_are_registries() -> None:
     from a2rl.grading.engine_select import ENGINES, choose_engine
+    from a2rl.sandbox.local import LocalSandbox
+    from a2rl.sandbox.registry import BACKENDS
     from a2rl.tools.runtime import make_sandbox
-    from a2rl.tools.sandbox.local import LocalSandbox
-    from a2rl.tools.sandbox.registry import BACKENDS
 
     assert BACKENDS.names() == ["local", "docker"] and BACKENDS.load("local") is LocalSandbox
     with pytest.raises(ToolError, match="unknown sandbox backend 'vm': use local or docker"):
@@ -413,10 +413,11 @@ def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield script
 
 
-def _a2rl(a2rl: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("A2RL_", "PYTHON"))}
-    env["A2RL_HOME"] = str(home)
-    return subprocess.run([str(a2rl), *args], env=env, capture_output=True, text=True,
+def _a2rl(a2rl: Path, home: Path, *args: str,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("A2RL_", "PYTHON"))}
+    clean |= {"A2RL_HOME": str(home), **(env or {})}
+    return subprocess.run([str(a2rl), *args], env=clean, capture_output=True, text=True,
                           timeout=600)
 
 
@@ -432,6 +433,21 @@ run = queries.get_run(store, sys.argv[1])
 fmt, msgs = parse(queries.blob(store, run.agent_transcript_sha), run.agent)
 msgs = attach_calls(msgs, queries.calls(store, run.id))
 print(json.dumps({"format": fmt, "messages": [m.model_dump(mode="json") for m in msgs]}))
+"""
+
+
+#: the engines the run's baseline evaluations were generated with, from their provenance
+BASELINE_ENGINES = """
+import json, sys
+from a2rl.settings import load_settings
+from a2rl.store import Run, Store
+from a2rl.store.queries import baseline_evaluation
+store = Store(load_settings()[0].database_url)
+with store.session() as s:
+    run = s.get(Run, sys.argv[1])
+    found = [baseline_evaluation(s, run, split) for split in ("dev", "test")]
+    print(json.dumps(sorted({(e.provenance["engine"], e.provenance["engine_version"])
+                             for e in found if e is not None})))
 """
 
 
@@ -455,8 +471,12 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     idle = next(r for r in json.loads(agents.stdout) if r["name"] == "idle")
     assert idle["installed"] and idle["kind"] == "inprocess" and idle["version"] == "0.1.0"
 
+    # the plugin's backend and engine are offered like the built-in ones
+    helped = _a2rl(plugin_env, home, "run", "-h", env={"COLUMNS": "300"})
+    assert "<local|docker|stamped-local>" in helped.stdout, helped.stdout
+    env = {"A2RL_GRADING_ENGINE": "plain-twice"}
     run = _a2rl(plugin_env, home, "run", "--task", "echo", "--agent", "idle", "--budget", "3m",
-                "--json")
+                "--backend", "stamped-local", "--json", env=env)
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert summary["task"] == "echo" and summary["agent"] == "idle"
@@ -466,6 +486,16 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     assert summary["tool_calls"] >= 2, (summary, run.stderr)  # read_file, budget_status
     shown = json.loads(_a2rl(plugin_env, home, "show", summary["run_id"], "--json").stdout)
     assert shown["status"] == "finished" and shown["task_id"] == "echo"
+    # the job ran in the plugin backend's sandbox, and the baseline was graded by its engine
+    assert shown["backend"] == "stamped-local"
+    (job,) = shown["job_list"]
+    assert job["exit_code"] == 0 and "A2RL_STAMPED_BY" in job["command"], job
+    frozen = shown["evaluation_config"]
+    assert (frozen["engine"], frozen["engine_name"]) == ("plain-twice", "plain-twice")
+    assert frozen["engine_version"].startswith("0.1.0+"), frozen
+    engines = _python(plugin_env, home, BASELINE_ENGINES, summary["run_id"])
+    assert engines.returncode == 0, engines.stderr
+    assert json.loads(engines.stdout) == [["plain-twice", frozen["engine_version"]]]
     # the agent's own transcript, recorded by its connector and read back by its own parser
     conv = _python(plugin_env, home, TRANSCRIPT_OF_RUN, summary["run_id"])
     assert conv.returncode == 0, conv.stderr
@@ -473,8 +503,11 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     assert shown_conv["format"] == "idle"
     tools = [(m["tool"], m["call_id"] is not None) for m in shown_conv["messages"]
              if m["role"] == "tool"]
-    assert tools == [("read_file", True), ("budget_status", True)]  # paired with the server's
-    assert shown_conv["messages"][-1]["text"] == "idle: stopped after 2 steps"
+    assert tools == [("read_file", True), ("budget_status", True),  # paired with the server's
+                     ("run_command", True)]
+    assert shown_conv["messages"][-1]["text"] == "idle: stopped after 3 steps"
+    said = next(m["result"] for m in shown_conv["messages"] if m["tool"] == "run_command")
+    assert "made by stamped-local" in json.dumps(said), said
 
 
 def test_the_plugin_is_not_in_the_test_environment(plugin_env: Path) -> None:

@@ -20,6 +20,7 @@ from sqlmodel import select
 from a2rl.grading.queue import _finish as finish_request
 from a2rl.grading.queue import claim, lease_owner, owner_gone
 from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
+from a2rl.sandbox.local import LocalSandbox
 from a2rl.server import build_server
 from a2rl.server.app import RunRegistry
 from a2rl.server.run import (
@@ -52,7 +53,6 @@ from a2rl.store import (
     aware,
     utcnow,
 )
-from a2rl.tools.sandbox.local import LocalSandbox
 from a2rl.tools.seam import GradingHook, RunClockView
 
 from .conftest import require_bwrap

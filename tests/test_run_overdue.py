@@ -27,13 +27,13 @@ import pytest
 from mcp import Client, StdioServerParameters
 from sqlmodel import select
 
+from a2rl.sandbox import volume
+from a2rl.sandbox.cgroup import RunCgroup
 from a2rl.server import build_server, create_run
 from a2rl.server.run.clock import RunClock
 from a2rl.settings import Settings
 from a2rl.store import Job, Run, Store, aware, utcnow
 from a2rl.store.owners import owner_gone, process_owner
-from a2rl.tools.sandbox import volume
-from a2rl.tools.sandbox.cgroup import RunCgroup
 
 from .baseline_seed import baseline_rows, seed_baseline  # noqa: F401  (a fixture)
 from .conftest import backend_settings

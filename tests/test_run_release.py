@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from a2rl.sandbox import volume
+from a2rl.sandbox.cgroup import RunCgroup
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import Settings
 from a2rl.store import Store
-from a2rl.tools.sandbox import volume
-from a2rl.tools.sandbox.cgroup import RunCgroup
 
 from .conftest import backend_settings, require
 
@@ -44,7 +44,7 @@ def mounts_under(folder: Path) -> list[str]:
 
 def containers_of(run_id: str) -> list[str]:
     import docker
-    from a2rl.tools.sandbox.docker import LABEL_RUN
+    from a2rl.sandbox.docker import LABEL_RUN
 
     client = docker.from_env()
     return [c.name for c in client.containers.list(all=True,

@@ -72,7 +72,7 @@ def _mounts_under(folder: Path) -> list[str]:
 
 def _containers_of(run_id: str) -> list[str]:
     import docker
-    from a2rl.tools.sandbox.docker import LABEL_RUN
+    from a2rl.sandbox.docker import LABEL_RUN
 
     return [c.name for c in docker.from_env().containers.list(
         all=True, filters={"label": f"{LABEL_RUN}={run_id}"})]

@@ -21,20 +21,20 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from a2rl.server import build_server, create_run, finish_run
-from a2rl.server.run import build_runtime
-from a2rl.server.transports import adopt_on_start
-from a2rl.settings import Settings
-from a2rl.store import Run, Store
-from a2rl.tools.sandbox.base import BackendConfig, SandboxChoices, SandboxError, SandboxSpec
-from a2rl.tools.sandbox.client import (
+from a2rl.sandbox.base import BackendConfig, SandboxChoices, SandboxError, SandboxSpec
+from a2rl.sandbox.client import (
     START_TIMEOUT,
     SUPERVISOR_PATH,
     SupervisedSandbox,
     sandbox_env,
     supervisor_args,
 )
-from a2rl.tools.sandbox.registry import BACKENDS
+from a2rl.sandbox.registry import BACKENDS
+from a2rl.server import build_server, create_run, finish_run
+from a2rl.server.run import build_runtime
+from a2rl.server.transports import adopt_on_start
+from a2rl.settings import Settings
+from a2rl.store import Run, Store
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.anyio]
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from a2rl.tools.sandbox import seccomp
-from a2rl.tools.sandbox.base import JobState, Sandbox, SandboxError, SandboxSpec
-from a2rl.tools.sandbox.local import LocalConfig, LocalSandbox
+from a2rl.sandbox import seccomp
+from a2rl.sandbox.base import JobState, Sandbox, SandboxError, SandboxSpec
+from a2rl.sandbox.local import LocalConfig, LocalSandbox
 
 from .conftest import require, require_bwrap
 from .helpers import wait_for
@@ -246,8 +246,8 @@ def test_reattach_after_the_caller_is_killed(tmp_path: Path, mode: str) -> None:
     script = textwrap.dedent(
         f"""
         import os, signal, sys
-        from a2rl.tools.sandbox.base import SandboxSpec
-        from a2rl.tools.sandbox.local import LocalSandbox
+        from a2rl.sandbox.base import SandboxSpec
+        from a2rl.sandbox.local import LocalSandbox
         sandbox = LocalSandbox(SandboxSpec.model_validate_json(sys.argv[1]))
         sandbox.start()
         sandbox.spawn("survivor", "echo started; sleep 1000.{tag}")
@@ -314,8 +314,8 @@ def test_requests_need_the_token(make_sandbox: MakeSandbox) -> None:
 
 def test_every_documented_operation_is_dispatched() -> None:
     """The protocol the supervisor's docstring lists is its dispatch table, in order."""
-    from a2rl.tools.sandbox import supervisor
-    from a2rl.tools.sandbox.supervisor.dispatch import Dispatcher
+    from a2rl.sandbox import supervisor
+    from a2rl.sandbox.supervisor.dispatch import Dispatcher
 
     documented = re.findall(r"^    (\w+) .*->", supervisor.__doc__ or "", re.MULTILINE)
     assert documented == list(Dispatcher.OPS)
@@ -425,7 +425,7 @@ def test_supervisor_log_is_shown_when_start_fails(
     """The supervisor's own words reach the caller, and the failed start leaves nothing: the
     run's cgroup made for it goes (it stayed, one empty folder per failed start)."""
     require_bwrap()
-    from a2rl.tools.sandbox import local
+    from a2rl.sandbox import local
 
     broken = tmp_path / "broken.py"
     broken.write_text("import sys\nsys.exit('supervisor broke on purpose')\n")

@@ -26,8 +26,8 @@ from a2rl.tasks.registry import BUILTIN_TASKS
 from .test_import_graph import imports_in
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_FOLDERS = ("a2rl", "analysis", "audit", "cli", "clients", "fleet", "grading", "server",
-                  "store", "tasks", "tools")
+SHARED_FOLDERS = ("a2rl", "analysis", "audit", "cli", "clients", "fleet", "grading", "sandbox",
+                  "server", "store", "tasks", "tools")
 #: where the names are registered: naming them is their job
 REGISTRIES = {"tasks/registry.py", "clients/registry.py"}
 

@@ -358,9 +358,9 @@ def test_every_task_declares_services_and_evaluate_without_type_checks() -> None
 def test_a_declared_readonly_input_cannot_be_written(settings: Settings, store: Store) -> None:
     from mcp.server.mcpserver.exceptions import ToolError
 
+    from a2rl.sandbox.workspace_fs import WorkspaceError
     from a2rl.server import create_run, finish_run
     from a2rl.server.run import build_runtime
-    from a2rl.tools.workspace_fs import WorkspaceError
 
     require_bwrap()
     created = create_run(settings, store, task_id="greet", budget="30m", baseline=False)

@@ -26,13 +26,13 @@ from a2rl.clients.options import AgentOptions, AgentOptionsError
 from a2rl.clients.options_doc import options_markdown
 from a2rl.clients.orchestrator import error_line, returned_end
 from a2rl.llm import endpoint_refusal
+from a2rl.sandbox import volume
 from a2rl.server import create_run, finish_run
 from a2rl.server.gc import collect_garbage
 from a2rl.settings import Settings
 from a2rl.store import AgentStatus, Run, Store
 from a2rl.store.owners import process_owner
 from a2rl.tasks import TaskDataError, get_task
-from a2rl.tools.sandbox import volume
 
 from .conftest import require_bwrap
 from .fake_openai import FakeOpenAI

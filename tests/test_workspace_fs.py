@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from a2rl.tools.workspace_fs import (
+from a2rl.sandbox.workspace_fs import (
     HAVE_OPENAT2,
     MAX_WALK_DEPTH,
     WorkspaceError,

@@ -25,9 +25,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from a2rl.sandbox import access
 from a2rl.store import JobFile, Store
-
-from .sandbox import access
 
 log = logging.getLogger(__name__)
 

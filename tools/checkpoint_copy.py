@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .workspace_fs import WalkCapped, WorkspaceError, WorkspaceFS, kind_of, show
+from a2rl.sandbox.workspace_fs import WalkCapped, WorkspaceError, WorkspaceFS, kind_of, show
 
 _CHUNK = 1 << 20
 

@@ -14,6 +14,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 from sqlmodel import select
 
+from a2rl.sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 from a2rl.store import Job
 
 from .gpu_usage import track
@@ -21,7 +22,6 @@ from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle
 from .output import log_size, read_bounded
 from .results import CommandResult, JobStatusResult
 from .runtime import current, in_thread
-from .sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 
 MAX_WAIT_S = 60.0
 

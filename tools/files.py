@@ -18,10 +18,7 @@ from typing import Annotated
 from pydantic import Field
 
 from a2rl.layout import LOGS
-
-from .results import EditFileResult, FileEntry, ListFilesResult, ReadFileResult
-from .runtime import RunRuntime, current, in_thread
-from .workspace_fs import (
+from a2rl.sandbox.workspace_fs import (
     WalkCapped,
     WorkspaceError,
     WorkspaceFS,
@@ -31,6 +28,9 @@ from .workspace_fs import (
     read_fd,
     show,
 )
+
+from .results import EditFileResult, FileEntry, ListFilesResult, ReadFileResult
+from .runtime import RunRuntime, current, in_thread
 
 MAX_READ_BYTES = 2_000_000
 MAX_LINE_CHARS = 2_000

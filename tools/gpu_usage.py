@@ -27,8 +27,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from a2rl.sandbox.base import Sandbox
+
     from .runtime import RunRuntime
-    from .sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from sqlmodel import col, select
 
 from a2rl.layout import LOGS
+from a2rl.sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 from a2rl.store import Blob, Job, JobEndCause, aware
 
 from .access_record import job_files
@@ -27,7 +28,6 @@ from .gpu_usage import track
 from .output import log_size, read_head_tail
 from .results import JobInfo
 from .runtime import RunRuntime
-from .sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 
 
 def new_job_id() -> str:

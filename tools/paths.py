@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .workspace_fs import WorkspaceError, WorkspaceFS, show, split_path
+from a2rl.sandbox.workspace_fs import WorkspaceError, WorkspaceFS, show, split_path
 
 
 class Workspace:

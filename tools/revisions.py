@@ -43,6 +43,7 @@ from pathlib import Path
 from sqlalchemy import func
 from sqlmodel import select
 
+from a2rl.sandbox.workspace_fs import WalkCapped, WalkStats, WorkspaceError, WorkspaceFS, split_path
 from a2rl.store import (
     Blob,
     BudgetEvent,
@@ -54,8 +55,6 @@ from a2rl.store import (
     Store,
 )
 from a2rl.store.queries import INITIAL_SOURCE
-
-from .workspace_fs import WalkCapped, WalkStats, WorkspaceError, WorkspaceFS, split_path
 
 #: The scan stops descending below this depth and after this many entries (and logs it).
 SCAN_MAX_DEPTH = 32

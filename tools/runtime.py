@@ -25,15 +25,15 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from a2rl.layout import LEGACY_READONLY_INPUTS
 from a2rl.registry import RegistryError, UnknownName
+from a2rl.sandbox import volume
+from a2rl.sandbox.base import BackendConfig, Sandbox, SandboxError, SandboxSpec, thread_env
+from a2rl.sandbox.registry import BACKENDS, backend_config, create_sandbox
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
 from .gpu_usage import GpuUsage
 from .paths import Workspace
 from .revisions import RevisionScanner
-from .sandbox import volume
-from .sandbox.base import BackendConfig, Sandbox, SandboxError, SandboxSpec, thread_env
-from .sandbox.registry import BACKENDS, backend_config, create_sandbox
 from .seam import GradingHook, RunClockView
 
 #: The clock's own type, as its maker sees it (the server's `RunClock`): the tools read it as
@@ -71,7 +71,7 @@ def run_logger(run_id: str, path: Path) -> logging.Logger:
 
 
 def make_sandbox(backend: str, spec: SandboxSpec, config: BackendConfig | None = None) -> Sandbox:
-    """The run's sandbox, from the backend registry (`tools/sandbox/registry.py`)."""
+    """The run's sandbox, from the backend registry (`sandbox/registry.py`)."""
     try:
         return create_sandbox(backend, spec, config)
     except UnknownName:

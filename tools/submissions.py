@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field
 from sqlmodel import select
 
 from a2rl.layout import BASE_MODEL, OUTPUT
+from a2rl.sandbox.workspace_fs import WalkCapped, WorkspaceError, show
 from a2rl.store import (
     Evaluation,
     EvaluationKind,
@@ -54,7 +55,6 @@ from . import access_record
 from .checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
 from .runtime import RunRuntime, current, in_thread
 from .submission_checks import Check, counted_check
-from .workspace_fs import WalkCapped, WorkspaceError, show
 
 #: What the agent is told while a submission is not graded yet (get_score waits on these).
 PENDING = (SubmissionStatus.queued, SubmissionStatus.grading)

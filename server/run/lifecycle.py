@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from a2rl.sandbox import volume
+from a2rl.sandbox.base import SandboxChoices
+from a2rl.sandbox.cgroup import RunCgroup
+from a2rl.sandbox.registry import run_options
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import EndKind, Run, RunConfig, RunSetup, RunStatus, Store, utcnow
 from a2rl.store.owners import process_owner
@@ -27,10 +31,6 @@ from a2rl.tools.access_record import ingest as ingest_access
 from a2rl.tools.jobs import stop_all, stop_cause
 from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
-from a2rl.tools.sandbox import volume
-from a2rl.tools.sandbox.base import SandboxChoices
-from a2rl.tools.sandbox.cgroup import RunCgroup
-from a2rl.tools.sandbox.registry import run_options
 
 from ..auth import new_token
 from .clock import start_row

@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from a2rl.sandbox.cgroup import RunCgroup
 from a2rl.settings import Settings
 from a2rl.store import GradeRequest, GradingClock, Run, RunStatus, Store, aware, utcnow
-from a2rl.tools.sandbox.cgroup import RunCgroup
 
 from .clock import RunClock
 from .hooks import DeadlineMoved

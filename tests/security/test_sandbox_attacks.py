@@ -24,12 +24,12 @@ from sqlmodel import select as sql_select
 
 from a2rl.analysis.report import build_report
 from a2rl.analysis.web.queries import revision_diff
+from a2rl.sandbox import seccomp, volume
+from a2rl.sandbox.base import CAP_SYS_RESOURCE, host_has_cap
 from a2rl.server import finish_run
 from a2rl.server.run import build_runtime
 from a2rl.settings import Settings
 from a2rl.store import Blob, Job, Revision, Store
-from a2rl.tools.sandbox import seccomp, volume
-from a2rl.tools.sandbox.base import CAP_SYS_RESOURCE, host_has_cap
 
 from ..conftest import require
 from ..helpers import wait_for

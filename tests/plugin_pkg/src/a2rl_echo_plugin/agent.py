@@ -1,4 +1,5 @@
-"""The `idle` agent: reads the task, looks at the budget, and stops without training.
+"""The `idle` agent: reads the task, looks at the budget, asks its sandbox who made it, and stops
+without training.
 
 An in-process connector (see a2rl's `clients/base.py`): a2rl hands it a connected MCP client
 and the run's context; it is cancelled at the deadline. A process connector (an agent CLI)
@@ -34,7 +35,8 @@ class IdleConnector(BaseConnector):
 
     async def run(self, client: Client, ctx: AgentContext) -> None:
         self.steps = []
-        for tool, args in (("read_file", {"path": "TASK.md"}), ("budget_status", {})):
+        for tool, args in (("read_file", {"path": "TASK.md"}), ("budget_status", {}),
+                           ("run_command", {"command": "echo made by ${A2RL_STAMPED_BY:-none}"})):
             result = await client.call_tool(tool, args)
             text = " ".join(getattr(p, "text", "") for p in result.content)
             self.steps.append({"idle_step": len(self.steps) + 1, "tool": tool,

@@ -1,10 +1,10 @@
 """Per-run access recorder: which workspace files each job's processes opened, read and
 wrote, as the kernel saw it. A standalone program, standard library only, run on the host
 (never inside a sandbox) as root, one per run, started with the run's sandbox and ending with
-its supervisor (a pidfd on it); `a2rl.tools.sandbox.access` starts, asks and stops it.
+its supervisor (a pidfd on it); `a2rl.sandbox.access` starts, asks and stops it.
 
 How: fanotify(7) with a mark on the whole filesystem of the run's workspace (each run's
-workspace is its own loop-mounted ext4 volume, `tools/sandbox/volume.py`; both backends bind
+workspace is its own loop-mounted ext4 volume, `sandbox/volume.py`; both backends bind
 that folder, so one mark sees every open through any mount of it, a container's included).
 The group is of the content class: an open (FAN_OPEN_PERM) waits until the recorder answers,
 so its process is alive, and not yet reaped, while its job is found (`procs`: the parent

@@ -175,7 +175,7 @@ def open_readonly_inputs(spec: SandboxSpec) -> dict[str, int]:
     that descriptor, or, where the backend takes names only, by the name just checked: at a
     (re)start no process of the run is left to swap it. Anything else is not mounted (and
     logged): the sandbox then shows whatever the agent put there, which leads nowhere new."""
-    from a2rl.tools.workspace_fs import WorkspaceError, WorkspaceFS, kind_of, split_path
+    from .workspace_fs import WorkspaceError, WorkspaceFS, kind_of, split_path
 
     fs = WorkspaceFS(spec.workspace)
     found: dict[str, int] = {}

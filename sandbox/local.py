@@ -43,17 +43,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from a2rl.settings import Settings, parse_size
-from a2rl.tools.sandbox import seccomp
-from a2rl.tools.sandbox.base import (
+from a2rl.sandbox import seccomp
+from a2rl.sandbox.base import (
     BackendConfig,
     SandboxError,
     SandboxSpec,
     give_workspace,
     open_readonly_inputs,
 )
-from a2rl.tools.sandbox.cgroup import RunCgroup
-from a2rl.tools.sandbox.client import (
+from a2rl.sandbox.cgroup import RunCgroup
+from a2rl.sandbox.client import (
     LOGS_INSIDE,
     START_TIMEOUT,
     SUPERVISOR_INSIDE,
@@ -63,6 +62,7 @@ from a2rl.tools.sandbox.client import (
     supervisor_args,
     supervisor_caps,
 )
+from a2rl.settings import Settings, parse_size
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,11 @@ also says what a run fixes of it when it is made (`run_options`), how its config
 functions with the run's backend name and never names a backend itself.
 
 A backend is one module beside the others (`local.py`, `docker.py`; neither imports the
-other), registered here. There is no entry-point group for backends: the backend is part of
-the settings' and the CLI's contract (`Settings.backend`), and a new one needs its own isolation
-review before a run could trust it (docs/adding-a-task.md, "Adding a sandbox backend").
+other), registered here, or one module of an installed package named by the entry-point group
+`a2rl.backends` (built-in names win): `--backend` and the `backend` setting offer what this
+registry knows. A backend draws the walls every run relies on, so one from a package is that
+package's to review (docs/adding-a-task.md, "Adding a sandbox backend"); the run records its
+name and the package it came from.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ log = logging.getLogger(__name__)
 
 #: name -> the sandbox class of that backend, in the order we document.
 BUILTIN_BACKENDS: dict[str, str] = {
-    "local": "a2rl.tools.sandbox.local:LocalSandbox",
-    "docker": "a2rl.tools.sandbox.docker:DockerSandbox",
+    "local": "a2rl.sandbox.local:LocalSandbox",
+    "docker": "a2rl.sandbox.docker:DockerSandbox",
 }
 
 def _is_backend(target: object) -> bool:
@@ -38,7 +40,8 @@ def _is_backend(target: object) -> bool:
         hasattr(target, name) for name in ("config_for", "run_options", "clean_up"))
 
 
-BACKENDS: Registry[Sandbox] = Registry("sandbox backend", plural="backends", check=_is_backend)
+BACKENDS: Registry[Sandbox] = Registry("sandbox backend", plural="backends",
+                                       group="a2rl.backends", check=_is_backend)
 for _name, _target in BUILTIN_BACKENDS.items():
     BACKENDS.register(_name, _target, source="builtin")
 

@@ -5,7 +5,7 @@ package, so the modules' relative imports would fail. The folder is loaded here 
 `a2rl_supervisor` instead, from this folder alone, and the folder is taken off sys.path: no
 module of the supervisor's, nor of the standard library, can then be found anywhere a job could
 write (`-I` already ignores the environment, the user's site-packages and the current folder).
-On the host (`python -m a2rl.tools.sandbox.supervisor`) it is an ordinary package.
+On the host (`python -m a2rl.sandbox.supervisor`) it is an ordinary package.
 """
 
 import sys
