@@ -6,7 +6,8 @@ socket there is the one door out, and this process holds the key and the data be
 
 Protocol (what `env/` code speaks): a unix stream socket `<services dir>/<name>.sock`; each
 request is one JSON object on one line, each answer one JSON line: `{"ok": true, "result": ...}`
-or `{"ok": false, "error": "..."}`. A connection may carry many requests.
+or `{"ok": false, "error": "..."}`. A connection may carry many requests. The client side,
+for host tools and the sandbox's `env/` code alike, is `a2rl.jsonl_socket` (`call`).
 
 Every request is recorded as a `ToolCall` row (tool `service.<name>`, the request as arguments,
 a summary of the answer, with what the handler kept for the record only (`ServiceAnswer`),
@@ -225,24 +226,6 @@ def bind_private_then_move(sock: socket.socket, path: Path) -> int:
         os.close(dst)
         os.close(src)
         shutil.rmtree(private, ignore_errors=True)
-
-
-def call(path: Path | str, request: dict[str, Any], timeout: float = 60.0) -> Any:
-    """A client (tests, host tools): send one request, return its result or raise."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
-        sock.sendall((json.dumps(request) + "\n").encode())
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    answer = json.loads(data)
-    if not answer.get("ok"):
-        raise RuntimeError(answer.get("error", "service error"))
-    return answer["result"]
 
 
 def start_run_services(settings: Settings, store: Store, run: Run,

@@ -403,7 +403,10 @@ class DeepSearchQATask(InteractiveTask):
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
         files = {"deepsearchqa_env.py": here.joinpath("backend.py").read_text(),
-                 "deepsearchqa_game.py": here.joinpath("game.py").read_text()}
+                 "deepsearchqa_game.py": here.joinpath("game.py").read_text(),
+                 # the services' client, shared with the host's callers (standard library)
+                 "a2rl_socket.py": resources.files("a2rl").joinpath("jsonl_socket.py")
+                 .read_text()}
         if self.profile == "paper":  # the grader's own loop
             files["deepsearchqa_paper.py"] = here.joinpath("paper.py").read_text()
         return files
