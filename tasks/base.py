@@ -30,6 +30,7 @@ from .hub import BaseModelUnavailable
 from .improvement import IntervalResult, Scored, proportion_interval
 from .options import TaskOptions, check_keys
 from .profiles import PAPER_BUDGET, TOY_PAPER_NOTE, check_profile
+from .scorers import Scorer
 from .spec import GraderSettings, SplitInfo, TaskSpec
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ class Task(ABC):
     #: without it refuses `paper`, unless it is a toy (`spec.toy`), which keeps its a2rl
     #: evaluation under it (`evaluated_as`).
     has_paper_profile: ClassVar[bool] = False
+    #: How outputs are scored (`a2rl.tasks.scorers`: exact match, code execution, ...), handed
+    #: in by the task; None for a task that scores in its own `evaluate`.
+    scorer: Scorer | None = None
 
     def with_profile(self, profile: str) -> Task:
         """A copy of this task configured for `profile` (this task when it already is).
@@ -237,9 +241,12 @@ class Task(ABC):
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
     ) -> TaskScore:
-        """Score model outputs against items (same order); used by the default `evaluate`.
-        A task whose `evaluate` does not generate single outputs need not implement it."""
-        raise NotImplementedError(f"{self.spec.id} scores outputs in its own `evaluate`")
+        """Score model outputs against items (same order) with the task's `scorer`; used by
+        the default `evaluate`. A task whose `evaluate` does not generate single outputs
+        needs neither."""
+        if self.scorer is None:
+            raise NotImplementedError(f"{self.spec.id} scores outputs in its own `evaluate`")
+        return self.scorer(items, outputs)
 
     # --- workspace --------------------------------------------------------------------------
     base_model_override: str | None = None  # set by a task constructed with base_model=

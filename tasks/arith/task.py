@@ -6,7 +6,6 @@ base model from about 0% to above 90%, so the whole harness can be exercised end
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import cached_property
 from importlib.resources import files
 from pathlib import Path
@@ -14,8 +13,9 @@ from typing import Any
 
 from a2rl.settings import Settings
 
-from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..base import Messages, Split, Task
 from ..hidden_seed import secret_seed, seed_digest, seed_path
+from ..scorers.match import AnswerMatch
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from .generate import (
     GENERATOR_VERSION,
@@ -65,6 +65,9 @@ class ArithTask(Task):
             },
             grader=GRADER,
         )
+        #: the whole output must be the integer; accuracy per operation besides
+        self.scorer = AnswerMatch(parse=normalize_answer, group=lambda it: _op(it["prompt"]),
+                                  group_metric="accuracy_by_op")
 
     @cached_property
     def _train(self) -> list[dict[str, Any]]:
@@ -115,22 +118,3 @@ class ArithTask(Task):
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": item["prompt"]}]
-
-    def score_outputs(
-        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> TaskScore:
-        if len(items) != len(outputs):
-            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
-        results: list[ItemResult] = []
-        by_op: dict[str, list[int]] = {}
-        unparsed = 0
-        for item, output in zip(items, outputs, strict=True):
-            parsed = normalize_answer(output)
-            unparsed += parsed is None
-            correct = parsed is not None and parsed == item["answer"]
-            by_op.setdefault(_op(item["prompt"]), []).append(int(correct))
-            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                      expected=item["answer"], correct=correct, parsed=parsed))
-        return TaskScore.from_items(
-            results, n_unparsed=unparsed,
-            accuracy_by_op={op: sum(v) / len(v) for op, v in sorted(by_op.items())})

@@ -18,7 +18,6 @@ answer is scored with OpenCompass's postprocessors; see docs/paper-fidelity.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -27,22 +26,14 @@ from typing import Any
 from a2rl.settings import Settings
 
 from .. import opencompass
-from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..base import Messages, Split, Task
 from ..data_status import DataStatus, TaskDataError, check_sizes, small_data_cut
 from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
 from .options import GSM8KOptions
 from .published import PUBLISHED
-from .scoring import (
-    FALLBACK,
-    extract_answer,
-    flexible_extract,
-    lm_eval_match,
-    refusal,
-    strict_extract,
-    target_of,
-)
+from .scoring import SCORER, target_of
 
 DATASET, CONFIG = "openai/gsm8k", "main"
 N_TRAIN_ALL, N_DEV, N_TEST = 7473, 200, 1319
@@ -158,6 +149,7 @@ class GSM8KTask(Task):
         #: one in $A2RL_HOME (digest-checked). Tests pass a fixture wheel in the same layout.
         self._oc_wheel = Path(opencompass_wheel) if opencompass_wheel else None
         self.base_model_override = base_model
+        self.scorer = SCORER
         self.spec = TaskSpec(
             id="gsm8k",
             level=1,
@@ -183,6 +175,7 @@ class GSM8KTask(Task):
         task = super().with_profile(profile)
         assert isinstance(task, GSM8KTask)
         if task.profile == "paper":
+            task.scorer = paper.SCORER
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
                 "published": PUBLISHED,
@@ -325,56 +318,6 @@ class GSM8KTask(Task):
         if self.profile == "paper":
             return [dict(m) for m in item["chat"]]
         return [{"role": "user", "content": build_user_prompt(item["question"])}]
-
-    # --- scoring ----------------------------------------------------------------------------
-    def score_outputs(
-        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> TaskScore:
-        if len(items) != len(outputs):
-            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
-        if self.profile == "paper":
-            return _score_paper(items, outputs)
-        results: list[ItemResult] = []
-        how_counts = {"strict": 0, "flexible": 0, "none": 0}
-        refused: dict[str, int] = {}
-        lm_strict = lm_flexible = 0
-        for item, output in zip(items, outputs, strict=True):
-            parsed, how = extract_answer(output)
-            how_counts[how] += 1
-            correct = parsed is not None and parsed == item["target"]
-            if (reason := refusal(output)) is not None:  # wrong whatever number it holds
-                refused[reason] = refused.get(reason, 0) + 1
-                parsed, correct = f"refused: {reason}", False
-            lm_strict += lm_eval_match(strict_extract(output), item["answer"])
-            lm_flexible += lm_eval_match(flexible_extract(output), item["answer"])
-            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                      expected=item["target"], correct=correct, parsed=parsed))
-        n = len(results)
-        return TaskScore.from_items(
-            results, n_strict=how_counts["strict"], n_flexible=how_counts["flexible"],
-            n_unparsed=how_counts["none"], n_refused=sum(refused.values()),
-            refused_by_reason=dict(sorted(refused.items())),
-            lm_eval_exact_match_strict=lm_strict / n if n else 0.0,
-            lm_eval_exact_match_flexible=lm_flexible / n if n else 0.0,
-            lm_eval_fallback=FALLBACK)
-
-
-def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> TaskScore:
-    """OpenCompass's GSM8K accuracy (`paper.py`): postprocess, then `is_equal`."""
-    results = []
-    for item, output in zip(items, outputs, strict=True):
-        pred = paper.paper_answer(output)
-        results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                  expected=item["target"], parsed=pred,
-                                  correct=paper.is_equal(pred, item["target"])))
-    # The harness's rule is kept (docs/paper-fidelity.md): it reads one number, the last, so a
-    # spam or a hedge earns only what that one number would; the shapes our profile refuses
-    # are counted for the audit, never changing a verdict.
-    suspect = sum(refusal(o) is not None for o in outputs)
-    return TaskScore.from_items(
-        results, n_unparsed=sum(r.parsed == paper.NULL for r in results),
-        n_refusable_shapes=suspect,
-        scorer=f"opencompass {opencompass.VERSION} gsm8k_postprocess + Gsm8kEvaluator")
 
 
 def _paper_description(n_train_all: int = N_TRAIN_ALL, n_test: int = N_TEST) -> str:

