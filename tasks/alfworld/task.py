@@ -29,10 +29,12 @@ from a2rl.layout import DATA
 from a2rl.settings import Settings
 
 from ..base import Split
+from ..data_files import hidden_split
 from ..data_status import DataStatus, TaskDataError
-from ..envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
+from ..envapi.a2rl_env import Env, Episode, render_prompt
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..train_rows import demonstrate
 from . import game, react
 from .data import JSON_DIR, N_DEV, N_TEST, N_TRAIN, data_dir, game_dir, list_games, target_dir
 from .options import AlfWorldOptions
@@ -64,24 +66,10 @@ PAPER_ROLLOUT = RolloutSettings(instruction=react.HEADER.strip(), max_steps=reac
 def demo_episode(gdir: Path, iid: str) -> list[dict[str, Any]]:
     """The handcoded expert's steps on one game, as the grader's prompts and the expert's
     actions; [] when the expert does not win within the step limit."""
-    pool = EnvPool([iid], [lambda: game.AlfWorldEnv(gdir, expert=True)],
-                   instruction=ROLLOUT.instruction, window=ROLLOUT.history_window,
-                   max_steps=ROLLOUT.max_steps)
-    pool.reset()
-    rows: list[dict[str, Any]] = []
-    while pool.active():
-        last = pool.last[0]
-        action = last.info.get("expert_action") if last is not None else None
-        if not action:
-            return []
-        prompt = pool.prompts([0])[0]
-        k = len(rows)
-        rows.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k, "prompt": prompt,
-                     "answer": action,
-                     "messages": [{"role": "user", "content": prompt},
-                                  {"role": "assistant", "content": action}]})
-        pool.step({0: action})
-    return rows if pool.episodes[0].success else []
+    demo = demonstrate(iid, lambda: game.AlfWorldEnv(gdir, expert=True),
+                       lambda last: last.info.get("expert_action") if last is not None else None,
+                       ROLLOUT)
+    return demo.rows if demo.solved else []
 
 
 def _demo_job(job: tuple[str, str]) -> list[dict[str, Any]]:
@@ -263,8 +251,7 @@ class AlfWorldTask(InteractiveTask):
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """`{"id", "task_type"}` per game; the id is its folder under json_2.1.1."""
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         root = data_dir(settings, self.options(settings))
         self._root = root  # make_env's folder (items stay plain JSON)
         return [g.model_dump() for g in list_games(root, split)]

@@ -35,11 +35,13 @@ from a2rl.settings import Settings, load_settings
 from a2rl.stats import NORMAL_METHOD
 
 from ..base import Messages, Split, Task, TaskScore
+from ..data_files import hidden_split, hub_file, hub_rows, read_jsonl
 from ..data_status import DataStatus, TaskDataError, folder_or_hub
 from ..hidden_data import hub_dataset_caches
 from ..improvement import IntervalResult, Scored
 from ..scorers import check_paired
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..train_rows import with_messages
 from .options import AlpacaEvalOptions
 
 N_TRAIN, N_DEV, N_TEST = 2000, 200, 805
@@ -142,15 +144,7 @@ def load_eval_rows(settings: Settings,
         if not path.is_file():
             raise FileNotFoundError(f"{DATA_DIR_ENV}={local} has no {name}")
     else:
-        try:
-            from huggingface_hub import hf_hub_download
-
-            path = Path(hf_hub_download(repo_id=EVAL_REPO, filename=name, repo_type="dataset"))
-        except Exception as exc:  # offline and not cached, or the hub refused
-            raise RuntimeError(
-                f"cannot fetch {name} from the dataset {EVAL_REPO} on the Hugging Face hub and "
-                f"no cached copy exists ({type(exc).__name__}: {exc}); connect once, or set "
-                f"{DATA_DIR_ENV} to a directory holding {name}") from exc
+        path = hub_file(EVAL_REPO, name, f"set {DATA_DIR_ENV} to a directory holding {name}")
     rows = json.loads(path.read_text())
     if not isinstance(rows, list) or not all("instruction" in r and "output" in r for r in rows):
         raise ValueError(f"{path} is not an AlpacaEval JSON file (a list of rows with "
@@ -163,19 +157,9 @@ def load_alpaca_rows(n: int, settings: Settings,
     """The first `n` rows of tatsu-lab/alpaca (instruction, input, output)."""
     local = _data_dir(_options(settings, options))
     if local is not None:
-        path = local / ALPACA_FIXTURE
-        with path.open() as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        return rows[:n]
-    try:
-        from datasets import load_dataset
-
-        ds = load_dataset(TRAIN_REPO, split=f"train[:{n}]")
-    except Exception as exc:
-        raise RuntimeError(
-            f"cannot load {TRAIN_REPO} from the Hugging Face hub and no cached copy exists "
-            f"({type(exc).__name__}: {exc}); connect once, or set {DATA_DIR_ENV}") from exc
-    return [{k: row[k] for k in ("instruction", "input", "output")} for row in ds]
+        return read_jsonl(local / ALPACA_FIXTURE, "alpacaeval")[:n]
+    rows = hub_rows(TRAIN_REPO, f"train[:{n}]", f"set {DATA_DIR_ENV}")
+    return [{k: row[k] for k in ("instruction", "input", "output")} for row in rows]
 
 
 class AlpacaEvalTask(Task):
@@ -251,11 +235,10 @@ class AlpacaEvalTask(Task):
         items = []
         for i, row in enumerate(self._alpaca(settings)[0]):
             prompt = alpaca_prompt(row)
-            items.append({"id": f"train-{i:05d}", "instruction": row["instruction"],
-                          "input": row.get("input", ""), "output": row["output"],
-                          "prompt": prompt, "answer": row["output"],  # as every task names them
-                          "messages": [{"role": "user", "content": prompt},
-                                       {"role": "assistant", "content": row["output"]}]})
+            item = {"id": f"train-{i:05d}", "instruction": row["instruction"],
+                    "input": row.get("input", ""), "output": row["output"],
+                    "prompt": prompt, "answer": row["output"]}  # as every task names them
+            items.append(with_messages(item, self.build_prompt(item), row["output"]))
         return items
 
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
@@ -266,17 +249,14 @@ class AlpacaEvalTask(Task):
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         self._settings = settings
-        if split == "dev":
+        if hidden_split(split) == "dev":
             rows = self._alpaca(settings)[1]
             return [{"id": f"dev-{i:04d}", "prompt": alpaca_prompt(r), "reference": r["output"],
                      "reference_generator": "text-davinci-003", "dataset": TRAIN_REPO}
                     for i, r in enumerate(rows)]
-        if split == "test":
-            return [{"id": f"test-{i:04d}", "prompt": r["instruction"], "reference": r["output"],
-                     "reference_generator": r.get("generator", ""),
-                     "dataset": r.get("dataset", "")}
-                    for i, r in enumerate(load_eval_rows(settings, self.options(settings)))]
-        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        return [{"id": f"test-{i:04d}", "prompt": r["instruction"], "reference": r["output"],
+                 "reference_generator": r.get("generator", ""), "dataset": r.get("dataset", "")}
+                for i, r in enumerate(load_eval_rows(settings, self.options(settings)))]
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": item["prompt"]}]

@@ -69,17 +69,6 @@ def make_items(
     return items
 
 
-def with_messages(item: dict[str, Any]) -> dict[str, Any]:
-    """Add the chat form of a train item (user: the problem, assistant: the answer)."""
-    return {
-        **item,
-        "messages": [
-            {"role": "user", "content": item["prompt"]},
-            {"role": "assistant", "content": item["answer"]},
-        ],
-    }
-
-
 #: The answer read from a model's output: the whole stripped output, one integer (the task asks
 #: for the number alone); shared with every numeric task (`a2rl.tasks.scorers.numeric`).
 normalize_answer = strict_integer

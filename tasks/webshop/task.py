@@ -28,10 +28,12 @@ from a2rl.settings import Settings
 
 from .. import rdagent
 from ..base import Split, TaskScore
+from ..data_files import hidden_split
 from ..data_status import DataStatus, TaskDataError
-from ..envapi.a2rl_env import Env, EnvPool, Episode
+from ..envapi.a2rl_env import Env, Episode
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..train_rows import chat_pair, demonstrate
 from . import paper, sim
 from .catalog import (
     HUMAN_FILE,
@@ -107,22 +109,10 @@ def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]],
         goal, iid = item["goal"], item["id"]
         if goal["asin"] not in catalog.products:
             continue
-        pool = EnvPool([iid], [lambda g=goal: sim.WebShopEnv(catalog, g)],
-                       instruction=rollout.instruction, window=rollout.history_window,
-                       max_steps=rollout.max_steps)
-        pool.reset()
-        steps = []
-        for k, action in enumerate(expert_actions(catalog, goal)):
-            if not pool.active():
-                break
-            prompt = pool.prompts([0])[0]
-            steps.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k, "prompt": prompt,
-                          "answer": action,
-                          "messages": [{"role": "user", "content": prompt},
-                                       {"role": "assistant", "content": action}]})
-            pool.step({0: action})
-        if pool.episodes[0].success:
-            rows += steps
+        demo = demonstrate(iid, lambda g=goal: sim.WebShopEnv(catalog, g),
+                           expert_actions(catalog, goal), rollout)
+        if demo.solved:
+            rows += demo.rows
     return rows
 
 
@@ -145,8 +135,7 @@ def paper_demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]],
             k = len(steps)
             steps.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k,
                           "prompt": chats[0][-1]["content"], "answer": actions[k],
-                          "messages": [*chats[0], {"role": "assistant",
-                                                   "content": actions[k]}]})
+                          "messages": chat_pair(chats[0], actions[k])})
             return [actions[k]]
 
         (episode,) = paper.play([iid], [lambda g=goal: sim.WebShopEnv(catalog, g)], text,
@@ -411,8 +400,7 @@ class WebShopTask(InteractiveTask):
         return [Path(data_dir).expanduser() / HUMAN_FILE] if data_dir else []
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         data = self.data(settings)
         self._graded = self.catalog(data)  # make_env's catalog (items stay plain JSON)
         self._settings = settings
