@@ -13,9 +13,9 @@ Every request is recorded as a `ToolCall` row (tool `service.<name>`, the reques
 a summary of the answer, with what the handler kept for the record only (`ServiceAnswer`),
 its duration and error), written by the same recording functions as MCP
 tool calls, so reports and `a2rl show` count service use with the agent's tool calls. The
-services of a run are the task's (`Task.services`, none by default), started by `RunRegistry`
-when this process first serves the run; they live as long as the process (a restarted server
-binds them again).
+services of a run are the task's (its `services` part, `a2rl.tasks.services`; none by
+default), started by `RunRegistry` when this process first serves the run; they live as long
+as the process (a restarted server binds them again).
 
 Bounds (`service_limits`): a run's services together hold a bounded number of connections,
 answer a bounded number of requests per second and carry a bounded number of bytes; what is
@@ -44,7 +44,7 @@ from typing import Any
 
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
-from a2rl.tasks.base import ServiceAnswer
+from a2rl.tasks.services import ServiceAnswer, service_handlers
 
 from .recording import end_call, start_call
 from .service_limits import RunServiceBudget, ServiceLimits
@@ -236,6 +236,6 @@ def start_run_services(settings: Settings, store: Store, run: Run,
     task = get_task(run.task_id, run.profile).with_options(run.task_options or {})
     budget = RunServiceBudget(ServiceLimits.from_settings(settings), store, run.id)
     hosts = []
-    for name, handler in task.services(settings).items():
+    for name, handler in service_handlers(task, settings).items():
         hosts.append(ServiceHost(store, run.id, services_dir, name, handler, budget).start())
     return hosts

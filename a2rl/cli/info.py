@@ -26,7 +26,7 @@ def tasks(
     """List the tasks with their levels and the splits this installation's data give; with
     --profile, each task's evaluation settings; with a task id, its data and options (-T:
     as a run with them would have them)."""
-    from a2rl.tasks import list_tasks, task_load_errors
+    from a2rl.tasks import data_status, list_tasks, profile_settings, task_load_errors
 
     if task_id is not None:
         _print_task_options(task_id, as_json, profile, task_option)
@@ -41,7 +41,7 @@ def tasks(
     for reason in task_load_errors().values():  # a broken plugin: said once, the rest listed
         echo(f"warning: {reason}", err=True)
     if profile is not None:
-        docs = [t.profile_settings(context.settings()) for t in found]
+        docs = [profile_settings(t, context.settings()) for t in found]
         if as_json:
             print_json([{**d, "task": d["task_id"]} for d in docs])  # "task": the old alias
             return
@@ -50,7 +50,7 @@ def tasks(
             _print_profile_settings(doc)
         return
     settings = context.settings()
-    statuses = {t.spec.id: t.data_status(settings) for t in found}  # offline, no download
+    statuses = {t.spec.id: data_status(t, settings) for t in found}  # offline, no download
     rows = [{"task_id": t.spec.id, "id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
              "default_budget": t.spec.default_budget,
              "splits": {name: info.n_items for name, info in statuses[t.spec.id].splits.items()},
@@ -78,7 +78,7 @@ def _data_line(status: Any) -> str | None:
 
 
 def _print_profile_settings(doc: dict[str, Any]) -> None:
-    """A task's evaluation settings under a profile (`Task.profile_settings`), a line each."""
+    """A task's evaluation settings under a profile (`a2rl.tasks.profile_settings`), a line each."""
     for key, value in doc.items():
         if key == "splits":
             value = "; ".join(
@@ -92,14 +92,14 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
     """`a2rl tasks <id>`: the splits its data give, the task's options (name, type, default,
     description) and the values now in force from config.toml, the deprecated settings and
     `-T`; with --profile, first the evaluation settings in force under that profile."""
-    from a2rl.tasks import OptionsError, get_task
+    from a2rl.tasks import OptionsError, get_task, profile_settings
 
     try:
         task = get_task(task_id, profile or "a2rl").with_options(
             task_options(task_id, pairs, context.settings(), profile or "a2rl"))
     except KeyError as exc:
         fail(message(exc))
-    evaluation = task.profile_settings(context.settings()) if profile is not None else None
+    evaluation = profile_settings(task, context.settings()) if profile is not None else None
     rows = task.options_model.describe()
     try:
         current = task.options_record(context.settings())
@@ -137,9 +137,9 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
 def _task_data(task: Any, settings: Settings) -> dict[str, Any]:
     """What a run of `task` would have: the splits its data give, read from them (a local
     copy is read; a hub dataset not yet cached is not downloaded here), or why none."""
-    from a2rl.tasks import TaskDataError
+    from a2rl.tasks import TaskDataError, check_data, data_status
 
-    status = task.data_status(settings)
+    status = data_status(task, settings)
     splits, line = status.splits, status.note or "generated (the same on every machine)"
     if status.state == "not_downloaded":
         line = f"not downloaded: {status.fetch}; the full data's splits:"
@@ -147,7 +147,7 @@ def _task_data(task: Any, settings: Settings) -> dict[str, Any]:
         line = f"unusable: {status.note}"
     else:
         try:
-            splits = task.check_data(settings)
+            splits = check_data(task, settings)
         except TaskDataError as exc:
             status.state, line = "invalid", f"unusable: {exc}"
     return {"state": status.state, "line": line, "fetch": status.fetch,

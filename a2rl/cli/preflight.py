@@ -7,7 +7,7 @@ whatever would make it fail later is refused first, in one `a2rl: ...` line and 
    refused with the names it has), then whether it is installed, has its key, and whether
    its endpoint answers an authenticated request (`clients.orchestrator.check_options`);
 2. the task's base model (fetched once, or a one-line refusal naming `-T base_model=`);
-3. the task's data (`Task.check_data`: present, in the task's schema, every split a run
+3. the task's data (`a2rl.tasks.check_data`: present, in the task's schema, every split a run
    needs non-empty).
 
 A fleet on a remote cluster checks only what does not depend on the machine (the agents'
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = True) -> None:
     """Refuse `config` in one line (`fail`) when its run could not be made or its agent
     could not work; return when everything checked holds."""
-    from a2rl.tasks import get_task
+    from a2rl.tasks import check_data, get_task
 
     try:
         if config.agent is not None:
@@ -36,7 +36,7 @@ def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = 
         if on_this_machine:
             task = get_task(config.task_id, config.profile).with_options(config.task_options)
             task.base_model_dir(settings)
-            task.check_data(settings)
+            check_data(task, settings)
     # an unknown name (KeyError), a bad option or data (AgentOptionsError, TaskDataError:
     # ValueErrors), an agent or base model not available (RuntimeError, BaseModelUnavailable)
     except (KeyError, ValueError, RuntimeError) as exc:

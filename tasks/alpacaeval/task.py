@@ -41,6 +41,7 @@ from ..hidden_data import hub_dataset_caches
 from ..improvement import IntervalResult, Scored
 from ..scorers import check_paired
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
 from ..train_rows import with_messages
 from .options import AlpacaEvalOptions
 
@@ -162,10 +163,36 @@ def load_alpaca_rows(n: int, settings: Settings,
     return [{k: row[k] for k in ("instruction", "input", "output")} for row in rows]
 
 
+class AlpacaEvalData(TaskData):
+    """AlpacaEval's data: a data folder, else `tatsu-lab/alpaca` and the evaluation set from
+    the hub; the splits they give."""
+
+    def splits(self, task: AlpacaEvalTask, settings: Settings) -> dict[str, SplitInfo]:
+        n_train, n_dev, n_test = task.sizes(settings)
+        spec = _spec(n_train, n_dev, paper=task.profile == "paper")
+        return {**spec.splits, "test": spec.splits["test"].model_copy(
+            update={"n_items": n_test})}
+
+    def status(self, task: AlpacaEvalTask, settings: Settings) -> DataStatus:
+        opts = task.options(settings)
+        cached = all(any(p.exists() for p in hub_dataset_caches(repo))
+                     for repo in (TRAIN_REPO, EVAL_REPO))
+        return folder_or_hub(task.spec.id, dict(task.spec.splits), _data_dir(opts),
+                             [opts.reference_file, ALPACA_FIXTURE], [TRAIN_REPO, EVAL_REPO],
+                             cached)
+
+    def hidden_paths(self, task: AlpacaEvalTask, settings: Settings) -> list[Path]:
+        """The evaluation set's copies: the data folder and the hub caches."""
+        folder = _data_dir(_options(settings, None))
+        return [*([folder] if folder else []), *hub_dataset_caches(EVAL_REPO),
+                *hub_dataset_caches(TRAIN_REPO)]
+
+
 class AlpacaEvalTask(Task):
     """AlpacaEval 2.0 against reference outputs, judged by an OpenAI-compatible model."""
 
     options_model = AlpacaEvalOptions
+    data_source = AlpacaEvalData()
     has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     #: The reference harness's evaluation (see the module docstring).
@@ -201,7 +228,7 @@ class AlpacaEvalTask(Task):
             len(rows) - max(1, len(rows) // 4)
         return rows[:cut], rows[cut:]
 
-    def _sizes(self, settings: Settings) -> tuple[int, int, int]:
+    def sizes(self, settings: Settings) -> tuple[int, int, int]:
         """(train, dev, test) rows the data give; `TaskDataError` when they cannot be read."""
         try:
             train, dev = self._alpaca(settings)
@@ -209,24 +236,10 @@ class AlpacaEvalTask(Task):
         except (OSError, RuntimeError, ValueError) as exc:  # JSONDecodeError is a ValueError
             raise TaskDataError(f"task alpacaeval: {str(exc).splitlines()[0]}") from None
 
-    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
-        n_train, n_dev, n_test = self._sizes(settings)
-        spec = _spec(n_train, n_dev, paper=self.profile == "paper")
-        return {**spec.splits, "test": spec.splits["test"].model_copy(
-            update={"n_items": n_test})}
-
-    def data_status(self, settings: Settings) -> DataStatus:
-        opts = self.options(settings)
-        cached = all(any(p.exists() for p in hub_dataset_caches(repo))
-                     for repo in (TRAIN_REPO, EVAL_REPO))
-        return folder_or_hub(self.spec.id, dict(self.spec.splits), _data_dir(opts),
-                             [opts.reference_file, ALPACA_FIXTURE], [TRAIN_REPO, EVAL_REPO],
-                             cached)
-
     def task_md(self, settings: Settings | None = None) -> str:
         if settings is None:
             return self.spec.description
-        n_train, n_dev, n_test = self._sizes(settings)
+        n_train, n_dev, n_test = self.sizes(settings)
         if self.profile == "paper":
             return _description(PAPER_GRADER, "description_paper.md", n_train, n_dev, n_test)
         return _description(GRADER, "description.md", n_train, n_dev, n_test)
@@ -240,12 +253,6 @@ class AlpacaEvalTask(Task):
                     "prompt": prompt, "answer": row["output"]}  # as every task names them
             items.append(with_messages(item, self.build_prompt(item), row["output"]))
         return items
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The evaluation set's copies: the data folder and the hub caches."""
-        folder = _data_dir(_options(settings, None))
-        return [*([folder] if folder else []), *hub_dataset_caches(EVAL_REPO),
-                *hub_dataset_caches(TRAIN_REPO)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         self._settings = settings

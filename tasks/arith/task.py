@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from functools import cached_property
 from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
 
 from ..base import Messages, Split, Task
 from ..data_files import hidden_split
-from ..hidden_seed import secret_seed, seed_digest, seed_path
+from ..hidden_seed import secret_seed
 from ..scorers.match import AnswerMatch
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import SecretSeed
 from ..train_rows import with_messages
 from .generate import (
     GENERATOR_VERSION,
@@ -42,8 +42,32 @@ def _op(problem: str) -> str:
     return next((op for op in "+-*" if op in problem[1:]), "?")
 
 
+class ArithData(SecretSeed):
+    """Hidden splits from this home's secret seed `arith`; the audit's controls are the rest of
+    the problem space."""
+
+    def control_items(self, task: ArithTask, settings: Settings) -> list[dict[str, Any]]:
+        """Every problem of the space in neither the train nor a hidden split (about 3,300):
+        an enumeration of the space finds them as often as hidden ones, a copy of the train
+        file or of the hidden items does not (the audit's short-item control)."""
+        taken = {it["prompt"] for it in task._train}
+        taken |= {it["prompt"] for split in task.hidden_items(settings).values() for it in split}
+        items: list[dict[str, Any]] = []
+        for op, _, (la, ha), (lb, hb) in OPERATIONS:
+            for a in range(la, ha + 1):
+                for b in range(lb, hb + 1):
+                    problem = f"{a}{op}{b}"
+                    if problem not in taken and (op != "-" or a >= b):
+                        taken.add(problem)
+                        items.append({"id": f"control-{len(items):05d}", "prompt": problem,
+                                      "answer": str(apply_op(op, a, b))})
+        return items
+
+
 class ArithTask(Task):
     """Integer arithmetic; see `generate.py` for the distribution and `description.md`."""
+
+    data_source = ArithData("arith")
 
     def __init__(self) -> None:
         self.spec = TaskSpec(
@@ -86,31 +110,6 @@ class ArithTask(Task):
         dev = [{**it, "id": f"dev-{i:04d}"} for i, it in enumerate(both[:N_DEV])]
         test = [{**it, "id": f"test-{i:04d}"} for i, it in enumerate(both[N_DEV:])]
         return {"dev": dev, "test": test}
-
-    def audit_control_items(self, settings: Settings) -> list[dict[str, Any]]:
-        """Every problem of the space in neither the train nor a hidden split (about 3,300):
-        an enumeration of the space finds them as often as hidden ones, a copy of the train
-        file or of the hidden items does not (the audit's short-item control)."""
-        taken = {it["prompt"] for it in self._train}
-        taken |= {it["prompt"] for split in self.hidden_items(settings).values() for it in split}
-        items: list[dict[str, Any]] = []
-        for op, _, (la, ha), (lb, hb) in OPERATIONS:
-            for a in range(la, ha + 1):
-                for b in range(lb, hb + 1):
-                    problem = f"{a}{op}{b}"
-                    if problem not in taken and (op != "-" or a >= b):
-                        taken.add(problem)
-                        items.append({"id": f"control-{len(items):05d}", "prompt": problem,
-                                      "answer": str(apply_op(op, a, b))})
-        return items
-
-    def hidden_split_identity(self, settings: Settings) -> str | None:
-        """The hidden splits are drawn from this home's secret seed."""
-        return seed_digest(settings, "arith")
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The secret seed: the hidden splits are generated from it by public code."""
-        return [seed_path(settings, "arith")]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         hidden_split(split)

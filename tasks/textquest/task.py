@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from functools import cached_property
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
@@ -18,9 +17,10 @@ from a2rl.settings import Settings
 from ..base import Split
 from ..data_files import hidden_split
 from ..envapi.a2rl_env import Env, render_prompt
-from ..hidden_seed import secret_seed, seed_digest, seed_path
+from ..hidden_seed import secret_seed
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import SecretSeed
 from ..train_rows import demonstrate
 from . import game
 
@@ -61,6 +61,8 @@ class TextQuestTask(InteractiveTask):
 
     rollout = ROLLOUT
     backend_name = "textquest_game"
+    #: the hidden games are drawn from this home's secret seed
+    data_source = SecretSeed("textquest")
 
     def __init__(self) -> None:
         self.spec = TaskSpec(
@@ -92,14 +94,6 @@ class TextQuestTask(InteractiveTask):
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return list(self._demos)
-
-    def hidden_split_identity(self, settings: Settings) -> str | None:
-        """The hidden splits are drawn from this home's secret seed."""
-        return seed_digest(settings, "textquest")
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The secret seed: the hidden games are drawn from it by public code."""
-        return [seed_path(settings, "textquest")]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """Games drawn from the secret seed: `{"id", "rooms"}` per instance."""
