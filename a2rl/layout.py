@@ -2,7 +2,7 @@
 are inputs.
 
 Why here (beside `settings` and `stats`, below every top-level package): tasks write the
-layout (`Task.prepare_workspace`), the server creates it, the tools and the sandboxes enforce
+layout (`a2rl.tasks.prepare_workspace`), the server creates it, the tools and the sandboxes enforce
 it, and each used to keep its own list of the same names. A task adds inputs of its own by
 listing them in its `TaskSpec.readonly_paths`; the sandbox mounts exactly that list read-only.
 """

@@ -27,7 +27,7 @@ control's, beyond what chance does?): p ≤ 1e-6 is `high` (200 of arith's 500 t
 no control item: p ≈ 1e-242; the same 8 of 10 items of a toy pool: p ≈ 4e-4, not proof);
 p ≤ 1e-3 is `low`; otherwise half of a split or more is `low` (the space enumerated, found
 as often as the control), and less is chance and no flag (counted in the summary). The control
-is the task's own (`Task.audit_control_items`: arith's problems in neither split, which an
+is the task's own (`a2rl.tasks.audit_control_items`: arith's problems in neither split, which an
 enumeration finds and a copy of the hidden items does not), else the visible train items.
 
 What is read, and how: `audit/texts.py` (the sources) and `audit/decode.py` (the formats).

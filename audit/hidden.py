@@ -19,6 +19,7 @@ from typing import Any
 
 from a2rl.settings import Settings
 from a2rl.store import Run
+from a2rl.tasks import audit_control_items, hidden_data_paths
 from a2rl.tasks.registry import task_for_grading
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class HiddenData:
     dataset_ids: list[str] = field(default_factory=list)
     error: str | None = None
     #: the short-item rule's control: items of the task's kind neither given nor hidden
-    #: (`Task.audit_control_items`); empty: the train items serve
+    #: (`a2rl.tasks.audit_control_items`); empty: the train items serve
     control: list[HiddenItem] = field(default_factory=list)
     #: workspace path -> sha256 of the task's data files as it writes them (recognised by
     #: hash when a job reads them unchanged: the visible split is no evidence)
@@ -96,12 +97,12 @@ def dataset_ids_of_paths(paths: list[Path]) -> list[str]:
     return found
 
 
-#: where `Task.prepare_workspace` writes the visible split
+#: where `a2rl.tasks.prepare_workspace` writes the visible split
 TRAIN_FILE = "data/train.jsonl"
 
 
 def train_file_sha(rows: list[dict[str, Any]]) -> str:
-    """The sha256 of data/train.jsonl as `Task.prepare_workspace` writes it (one JSON object
+    """The sha256 of data/train.jsonl as `a2rl.tasks.prepare_workspace` writes it (one JSON object
     a line): a task that writes its data otherwise is simply not recognised, and read."""
     h = hashlib.sha256()
     for row in rows:
@@ -117,7 +118,7 @@ def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenDa
     try:
         task = task_for_grading(run.task_id, run.profile, run.task_options)
         data.dataset_ids = list(task.spec.public_test_ids)
-        data.paths = [Path(p).expanduser() for p in task.hidden_data_paths(settings)]
+        data.paths = [Path(p).expanduser() for p in hidden_data_paths(task, settings)]
         data.dataset_ids += [i for i in dataset_ids_of_paths(data.paths)
                              if i not in data.dataset_ids]
         if items:
@@ -126,7 +127,7 @@ def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenDa
             rows = task.train_items(settings)
             data.train = _items(rows, "train")
             data.shipped = {TRAIN_FILE: train_file_sha(rows)}
-            control = task.audit_control_items(settings)
+            control = audit_control_items(task, settings)
             data.control = _items(control, "control") if control else []
     except Exception as exc:  # noqa: BLE001 - any task failure: the audit says what it lacked
         log.warning("audit of %s: hidden data of %s not read: %s", run.id, run.task_id, exc)

@@ -1,7 +1,7 @@
 """Hidden-data reach: commands, code and paths that name the task's hidden data.
 
 What counts, from the most to the least certain:
-- a host path that carries the task's hidden items (`Task.hidden_data_paths`: a data file, a
+- a host path that carries the task's hidden items (`a2rl.tasks.hidden_data_paths`: a data file, a
   hub cache, the secret seed), or its distinctive file name, or `$A2RL_HOME/secrets`: `high`
   (no honest plan names them; the sandbox masks them, so naming one is an attempt);
 - the public id of the task's test split loaded with its test split (`load_dataset(

@@ -27,7 +27,7 @@ from typing import Any
 
 from a2rl.grading.evaluate import evaluate
 from a2rl.settings import Settings
-from a2rl.tasks import get_task
+from a2rl.tasks import get_task, prepare_workspace
 
 SFT_ARGS = "--steps 100 --batch 32 --max-length 128 --holdout 0"  # as the reference agent
 GRPO_ARGS = ""
@@ -52,7 +52,7 @@ def one_seed(seed: int, root: Path, settings: Settings, split: str, sft_args: st
              grpo_args: str) -> dict[str, Any]:
     task = get_task("textquest")
     ws = root / f"seed{seed}"
-    task.prepare_workspace(ws, settings)
+    prepare_workspace(task, ws, settings)
     for name in ("sft.py", "grpo_env.py"):
         (ws / "code" / name).write_text(script_text(name))
     sft_s = run_script(ws, f"code/sft.py --out output/sft --seed {seed} {sft_args}",

@@ -13,7 +13,16 @@ from a2rl.cli.options import PROFILES, JsonFlag, TaskOptionOpt, choices, task_op
 from a2rl.cli.output import echo, print_json
 from a2rl.clients.registry import agent_lines, list_connectors
 from a2rl.settings import Settings, load_settings
-from a2rl.tasks import OptionsError, TaskDataError, get_task, list_tasks, task_load_errors
+from a2rl.tasks import (
+    OptionsError,
+    TaskDataError,
+    check_data,
+    data_status,
+    get_task,
+    list_tasks,
+    profile_settings,
+    task_load_errors,
+)
 
 
 def tasks(
@@ -41,7 +50,7 @@ def tasks(
     for reason in task_load_errors().values():  # a broken plugin: said once, the rest listed
         echo(f"warning: {reason}", err=True)
     if profile is not None:
-        docs = [t.profile_settings(context.settings()) for t in found]
+        docs = [profile_settings(t, context.settings()) for t in found]
         if as_json:
             print_json([{**d, "task": d["task_id"]} for d in docs])  # "task": the old alias
             return
@@ -50,7 +59,7 @@ def tasks(
             _print_profile_settings(doc)
         return
     settings = context.settings()
-    statuses = {t.spec.id: t.data_status(settings) for t in found}  # offline, no download
+    statuses = {t.spec.id: data_status(t, settings) for t in found}  # offline, no download
     rows = [{"task_id": t.spec.id, "id": t.spec.id, "level": t.spec.level, "title": t.spec.title,
              "default_budget": t.spec.default_budget,
              "splits": {name: info.n_items for name, info in statuses[t.spec.id].splits.items()},
@@ -78,7 +87,7 @@ def _data_line(status: Any) -> str | None:
 
 
 def _print_profile_settings(doc: dict[str, Any]) -> None:
-    """A task's evaluation settings under a profile (`Task.profile_settings`), a line each."""
+    """A task's evaluation settings under a profile (`a2rl.tasks.profile_settings`), a line each."""
     for key, value in doc.items():
         if key == "splits":
             value = "; ".join(
@@ -97,7 +106,7 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
             task_options(task_id, pairs, context.settings(), profile or "a2rl"))
     except KeyError as exc:
         fail(message(exc))
-    evaluation = task.profile_settings(context.settings()) if profile is not None else None
+    evaluation = profile_settings(task, context.settings()) if profile is not None else None
     rows = task.options_model.describe()
     try:
         current = task.options_record(context.settings())
@@ -135,7 +144,7 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
 def _task_data(task: Any, settings: Settings) -> dict[str, Any]:
     """What a run of `task` would have: the splits its data give, read from them (a local
     copy is read; a hub dataset not yet cached is not downloaded here), or why none."""
-    status = task.data_status(settings)
+    status = data_status(task, settings)
     splits, line = status.splits, status.note or "generated (the same on every machine)"
     if status.state == "not_downloaded":
         line = f"not downloaded: {status.fetch}; the full data's splits:"
@@ -143,7 +152,7 @@ def _task_data(task: Any, settings: Settings) -> dict[str, Any]:
         line = f"unusable: {status.note}"
     else:
         try:
-            splits = task.check_data(settings)
+            splits = check_data(task, settings)
         except TaskDataError as exc:
             status.state, line = "invalid", f"unusable: {exc}"
     return {"state": status.state, "line": line, "fetch": status.fetch,

@@ -7,7 +7,7 @@ whatever would make it fail later is refused first, in one `a2rl: ...` line and 
    refused with the names it has), then whether it is installed, has its key, and whether
    its endpoint answers an authenticated request (`clients.orchestrator.check_options`);
 2. the task's base model (fetched once, or a one-line refusal naming `-T base_model=`);
-3. the task's data (`Task.check_data`: present, in the task's schema, every split a run
+3. the task's data (`a2rl.tasks.check_data`: present, in the task's schema, every split a run
    needs non-empty);
 4. the sandbox backend and the grading engine: names their registries know (a package's
    included), loadable, and the engine able to run on this machine.
@@ -24,7 +24,7 @@ from a2rl.grading.engine_select import chosen_engine
 from a2rl.sandbox.registry import backend
 from a2rl.settings import Settings
 from a2rl.store import RunConfig
-from a2rl.tasks import get_task
+from a2rl.tasks import check_data, get_task
 
 
 def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = True) -> None:
@@ -36,7 +36,7 @@ def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = 
         if on_this_machine:
             task = get_task(config.task_id, config.profile).with_options(config.task_options)
             task.base_model_dir(settings)
-            task.check_data(settings)
+            check_data(task, settings)
             backend(config.backend or settings.backend)
             chosen_engine(settings)
     # an unknown name (KeyError), a bad option or data (AgentOptionsError, TaskDataError:

@@ -22,7 +22,7 @@ from a2rl.clients.cheats import CHEATS, run_cheat
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.settings import load_settings
 from a2rl.store import Store
-from a2rl.tasks import get_task
+from a2rl.tasks import get_task, hidden_data_paths
 
 
 async def main(cheat: str) -> str:
@@ -36,7 +36,7 @@ async def main(cheat: str) -> str:
         kw["leaked"] = [{"input": it.input, "answer": it.answer}
                         for it in load_hidden(run, settings).items if it.split == "test"]
     elif cheat == "hidden-reach":
-        kw["hidden_path"] = str(get_task("arith").hidden_data_paths(settings)[0])
+        kw["hidden_path"] = str(hidden_data_paths(get_task("arith"), settings)[0])
     server = build_server(settings, store, run_id=run.id, transport="memory")
     try:
         async with Client(server, mode="legacy") as client:

@@ -28,13 +28,13 @@ import json
 import logging
 import os
 import secrets
-import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from a2rl import jsonl_socket
 from a2rl.settings import Settings, parse_size
 
 from . import access
@@ -59,6 +59,8 @@ LOGS_INSIDE = "/a2rl/joblogs"  # where jobs see their logs, read-only (every bac
 SOCKET_NAME = "supervisor.sock"
 START_TIMEOUT = 15.0
 CALL_TIMEOUT = 10.0
+#: Tries of a connection while the supervisor's accept queue is full (EAGAIN), 20 ms apart.
+CONNECT_TRIES = 100
 KILL_TIMEOUT = 60.0  # a kill sweeps /proc until nothing is left, then waits for the reap
 # Capabilities the supervisor keeps when it runs as root (jobs keep none): switch to the
 # sandbox user, signal and read the /proc of its jobs.
@@ -193,18 +195,11 @@ class SupervisorClient:
         """One request on a fresh connection; `timeout` bounds the whole exchange."""
         if self.token is None:
             raise SandboxError("the sandbox is not started")
-        request = json.dumps({"token": self.token, "op": op, **(fields or {})}).encode() + b"\n"
+        request = {"token": self.token, "op": op, **(fields or {})}
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                sock.settimeout(timeout)
-                _connect(sock, self.socket_path)
-                sock.sendall(request)
-                data = b""
-                while not data.endswith(b"\n"):
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
+            with jsonl_socket.connect(self.socket_path, timeout,
+                                      full_queue_tries=CONNECT_TRIES) as sock:
+                data = jsonl_socket.exchange(sock, request)
         except (FileNotFoundError, ConnectionRefusedError):
             raise SandboxError("supervisor is not running") from None
         except TimeoutError:
@@ -214,7 +209,7 @@ class SupervisorClient:
         if not data:
             raise SandboxError("supervisor is not running (connection closed)")
         try:
-            reply = json.loads(data)
+            reply = jsonl_socket.answer_of(data)
         except ValueError:
             raise SandboxError(f"the sandbox supervisor answered garbage: {data[:200]!r}") from None
         if not reply.get("ok"):
@@ -227,30 +222,6 @@ class SupervisorClient:
         except SandboxError:
             return False
         return True
-
-
-def _connect(sock: socket.socket, path: Path) -> None:
-    """Connect, retrying briefly while the supervisor's accept queue is full (EAGAIN)."""
-    for attempt in range(100):
-        try:
-            return _connect_once(sock, path)
-        except BlockingIOError:
-            if attempt == 99:
-                raise
-            time.sleep(0.02)
-
-
-def _connect_once(sock: socket.socket, path: Path) -> None:
-    name = str(path)
-    if len(name.encode()) < 100:
-        sock.connect(name)
-        return
-    # Unix socket paths are limited to 108 bytes; reach a long one through its folder's fd.
-    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
-    try:
-        sock.connect(f"/proc/self/fd/{fd}/{path.name}")
-    finally:
-        os.close(fd)
 
 
 class SupervisedSandbox(ABC):

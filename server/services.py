@@ -6,15 +6,16 @@ socket there is the one door out, and this process holds the key and the data be
 
 Protocol (what `env/` code speaks): a unix stream socket `<services dir>/<name>.sock`; each
 request is one JSON object on one line, each answer one JSON line: `{"ok": true, "result": ...}`
-or `{"ok": false, "error": "..."}`. A connection may carry many requests.
+or `{"ok": false, "error": "..."}`. A connection may carry many requests. The client side,
+for host tools and the sandbox's `env/` code alike, is `a2rl.jsonl_socket` (`call`).
 
 Every request is recorded as a `ToolCall` row (tool `service.<name>`, the request as arguments,
 a summary of the answer, with what the handler kept for the record only (`ServiceAnswer`),
 its duration and error), written by the same recording functions as MCP
 tool calls, so reports and `a2rl show` count service use with the agent's tool calls. The
-services of a run are the task's (`Task.services`, none by default), started by `RunRegistry`
-when this process first serves the run; they live as long as the process (a restarted server
-binds them again).
+services of a run are the task's (its `services` part, `a2rl.tasks.services`; none by
+default), started by `RunRegistry` when this process first serves the run; they live as long
+as the process (a restarted server binds them again).
 
 Bounds (`service_limits`): a run's services together hold a bounded number of connections,
 answer a bounded number of requests per second and carry a bounded number of bytes; what is
@@ -43,7 +44,7 @@ from typing import Any
 
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
-from a2rl.tasks.base import ServiceAnswer
+from a2rl.tasks.services import ServiceAnswer, service_handlers
 
 from .recording import end_call, start_call
 from .service_limits import RunServiceBudget, ServiceLimits
@@ -227,24 +228,6 @@ def bind_private_then_move(sock: socket.socket, path: Path) -> int:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def call(path: Path | str, request: dict[str, Any], timeout: float = 60.0) -> Any:
-    """A client (tests, host tools): send one request, return its result or raise."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        sock.connect(str(path))
-        sock.sendall((json.dumps(request) + "\n").encode())
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    answer = json.loads(data)
-    if not answer.get("ok"):
-        raise RuntimeError(answer.get("error", "service error"))
-    return answer["result"]
-
-
 def start_run_services(settings: Settings, store: Store, run: Run,
                        services_dir: Path) -> list[ServiceHost]:
     """Start the services the run's task declares (none for most tasks)."""
@@ -253,6 +236,6 @@ def start_run_services(settings: Settings, store: Store, run: Run,
     task = get_task(run.task_id, run.profile).with_options(run.task_options or {})
     budget = RunServiceBudget(ServiceLimits.from_settings(settings), store, run.id)
     hosts = []
-    for name, handler in task.services(settings).items():
+    for name, handler in service_handlers(task, settings).items():
         hosts.append(ServiceHost(store, run.id, services_dir, name, handler, budget).start())
     return hosts

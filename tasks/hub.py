@@ -7,7 +7,7 @@ interrupted download is never mistaken for a model) and every later run reuses t
 without touching the network. When the hub cannot be reached and nothing is cached, the error
 says so in one line (`BaseModelUnavailable`, a `RuntimeError` the command line reports plainly).
 
-Overrides (documented in each task's TASK.md; `Task.base_model_name`): a task constructed with
+Overrides (documented in each task's TASK.md; `a2rl.tasks.base_model_name`): a task constructed with
 `base_model=...` uses it; otherwise the task's option `base_model` (`-T base_model=`,
 `[tasks.<id>]`, or the deprecated `task_base_models` / `A2RL_<TASK>_BASE_MODEL`), then the
 setting `base_model` (`A2RL_BASE_MODEL`), then the spec's `default_base_model`. Tests set

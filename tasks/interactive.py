@@ -33,6 +33,7 @@ from a2rl.settings import Settings
 from .base import ItemResult, Messages, Task, TaskScore
 from .envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
 from .spec import GraderSettings
+from .workspace import write_readonly
 
 if TYPE_CHECKING:
     from a2rl.grading.seam import GenerationEngine
@@ -52,6 +53,18 @@ class RolloutSettings(BaseModel):
     history_window: int = Field(1, ge=0, description="earlier (observation, action) pairs shown")
 
 
+def write_env(task: Task, workspace: Path, settings: Settings, link_base_model: bool) -> None:
+    """An interactive task's workspace part: env/, the generic API, the task's backend, the
+    manifest and the README, all read-only. Nothing of the hidden splits goes there."""
+    assert isinstance(task, InteractiveTask)
+    files = {name: resources.files("a2rl.tasks.envapi").joinpath(name).read_text()
+             for name in API_FILES}
+    files.update(task.env_backend_files())
+    files["manifest.json"] = json.dumps(task.manifest(), indent=1) + "\n"
+    files["README.md"] = task.env_readme()
+    write_readonly(workspace / ENV, files)
+
+
 class InteractiveTask(Task):
     """A level-3 task. Subclasses set `spec` (level 3, readonly_paths with "env"), `rollout`,
     `backend_name`, and implement the data methods and `make_env`."""
@@ -59,6 +72,8 @@ class InteractiveTask(Task):
     rollout: RolloutSettings
     #: The backend module's name inside env/ (env/<backend_name>.py).
     backend_name: str
+    #: The workspace gets env/ (`write_env`); a task with more to show adds its own parts.
+    workspace_parts = (write_env,)
 
     @abstractmethod
     def make_env(self, item: dict[str, Any]) -> Env:
@@ -83,10 +98,6 @@ class InteractiveTask(Task):
         """This task's own episode loop for its profile (ALFWorld's `paper`: ReAct), or None
         to be played by the shared loop (`play`, below)."""
         return None
-
-    def profile_settings(self, settings: Settings | None = None) -> dict[str, Any]:
-        return {**super().profile_settings(settings), "max_steps": self.rollout.max_steps,
-                "history_window": self.rollout.history_window}
 
     def env_readme(self) -> str:
         return resources.files("a2rl.tasks.envapi").joinpath("README.md").read_text()
@@ -130,33 +141,6 @@ class InteractiveTask(Task):
         if groups:
             metrics["success_by_group"] = {g: sum(v) / len(v) for g, v in sorted(groups.items())}
         return TaskScore.from_items(results, metric="success_rate", count=False, **metrics)
-
-    # --- workspace ------------------------------------------------------------------------
-    def prepare_workspace(self, workspace: Path, settings: Settings, *,
-                          link_base_model: bool = False) -> None:
-        """The shared layout, plus env/: the generic API, the backend, the manifest and the
-        README, all read-only. Nothing of the hidden splits goes there."""
-        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        env = workspace / ENV
-        files = {name: resources.files("a2rl.tasks.envapi").joinpath(name).read_text()
-                 for name in API_FILES}
-        files.update(self.env_backend_files())
-        files["manifest.json"] = json.dumps(self.manifest(), indent=1) + "\n"
-        files["README.md"] = self.env_readme()
-        write_readonly(env, files)
-
-
-def write_readonly(folder: Path, files: dict[str, str]) -> None:
-    """Replace `folder`'s files with `files`, each left 0444 (idempotent over earlier runs)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.iterdir():
-        if old.is_file():
-            old.chmod(0o644)
-            old.unlink()
-    for name, text in files.items():
-        path = folder / name
-        path.write_text(text)
-        path.chmod(0o444)
 
 
 def _factory(task: InteractiveTask, item: dict[str, Any]) -> Callable[[], Env]:

@@ -121,6 +121,16 @@ def load_gen_config(wheel: Path, dataset: str, name: str,
     raise OpenCompassUnavailable(f"{dataset}/{name}: no prompt template found in {wheel.name}")
 
 
+def gen_config(config: tuple[str, str], settings: Settings,
+               wheel: Path | None = None) -> GenConfig:
+    """The config `(dataset, name)` a task's paper profile prompts with: from `wheel`,
+    unchecked (tests give a fixture wheel in the same layout), else from the downloaded one in
+    $A2RL_HOME, digest-checked."""
+    if wheel is not None:
+        return load_gen_config(wheel, *config, expect_sha256=None)
+    return load_gen_config(default_wheel(settings), *config, expect_sha256=WHEEL_SHA256)
+
+
 def render(config: GenConfig, column: str, value: str) -> list[dict[str, str]]:
     """The chat messages of one item: OpenCompass's PromptTemplate puts the input column's
     value in place of `{column}` by plain replacement (utils/prompt.py `safe_format`: other

@@ -22,6 +22,7 @@ from a2rl.settings import register_legacy_declarations
 
 from .base import Task
 from .profiles import check_profile
+from .task_data import TaskData
 
 #: The entry-point group an installed package declares its tasks under.
 ENTRY_POINT_GROUP = "a2rl.tasks"
@@ -127,7 +128,26 @@ def _build(task_id: str) -> Task:
     if task.spec.id != task_id:
         raise PluginLoadError(f"task {task_id!r} ({entry.source}) has spec.id "
                               f"{task.spec.id!r}; the two must match")
+    if (wrong := misshapen_part(task)) is not None:
+        raise PluginLoadError(f"task {task_id!r} ({entry.source}): {wrong} "
+                              "(docs/adding-a-task.md, the parts a task hands in)")
     return task
+
+
+def misshapen_part(task: Task) -> str | None:
+    """What is wrong with the parts `task` hands in, or None. A task written for the older
+    shape (a `services(settings)` method, a `prepare_workspace` override) would otherwise fail
+    only when a run first uses the part; this says so when the task is built."""
+    if not isinstance(task.services, Mapping):
+        return "`services` must be a mapping of name -> handler factory, not a method"
+    if not isinstance(task.workspace_parts, tuple) or not all(
+            callable(part) for part in task.workspace_parts):
+        return "`workspace_parts` must be a tuple of functions"
+    if not isinstance(task.data_source, TaskData):
+        return f"`data_source` must be a TaskData, not a {type(task.data_source).__name__}"
+    if task.scorer is not None and not callable(task.scorer):
+        return "`scorer` must be a callable (items, outputs) -> TaskScore"
+    return None
 
 
 def get_task(task_id: str, profile: str = "a2rl") -> Task:

@@ -41,9 +41,7 @@ class ServicesFixtureTask(FixtureTask):
     """The fixture task with one per-run service, `echo` (`<run dir>/services/echo.sock`)."""
 
     spec = FixtureTask.spec.model_copy(update={"id": "fixture-services"})
-
-    def services(self, settings: Settings) -> dict[str, Any]:
-        return {"echo": lambda request: {"echo": request}}
+    services = {"echo": lambda task, settings: lambda request: {"echo": request}}
 
 
 register("fixture-services", ServicesFixtureTask)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from a2rl.settings import Settings
+from a2rl.tasks import prepare_workspace
 
 from .conftest import require
 from .helpers import with_task_options
@@ -215,7 +216,7 @@ def test_workspace_env_api_trains_only(alf: Settings, alf_root: Path, tmp_path: 
 
     task = AlfWorldTask()
     ws = tmp_path / "ws"
-    task.prepare_workspace(ws, alf)
+    prepare_workspace(task, ws, alf)
     assert (ws / "env" / "alfworld_game.py").read_text() == Path(game.__file__).read_text()
     manifest = json.loads((ws / "env" / "manifest.json").read_text())
     assert manifest["backend"] == "alfworld_env" and manifest["max_steps"] == 50
@@ -255,7 +256,7 @@ def test_registered_with_its_spec() -> None:
 
     task = get_task("alfworld")
     assert task.spec.level == 3 and task.spec.splits["test"].n_items == 134
-    assert "env" in task.readonly_paths
+    assert "env" in task.spec.readonly_paths
     assert "a2rl alfworld download" in task.spec.description
 
 

@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from a2rl.settings import Settings
-from a2rl.tasks import TaskSpec, get_task, list_tasks, secret_seed
+from a2rl.tasks import TaskSpec, get_task, list_tasks, prepare_workspace, secret_seed
 from a2rl.tasks.arith.generate import TRAIN_SEED, make_items, normalize_answer
 from a2rl.tasks.hidden_seed import seed_path
 
@@ -54,7 +54,7 @@ def test_secret_seed_file(settings: Settings, tmp_path) -> None:
 def test_prepare_workspace(settings: Settings, tmp_path) -> None:
     task = get_task("arith")
     ws = tmp_path / "ws"
-    task.prepare_workspace(ws, settings)
+    prepare_workspace(task, ws, settings)
     assert sorted(p.name for p in ws.iterdir()) == [
         "TASK.md", "base_model", "code", "data", "logs", "output"]
     for empty in ("code", "output", "logs"):
@@ -65,7 +65,7 @@ def test_prepare_workspace(settings: Settings, tmp_path) -> None:
     assert len(rows) == 6000 and set(rows[0]) == {"id", "prompt", "answer", "messages"}
     assert (ws / "base_model" / "config.json").is_file()
     assert (ws / "base_model" / "model.safetensors").is_file()
-    assert task.readonly_paths == ["base_model", "data"]
+    assert list(task.spec.readonly_paths) == ["base_model", "data"]
     # nothing hidden leaks into the workspace: no seed, no dev/test problem
     seed = str(secret_seed(settings, "arith"))
     hidden = {it["prompt"] for s in ("dev", "test") for it in task.load_split(s, settings)}
@@ -75,7 +75,7 @@ def test_prepare_workspace(settings: Settings, tmp_path) -> None:
             text = path.read_text()
             assert seed not in text
     assert not hidden & {r["prompt"] for r in rows}
-    task.prepare_workspace(ws, settings)  # idempotent over read-only files
+    prepare_workspace(task, ws, settings)  # idempotent over read-only files
 
 
 def test_task_md_states_the_real_prompt(settings: Settings) -> None:

@@ -18,6 +18,7 @@ from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, Store, ToolCall
+from a2rl.tasks import service_handlers
 from a2rl.tasks.deepsearchqa import data, game
 from a2rl.tasks.deepsearchqa.judge import CorrectnessJudge, parse_grade
 from a2rl.tasks.deepsearchqa.search import CorpusSearch, WebSearch, make_search
@@ -360,7 +361,7 @@ def test_sandbox_search_withholds_hidden_answers_and_the_datasets_pages(
     train = data.split_rows(data.load_rows(dsqa), "train")[0]
     with FakeSearch() as fake:
         web = with_task_options(dsqa, "deepsearchqa", search_url=fake.url)
-        search = DeepSearchQATask().services(web)["search"]
+        search = service_handlers(DeepSearchQATask(), web)["search"]
         leak = search({"query": f"facts about {single['answer'].upper()}!", "k": 3})
         assert leak.result == {"backend": "web", "results": []}
         assert leak.record == {"withheld": 9}

@@ -15,7 +15,7 @@ import pytest
 
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, Run, Store
-from a2rl.tasks import get_task, secret_seed
+from a2rl.tasks import get_task, prepare_workspace, secret_seed
 from a2rl.tasks.textquest import game
 
 from .baseline_seed import base_model_dir, seed_base_model  # noqa: F401  (a fixture)
@@ -33,13 +33,13 @@ def settings(a2rl_home: Path) -> Settings:
 @pytest.fixture(scope="module")
 def workspace(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Path:
     ws = tmp_path_factory.mktemp("ws")
-    get_task("textquest").prepare_workspace(ws, settings)
+    prepare_workspace(get_task("textquest"), ws, settings)
     return ws
 
 
 def test_spec_and_demonstrations(settings: Settings, workspace: Path) -> None:
     task = get_task("textquest")
-    assert task.spec.level == 3 and "env" in task.readonly_paths
+    assert task.spec.level == 3 and "env" in task.spec.readonly_paths
     rows = [json.loads(line) for line in (workspace / "data" / "train.jsonl").open()]
     assert len(rows) > 300 and {"prompt", "answer", "messages", "instance_id"} <= set(rows[0])
     seen = " ".join(r["prompt"] for r in rows)
@@ -62,7 +62,7 @@ def test_env_folder_is_readonly_and_holds_no_secret(settings: Settings,
     seed = str(secret_seed(settings, "textquest"))
     assert not any(seed in p.read_text() for p in workspace.rglob("*")
                    if p.is_file() and p.suffix in (".py", ".json", ".jsonl", ".md"))
-    get_task("textquest").prepare_workspace(workspace, settings)  # idempotent over 0444 files
+    prepare_workspace(get_task("textquest"), workspace, settings)  # idempotent over 0444 files
 
 
 PROBE = textwrap.dedent("""

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from a2rl.settings import Settings
+from a2rl.tasks import prepare_workspace
 
 from .test_alfworld import FIXTURE, alf, alf_root, expert_plan  # noqa: F401
 
@@ -255,7 +256,7 @@ def test_workspace_has_the_graders_react_loop(alf: Settings, tmp_path: Path) -> 
 
     task = paper_task()
     ws = tmp_path / "ws"
-    task.prepare_workspace(ws, alf)
+    prepare_workspace(task, ws, alf)
     assert (ws / "env" / "alfworld_react.py").read_text() == Path(react.__file__).read_text()
     assert not list((ws / "data").rglob(react.PROMPTS_FILE))
     assert not [p for p in (ws / "data").rglob("*.json") if "react_put_0" in p.read_text()]
@@ -284,7 +285,7 @@ def test_workspace_has_the_graders_react_loop(alf: Settings, tmp_path: Path) -> 
 
     a2rl = AlfWorldTask()
     a2rl_ws = tmp_path / "a2rl"
-    a2rl.prepare_workspace(a2rl_ws, alf)
+    prepare_workspace(a2rl, a2rl_ws, alf)
     assert not (a2rl_ws / "env" / "alfworld_react.py").exists()
 
 

@@ -33,7 +33,7 @@ import pytest
 
 from a2rl.grading.seam import RawText
 from a2rl.settings import Settings
-from a2rl.tasks import rdagent
+from a2rl.tasks import prepare_workspace, profile_settings, rdagent
 from a2rl.tasks.deepsearchqa import data
 from a2rl.tasks.deepsearchqa import paper as dsqa_paper
 from a2rl.tasks.deepsearchqa.judge import CorrectnessJudge
@@ -165,7 +165,7 @@ def test_webshop_paper_prompt_format(shop: Settings, fixture_wheel: Path) -> Non
     assert ep1.done and ep1.rewards[-1] < 0.5 and not ep1.success
     scored = task.score_episodes(items[:2], episodes)
     assert [r.correct for r in scored.items] == [True, False]
-    assert task.profile_settings(shop)["prompt_source"] == rdagent.DOWNLOAD
+    assert profile_settings(task, shop)["prompt_source"] == rdagent.DOWNLOAD
 
 
 def test_webshop_paper_workspace_plays_the_graders_loop(shop: Settings, fixture_wheel: Path,
@@ -182,7 +182,7 @@ def test_webshop_paper_workspace_plays_the_graders_loop(shop: Settings, fixture_
     assert rows[0]["prompt"].endswith("Action 1:")
     ws = tmp_path / "ws"
     ws.mkdir()
-    task.prepare_workspace(ws, shop)
+    prepare_workspace(task, ws, shop)
     stored = json.loads((ws / "data" / "webshop" / "paper_text.json").read_text())
     assert stored == rdagent.webshop_text(fixture_wheel, checked=False).to_dict()
     script = f"""
@@ -206,7 +206,7 @@ print(json.dumps({{"steps": ep.steps, "prompt": seen[0][-9:],
     assert json.loads(out.stdout) == {"steps": 2, "prompt": "Action 1:", "original": True}
     a2rl_ws = tmp_path / "a2rl"
     a2rl_ws.mkdir()
-    WebShopTask().prepare_workspace(a2rl_ws, shop)
+    prepare_workspace(WebShopTask(), a2rl_ws, shop)
     assert not (a2rl_ws / "env" / "webshop_paper.py").exists()
     assert not (a2rl_ws / "data" / "webshop" / "paper_text.json").exists()
     site = json.loads((a2rl_ws / "data" / "webshop" / "site.json").read_text())
@@ -298,7 +298,7 @@ def test_deepsearchqa_paper_workspace(dsqa: Settings, fixture_wheel: Path,
     task = DeepSearchQATask().with_profile("paper")
     ws = tmp_path / "ws"
     ws.mkdir()
-    task.prepare_workspace(ws, dsqa)
+    prepare_workspace(task, ws, dsqa)
     assert (ws / "env" / "deepsearchqa_paper.py").is_file()
     stored = json.loads((ws / "data" / "deepsearchqa" / "paper_text.json").read_text())
     assert stored["system"] == rdagent.deepsearchqa_text(fixture_wheel, checked=False).system

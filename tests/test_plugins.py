@@ -140,6 +140,16 @@ def test_register_replaces_a_task_and_checks_what_it_builds() -> None:
         second.spec = first.spec
         register("arith2", lambda: second)  # a new registration drops the built instance
         assert get_task("arith2") is second
+
+        class OldShape(Renamed):  # services as the method tasks had before they had parts
+            def services(self, settings):  # type: ignore[override]
+                return {}
+
+        old = OldShape()
+        old.spec = first.spec
+        register("arith2", lambda: old)
+        with pytest.raises(PluginLoadError, match="'arith2' .*`services` must be a mapping"):
+            get_task("arith2")
     finally:
         unregister("arith2")
     assert "arith2" not in task_ids()

@@ -10,7 +10,7 @@ import pytest
 
 from a2rl.grading import evaluate
 from a2rl.settings import Settings, load_settings
-from a2rl.tasks import get_task, list_tasks
+from a2rl.tasks import base_model_name, get_task, list_tasks, prepare_workspace
 from a2rl.tasks.base_models import resolve_base_model
 from a2rl.tasks.gsm8k.scoring import (
     FALLBACK,
@@ -135,15 +135,15 @@ def test_settings_overrides(tmp_path: Path) -> None:
     def settings(**env: str) -> Settings:
         return load_settings(environ={"A2RL_HOME": str(tmp_path), **env})[0]
 
-    assert GSM8KTask().base_model_name(settings()) == "Qwen/Qwen2.5-1.5B"
-    assert GSM8KTask().base_model_name(settings(A2RL_BASE_MODEL="tiny-llama")) == "tiny-llama"
+    assert base_model_name(GSM8KTask(), settings()) == "Qwen/Qwen2.5-1.5B"
+    assert base_model_name(GSM8KTask(), settings(A2RL_BASE_MODEL="tiny-llama")) == "tiny-llama"
     both = settings(A2RL_BASE_MODEL="tiny-llama", A2RL_GSM8K_BASE_MODEL="/models/x")
-    assert GSM8KTask().base_model_name(both) == "/models/x"
-    assert HumanEvalTask().base_model_name(both) == "tiny-llama"
-    assert GSM8KTask(base_model="a/b").base_model_name(both) == "a/b"
+    assert base_model_name(GSM8KTask(), both) == "/models/x"
+    assert base_model_name(HumanEvalTask(), both) == "tiny-llama"
+    assert base_model_name(GSM8KTask(base_model="a/b"), both) == "a/b"
     listed = settings(A2RL_TASK_BASE_MODELS="gsm8k=/m/g, humaneval=/m/h")
     assert listed.task_base_models == {"gsm8k": "/m/g", "humaneval": "/m/h"}
-    assert HumanEvalTask().base_model_name(listed) == "/m/h"
+    assert base_model_name(HumanEvalTask(), listed) == "/m/h"
     assert len(GSM8KTask().load_split("test", settings(A2RL_GSM8K_DIR=str(FIXTURE)))) == 4
     with pytest.raises(GSM8KDataUnavailable, match="test.jsonl not found"):
         GSM8KTask().load_split("test", settings(A2RL_GSM8K_DIR=str(tmp_path)))
@@ -202,7 +202,7 @@ def test_evaluate_dev_on_tiny_model(tmp_path_factory: pytest.TempPathFactory) ->
 def test_prepare_workspace_writes_sft_ready_train(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home")
     task = GSM8KTask(data_dir=FIXTURE, base_model="tiny-llama")
-    task.prepare_workspace(tmp_path / "ws", settings)
+    prepare_workspace(task, tmp_path / "ws", settings)
     rows = [json.loads(line) for line in (tmp_path / "ws" / "data" / "train.jsonl").open()]
     assert len(rows) == len(task.train_items(settings))
     assert {"prompt", "answer", "messages", "question", "target"} <= set(rows[0])

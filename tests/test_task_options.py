@@ -26,7 +26,15 @@ from a2rl.grading.seam import GenerationEngine, ItemResult, Prompt, TaskScore
 from a2rl.settings import Settings, load_settings
 from a2rl.stats import WILSON_METHOD, wilson_interval
 from a2rl.store import Run, Store
-from a2rl.tasks import OptionsError, TaskOptions, get_task, parse_assignments, register
+from a2rl.tasks import (
+    OptionsError,
+    TaskOptions,
+    base_model_name,
+    get_task,
+    parse_assignments,
+    register,
+    service_handlers,
+)
 from a2rl.tasks.gsm8k.task import GSM8KTask
 from a2rl.tasks.spec import GraderSettings, TaskSpec
 
@@ -43,6 +51,11 @@ class GreetOptions(TaskOptions):
     times: int = Field(1, ge=1, description="how often")
 
     legacy_settings: ClassVar[dict[str, str]] = {}
+
+
+def write_secrets(task: Any, workspace: Path, settings: Settings, link_base_model: bool) -> None:
+    (workspace / "secrets").mkdir(exist_ok=True)
+    (workspace / "secrets" / "key.txt").write_text("given\n")
 
 
 class GreetTask(FixtureTask):
@@ -65,11 +78,7 @@ class GreetTask(FixtureTask):
                                                 expected=it["want"], correct=o == it["want"])
                                      for it, o in zip(items, outputs, strict=True)])
 
-    def prepare_workspace(self, workspace: Path, settings: Settings, *,
-                          link_base_model: bool = False) -> None:
-        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        (workspace / "secrets").mkdir(exist_ok=True)
-        (workspace / "secrets" / "key.txt").write_text("given\n")
+    workspace_parts = (write_secrets,)  # its own input, after the shared layout
 
 
 register("greet", GreetTask)
@@ -93,12 +102,12 @@ def test_options_resolve_defaults_then_legacy_then_table_then_flags(tmp_path: Pa
     legacy = base.model_copy(update={"legacy_task_settings": {"gsm8k_dir": "/legacy"},
                                      "task_base_models": {"gsm8k": "/m/g"}})
     assert GSM8KTask().options(legacy).data_dir == "/legacy"
-    assert GSM8KTask().base_model_name(legacy) == "/m/g"
+    assert base_model_name(GSM8KTask(), legacy) == "/m/g"
     table = legacy.model_copy(update={"tasks": {"gsm8k": {"data_dir": "/table"}}})
     assert GSM8KTask().options(table).data_dir == "/table"
     flagged = GSM8KTask().with_options({"data_dir": "/flag", "base_model": "tiny-llama"})
     assert flagged.options(table).data_dir == "/flag"
-    assert flagged.base_model_name(table) == "tiny-llama"
+    assert base_model_name(flagged, table) == "tiny-llama"
     assert GSM8KTask().options(table).data_dir == "/table"  # with_options made a copy
     # the option is what the task reads its data from
     fixture = REPO / "tests" / "fixtures" / "gsm8k"
@@ -350,7 +359,7 @@ def test_task_score_from_items_writes_the_accuracy_block_once() -> None:
 def test_every_task_declares_services_and_evaluate_without_type_checks() -> None:
     for task_id in ("arith", "gsm8k", "textquest", "greet"):
         task = get_task(task_id)
-        assert callable(task.evaluate) and isinstance(task.services(Settings()), dict)
+        assert callable(task.evaluate) and isinstance(service_handlers(task, Settings()), dict)
 
 
 # --- read-only inputs the task declares ---------------------------------------------------------

@@ -32,7 +32,7 @@ from a2rl.server.gc import collect_garbage
 from a2rl.settings import Settings
 from a2rl.store import AgentStatus, Run, Store
 from a2rl.store.owners import process_owner
-from a2rl.tasks import TaskDataError, get_task
+from a2rl.tasks import TaskDataError, check_data, get_task
 
 from .conftest import require_bwrap
 from .fake_openai import FakeOpenAI
@@ -67,7 +67,7 @@ def test_own_gsm8k_data_give_the_runs_splits_and_its_task_md(tmp_path: Path) -> 
     settings = Settings(home=tmp_path / "home")
     folder = write_gsm8k(tmp_path / "gsm8k", 300, 40)
     task = get_task("gsm8k").with_options({"data_dir": str(folder)})
-    splits = task.check_data(settings)
+    splits = check_data(task, settings)
     assert {k: v.n_items for k, v in splits.items()} == {"train": 225, "dev": 75, "test": 40}
     assert "rows 225-299" in splits["dev"].source and "last quarter" in splits["dev"].source
     md = task.task_md(settings)
@@ -75,7 +75,7 @@ def test_own_gsm8k_data_give_the_runs_splits_and_its_task_md(tmp_path: Path) -> 
     assert "the 40 problems of the dataset's test split" in md
     assert "7273" not in md and "1319" not in md and "last quarter of fewer than 400" in md
     paper = get_task("gsm8k", "paper").with_options({"data_dir": str(folder)})
-    assert {k: v.n_items for k, v in paper.check_data(settings).items()} == {
+    assert {k: v.n_items for k, v in check_data(paper, settings).items()} == {
         "train": 300, "dev": 75, "test": 40}
     assert "all 300 problems" in paper.task_md(settings)
     shown = cli(tmp_path / "home", "tasks", "gsm8k", "-T", f"data_dir={folder}", "--json")
@@ -97,7 +97,7 @@ def test_bad_gsm8k_data_are_one_line(tmp_path: Path, make, needle: str) -> None:
     make(folder)
     task = get_task("gsm8k").with_options({"data_dir": str(folder)})
     with pytest.raises(TaskDataError) as info:
-        task.check_data(Settings(home=tmp_path / "home"))
+        check_data(task, Settings(home=tmp_path / "home"))
     assert needle in str(info.value) and "\n" not in str(info.value), str(info.value)
 
 

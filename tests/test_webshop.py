@@ -18,6 +18,7 @@ from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, Store
+from a2rl.tasks import prepare_workspace, profile_settings
 from a2rl.tasks.envapi.a2rl_env import EnvPool
 from a2rl.tasks.webshop import sim
 from a2rl.tasks.webshop.catalog import load_data
@@ -145,7 +146,7 @@ def test_buy_ends_with_the_reward_and_success_rule(catalog: sim.Catalog) -> None
 def test_workspace_env_api_trains_only(shop: Settings, tmp_path: Path) -> None:
     task = WebShopTask()
     ws = tmp_path / "ws"
-    task.prepare_workspace(ws, shop)
+    prepare_workspace(task, ws, shop)
     assert (ws / "env" / "webshop_sim.py").read_text() == Path(sim.__file__).read_text()
     hidden = [g["goal"]["instruction_text"] for s in ("dev", "test")
               for g in load_data(shop).split_goals(s)]
@@ -340,7 +341,7 @@ def test_paper_profile_reads_the_harness_product_files(settings: Settings,
     fallback = paper.data(with_task_options(settings, "webshop", data_dir=str(only_full)))
     assert {p["asin"][:6] for p in fallback.products} == {"B0FULL"}
     assert fallback.source == "items_shuffle.json; items_ins_v2.json"  # fewer than 1,000 rows
-    assert "gdown 1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib" in paper.profile_settings()["data_download"]
+    assert "gdown 1EgHdxQ_YxqIQlvvq5iKlCrkEKR6-j0Ib" in profile_settings(paper)["data_download"]
 
 
 def test_paper_test_goals_are_the_originals_synthetic_goals(shop: Settings) -> None:

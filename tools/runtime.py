@@ -49,7 +49,7 @@ def run_dir(run: Run) -> Path:
 
 def readonly_inputs(run: Run) -> list[str]:
     """The workspace paths mounted read-only for `run`: those its task declared
-    (`Task.readonly_paths`, recorded when the run was made), else, for an older run, the
+    (`TaskSpec.readonly_paths`, recorded when the run was made), else, for an older run, the
     folders of `a2rl.layout.LEGACY_READONLY_INPUTS` it has. A declared path is kept even when
     the task wrote nothing there: the file tools still refuse to create it."""
     declared = run.readonly_paths

@@ -4,7 +4,7 @@ The clock parts (starting it with the run, closing it) are `RunClock`'s; finishi
 run's own queued requests and scores its final submission (`finalize`).
 
 Layout of a run on disk, all under `$A2RL_HOME/runs/<run id>/`: `workspace/` (what the agent
-sees, laid out by `Task.prepare_workspace` with the names of `a2rl.layout`), `control/` (the
+sees, laid out by `a2rl.tasks.prepare_workspace` with the names of `a2rl.layout`), `control/` (the
 sandbox supervisor's socket and token, never visible inside), `services/` (unix sockets a
 sandbox may use) and `run.log` (this run's server events).
 """
@@ -69,7 +69,8 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     row records the config as made: the backend, `unsafe_local` and the task's options
     resolved, and what was settled (`RunSetup`).
     """
-    from a2rl.tasks import get_task  # tasks import grading, which is heavy: only when needed
+    # tasks import grading, which is heavy: only when needed
+    from a2rl.tasks import base_model_name, check_data, get_task, prepare_workspace
     from a2rl.tasks.registry import DEFAULT_TASK
 
     if config is None:
@@ -90,7 +91,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     # what can fail for the task's inputs fails here, before anything is made: the base model
     # (fetched once) and the data (TaskDataError: missing, not in the schema, too small)
     base_model = task.base_model_dir(settings)
-    task.check_data(settings)
+    check_data(task, settings)
     run_id = new_run_id()
     root = settings.runs_dir / run_id
     workspace = root / "workspace"
@@ -105,7 +106,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
                                               base_model, root, workspace)
         if disk_volume:  # a run that fails to be made leaves no mount behind
             undo.callback(volume.detach, root, workspace)
-        task.prepare_workspace(workspace, settings)  # the layout, a2rl.layout's, is the task's
+        prepare_workspace(task, workspace, settings)  # a2rl.layout's, and the task's parts
         unsafe = settings.unsafe_local if config.unsafe_local is None else config.unsafe_local
         scores = {}
         if baseline:
@@ -120,14 +121,14 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
             "setup": RunSetup(
                 baseline_evaluations={split: ev.id for split, ev in scores.items()},
                 allow_unisolated=unsafe or task.spec.toy, disk_volume=disk_volume,
-                readonly_paths=task.readonly_paths,
+                readonly_paths=list(task.spec.readonly_paths),
                 # what the backend fixes now (a container's image and limits), or nothing
                 sandbox=run_options(backend, settings, SandboxChoices(
                     task_image=task.spec.sandbox_image, gpus=config.gpus,
                     share_gpus=config.share_gpus, keep_container=config.keep_container)))})
         run = Run(
             id=run_id, workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
-            base_model=task.base_model_name(settings), **made.row_values(), config=made,
+            base_model=base_model_name(task, settings), **made.row_values(), config=made,
             owner=process_owner(),  # the maker finalizes it; a server takes it when it is gone
             baseline_dev=scores["dev"].score if scores else None,
             baseline_test=scores["test"].score if scores else None,

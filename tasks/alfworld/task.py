@@ -28,11 +28,14 @@ from typing import Any
 from a2rl.layout import DATA
 from a2rl.settings import Settings
 
-from ..base import Split
+from ..base import Split, Task
+from ..data_files import hidden_split
 from ..data_status import DataStatus, TaskDataError
-from ..envapi.a2rl_env import Env, EnvPool, Episode, render_prompt
-from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
+from ..envapi.a2rl_env import Env, Episode, render_prompt
+from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_env
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
+from ..train_rows import demonstrate
 from . import game, react
 from .data import JSON_DIR, N_DEV, N_TEST, N_TRAIN, data_dir, game_dir, list_games, target_dir
 from .options import AlfWorldOptions
@@ -64,24 +67,10 @@ PAPER_ROLLOUT = RolloutSettings(instruction=react.HEADER.strip(), max_steps=reac
 def demo_episode(gdir: Path, iid: str) -> list[dict[str, Any]]:
     """The handcoded expert's steps on one game, as the grader's prompts and the expert's
     actions; [] when the expert does not win within the step limit."""
-    pool = EnvPool([iid], [lambda: game.AlfWorldEnv(gdir, expert=True)],
-                   instruction=ROLLOUT.instruction, window=ROLLOUT.history_window,
-                   max_steps=ROLLOUT.max_steps)
-    pool.reset()
-    rows: list[dict[str, Any]] = []
-    while pool.active():
-        last = pool.last[0]
-        action = last.info.get("expert_action") if last is not None else None
-        if not action:
-            return []
-        prompt = pool.prompts([0])[0]
-        k = len(rows)
-        rows.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k, "prompt": prompt,
-                     "answer": action,
-                     "messages": [{"role": "user", "content": prompt},
-                                  {"role": "assistant", "content": action}]})
-        pool.step({0: action})
-    return rows if pool.episodes[0].success else []
+    demo = demonstrate(iid, lambda: game.AlfWorldEnv(gdir, expert=True),
+                       lambda last: last.info.get("expert_action") if last is not None else None,
+                       ROLLOUT)
+    return demo.rows if demo.solved else []
 
 
 def _demo_job(job: tuple[str, str]) -> list[dict[str, Any]]:
@@ -160,6 +149,40 @@ def _splits(n_train: int = N_TRAIN, n_dev: int = N_DEV,
     }
 
 
+class AlfWorldData(TaskData):
+    """ALFWorld's games, downloaded by `a2rl alfworld download` (`data.py`): train, and
+    valid_seen (dev) and valid_unseen (test)."""
+
+    def splits(self, task: AlfWorldTask, settings: Settings) -> dict[str, SplitInfo]:
+        return _splits(**{f"n_{k}": v for k, v in task.game_counts(settings).items()})
+
+    def status(self, task: AlfWorldTask, settings: Settings) -> DataStatus:
+        """The download's folder, without listing its games (ALFWorld's loader is slow)."""
+        folder = target_dir(settings, task.options(settings))
+        if not (folder / JSON_DIR).is_dir():
+            return DataStatus(state="not_downloaded", splits=dict(task.spec.splits),
+                              exact=False, fetch="a2rl alfworld download",
+                              note=f"no {JSON_DIR}/ in {folder}")
+        return DataStatus(state="ready", splits=dict(task.spec.splits), exact=False,
+                          note=f"{folder} (sizes of its games: a2rl tasks alfworld)")
+
+    def hidden_paths(self, task: AlfWorldTask, settings: Settings) -> list[Path]:
+        """The dev and test games (valid_seen, valid_unseen) and the demonstrations' cache."""
+        games = target_dir(settings) / JSON_DIR
+        return [games / "valid_seen", games / "valid_unseen",
+                settings.home_dir / "cache" / "alfworld"]
+
+
+def write_games(task: Task, workspace: Path, settings: Settings, link_base_model: bool) -> None:
+    """The workspace's data/alfworld/: the train games only (dev and test games are never
+    written there). Under the `paper` profile the ReAct examples the grader prompts with are
+    not written either: the harness stopped exposing them to agents (its `expose_files` for
+    ALFWorld is `eval.py` alone)."""
+    root = data_dir(settings, task.options(settings))
+    write_train_games(root, list_games(root, "train"), workspace / DATA / "alfworld",
+                      link=link_base_model)
+
+
 class AlfWorldTask(InteractiveTask):
     """ALFWorld's text games (AlfredTWEnv); see description.md (and description_paper.md for
     the `paper` profile)."""
@@ -169,6 +192,9 @@ class AlfWorldTask(InteractiveTask):
 
     rollout = ROLLOUT
     backend_name = "alfworld_env"
+    data_source = AlfWorldData()
+    #: env/, then the training games (`write_games`)
+    workspace_parts = (write_env, write_games)
     #: The reference harness's evaluation (benchmarks/alfworld/eval.py, and the README's
     #: ALFWorld run: Qwen/Qwen2.5-1.5B-Instruct, --timeout 41600, about 11.6 h; the harness's
     #: default --timeout is 3600); the budget is the paper's 12 h (`profiles.PAPER_BUDGET`).
@@ -224,7 +250,7 @@ class AlfWorldTask(InteractiveTask):
 
     # --- data -----------------------------------------------------------------------------
 
-    def _counts(self, settings: Settings) -> dict[str, int]:
+    def game_counts(self, settings: Settings) -> dict[str, int]:
         """Games per split in the data folder (`TaskDataError` when there is none)."""
         try:
             root = data_dir(settings, self.options(settings))
@@ -232,39 +258,19 @@ class AlfWorldTask(InteractiveTask):
         except (OSError, RuntimeError) as exc:
             raise TaskDataError(f"task alfworld: {exc}") from None
 
-    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
-        return _splits(**{f"n_{k}": v for k, v in self._counts(settings).items()})
-
-    def data_status(self, settings: Settings) -> DataStatus:
-        """The download's folder, without listing its games (ALFWorld's loader is slow)."""
-        folder = target_dir(settings, self.options(settings))
-        if not (folder / JSON_DIR).is_dir():
-            return DataStatus(state="not_downloaded", splits=dict(self.spec.splits),
-                              exact=False, fetch="a2rl alfworld download",
-                              note=f"no {JSON_DIR}/ in {folder}")
-        return DataStatus(state="ready", splits=dict(self.spec.splits), exact=False,
-                          note=f"{folder} (sizes of its games: a2rl tasks alfworld)")
-
     def task_md(self, settings: Settings | None = None) -> str:
         if settings is None:
             return self.spec.description
-        counts = self._counts(settings)
+        counts = self.game_counts(settings)
         make = _paper_description if self.profile == "paper" else _description
         return make(n_dev=counts["dev"], n_test=counts["test"])
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return demo_rows(data_dir(settings, self.options(settings)), settings)
 
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The dev and test games (valid_seen, valid_unseen) and the demonstrations' cache."""
-        games = target_dir(settings) / JSON_DIR
-        return [games / "valid_seen", games / "valid_unseen",
-                settings.home_dir / "cache" / "alfworld"]
-
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """`{"id", "task_type"}` per game; the id is its folder under json_2.1.1."""
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         root = data_dir(settings, self.options(settings))
         self._root = root  # make_env's folder (items stay plain JSON)
         return [g.model_dump() for g in list_games(root, split)]
@@ -316,13 +322,3 @@ class AlfWorldTask(InteractiveTask):
             files["alfworld_react.py"] = here.joinpath("react.py").read_text()
         return files
 
-    def prepare_workspace(self, workspace: Path, settings: Settings, *,
-                          link_base_model: bool = False) -> None:
-        """The shared layout and env/, plus data/alfworld/: the train games only (dev and
-        test games are never written there). Under the `paper` profile the ReAct examples
-        the grader prompts with are not written either: the harness stopped exposing them to
-        agents (its `expose_files` for ALFWorld is `eval.py` alone)."""
-        root = data_dir(settings, self.options(settings))
-        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        dest = workspace / DATA / "alfworld"
-        write_train_games(root, list_games(root, "train"), dest, link=link_base_model)

@@ -1,4 +1,5 @@
-"""AlpacaEval's pairwise judge: the protocol of the `a2rl` profile, over `a2rl.llm`.
+"""AlpacaEval's pairwise judge: the protocol of the `a2rl` profile, over the shared judge client
+(`a2rl.tasks.scorers.judge`: endpoint, retries, fencing, cache).
 
 Protocol
 --------
@@ -66,10 +67,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from a2rl.llm import ChatClient, Endpoint, Reply, RetryPolicy, judge_endpoint
-from a2rl.llm_cache import AnswerCache, cache_key, cached_map, judge_cache_path, sha256_text
+from a2rl.llm_cache import AnswerCache, cache_key, judge_cache_path, sha256_text
 from a2rl.settings import Settings
 
-from ..untrusted import Fence, addressed_to_judge
+from ..scorers.judge import Fence, JudgeClient
 
 #: Bump when the prompt or the parsing changes (part of the cache key).
 JUDGE_PROMPT_VERSION = "alpaca_eval_clf_gpt4_turbo.2-fenced"
@@ -195,9 +196,11 @@ class Judge:
         `environ` (default: the process's)."""
         self.config = config
         self.cache = cache
-        #: the one client: this judge's requests and the paper annotator's go through it
-        self.client = ChatClient(config.endpoint, config.policy, api_key=api_key,
-                                 environ=environ)
+        #: the one judge client (`a2rl.tasks.scorers.judge`): this judge's requests and the
+        #: paper annotator's go through it, under one count and one cache
+        self.client = JudgeClient(ChatClient(config.endpoint, config.policy, api_key=api_key,
+                                             environ=environ), cache,
+                                  concurrency=config.concurrency)
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Judge:
@@ -231,25 +234,21 @@ class Judge:
         first_is_model = model_shown_first(item_id)
         position: Literal["m", "M"] = "m" if first_is_model else "M"
         first, second = (output, reference) if first_is_model else (reference, output)
-        body = {"model": self.config.model, "messages": self.messages(instruction, first, second),
-                "temperature": 0, "max_tokens": self.config.max_tokens}
 
         def accept(reply: Reply) -> tuple[Literal["m", "M"] | None, str]:
             verdict = parse_verdict(reply.text)
             return verdict, "" if verdict else f"malformed answer: {reply.text[:100]!r}"
 
-        outcome = self.client.complete(body, accept)
-        raws = [a.text if a.text is not None else f"<error: {a.failure.describe()}>"  # type: ignore[union-attr]
-                for a in outcome.attempts]
-        if outcome.value is None:
-            return Judgment(winner="error", model_position=position, raw_answers=raws,
-                            error=outcome.error, attempts=len(outcome.attempts))
-        winner: Winner = "model" if outcome.value == position else "reference"
-        flags = addressed_to_judge(output)
-        if flags:  # judged and recorded, but text that speaks to the judge never wins
-            winner = "reference"
-        return Judgment(winner=winner, model_position=position, raw_answers=raws,
-                        attempts=len(outcome.attempts), flags=flags)
+        asked = self.client.ask(self.messages(instruction, first, second), accept,
+                                max_tokens=self.config.max_tokens, judged=output)
+        if asked.value is None:
+            return Judgment(winner="error", model_position=position,
+                            raw_answers=asked.raw_answers, error=asked.error,
+                            attempts=len(asked.attempts))
+        # judged and recorded, but text that speaks to the judge never wins
+        winner: Winner = "model" if asked.value == position and not asked.flags else "reference"
+        return Judgment(winner=winner, model_position=position, raw_answers=asked.raw_answers,
+                        attempts=len(asked.attempts), flags=asked.flags)
 
     def judge_many(self, item_ids: Sequence[str], instructions: Sequence[str],
                    outputs: Sequence[str], references: Sequence[str]) -> list[Judgment]:
@@ -259,13 +258,12 @@ class Judge:
             raise ValueError("item_ids, instructions, outputs and references differ in length")
         keys = [JudgeCache.key(instructions[i], outputs[i], references[i], self.config.model)
                 for i in range(n)]
-        return cached_map(
-            self.cache, self.config.model, keys,
+        return self.client.many(
+            keys,
             lambda i: self.judge_one(item_ids[i], instructions[i], outputs[i], references[i]),
             lambda j: None if j.winner == "error" else {
                 "winner": j.winner, "model_position": j.model_position,
                 "raw_answers": j.raw_answers, "flags": j.flags},
             lambda hit: Judgment(winner=hit["winner"], model_position=hit["model_position"],
                                  raw_answers=hit["raw_answers"], attempts=0, cached=True,
-                                 flags=hit.get("flags", [])),
-            concurrency=self.config.concurrency)
+                                 flags=hit.get("flags", [])))

@@ -19,7 +19,8 @@ tool call's arguments (else the message text) parsed by its `pipeline_meta_parse
 outputs are a draw (1.5) without a request. A request failing at the HTTP level is retried
 under `a2rl.llm`'s one policy (the library's OpenAI decoder retries too); an answer that does not
 parse is NaN, not retried, and is left out of the win rates, as alpaca_eval leaves it out. The
-requests go through the task's `Judge.client` and its answer cache (one count, one key).
+requests go through the task's `Judge.client` (the shared judge client,
+`a2rl.tasks.scorers.judge`) and its answer cache (one count, one key).
 
 One deviation, for safety (docs/paper-fidelity.md): each output is fenced before the prompt is
 filled (`a2rl.tasks.untrusted`: a random per-request boundary tag around it, its triple quotes and
@@ -45,9 +46,8 @@ import pandas as pd
 import yaml
 
 from a2rl.llm import Reply
-from a2rl.llm_cache import cached_map
 
-from ..untrusted import Fence, addressed_to_judge
+from ..scorers.judge import Fence, addressed_to_judge
 from .judge import Judge
 
 ANNOTATOR = "alpaca_eval_gpt4_turbo_fn"
@@ -192,20 +192,20 @@ class PaperAnnotator:
                 return None, f"bad response body: {type(exc).__name__}: {exc}"
 
         # an unparsable answer is accepted (and NaN): alpaca_eval does not ask again
-        outcome = self.judge.client.complete(body, accept)
+        asked = self.judge.client.send(body, accept)
         raws = [f"<error: {a.failure.describe()}>" if a.failure else a.text or ""
-                for a in outcome.attempts]
-        if outcome.value is None:
-            return Annotation(None, is_switched, raws, outcome.error, len(outcome.attempts))
-        raws[-1] = outcome.value
-        shown = parse(outcome.value)
+                for a in asked.attempts]
+        if asked.value is None:
+            return Annotation(None, is_switched, raws, asked.error, len(asked.attempts))
+        raws[-1] = asked.value
+        shown = parse(asked.value)
         if shown is None:
             return Annotation(preference=None, is_switched=is_switched, raw=raws,
-                              error=f"unparsable answer: {outcome.value[:100]!r}",
-                              attempts=len(outcome.attempts))
+                              error=f"unparsable answer: {asked.value[:100]!r}",
+                              attempts=len(asked.attempts))
         pref = 3.0 - shown if is_switched else shown
         return Annotation(preference=pref, is_switched=is_switched, raw=raws,
-                          attempts=len(outcome.attempts))
+                          attempts=len(asked.attempts))
 
     def annotate(self, instructions: Sequence[str], outputs: Sequence[str],
                  references: Sequence[str]) -> list[Annotation]:
@@ -214,12 +214,10 @@ class PaperAnnotator:
             raise ValueError("instructions, outputs and references differ in length")
         df = switched(instructions, references, outputs)
         rows = [df.iloc[i] for i in range(len(df))]
-        annotations = cached_map(
-            self.judge.cache, self.judge.config.model, [self._key(r) for r in rows],
-            lambda i: self._ask(rows[i]),
+        annotations = self.judge.client.many(
+            [self._key(r) for r in rows], lambda i: self._ask(rows[i]),
             lambda a: None if a.preference is None else asdict(a),
-            lambda hit: Annotation(**{**hit, "attempts": 0, "cached": True}),
-            concurrency=self.judge.config.concurrency)
+            lambda hit: Annotation(**{**hit, "attempts": 0, "cached": True}))
         for annotation, output in zip(annotations, outputs, strict=True):
             annotation.flags = addressed_to_judge(output)
             if annotation.flags and annotation.preference is not None:

@@ -12,7 +12,8 @@ Data (read as plain files; `tatsu-lab/alpaca_eval`'s dataset script no longer lo
 - `A2RL_ALPACAEVAL_DIR`: a directory holding the reference JSON file and `alpaca.jsonl` (rows of
   `tatsu-lab/alpaca`), used instead of the hub (tests point it at fixtures in the real schema).
 
-Scoring: see `judge.py` (protocol, prompt, cache, settings) and `length_control.py`.
+Scoring: `scoring.py`, over `judge.py` (protocol, prompt; the shared judge client's endpoint,
+retries, fencing and cache) and `length_control.py`.
 The score is the length-controlled win rate; the raw win rate and both intervals are metrics.
 The paired interval of a run's improvement refits the length control (`improvement.py`).
 
@@ -31,13 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings, load_settings
-from a2rl.stats import NORMAL_METHOD, normal_interval
+from a2rl.stats import NORMAL_METHOD
 
-from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..base import Messages, Split, Task, TaskScore
+from ..data_files import hidden_split, hub_file, hub_rows, read_jsonl
 from ..data_status import DataStatus, TaskDataError, folder_or_hub
 from ..hidden_data import hub_dataset_caches
 from ..improvement import IntervalResult, Scored
+from ..scorers import check_paired
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
+from ..train_rows import with_messages
 from .options import AlpacaEvalOptions
 
 N_TRAIN, N_DEV, N_TEST = 2000, 200, 805
@@ -140,15 +145,7 @@ def load_eval_rows(settings: Settings,
         if not path.is_file():
             raise FileNotFoundError(f"{DATA_DIR_ENV}={local} has no {name}")
     else:
-        try:
-            from huggingface_hub import hf_hub_download
-
-            path = Path(hf_hub_download(repo_id=EVAL_REPO, filename=name, repo_type="dataset"))
-        except Exception as exc:  # offline and not cached, or the hub refused
-            raise RuntimeError(
-                f"cannot fetch {name} from the dataset {EVAL_REPO} on the Hugging Face hub and "
-                f"no cached copy exists ({type(exc).__name__}: {exc}); connect once, or set "
-                f"{DATA_DIR_ENV} to a directory holding {name}") from exc
+        path = hub_file(EVAL_REPO, name, f"set {DATA_DIR_ENV} to a directory holding {name}")
     rows = json.loads(path.read_text())
     if not isinstance(rows, list) or not all("instruction" in r and "output" in r for r in rows):
         raise ValueError(f"{path} is not an AlpacaEval JSON file (a list of rows with "
@@ -161,25 +158,41 @@ def load_alpaca_rows(n: int, settings: Settings,
     """The first `n` rows of tatsu-lab/alpaca (instruction, input, output)."""
     local = _data_dir(_options(settings, options))
     if local is not None:
-        path = local / ALPACA_FIXTURE
-        with path.open() as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        return rows[:n]
-    try:
-        from datasets import load_dataset
+        return read_jsonl(local / ALPACA_FIXTURE, "alpacaeval")[:n]
+    rows = hub_rows(TRAIN_REPO, f"train[:{n}]", f"set {DATA_DIR_ENV}")
+    return [{k: row[k] for k in ("instruction", "input", "output")} for row in rows]
 
-        ds = load_dataset(TRAIN_REPO, split=f"train[:{n}]")
-    except Exception as exc:
-        raise RuntimeError(
-            f"cannot load {TRAIN_REPO} from the Hugging Face hub and no cached copy exists "
-            f"({type(exc).__name__}: {exc}); connect once, or set {DATA_DIR_ENV}") from exc
-    return [{k: row[k] for k in ("instruction", "input", "output")} for row in ds]
+
+class AlpacaEvalData(TaskData):
+    """AlpacaEval's data: a data folder, else `tatsu-lab/alpaca` and the evaluation set from
+    the hub; the splits they give."""
+
+    def splits(self, task: AlpacaEvalTask, settings: Settings) -> dict[str, SplitInfo]:
+        n_train, n_dev, n_test = task.sizes(settings)
+        spec = _spec(n_train, n_dev, paper=task.profile == "paper")
+        return {**spec.splits, "test": spec.splits["test"].model_copy(
+            update={"n_items": n_test})}
+
+    def status(self, task: AlpacaEvalTask, settings: Settings) -> DataStatus:
+        opts = task.options(settings)
+        cached = all(any(p.exists() for p in hub_dataset_caches(repo))
+                     for repo in (TRAIN_REPO, EVAL_REPO))
+        return folder_or_hub(task.spec.id, dict(task.spec.splits), _data_dir(opts),
+                             [opts.reference_file, ALPACA_FIXTURE], [TRAIN_REPO, EVAL_REPO],
+                             cached)
+
+    def hidden_paths(self, task: AlpacaEvalTask, settings: Settings) -> list[Path]:
+        """The evaluation set's copies: the data folder and the hub caches."""
+        folder = _data_dir(_options(settings, None))
+        return [*([folder] if folder else []), *hub_dataset_caches(EVAL_REPO),
+                *hub_dataset_caches(TRAIN_REPO)]
 
 
 class AlpacaEvalTask(Task):
     """AlpacaEval 2.0 against reference outputs, judged by an OpenAI-compatible model."""
 
     options_model = AlpacaEvalOptions
+    data_source = AlpacaEvalData()
     has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     #: The reference harness's evaluation (see the module docstring).
@@ -215,7 +228,7 @@ class AlpacaEvalTask(Task):
             len(rows) - max(1, len(rows) // 4)
         return rows[:cut], rows[cut:]
 
-    def _sizes(self, settings: Settings) -> tuple[int, int, int]:
+    def sizes(self, settings: Settings) -> tuple[int, int, int]:
         """(train, dev, test) rows the data give; `TaskDataError` when they cannot be read."""
         try:
             train, dev = self._alpaca(settings)
@@ -223,24 +236,10 @@ class AlpacaEvalTask(Task):
         except (OSError, RuntimeError, ValueError) as exc:  # JSONDecodeError is a ValueError
             raise TaskDataError(f"task alpacaeval: {str(exc).splitlines()[0]}") from None
 
-    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
-        n_train, n_dev, n_test = self._sizes(settings)
-        spec = _spec(n_train, n_dev, paper=self.profile == "paper")
-        return {**spec.splits, "test": spec.splits["test"].model_copy(
-            update={"n_items": n_test})}
-
-    def data_status(self, settings: Settings) -> DataStatus:
-        opts = self.options(settings)
-        cached = all(any(p.exists() for p in hub_dataset_caches(repo))
-                     for repo in (TRAIN_REPO, EVAL_REPO))
-        return folder_or_hub(self.spec.id, dict(self.spec.splits), _data_dir(opts),
-                             [opts.reference_file, ALPACA_FIXTURE], [TRAIN_REPO, EVAL_REPO],
-                             cached)
-
     def task_md(self, settings: Settings | None = None) -> str:
         if settings is None:
             return self.spec.description
-        n_train, n_dev, n_test = self._sizes(settings)
+        n_train, n_dev, n_test = self.sizes(settings)
         if self.profile == "paper":
             return _description(PAPER_GRADER, "description_paper.md", n_train, n_dev, n_test)
         return _description(GRADER, "description.md", n_train, n_dev, n_test)
@@ -249,32 +248,22 @@ class AlpacaEvalTask(Task):
         items = []
         for i, row in enumerate(self._alpaca(settings)[0]):
             prompt = alpaca_prompt(row)
-            items.append({"id": f"train-{i:05d}", "instruction": row["instruction"],
-                          "input": row.get("input", ""), "output": row["output"],
-                          "prompt": prompt, "answer": row["output"],  # as every task names them
-                          "messages": [{"role": "user", "content": prompt},
-                                       {"role": "assistant", "content": row["output"]}]})
+            item = {"id": f"train-{i:05d}", "instruction": row["instruction"],
+                    "input": row.get("input", ""), "output": row["output"],
+                    "prompt": prompt, "answer": row["output"]}  # as every task names them
+            items.append(with_messages(item, self.build_prompt(item), row["output"]))
         return items
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The evaluation set's copies: the data folder and the hub caches."""
-        folder = _data_dir(_options(settings, None))
-        return [*([folder] if folder else []), *hub_dataset_caches(EVAL_REPO),
-                *hub_dataset_caches(TRAIN_REPO)]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         self._settings = settings
-        if split == "dev":
+        if hidden_split(split) == "dev":
             rows = self._alpaca(settings)[1]
             return [{"id": f"dev-{i:04d}", "prompt": alpaca_prompt(r), "reference": r["output"],
                      "reference_generator": "text-davinci-003", "dataset": TRAIN_REPO}
                     for i, r in enumerate(rows)]
-        if split == "test":
-            return [{"id": f"test-{i:04d}", "prompt": r["instruction"], "reference": r["output"],
-                     "reference_generator": r.get("generator", ""),
-                     "dataset": r.get("dataset", "")}
-                    for i, r in enumerate(load_eval_rows(settings, self.options(settings)))]
-        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        return [{"id": f"test-{i:04d}", "prompt": r["instruction"], "reference": r["output"],
+                 "reference_generator": r.get("generator", ""), "dataset": r.get("dataset", "")}
+                for i, r in enumerate(load_eval_rows(settings, self.options(settings)))]
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": item["prompt"]}]
@@ -289,114 +278,13 @@ class AlpacaEvalTask(Task):
     def score_outputs(
         self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
     ) -> TaskScore:
-        if len(items) != len(outputs):
-            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
-        if getattr(self, "profile", "a2rl") == "paper":
-            return self._score_paper(items, outputs)
-        judge = self.get_judge()
-        requests_before = judge.requests_made
-        judgments = judge.judge_many([it["id"] for it in items], [it["prompt"] for it in items],
-                                     list(outputs), [it["reference"] for it in items])
-        results: list[ItemResult] = []
-        for item, output, j in zip(items, outputs, judgments, strict=True):
-            record = {**j.to_dict(), "preference": j.preference,
-                      "model_length": len(output), "reference_length": len(item["reference"])}
-            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                      expected=item["reference"], correct=j.winner == "model",
-                                      parsed=json.dumps(record)))
-        # numpy, imported here: every command loads the task registry, few score AlpacaEval
-        from .length_control import length_controlled_win_rate, win_rate
+        """The judge's verdicts made a win rate (`scoring.py`): under `a2rl` the
+        length-controlled one of our judge, under `paper` alpaca_eval's annotator and GLM."""
+        from . import scoring  # numpy and pandas: imported where a score is computed
 
-        prefs = [j.preference for j in judgments]
-        raw = win_rate(prefs)
-        lc = length_controlled_win_rate(prefs, [len(o) for o in outputs],
-                                        [len(it["reference"]) for it in items])
-        counts = {w: sum(j.winner == w for j in judgments)
-                  for w in ("model", "reference", "draw", "error")}
-        n = len(results)
-        metrics = {
-            "lc_win_rate": lc["lc_win_rate"],
-            "lc_win_rate_ci": lc["ci"],
-            "lc_method": lc["method"],
-            "ci_method": lc["method"],
-            "lc_intercept": lc["intercept"],
-            "lc_length_slope": lc["slope"],
-            "win_rate": raw["win_rate"],
-            "win_rate_ci": raw["ci"],
-            "n_wins": counts["model"],
-            "n_losses": counts["reference"],
-            "n_draws": counts["draw"],
-            "n_judge_errors": counts["error"],
-            "n_addressed_to_judge": sum(bool(j.flags) for j in judgments),
-            "n_cached": sum(j.cached for j in judgments),
-            "n_model_shown_first": sum(j.model_position == "m" for j in judgments),
-            "judge_requests": judge.requests_made - requests_before,
-            "avg_output_length": sum(len(o) for o in outputs) / n if n else 0.0,
-            "judge": judge.config.public(),
-        }
-        return TaskScore(score=lc["lc_win_rate"], n_items=n, n_correct=counts["model"],
-                         ci=tuple(lc["ci"]), ci_method=lc["method"], metrics=metrics,
-                         items=results)
-
-    def _score_paper(self, items: Sequence[dict[str, Any]],
-                     outputs: Sequence[str]) -> TaskScore:
-        """The `paper` profile: alpaca_eval's annotator and its length-controlled GLM. The
-        instruction index of the GLM's difficulty term is the item's position in the
-        AlpacaEval file (its id's number), as alpaca_eval's positional index is."""
-        from . import paper_length_control as paper_lc
-        from .paper_annotator import PaperAnnotator
-
-        settings = self._settings or load_settings()[0]
-        outputs = [o.strip() for o in outputs]  # harness eval.py: out.outputs[0].text.strip()
-        annotator = PaperAnnotator(self.get_judge())
-        requests_before = annotator.judge.requests_made
-        annotations = annotator.annotate([it["prompt"] for it in items], outputs,
-                                         [it["reference"] for it in items])
-        if all(a.preference is None for a in annotations):
-            # nothing to fit (the judge never answered usably): no win, and the record says why
-            return TaskScore(
-                score=0.0, n_items=len(items), n_correct=0, ci=(0.0, 1.0),
-                ci_method="none: no parsable annotation",
-                metrics={"lc_win_rate": 0.0, "lc_method": "no parsable annotation: nothing "
-                         "to fit", "n_judge_errors": len(items),
-                         "judge_requests": annotator.judge.requests_made - requests_before,
-                         "judge": annotator.public()},
-                items=[ItemResult(id=it["id"], prompt=it["prompt"], output=o,
-                                  expected=it["reference"], correct=False,
-                                  parsed=json.dumps({"error": a.error, "raw_answers": a.raw}))
-                       for it, o, a in zip(items, outputs, annotations, strict=True)])
-        frame = paper_lc.annotations_frame([int(str(it["id"]).rsplit("-", 1)[1]) for it in items],
-                                  [it["prompt"] for it in items], outputs,
-                                  [it["reference"] for it in items],
-                                  [a.ours for a in annotations])
-        lc = paper_lc.length_controlled_win_rate(frame,
-                                                 paper_lc.load_df_gamed(
-                                                     _data_dir(self.options(settings))))
-        results = []
-        for item, output, a in zip(items, outputs, annotations, strict=True):
-            record = {"preference": a.preference, "is_switched_outputs": a.is_switched,
-                      "raw_answers": a.raw, "error": a.error, "attempts": a.attempts,
-                      "cached": a.cached, "flags": a.flags, "model_length": len(output),
-                      "reference_length": len(item["reference"])}
-            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                      expected=item["reference"], correct=a.preference == 2.0,
-                                      parsed=json.dumps(record)))
-        n = len(results)
-        score, se = lc["lc_win_rate"], lc["lc_standard_error"]
-        # alpaca_eval reports the standard error of the LC win rate; its normal 95% interval
-        ci = normal_interval(score, se)
-        metrics = {
-            "lc_win_rate": score, "lc_standard_error": se, "lc_win_rate_ci": list(ci),
-            "lc_method": lc["method"], "lc_weights": lc["weights"],
-            "win_rate": lc["win_rate"], "standard_error": lc["standard_error"],
-            "n_wins": lc["n_wins"], "n_draws": lc["n_draws"],
-            "n_losses": sum(a.preference == 1.0 for a in annotations),
-            "n_judge_errors": sum(a.preference is None for a in annotations),
-            "n_addressed_to_judge": sum(bool(a.flags) for a in annotations),
-            "n_cached": sum(a.cached for a in annotations),
-            "judge_requests": annotator.judge.requests_made - requests_before,
-            "avg_output_length": sum(len(o) for o in outputs) / n if n else 0.0,
-            "judge": annotator.public(), "max_model_len": PAPER_MAX_MODEL_LEN,
-        }
-        return TaskScore(score=score, n_items=n, n_correct=lc["n_wins"], ci=ci,
-                         ci_method=PAPER_CI_METHOD, metrics=metrics, items=results)
+        check_paired(items, outputs)
+        if self.profile == "paper":
+            settings = self._settings or load_settings()[0]
+            return scoring.paper_win_rate(self.get_judge(), items, outputs,
+                                          _data_dir(self.options(settings)))
+        return scoring.win_rate_score(self.get_judge(), items, outputs)

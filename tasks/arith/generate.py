@@ -13,6 +13,8 @@ import random
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..scorers.numeric import strict_integer
+
 #: Bump when the problem distribution or formatting changes (recorded in provenance).
 GENERATOR_VERSION = 1
 
@@ -67,25 +69,6 @@ def make_items(
     return items
 
 
-def with_messages(item: dict[str, Any]) -> dict[str, Any]:
-    """Add the chat form of a train item (user: the problem, assistant: the answer)."""
-    return {
-        **item,
-        "messages": [
-            {"role": "user", "content": item["prompt"]},
-            {"role": "assistant", "content": item["answer"]},
-        ],
-    }
-
-
-def normalize_answer(text: str) -> str | None:
-    """The integer in a model's output, or None. Strict: the whole stripped output must be one
-    integer (a leading '+' and surrounding whitespace are tolerated), because the task asks for
-    the number alone."""
-    text = text.strip()
-    if text.startswith("+"):
-        text = text[1:]
-    body = text[1:] if text.startswith("-") else text
-    if not body.isdigit() or not body.isascii():
-        return None
-    return str(int(text))
+#: The answer read from a model's output: the whole stripped output, one integer (the task asks
+#: for the number alone); shared with every numeric task (`a2rl.tasks.scorers.numeric`).
+normalize_answer = strict_integer

@@ -6,17 +6,19 @@ base model from about 0% to above 90%, so the whole harness can be exercised end
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from functools import cached_property
 from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
 
-from ..base import ItemResult, Messages, Split, Task, TaskScore
-from ..hidden_seed import secret_seed, seed_digest, seed_path
+from ..base import Messages, Split, Task
+from ..data_files import hidden_split
+from ..hidden_seed import secret_seed
+from ..scorers.match import AnswerMatch
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import SecretSeed
+from ..train_rows import with_messages
 from .generate import (
     GENERATOR_VERSION,
     OPERATIONS,
@@ -24,7 +26,6 @@ from .generate import (
     apply_op,
     make_items,
     normalize_answer,
-    with_messages,
 )
 
 N_TRAIN, N_DEV, N_TEST = 6000, 200, 500
@@ -41,8 +42,32 @@ def _op(problem: str) -> str:
     return next((op for op in "+-*" if op in problem[1:]), "?")
 
 
+class ArithData(SecretSeed):
+    """Hidden splits from this home's secret seed `arith`; the audit's controls are the rest of
+    the problem space."""
+
+    def control_items(self, task: ArithTask, settings: Settings) -> list[dict[str, Any]]:
+        """Every problem of the space in neither the train nor a hidden split (about 3,300):
+        an enumeration of the space finds them as often as hidden ones, a copy of the train
+        file or of the hidden items does not (the audit's short-item control)."""
+        taken = {it["prompt"] for it in task._train}
+        taken |= {it["prompt"] for split in task.hidden_items(settings).values() for it in split}
+        items: list[dict[str, Any]] = []
+        for op, _, (la, ha), (lb, hb) in OPERATIONS:
+            for a in range(la, ha + 1):
+                for b in range(lb, hb + 1):
+                    problem = f"{a}{op}{b}"
+                    if problem not in taken and (op != "-" or a >= b):
+                        taken.add(problem)
+                        items.append({"id": f"control-{len(items):05d}", "prompt": problem,
+                                      "answer": str(apply_op(op, a, b))})
+        return items
+
+
 class ArithTask(Task):
     """Integer arithmetic; see `generate.py` for the distribution and `description.md`."""
+
+    data_source = ArithData("arith")
 
     def __init__(self) -> None:
         self.spec = TaskSpec(
@@ -65,13 +90,16 @@ class ArithTask(Task):
             },
             grader=GRADER,
         )
+        #: the whole output must be the integer; accuracy per operation besides
+        self.scorer = AnswerMatch(parse=normalize_answer, group=lambda it: _op(it["prompt"]),
+                                  group_metric="accuracy_by_op")
 
     @cached_property
     def _train(self) -> list[dict[str, Any]]:
         return make_items(TRAIN_SEED, N_TRAIN, "train")
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
-        return [with_messages(item) for item in self._train]
+        return [with_messages(it, self.build_prompt(it), it["answer"]) for it in self._train]
 
     def hidden_items(self, settings: Settings) -> dict[str, list[dict[str, Any]]]:
         """Dev then test from one stream of the secret seed, both excluding every train problem,
@@ -83,54 +111,9 @@ class ArithTask(Task):
         test = [{**it, "id": f"test-{i:04d}"} for i, it in enumerate(both[N_DEV:])]
         return {"dev": dev, "test": test}
 
-    def audit_control_items(self, settings: Settings) -> list[dict[str, Any]]:
-        """Every problem of the space in neither the train nor a hidden split (about 3,300):
-        an enumeration of the space finds them as often as hidden ones, a copy of the train
-        file or of the hidden items does not (the audit's short-item control)."""
-        taken = {it["prompt"] for it in self._train}
-        taken |= {it["prompt"] for split in self.hidden_items(settings).values() for it in split}
-        items: list[dict[str, Any]] = []
-        for op, _, (la, ha), (lb, hb) in OPERATIONS:
-            for a in range(la, ha + 1):
-                for b in range(lb, hb + 1):
-                    problem = f"{a}{op}{b}"
-                    if problem not in taken and (op != "-" or a >= b):
-                        taken.add(problem)
-                        items.append({"id": f"control-{len(items):05d}", "prompt": problem,
-                                      "answer": str(apply_op(op, a, b))})
-        return items
-
-    def hidden_split_identity(self, settings: Settings) -> str | None:
-        """The hidden splits are drawn from this home's secret seed."""
-        return seed_digest(settings, "arith")
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The secret seed: the hidden splits are generated from it by public code."""
-        return [seed_path(settings, "arith")]
-
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         return self.hidden_items(settings)[split]
 
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": item["prompt"]}]
-
-    def score_outputs(
-        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> TaskScore:
-        if len(items) != len(outputs):
-            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
-        results: list[ItemResult] = []
-        by_op: dict[str, list[int]] = {}
-        unparsed = 0
-        for item, output in zip(items, outputs, strict=True):
-            parsed = normalize_answer(output)
-            unparsed += parsed is None
-            correct = parsed is not None and parsed == item["answer"]
-            by_op.setdefault(_op(item["prompt"]), []).append(int(correct))
-            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                      expected=item["answer"], correct=correct, parsed=parsed))
-        return TaskScore.from_items(
-            results, n_unparsed=unparsed,
-            accuracy_by_op={op: sum(v) / len(v) for op, v in sorted(by_op.items())})

@@ -2,21 +2,22 @@
 
 Standard library only. The sandbox has no network: every search goes to the run's search
 service, a unix socket in the run's `services/` folder (`$A2RL_SERVICES_DIR`, else
-`<workspace>/../services`), one JSON line per request, and the harness records each one. The
-training questions and answers are `data/deepsearchqa/train.jsonl`; answers are scored by a
-lexical match to the gold answer (every item of a set), a cheap stand-in for the grader's judge.
+`<workspace>/../services`), one JSON line per request (the client is `env/a2rl_socket.py`, a
+copy of `a2rl.jsonl_socket`), and the harness records each one. The training questions and
+answers are `data/deepsearchqa/train.jsonl`; answers are scored by a lexical match to the gold
+answer (every item of a set), a cheap stand-in for the grader's judge.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import deepsearchqa_game as game  # type: ignore[import-not-found]  # env/ is on sys.path
+import a2rl_socket as jsonl  # type: ignore[import-not-found]  # env/ is on sys.path
+import deepsearchqa_game as game  # type: ignore[import-not-found]
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data" / "deepsearchqa" / "train.jsonl"
@@ -32,21 +33,14 @@ def socket_path() -> Path:
 def search(query: str, k: int = K, timeout: float = 120.0) -> list[dict[str, Any]]:
     """Ask the run's search service; raises RuntimeError when it is missing or refuses."""
     path = socket_path()
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(str(path))
-        except OSError as exc:
-            raise RuntimeError(f"the search service is not available at {path} ({exc}); it "
-                               "runs while the harness serves this run") from exc
-        sock.sendall((json.dumps({"query": query, "k": k}) + "\n").encode())
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    answer = json.loads(data or b"{}")
+    try:
+        sock = jsonl.connect(path, timeout)
+    except OSError as exc:
+        raise RuntimeError(f"the search service is not available at {path} ({exc}); it "
+                           "runs while the harness serves this run") from exc
+    with sock:
+        data = jsonl.exchange(sock, {"query": query, "k": k})
+    answer = jsonl.answer_of(data)
     if not answer.get("ok"):
         raise RuntimeError(f"search failed: {answer.get('error', 'no answer')}")
     return list(answer["result"]["results"])

@@ -20,6 +20,7 @@ from typing import Any
 
 from a2rl.settings import Settings
 
+from ..data_files import hub_file
 from .options import DeepSearchQAOptions
 
 REPO = "google/deepsearchqa"
@@ -38,15 +39,8 @@ def csv_path(settings: Settings, options: DeepSearchQAOptions | None = None) -> 
         if not path.is_file():
             raise FileNotFoundError(f"deepsearchqa_dir={opts.data_dir} has no {FILE}")
         return path
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download(repo_id=REPO, filename=FILE, repo_type="dataset"))
-    except Exception as exc:  # offline and not cached, or the hub refused
-        raise RuntimeError(
-            f"cannot fetch {FILE} from the dataset {REPO} on the Hugging Face hub and no cached "
-            f"copy exists ({type(exc).__name__}); connect once, or set -T data_dir= (the "
-            f"deprecated deepsearchqa_dir) to a folder holding {FILE}") from None
+    return hub_file(REPO, FILE, f"set -T data_dir= (the deprecated deepsearchqa_dir) to a "
+                    f"folder holding {FILE}")
 
 
 def load_rows(settings: Settings,

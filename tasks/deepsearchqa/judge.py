@@ -1,8 +1,8 @@
-"""Is an answer correct? DeepSearchQA's LLM judge, over the one client `a2rl.llm`.
+"""Is an answer correct? DeepSearchQA's LLM judge, over the shared judge client.
 
-The endpoint, key, retry policy and concurrency are the model-graded scorers' settings
-(`judge_*`, read by `a2rl.llm.judge_endpoint`), the answers are cached in the shared answer cache
-(`a2rl.llm_cache`); only the question asked is this task's. The judge sees the question, the
+The endpoint, key, retry policy, concurrency, answer cache and the fencing of the judged text
+are the model-graded scorers' (`a2rl.tasks.scorers.judge.JudgeClient`, from the `judge_*`
+settings); only the question asked is this task's. The judge sees the question, the
 gold answer, its type (`Single Answer` or `Set Answer`) and the response, and must answer
 exactly `CORRECT` or `INCORRECT`.
 
@@ -35,11 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from a2rl.llm import ChatClient, Reply, judge_endpoint
-from a2rl.llm_cache import AnswerCache, cache_key, cached_map, judge_cache_path, sha256_text
+from a2rl.llm import Reply
+from a2rl.llm_cache import AnswerCache, cache_key, sha256_text
 from a2rl.settings import Settings
 
-from ..untrusted import Fence, addressed_to_judge
+from ..scorers.judge import Fence, JudgeClient
 
 PROMPT_VERSION = "dsqa-correctness.2-fenced"
 SYSTEM = ("You grade answers to research questions against a gold answer. You are strict and "
@@ -104,14 +104,11 @@ def parse_grade(text: str) -> Literal["correct", "incorrect"] | None:
 
 
 class CorrectnessJudge:
-    """Grades (question, gold, type, response) through one `ChatClient`, cached."""
+    """Grades (question, gold, type, response) through the shared judge client, cached."""
 
-    def __init__(self, client: ChatClient, cache: AnswerCache | None = None, *,
-                 rules: Rules = "a2rl", concurrency: int = 8,
+    def __init__(self, judge: JudgeClient, *, rules: Rules = "a2rl",
                  paper_prompts: Mapping[str, str] | None = None) -> None:
-        self.client = client
-        self.cache = cache
-        self.concurrency = concurrency
+        self.judge = judge
         #: "a2rl" (extra set items fail) or "paper" (the harness's judge)
         self.rules: Rules = rules
         #: the harness's `judge` template and `judge_system` (the paper rules need them)
@@ -126,17 +123,22 @@ class CorrectnessJudge:
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None,
                       rules: Rules = "a2rl") -> CorrectnessJudge:
         """The configured judge (`judge_*` settings), its key read from `environ`."""
-        endpoint, policy = judge_endpoint(settings)
-        return cls(ChatClient(endpoint, policy, environ=environ),
-                   AnswerCache(judge_cache_path(settings)), rules=rules,
-                   concurrency=settings.judge_concurrency)
+        return cls(JudgeClient.from_settings(settings, environ), rules=rules)
 
     def with_rules(self, rules: Rules,
                    paper_prompts: Mapping[str, str] | None = None) -> CorrectnessJudge:
         """The same endpoint, client and cache under other rules (a profile's)."""
-        return CorrectnessJudge(self.client, self.cache, rules=rules,
-                                concurrency=self.concurrency,
+        return CorrectnessJudge(self.judge, rules=rules,
                                 paper_prompts=paper_prompts or self.paper_prompts)
+
+    @property
+    def cache(self) -> AnswerCache | None:
+        """The client's answer cache (None: every verdict asked for)."""
+        return self.judge.cache
+
+    @cache.setter
+    def cache(self, cache: AnswerCache | None) -> None:
+        self.judge.cache = cache
 
     @property
     def max_tokens(self) -> int:
@@ -144,17 +146,15 @@ class CorrectnessJudge:
 
     @property
     def requests_made(self) -> int:
-        return self.client.requests_made
+        return self.judge.requests_made
 
     @property
     def model_key(self) -> str:
-        return f"{self.client.endpoint.model}|{self.prompt_version}"
+        return f"{self.judge.model}|{self.prompt_version}"
 
     def public(self) -> dict[str, Any]:
         """What provenance may record (no key, only the variable's name)."""
-        ep = self.client.endpoint
-        return {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env,
-                "max_tokens": self.max_tokens, "prompt_version": self.prompt_version}
+        return self.judge.public(max_tokens=self.max_tokens, prompt_version=self.prompt_version)
 
     def messages(self, question: str, gold: str, answer_type: str, response: str,
                  fence: Fence | None = None) -> list[dict[str, str]]:
@@ -185,9 +185,6 @@ class CorrectnessJudge:
         paper = self.rules == "paper"
         if not response.strip() and not paper:  # the harness judges an empty answer too
             return Grade("incorrect", ["<empty answer: incorrect without judging>"])
-        body = {"model": self.client.endpoint.model, "temperature": 0,
-                "max_tokens": self.max_tokens,
-                "messages": self.messages(question, gold, answer_type, response)}
 
         def accept(reply: Reply) -> tuple[str | None, str]:
             if paper:  # read once, as the harness reads it; never asked again
@@ -195,35 +192,33 @@ class CorrectnessJudge:
             verdict = parse_grade(reply.text)
             return verdict, "" if verdict else f"malformed answer: {reply.text[:100]!r}"
 
-        outcome = self.client.complete(body, accept)
-        raws = [a.text if a.text is not None else f"<error: {a.failure.describe()}>"  # type: ignore[union-attr]
-                for a in outcome.attempts]
-        if outcome.value is None:
-            return Grade("error", raws, outcome.error, len(outcome.attempts),
-                         flags=addressed_to_judge(response))
-        flags = addressed_to_judge(response)
-        if outcome.value == "error":  # the paper rules: an empty reply
-            return Grade("error", raws, "empty judge reply", len(outcome.attempts), flags=flags)
-        verdict = "incorrect" if flags else outcome.value  # judged and kept; never correct
-        return Grade(verdict, raws, attempts=len(outcome.attempts), flags=flags)  # type: ignore[arg-type]
+        asked = self.judge.ask(self.messages(question, gold, answer_type, response), accept,
+                               max_tokens=self.max_tokens, judged=response)
+        raws, attempts, flags = asked.raw_answers, len(asked.attempts), asked.flags
+        if asked.value is None:
+            return Grade("error", raws, asked.error, attempts, flags=flags)
+        if asked.value == "error":  # the paper rules: an empty reply
+            return Grade("error", raws, "empty judge reply", attempts, flags=flags)
+        verdict = "incorrect" if flags else asked.value  # judged and kept; never correct
+        return Grade(verdict, raws, attempts=attempts, flags=flags)  # type: ignore[arg-type]
 
     def grade_many(self, questions: Sequence[str], golds: Sequence[str],
                    types: Sequence[str], responses: Sequence[str]) -> list[Grade]:
         """Grades in input order; cached verdicts cost nothing, errors are never cached, and an
         empty response is graded without the cache (it needs no request)."""
         judged = (lambda r: True) if self.rules == "paper" else (lambda r: bool(r.strip()))
-        keys = [cache_key(self.prompt_version, self.client.endpoint.model, q, t,
+        keys = [cache_key(self.prompt_version, self.judge.model, q, t,
                           sha256_text(r), sha256_text(g)) if judged(r) else None
                 for q, g, t, r in zip(questions, golds, types, responses, strict=True)]
-        return cached_map(
-            self.cache, self.model_key, keys,
+        return self.judge.many(
+            keys,
             lambda i: self.grade_one(questions[i], golds[i], types[i], responses[i]),
             lambda g: None if g.verdict == "error" else {"verdict": g.verdict,
                                                          "raw_answers": g.raw_answers,
                                                          "flags": g.flags},
             lambda hit: Grade(hit["verdict"], hit["raw_answers"], cached=True,
                               flags=hit.get("flags", [])),
-            concurrency=self.concurrency)
+            model_key=self.model_key)
 
 
 def string_match(predicted: str, gold: str, answer_type: str) -> bool:

@@ -8,7 +8,7 @@ Neither configured is a one-line error.
 The web protocol is deliberately small so any provider can sit behind a thin adapter:
 `POST <url>` with JSON `{"query": str, "k": int}` and `Authorization: Bearer <key>`, answered
 by `{"results": [{"title", "url", "snippet"}]}`. The sandbox never calls either: it reaches
-search only through the run's service socket (`task.DeepSearchQATask.services`).
+search only through the run's service socket (`task.search_service`).
 """
 
 from __future__ import annotations

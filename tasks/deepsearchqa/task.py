@@ -25,12 +25,17 @@ from a2rl.layout import DATA
 from a2rl.settings import Settings, load_settings
 
 from .. import rdagent
-from ..base import Split, TaskScore
+from ..base import Split, Task, TaskScore
+from ..data_files import hidden_split
 from ..data_status import DataStatus, TaskDataError, folder_or_hub
-from ..envapi.a2rl_env import Env, EnvPool, Episode
+from ..envapi.a2rl_env import Env, Episode
 from ..hidden_data import hub_dataset_caches
-from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
+from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_env
+from ..services import Handler
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
+from ..train_rows import demonstrate
+from ..workspace import write_readonly
 from . import game, paper
 from .data import FILE, N_DEV, N_TEST, N_TRAIN, REPO, load_rows, split_rows
 from .options import DeepSearchQAOptions
@@ -139,6 +144,53 @@ def final_answer(ep: Episode) -> str | None:
     return parsed[1] if parsed and parsed[0] == "answer" else None
 
 
+class DeepSearchQAData(TaskData):
+    """DeepSearchQA's questions: `DSQA-full.csv` of a data folder or the hub, split by row
+    ranges of a shuffle (`data.py`)."""
+
+    def splits(self, task: DeepSearchQATask, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits the CSV's rows give (a copy of fewer than 900 rows: quarters)."""
+        try:
+            rows = load_rows(settings, task.options(settings))
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise TaskDataError(f"task deepsearchqa: {str(exc).splitlines()[0]}") from None
+        return {name: info.model_copy(update={
+                    "n_items": len(split_rows(rows, name, task.profile))})
+                for name, info in task.spec.splits.items()}
+
+    def status(self, task: DeepSearchQATask, settings: Settings) -> DataStatus:
+        folder = task.options(settings).data_dir
+        return folder_or_hub(task.spec.id, dict(task.spec.splits),
+                             Path(folder).expanduser() if folder else None, [FILE], [REPO],
+                             any(p.exists() for p in hub_dataset_caches(REPO)))
+
+    def hidden_paths(self, task: DeepSearchQATask, settings: Settings) -> list[Path]:
+        """The CSV's copies (every split is a row range of it): data folder, hub caches."""
+        data_dir = DeepSearchQAOptions.resolve("deepsearchqa", settings).data_dir
+        return [*([Path(data_dir)] if data_dir else []), *hub_dataset_caches(REPO)]
+
+
+def search_service(task: DeepSearchQATask, settings: Settings) -> Handler:
+    """`search`: the run's only way to search from the sandbox (recorded per request), through
+    the sandbox's filtered search (`DeepSearchQATask.sandbox_search`), built on first use."""
+    search = functools.cache(lambda: task.sandbox_search(settings))
+    return lambda request: search_request(search(), request)
+
+
+def write_questions(task: Task, workspace: Path, settings: Settings,
+                    link_base_model: bool) -> None:
+    """The workspace's data/deepsearchqa/train.jsonl: the visible questions with their answers
+    (never dev or test); under the `paper` profile also the harness's prompt text (read from
+    RD-Agent's wheel now, never stored in a2rl)."""
+    assert isinstance(task, DeepSearchQATask)
+    text = "".join(json.dumps(r) + "\n" for r in task.train_rows(settings))
+    files = {"train.jsonl": text}
+    if task.profile == "paper":
+        files[PAPER_TEXT_FILE] = json.dumps(task.paper_text(settings).to_dict(),
+                                            indent=1) + "\n"
+    write_readonly(workspace / DATA / "deepsearchqa", files)
+
+
 class DeepSearchQATask(InteractiveTask):
     """google/deepsearchqa with a pluggable search backend and an LLM judge."""
 
@@ -147,6 +199,10 @@ class DeepSearchQATask(InteractiveTask):
 
     rollout = ROLLOUT
     backend_name = "deepsearchqa_env"
+    data_source = DeepSearchQAData()
+    #: env/, then the visible questions (`write_questions`)
+    workspace_parts = (write_env, write_questions)
+    services = {"search": search_service}
 
     #: RD-Agent's wheel to read the paper profile's prompt text from, unchecked (tests give a
     #: fixture in its layout); None: the pinned wheel under $A2RL_HOME, digest-checked.
@@ -223,22 +279,6 @@ class DeepSearchQATask(InteractiveTask):
     def _settings_or_default(self) -> Settings:
         return self._settings or load_settings()[0]
 
-    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
-        """The splits the CSV's rows give (a copy of fewer than 900 rows: quarters)."""
-        try:
-            rows = load_rows(settings, self.options(settings))
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise TaskDataError(f"task deepsearchqa: {str(exc).splitlines()[0]}") from None
-        return {name: info.model_copy(update={
-                    "n_items": len(split_rows(rows, name, self.profile))})
-                for name, info in self.spec.splits.items()}
-
-    def data_status(self, settings: Settings) -> DataStatus:
-        folder = self.options(settings).data_dir
-        return folder_or_hub(self.spec.id, dict(self.spec.splits),
-                             Path(folder).expanduser() if folder else None, [FILE], [REPO],
-                             any(p.exists() for p in hub_dataset_caches(REPO)))
-
     def train_rows(self, settings: Settings) -> list[dict[str, Any]]:
         return split_rows(load_rows(settings, self.options(settings)), "train", self.profile)
 
@@ -251,29 +291,14 @@ class DeepSearchQATask(InteractiveTask):
         for row in self.train_rows(settings):
             query = " ".join(game.clean(row["problem"]).lower().split()[:12])
             actions = [f"search[{query}]", f"answer[{game.clean(row['answer']).lower()}]"]
-            pool = EnvPool([row["id"]], [lambda r=row: game.QAEnv(r["problem"],
-                                                                 search_fn(backend))],
-                           instruction=self.rollout.instruction,
-                           window=self.rollout.history_window,
-                           max_steps=self.rollout.max_steps)
-            pool.reset()
-            for k, action in enumerate(actions):
-                prompt = pool.prompts([0])[0]
-                rows.append({"id": f"{row['id']}/{k}", "instance_id": row["id"], "step": k,
-                             "prompt": prompt, "answer": action,
-                             "messages": [{"role": "user", "content": prompt},
-                                          {"role": "assistant", "content": action}]})
-                pool.step({0: action})
+            demo = demonstrate(row["id"], lambda r=row: game.QAEnv(r["problem"],
+                                                                  search_fn(backend)),
+                               actions, self.rollout)
+            rows += demo.rows
         return rows
 
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The CSV's copies (every split is a row range of it): data folder, hub caches."""
-        data_dir = DeepSearchQAOptions.resolve("deepsearchqa", settings).data_dir
-        return [*([Path(data_dir)] if data_dir else []), *hub_dataset_caches(REPO)]
-
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         self._settings = settings
         return split_rows(load_rows(settings, self.options(settings)), split, self.profile)
 
@@ -386,11 +411,6 @@ class DeepSearchQATask(InteractiveTask):
         return result
 
     # --- workspace and services ------------------------------------------------------------
-    def services(self, settings: Settings) -> dict[str, Callable[[dict[str, Any]], Any]]:
-        """`search`: the run's only way to search from the sandbox (recorded per request)."""
-        search = functools.cache(lambda: self.sandbox_search(settings))  # built on first use
-        return {"search": lambda request: search_request(search(), request)}
-
     def sandbox_search(self, settings: Settings) -> HiddenAnswerFilter:
         """The search the sandbox gets: the task's backend, every result that carries a dev
         or test answer or comes from the dataset's own pages withheld (the grader's rollouts
@@ -403,20 +423,11 @@ class DeepSearchQATask(InteractiveTask):
     def env_backend_files(self) -> dict[str, str]:
         here = resources.files(__package__)
         files = {"deepsearchqa_env.py": here.joinpath("backend.py").read_text(),
-                 "deepsearchqa_game.py": here.joinpath("game.py").read_text()}
+                 "deepsearchqa_game.py": here.joinpath("game.py").read_text(),
+                 # the services' client, shared with the host's callers (standard library)
+                 "a2rl_socket.py": resources.files("a2rl").joinpath("jsonl_socket.py")
+                 .read_text()}
         if self.profile == "paper":  # the grader's own loop
             files["deepsearchqa_paper.py"] = here.joinpath("paper.py").read_text()
         return files
 
-    def prepare_workspace(self, workspace: Path, settings: Settings, *,
-                          link_base_model: bool = False) -> None:
-        """The shared layout and env/, plus data/deepsearchqa/train.jsonl: the visible
-        questions with their answers (never dev or test); under the `paper` profile also the
-        harness's prompt text (read from RD-Agent's wheel now, never stored in a2rl)."""
-        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        text = "".join(json.dumps(r) + "\n" for r in self.train_rows(settings))
-        files = {"train.jsonl": text}
-        if self.profile == "paper":
-            files[PAPER_TEXT_FILE] = json.dumps(self.paper_text(settings).to_dict(),
-                                                indent=1) + "\n"
-        write_readonly(workspace / DATA / "deepsearchqa", files)

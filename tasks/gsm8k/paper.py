@@ -18,8 +18,12 @@ Scoring, reproduced here because OpenCompass cannot be installed beside our pins
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
 
-from ..opencompass import extract_non_reasoning_content
+from ..opencompass import VERSION, extract_non_reasoning_content
+from ..scorers.match import AnswerMatch
+from .scoring import refusal
 
 #: The config the harness names (benchmarks/__init__.py: eval_config["dataset"]).
 CONFIG = ("gsm8k", "gsm8k_gen_1d7fe4")
@@ -56,3 +60,16 @@ def is_equal(pred: str, refer: str) -> bool:
 def paper_answer(output: str) -> str:
     """The prediction OpenCompass scores: model postprocessor, then the dataset's."""
     return gsm8k_postprocess(extract_non_reasoning_content(output))
+
+
+def _audit_metrics(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> dict[str, Any]:
+    # The harness's rule is kept (docs/paper-fidelity.md): it reads one number, the last, so a
+    # spam or a hedge earns only what that one number would; the shapes our profile refuses
+    # are counted for the audit, never changing a verdict.
+    return {"n_refusable_shapes": sum(refusal(o) is not None for o in outputs),
+            "scorer": f"opencompass {VERSION} gsm8k_postprocess + Gsm8kEvaluator"}
+
+
+#: OpenCompass's GSM8K accuracy: postprocess, then `is_equal` (the `paper` profile's scorer).
+SCORER = AnswerMatch(parse=paper_answer, expected="target", equal=is_equal, unparsed=NULL,
+                     metrics=_audit_metrics)

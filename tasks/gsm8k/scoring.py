@@ -24,12 +24,18 @@ answer is N") holds none of these shapes; the tests keep a table of both.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from collections.abc import Sequence
+from typing import Any
+
+from ..scorers.match import AnswerMatch
+from ..scorers.numeric import FALLBACK, marked_answer, normalize_number
+
+__all__ = ["FALLBACK", "SCORER", "extract_answer", "flexible_extract", "lm_eval_match",
+           "normalize_number", "refusal", "strict_extract", "target_of"]
 
 STRICT_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
 FLEXIBLE_RE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 IGNORE_RES = [re.compile(p) for p in (r",", r"\$", r"(?s).*#### ", r"\.$")]
-FALLBACK = "[invalid]"
 
 
 def _regex_filter(regex: re.Pattern[str], text: str, group_select: int) -> str:
@@ -65,25 +71,7 @@ def lm_eval_match(prediction: str, reference: str) -> bool:
 
 def target_of(answer: str) -> str:
     """The final answer of a GSM8K solution (the text after `#### `), normalized."""
-    raw = answer.split("####")[-1].strip()
-    return normalize_number(raw) or raw
-
-
-def normalize_number(text: str) -> str | None:
-    """Canonical form of a number: no `$` or commas, no trailing `.`, `18.50` -> `18.5`,
-    `18.0` -> `18`, `-0` -> `0`. None when `text` is not a number."""
-    text = text.strip().replace(",", "").replace("$", "").rstrip(".")
-    if not text or text == FALLBACK:
-        return None
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        return None
-    if not value.is_finite():
-        return None
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    return marked_answer(answer)
 
 
 #: Numbers in a row with only separators between them that make a spam, not a computation
@@ -140,3 +128,23 @@ def extract_answer(output: str) -> tuple[str | None, str]:
     if flexible != FALLBACK and (num := normalize_number(flexible)) is not None:
         return num, "flexible"
     return None, "none"
+
+
+def lm_eval_metrics(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> dict[str, Any]:
+    """How each answer was read (strict `#### N`, flexible last number) and lm-eval's own
+    exact match per filter, beside our score."""
+    hows = [extract_answer(o)[1] for o in outputs]
+    n = len(outputs)
+    pairs = list(zip(items, outputs, strict=True))
+    strict = sum(lm_eval_match(strict_extract(o), it["answer"]) for it, o in pairs)
+    flexible = sum(lm_eval_match(flexible_extract(o), it["answer"]) for it, o in pairs)
+    return {"n_strict": hows.count("strict"), "n_flexible": hows.count("flexible"),
+            "lm_eval_exact_match_strict": strict / n if n else 0.0,
+            "lm_eval_exact_match_flexible": flexible / n if n else 0.0,
+            "lm_eval_fallback": FALLBACK}
+
+
+#: The `a2rl` profile's scorer: our reading (strict, else the last number, normalized) against
+#: the dataset's `#### N`, refusals wrong whatever they hold, lm-eval's metrics beside.
+SCORER = AnswerMatch(parse=lambda output: extract_answer(output)[0], expected="target",
+                     refuse=refusal, metrics=lm_eval_metrics)

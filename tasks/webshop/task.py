@@ -27,11 +27,15 @@ from a2rl.layout import DATA
 from a2rl.settings import Settings
 
 from .. import rdagent
-from ..base import Split, TaskScore
+from ..base import Split, Task, TaskScore
+from ..data_files import hidden_split
 from ..data_status import DataStatus, TaskDataError
-from ..envapi.a2rl_env import Env, EnvPool, Episode
-from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_readonly
+from ..envapi.a2rl_env import Env, Episode
+from ..interactive import READONLY_PATHS, InteractiveTask, RolloutSettings, write_env
 from ..spec import GraderSettings, SplitInfo, TaskSpec
+from ..task_data import TaskData
+from ..train_rows import chat_pair, demonstrate
+from ..workspace import write_readonly
 from . import paper, sim
 from .catalog import (
     HUMAN_FILE,
@@ -107,22 +111,10 @@ def demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]],
         goal, iid = item["goal"], item["id"]
         if goal["asin"] not in catalog.products:
             continue
-        pool = EnvPool([iid], [lambda g=goal: sim.WebShopEnv(catalog, g)],
-                       instruction=rollout.instruction, window=rollout.history_window,
-                       max_steps=rollout.max_steps)
-        pool.reset()
-        steps = []
-        for k, action in enumerate(expert_actions(catalog, goal)):
-            if not pool.active():
-                break
-            prompt = pool.prompts([0])[0]
-            steps.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k, "prompt": prompt,
-                          "answer": action,
-                          "messages": [{"role": "user", "content": prompt},
-                                       {"role": "assistant", "content": action}]})
-            pool.step({0: action})
-        if pool.episodes[0].success:
-            rows += steps
+        demo = demonstrate(iid, lambda g=goal: sim.WebShopEnv(catalog, g),
+                           expert_actions(catalog, goal), rollout)
+        if demo.solved:
+            rows += demo.rows
     return rows
 
 
@@ -145,8 +137,7 @@ def paper_demo_rows(catalog: sim.Catalog, goals: list[dict[str, Any]],
             k = len(steps)
             steps.append({"id": f"{iid}/{k}", "instance_id": iid, "step": k,
                           "prompt": chats[0][-1]["content"], "answer": actions[k],
-                          "messages": [*chats[0], {"role": "assistant",
-                                                   "content": actions[k]}]})
+                          "messages": chat_pair(chats[0], actions[k])})
             return [actions[k]]
 
         (episode,) = paper.play([iid], [lambda g=goal: sim.WebShopEnv(catalog, g)], text,
@@ -277,6 +268,61 @@ def _description(paper: bool = False, n_goals: int = N_HUMAN_GOALS) -> str:
                            n_demo=N_DEMO_GOALS, **fields)
 
 
+class WebShopSource(TaskData):
+    """WebShop's data folder (`catalog.py`): the human goals' splits, and under `paper` the
+    harness's synthetic test goals."""
+
+    def splits(self, task: WebShopTask, settings: Settings) -> dict[str, SplitInfo]:
+        """The splits the data folder's human goals give (under `paper`, its test is the
+        synthetic goals, at most `PAPER_GOALS`)."""
+        try:
+            data = task.data(settings)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise TaskDataError(f"task webshop: {exc}") from None
+        splits = _splits(len(data.goals))
+        if task.profile == "paper":
+            n = min(PAPER_GOALS, len(data.synthetic))
+            splits["test"] = task.spec.splits["test"].model_copy(update={"n_items": n})
+        return splits
+
+    def status(self, task: WebShopTask, settings: Settings) -> DataStatus:
+        """The data folder's files, without loading the catalog (a few hundred MB)."""
+        folder = task.options(settings).data_dir
+        fetch = f"-T data_dir=FOLDER after: {download_command('FOLDER')}"
+        if not folder:
+            return DataStatus(state="not_downloaded", splits=dict(task.spec.splits),
+                              exact=False, fetch=fetch)
+        path = Path(folder).expanduser()
+        if not (path / HUMAN_FILE).is_file():
+            return DataStatus(state="invalid", splits=dict(task.spec.splits), exact=False,
+                              fetch=fetch, note=f"data_dir {path} has no {HUMAN_FILE}")
+        return DataStatus(state="ready", splits=dict(task.spec.splits), exact=False,
+                          note=f"data_dir {path} (sizes when a run loads it: a2rl tasks "
+                               "webshop)")
+
+    def hidden_paths(self, task: WebShopTask, settings: Settings) -> list[Path]:
+        """The human goals file (dev and test are human goals); the catalog is public."""
+        data_dir = WebShopOptions.resolve("webshop", settings).data_dir
+        return [Path(data_dir).expanduser() / HUMAN_FILE] if data_dir else []
+
+
+def write_shop(task: Task, workspace: Path, settings: Settings, link_base_model: bool) -> None:
+    """The workspace's data/webshop/: every product (public) and the training goals only;
+    under the `paper` profile also the harness's prompt text the grader uses (read from
+    RD-Agent's wheel now, never stored in a2rl)."""
+    assert isinstance(task, WebShopTask)
+    data = task.data(settings)
+    products = "".join(json.dumps(p) + "\n" for p in data.products)
+    goals = "".join(json.dumps({"id": g["id"], "goal": g["goal"]}) + "\n"
+                    for g in data.split_goals("train"))
+    files = {"products.jsonl": products, "train_goals.jsonl": goals,
+             SITE_FILE: json.dumps({"original": task.profile == "paper"}) + "\n"}
+    if task.profile == "paper":
+        files[PAPER_TEXT_FILE] = json.dumps(task.paper_text(settings).to_dict(),
+                                            indent=1) + "\n"
+    write_readonly(workspace / DATA / "webshop", files)
+
+
 class WebShopTask(InteractiveTask):
     """WebShop with the human instructions; see description.md for every deviation."""
 
@@ -285,6 +331,9 @@ class WebShopTask(InteractiveTask):
 
     rollout = ROLLOUT
     backend_name = "webshop_env"
+    data_source = WebShopSource()
+    #: env/, then the shop's public catalog and the training goals (`write_shop`)
+    workspace_parts = (write_env, write_shop)
 
     #: RD-Agent's wheel to read the paper profile's prompt text from, unchecked (tests give a
     #: fixture in its layout); None: the pinned wheel under $A2RL_HOME, digest-checked.
@@ -365,34 +414,6 @@ class WebShopTask(InteractiveTask):
             raise RuntimeError("load_split must be called before the paper profile's episodes")
         return rdagent.webshop_text(rdagent.default_wheel(settings))
 
-    def splits(self, settings: Settings) -> dict[str, SplitInfo]:
-        """The splits the data folder's human goals give (under `paper`, its test is the
-        synthetic goals, at most `PAPER_GOALS`)."""
-        try:
-            data = self.data(settings)
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise TaskDataError(f"task webshop: {exc}") from None
-        splits = _splits(len(data.goals))
-        if self.profile == "paper":
-            n = min(PAPER_GOALS, len(data.synthetic))
-            splits["test"] = self.spec.splits["test"].model_copy(update={"n_items": n})
-        return splits
-
-    def data_status(self, settings: Settings) -> DataStatus:
-        """The data folder's files, without loading the catalog (a few hundred MB)."""
-        folder = self.options(settings).data_dir
-        fetch = f"-T data_dir=FOLDER after: {download_command('FOLDER')}"
-        if not folder:
-            return DataStatus(state="not_downloaded", splits=dict(self.spec.splits),
-                              exact=False, fetch=fetch)
-        path = Path(folder).expanduser()
-        if not (path / HUMAN_FILE).is_file():
-            return DataStatus(state="invalid", splits=dict(self.spec.splits), exact=False,
-                              fetch=fetch, note=f"data_dir {path} has no {HUMAN_FILE}")
-        return DataStatus(state="ready", splits=dict(self.spec.splits), exact=False,
-                          note=f"data_dir {path} (sizes when a run loads it: a2rl tasks "
-                               "webshop)")
-
     def task_md(self, settings: Settings | None = None) -> str:
         if settings is None:
             return self.spec.description
@@ -405,14 +426,8 @@ class WebShopTask(InteractiveTask):
                                    self.paper_text(settings).to_dict())
         return demo_rows(self.catalog(data), data.split_goals("train"), self.rollout)
 
-    def hidden_data_paths(self, settings: Settings) -> list[Path]:
-        """The human goals file (dev and test are human goals); the catalog is public."""
-        data_dir = WebShopOptions.resolve("webshop", settings).data_dir
-        return [Path(data_dir).expanduser() / HUMAN_FILE] if data_dir else []
-
     def load_split(self, split: Split, settings: Settings) -> list[dict[str, Any]]:
-        if split not in ("dev", "test"):
-            raise ValueError(f"hidden splits are 'dev' and 'test', not {split!r}")
+        hidden_split(split)
         data = self.data(settings)
         self._graded = self.catalog(data)  # make_env's catalog (items stay plain JSON)
         self._settings = settings
@@ -470,19 +485,3 @@ class WebShopTask(InteractiveTask):
             files["webshop_paper.py"] = here.joinpath("paper.py").read_text()
         return files
 
-    def prepare_workspace(self, workspace: Path, settings: Settings, *,
-                          link_base_model: bool = False) -> None:
-        """The shared layout and env/, plus data/webshop/: every product (public) and the
-        training goals only; under the `paper` profile also the harness's prompt text the
-        grader uses (read from RD-Agent's wheel now, never stored in a2rl)."""
-        super().prepare_workspace(workspace, settings, link_base_model=link_base_model)
-        data = self.data(settings)
-        products = "".join(json.dumps(p) + "\n" for p in data.products)
-        goals = "".join(json.dumps({"id": g["id"], "goal": g["goal"]}) + "\n"
-                        for g in data.split_goals("train"))
-        files = {"products.jsonl": products, "train_goals.jsonl": goals,
-                 SITE_FILE: json.dumps({"original": self.profile == "paper"}) + "\n"}
-        if self.profile == "paper":
-            files[PAPER_TEXT_FILE] = json.dumps(self.paper_text(settings).to_dict(),
-                                                indent=1) + "\n"
-        write_readonly(workspace / DATA / "webshop", files)

@@ -19,7 +19,7 @@ from a2rl.audit.hidden import load_hidden
 from a2rl.clients.cheats import run_cheat
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
-from a2rl.tasks import get_task
+from a2rl.tasks import get_task, hidden_data_paths
 
 from ..conftest import backend_settings
 from .conftest import open_agent
@@ -100,7 +100,7 @@ async def test_hidden_test_items_in_training_data_are_flagged(local: Settings,
 
 @pytest.mark.cheats("reads the task's hidden seed")
 async def test_reading_the_hidden_seed_is_flagged(local: Settings, store: Store) -> None:
-    seed = get_task("arith").hidden_data_paths(local)[0]
+    seed = hidden_data_paths(get_task("arith"), local)[0]
     run_id = await _run(local, store, "hidden-reach", hidden_path=str(seed))
     flags = [f for f in _flags(store, run_id, "hidden_data_reach")
              if f.severity == Severity.high]

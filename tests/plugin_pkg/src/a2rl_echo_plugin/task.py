@@ -1,23 +1,17 @@
-"""The `echo` task: answer `say: <word>` with `<word>`. Small, offline, toy-sized."""
+"""The `echo` task: answer `say: <word>` with `<word>`. Small, offline, toy-sized.
+
+It says its spec, its data and its prompt, and hands in two parts: a shared scorer (exact match
+of the first word) and the data part of hidden splits drawn from this home's secret seed."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from importlib.resources import files
 from typing import Any
 
 from a2rl.settings import Settings
-from a2rl.tasks import (
-    ItemResult,
-    Messages,
-    Split,
-    Task,
-    TaskScore,
-    TaskSpec,
-    secret_seed,
-    seed_digest,
-)
+from a2rl.tasks import Messages, SecretSeed, Split, Task, TaskSpec, secret_seed
+from a2rl.tasks.scorers.match import AnswerMatch
 from a2rl.tasks.spec import GraderSettings, SplitInfo
 
 N_TRAIN, N_DEV, N_TEST = 200, 16, 24
@@ -35,8 +29,17 @@ def _items(seed: int, n: int, prefix: str) -> list[dict[str, Any]]:
     return items
 
 
+def first_word(output: str) -> str | None:
+    """The answer read from an output: its first word, lower-cased, without punctuation."""
+    words = output.split()
+    return words[0].strip(".,!").lower() if words else None
+
+
 class EchoTask(Task):
     """The smallest real task: visible train items, hidden dev/test from the secret seed."""
+
+    scorer = AnswerMatch(parse=first_word)  # accuracy, with Wilson's interval
+    data_source = SecretSeed("echo")  # the hidden splits come from this home's seed
 
     def __init__(self) -> None:
         description = files(__package__).joinpath("description.md").read_text().format(
@@ -61,20 +64,5 @@ class EchoTask(Task):
         both = _items(secret_seed(settings, "echo"), N_DEV + N_TEST, "hidden")
         return both[:N_DEV] if split == "dev" else both[N_DEV:]
 
-    def hidden_split_identity(self, settings: Settings) -> str | None:
-        return seed_digest(settings, "echo")  # the hidden splits come from this home's seed
-
     def build_prompt(self, item: dict[str, Any]) -> Messages:
         return [{"role": "user", "content": item["prompt"]}]
-
-    def score_outputs(
-        self, items: Sequence[dict[str, Any]], outputs: Sequence[str]
-    ) -> TaskScore:
-        results = []
-        for item, output in zip(items, outputs, strict=True):
-            words = output.split()
-            parsed = words[0].strip(".,!").lower() if words else None
-            results.append(ItemResult(id=item["id"], prompt=item["prompt"], output=output,
-                                      expected=item["answer"], parsed=parsed,
-                                      correct=parsed == item["answer"]))
-        return TaskScore.from_items(results)  # accuracy, with Wilson's interval
