@@ -458,7 +458,7 @@ def _refuse_unknown(config_file: Path, keys: list[str]) -> None:
 
 # --- loading ----------------------------------------------------------------------------------
 
-def _origin(name: str, source: str, value: Any) -> str:
+def origin(name: str, source: str, value: Any) -> str:
     """A value where a user would look for it: `FILE: key = value`, `VAR=value`, `--flag value`."""
     if source.startswith("file:"):
         return f"{source[5:]}: {name} = {value!r}"
@@ -522,7 +522,7 @@ def load_settings(
         try:
             check_legacy_setting(name, value)
         except ValidationError as exc:
-            raise SettingsError(f"{_origin(name, source, value)}: "
+            raise SettingsError(f"{origin(name, source, value)}: "
                                 f"{_allowed(exc.errors(include_url=False)[0], source)}"
                                 ) from None
     try:
@@ -532,7 +532,7 @@ def load_settings(
         name = str(error["loc"][0]) if error["loc"] else ""
         if name in given:
             source, value = given[name]
-            raise SettingsError(f"{_origin(name, source, value)}: {_allowed(error, source)}"
+            raise SettingsError(f"{origin(name, source, value)}: {_allowed(error, source)}"
                                 ) from None
         raise SettingsError(f"bad settings: {_allowed(error)}") from None
 

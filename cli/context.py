@@ -13,7 +13,9 @@ from typing import Any
 import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
 from a2rl.cli.errors import fail, say_error
 from a2rl.cli.output import echo
-from a2rl.settings import Settings, SettingsError, load_settings
+from a2rl.grading.engine_select import ENGINES
+from a2rl.sandbox.registry import BACKENDS
+from a2rl.settings import Settings, SettingsError, load_settings, origin
 from a2rl.store import Store, StoreMissing
 from a2rl.store.owners import overdue_runs
 
@@ -26,10 +28,25 @@ def set_quiet(quiet: bool) -> None:
 
 
 def settings(**overrides: Any) -> Settings:
+    return settings_and_sources(**overrides)[0]
+
+
+def settings_and_sources(**overrides: Any) -> tuple[Settings, dict[str, str]]:
+    """The settings and where each came from, refused in one line when any is bad."""
     try:
-        return load_settings(overrides)[0]
+        loaded, sources = load_settings(overrides)
     except SettingsError as exc:  # a broken config file or variable: say which, don't trace
         fail(str(exc))
+    # the settings take any name for these two; which exist is the registries' to say (a
+    # package may add some), so every command refuses an unknown one as it would a bad value
+    for name, known in (("backend", BACKENDS.names()),
+                        ("grading_engine", ["auto", *ENGINES.names()])):
+        value = getattr(loaded, name)
+        if value not in known:
+            *first, last = known
+            fail(f"{origin(name, sources[name], value)}: unknown, use "
+                 f"{', '.join(map(repr, first))} or {last!r}")
+    return loaded, sources
 
 
 def store(settings: Settings) -> Store:

@@ -12,7 +12,7 @@ from a2rl.cli.errors import fail, message
 from a2rl.cli.options import PROFILES, JsonFlag, TaskOptionOpt, choices, task_options
 from a2rl.cli.output import echo, print_json
 from a2rl.clients.registry import agent_lines, list_connectors
-from a2rl.settings import Settings, load_settings
+from a2rl.settings import Settings
 from a2rl.tasks import (
     OptionsError,
     TaskDataError,
@@ -171,7 +171,7 @@ def agents(as_json: JsonFlag = False) -> None:
 
 def config_show(as_json: JsonFlag = False) -> None:
     """Show every setting, its value and where it came from (default, file, env, cli)."""
-    settings, sources = load_settings()
+    settings, sources = context.settings_and_sources()
     rows = {name: {"value": getattr(settings, name), "source": sources[name],
                    "description": field.description}
             for name, field in Settings.model_fields.items()}

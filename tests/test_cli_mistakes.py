@@ -73,10 +73,9 @@ def _cases(files: Path, llm_url: str) -> list[Case]:
         case("--grading-clock", "run", "--grading-clock", "never"),
         case("nope", "create", "-T", "nope=1"),
         # a backend or an engine no registry knows, from the settings: before the run is made
-        case("unknown sandbox backend 'vm'; known backends: docker, local", "create",
-             A2RL_BACKEND="vm"),
-        case("unknown grading_engine 'nope': use auto, transformers, static or vllm", "run",
-             A2RL_GRADING_ENGINE="nope"),
+        case("A2RL_BACKEND='vm': unknown, use 'local' or 'docker'", "create", A2RL_BACKEND="vm"),
+        case("A2RL_GRADING_ENGINE='nope': unknown, use 'auto', 'transformers', 'static' or "
+             "'vllm'", "run", A2RL_GRADING_ENGINE="nope"),
         case("--backend", "create", "--backend", "vm"),
         case("--agent-option", "run", "--agent-option", "=3"),
         case("--nope", "runs", "--nope"),
