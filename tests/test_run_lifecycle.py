@@ -17,7 +17,6 @@ import pytest
 from mcp import Client
 from sqlmodel import select
 
-from a2rl.grading.queue import _finish as finish_request
 from a2rl.grading.queue import claim, lease_owner, owner_gone
 from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
 from a2rl.server import build_server
@@ -37,7 +36,6 @@ from a2rl.store import (
     AgentStatus,
     BudgetEvent,
     BudgetEventKind,
-    Evaluation,
     EvaluationKind,
     EvaluationStatus,
     GradeRequest,
@@ -52,6 +50,8 @@ from a2rl.store import (
     aware,
     utcnow,
 )
+from a2rl.store.records.evaluations import NewEvaluation, Scores
+from a2rl.store.records.grade_requests import finish as finish_request
 from a2rl.tools.sandbox.local import LocalSandbox
 from a2rl.tools.seam import GradingHook, RunClockView
 
@@ -304,10 +304,11 @@ def test_finishing_waits_for_its_request_under_another_lease(settings: Settings,
 
     def other_process_grades() -> None:
         time.sleep(1.5)
-        ev = Evaluation(run_id=run.id, submission_id="s1", kind=EvaluationKind.submission,
-                        split="test", status=EvaluationStatus.done, score=0.75,
-                        started_at=utcnow(), ended_at=utcnow())
-        finish_request(store, req_id, ev, None)
+        finish_request(store, req_id, NewEvaluation(
+            run_id=run.id, submission_id="s1", kind=EvaluationKind.submission, split="test",
+            started_at=utcnow(), ended_at=utcnow(),
+            scores=Scores(score=0.75, ci_low=None, ci_high=None, n_items=0, metrics={},
+                          items=[], provenance={})))
 
     grader = threading.Thread(target=other_process_grades)
     started = time.monotonic()

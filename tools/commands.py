@@ -15,6 +15,7 @@ from pydantic import Field
 from sqlmodel import select
 
 from a2rl.store import Job
+from a2rl.store.records import jobs as job_rows
 
 from .gpu_usage import track
 from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle, watch
@@ -73,9 +74,9 @@ async def run_command(
     # the code it runs with: the workspace's code now (the last snapshot when unchanged)
     snapshot_id = await in_thread(rt.scanner.code_snapshot, f"job {job_id}",
                                   call.tool_call_id)
-    with rt.store.session() as s:
-        s.add(Job(id=job_id, run_id=rt.run_id, command=command, log_path=log_path,
-                  tool_call_id=call.tool_call_id, snapshot_id=snapshot_id))
+    job_rows.open_job(rt.store, id=job_id, run_id=rt.run_id, command=command,
+                      log_path=log_path, tool_call_id=call.tool_call_id,
+                      snapshot_id=snapshot_id)
     try:
         await in_thread(sandbox.spawn, job_id, command)
         await in_thread(track, rt)  # its GPU use is sampled from now on, ended or not
@@ -87,11 +88,7 @@ async def run_command(
     out = await in_thread(
         read_bounded, log_file_of(rt, log_path), s_.output_head_bytes, s_.output_tail_bytes)
     if sj.state == JobState.running:
-        with rt.store.session() as s:
-            row = s.get(Job, job_id)
-            assert row is not None
-            row.is_background = True
-            s.add(row)
+        job_rows.mark_background(rt.store, job_id)
         watch(rt)  # its end is recorded when it happens, polled or not
         return CommandResult(
             status="running", job_id=job_id, output=out.text, output_bytes=out.total_bytes,

@@ -21,6 +21,8 @@ from sqlmodel import col, select
 
 from a2rl.layout import LOGS
 from a2rl.store import Blob, Job, JobEndCause, aware
+from a2rl.store.records import jobs as job_rows
+from a2rl.store.records.jobs import JobEnd
 
 from .access_record import job_files
 from .gpu_usage import track
@@ -108,23 +110,19 @@ def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: in
     ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
     # the files its ended processes opened, in the store before its row says it ended
     files = job_files(rt.store, rt.run_id, rt.dir, row.started_at, ended_at)
-    with rt.store.session() as s:
-        row = s.get(Job, job_id)
-        assert row is not None
-        if row.state == JobState.running:
-            row.state = lost_state if lost or sj is None else sj.state
-            row.exit_code = None if sj is None else sj.exit_code
-            row.ended_at = ended_at
-            row.files_recorded = files
-            row.log_blob_sha, row.log_bytes = blob, size
-            row.end_cause, row.end_evidence = gone or _cause(row.state, sj)
-            if sj is not None:
-                row.cpu_s, row.memory_peak_bytes = sj.cpu_s, sj.memory_peak_bytes
-            row.gpu_s, row.gpu_memory_peak_bytes = rt.gpu.figures(job_id)
-            s.add(row)
-            rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
-                        row.end_cause, row.end_evidence)
-        return row
+    state = lost_state if lost or sj is None else sj.state
+    cause, evidence = gone or _cause(state, sj)
+    gpu_s, gpu_peak = rt.gpu.figures(job_id)
+    row, settled = job_rows.settle(rt.store, job_id, JobEnd(
+        state=state, exit_code=None if sj is None else sj.exit_code, ended_at=ended_at,
+        end_cause=cause, end_evidence=evidence, log_blob_sha=blob, log_bytes=size,
+        files_recorded=files, cpu_s=None if sj is None else sj.cpu_s,
+        memory_peak_bytes=None if sj is None else sj.memory_peak_bytes,
+        gpu_s=gpu_s, gpu_memory_peak_bytes=gpu_peak))
+    if settled:
+        rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
+                    row.end_cause, row.end_evidence)
+    return row
 
 
 def _cause(state: str, sj: SandboxJob | None) -> tuple[str | None, str | None]:
