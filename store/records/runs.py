@@ -27,8 +27,9 @@ from ..outcome import derive_end_kind
 from ..status import EndKind, GradingClock, RunStatus
 from . import budget
 
-#: The columns the orchestrator writes of how the run's agent ended (`record_agent`).
-AGENT_FIELDS = frozenset({"agent_status", "agent_exit_code", "agent_error",
+#: The columns the orchestrator writes of the run's agent (`record_agent`): its version, how
+#: it ended, its exit code and last error, its transcript's and stderr's blobs.
+AGENT_FIELDS = frozenset({"agent_version", "agent_status", "agent_exit_code", "agent_error",
                           "agent_transcript_sha", "agent_stderr_sha"})
 
 
@@ -165,8 +166,8 @@ def set_final(store: Store, run_id: str, score: float | None,
 
 
 def record_agent(store: Store, run_id: str, **fields: Any) -> None:
-    """What the orchestrator saw of the run's agent (`AGENT_FIELDS`: how it ended, its exit
-    code and last error, its transcript's and stderr's blobs); other columns are refused."""
+    """What the orchestrator saw of the run's agent (`AGENT_FIELDS`); other columns are
+    refused."""
     if unknown := set(fields) - AGENT_FIELDS:
         raise ValueError(f"not agent fields of a run: {sorted(unknown)}")
     with store.session() as s:
