@@ -147,7 +147,7 @@ def test_register_replaces_a_task_and_checks_what_it_builds() -> None:
 
 def test_sandbox_backends_and_grading_engines_are_registries() -> None:
     from a2rl.grading.engine_select import ENGINES, choose_engine
-    from a2rl.tools.runtime import make_sandbox
+    from a2rl.tools.run_sandbox import make_sandbox
     from a2rl.tools.sandbox.local import LocalSandbox
     from a2rl.tools.sandbox.registry import BACKENDS
 

@@ -173,7 +173,7 @@ def test_graded_request_gets_its_runs_follow_up(store: Store, settings: Settings
 def supervisor_deadline(settings: Settings, store: Store, run: Run) -> float:
     """The deadline the run's supervisor holds, read without handing it one (a reattach
     would give it the clock's)."""
-    sandbox = LocalSandbox(build_runtime(settings, store, run).sandbox_spec())
+    sandbox = LocalSandbox(build_runtime(settings, store, run).sandbox.spec())
     assert sandbox.client.load_token()
     return float(sandbox.client.call("ping")["deadline"])
 
@@ -208,7 +208,7 @@ def test_moved_deadline_reaches_a_sandbox_another_process_serves(
     x = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
                    grading_clock="paused", budget="8s").run
     y = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
-    sandbox = build_runtime(settings, store, x).sandbox()  # X's own serving process, say
+    sandbox = build_runtime(settings, store, x).sandbox.get()  # X's own serving process, say
     sandbox.spawn("j-long", "sleep 60")
     serving_y = RunRegistry(settings, store)
     serving_y.get(y.id)

@@ -3,11 +3,12 @@
 One run, driven through a real MCP client: a data job writes a file the first "training" job
 reads; that job makes output/a from the base model, a second makes output/b from output/a (each
 adds noise seeded by $A2RL_SEED to the weights' tensors: real checkpoints the grader scores, in
-a second, no training), and only output/b is submitted. At its finish the never-submitted output/a is kept and scored
-on dev; the attribution names both stages. Then `a2rl replay --repeats 2` re-runs the recipe
-(the data job and both stages, each with the code it ran with) in two runs of kind replay,
-each with a seed of its own, and sets the agent's score beside the replicas'. The demo's own
-attribution (SFT, then GRPO) is checked on the demo run (tests/test_demo.py).
+a second, no training), and only output/b is submitted. At its finish the never-submitted
+output/a is kept and scored on dev; the attribution names both stages. Then `a2rl replay
+--repeats 2` re-runs the recipe (the data job and both stages, each with the code it ran with)
+in two runs of kind replay, each with a seed of its own, and sets the agent's score beside the
+replicas'. The demo's own attribution (SFT, then GRPO) is checked on the demo run
+(tests/test_demo.py).
 """
 
 from __future__ import annotations

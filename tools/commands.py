@@ -67,7 +67,7 @@ async def run_command(
     rt = call.runtime
     if not command.strip():
         raise ToolError("command is empty")
-    sandbox = await in_thread(rt.sandbox)
+    sandbox = await in_thread(rt.sandbox.get)
     await in_thread(sandbox.watch_access)  # a recorder that died is started again, first
     job_id = new_job_id()
     log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see jobs.log_file_of
@@ -144,7 +144,7 @@ async def job_status(
         return JobStatusResult(jobs=[job_info(r) for r in rows])
     row = _get_row(rt.run_id, job_id)
     if row.state == JobState.running:
-        sandbox = await in_thread(rt.sandbox)
+        sandbox = await in_thread(rt.sandbox.get)
         watch(rt)  # a server restarted since the job began watches it from now on
         try:
             sj = await wait_for_job(sandbox, job_id, _bound_wait(wait_s))
@@ -172,7 +172,7 @@ async def job_kill(
     row = _get_row(rt.run_id, job_id)
     if row.state != JobState.running:
         raise ToolError(f"job {job_id} is not running (state: {row.state})")
-    sandbox = await in_thread(rt.sandbox)
+    sandbox = await in_thread(rt.sandbox.get)
     try:
         sj = await in_thread(sandbox.kill, job_id, "job_kill",
                              f"job_kill by the agent (tool call #{call.tool_call_id})")
