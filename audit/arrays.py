@@ -200,6 +200,7 @@ def torch_storage_kinds(z: zipfile.ZipFile, infos: list[zipfile.ZipInfo],
 def columnar_texts(kind: str, source: object, ctx: Ctx) -> Iterator[Out]:
     """Every string in a Parquet file or an Arrow IPC file or stream, batch by batch: each
     column's strings (found through lists, structs and maps) one per line; numbers skipped."""
+    # pyarrow (~50 ms) only for the Parquet and Arrow files that need it
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -222,7 +223,7 @@ def columnar_texts(kind: str, source: object, ctx: Ctx) -> Iterator[Out]:
 
 def _leaves(arr: Any, ctx: Ctx) -> Iterator[bytes]:
     """The strings of an Arrow array (nested ones too), joined one a line."""
-    import pyarrow as pa
+    import pyarrow as pa  # loaded by `columnar_texts`, its only caller
     import pyarrow.types as t
 
     typ = arr.type
@@ -268,6 +269,6 @@ def _joined(arr: Any) -> bytes:
 
 
 def _large_ids() -> set[int]:
-    import pyarrow as pa
+    import pyarrow as pa  # loaded by `columnar_texts` (see there)
 
     return {pa.large_string().id, pa.large_binary().id}

@@ -16,7 +16,7 @@ from a2rl.display import printable
 from a2rl.settings import Settings
 from a2rl.store import Run, Store
 
-from .model import AuditReport, Flag
+from .model import SEVERITY_ORDER, AuditReport, Flag
 from .run import AUDIT_VERSION, audit_run
 from .stored import load_audit
 
@@ -57,8 +57,6 @@ def evidence_line(flag: Flag) -> str:
 
 def format_report(report: AuditReport) -> str:
     """The audit as text: a head line, then each flag (worst first) with its evidence."""
-    from .model import SEVERITY_ORDER
-
     head = (f"run {report.run_id}: {len(report.flags)} flags, {report.high} high"
             f" (audit v{report.audit_version}, {report.computed_at:%Y-%m-%d %H:%M} UTC)"
             if report.flags else f"run {report.run_id}: no flags (audit "

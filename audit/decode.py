@@ -338,6 +338,7 @@ def stream_texts(reader: BinaryIO, ctx: Ctx) -> Iterator[Out]:
         with tarfile.open(fileobj=_Peeked(head, reader), mode="r|") as tar:
             yield from tar_texts(tar, ctx.deeper())
     elif kind == "npy":
+        # arrays imports this module's names: a load-time cycle (and numpy with it)
         from .arrays import npy_texts
 
         ctx.notes.formats.add("npy")
@@ -413,7 +414,7 @@ def zip_texts(f: BinaryIO, size: int, ctx: Ctx) -> Iterator[Out]:
     f.seek(0)
     with zipfile.ZipFile(f) as z:
         infos = [i for i in z.infolist() if not i.is_dir()]
-        from .arrays import torch_storage_kinds
+        from .arrays import torch_storage_kinds  # a load-time cycle: see `stream_texts`
 
         storages = torch_storage_kinds(z, infos, ctx)
         for info in infos:
@@ -452,7 +453,7 @@ def random_access_texts(kind: str, f: BinaryIO, size: int, ctx: Ctx,
                         buffer: Callable[[], object]) -> Iterator[Out]:
     """The texts of a seekable file object `f` of format `kind`; `buffer()` gives what
     pyarrow maps (a memory map of the file, or the bytes)."""
-    from . import arrays
+    from . import arrays  # a load-time cycle: see `stream_texts`
 
     if kind == "zip":
         yield from zip_texts(f, size, ctx.deeper())

@@ -360,7 +360,7 @@ def file_texts(f: Any, st: os.stat_result, item: Listed, ctx: Ctx,
 
 def _mapped(fd: int) -> object:
     """The open file as pyarrow maps it (its own fd's /proc entry: no path of the agent's)."""
-    import pyarrow as pa
+    import pyarrow as pa  # ~50 ms, only for a container that needs it (`audit/arrays.py`)
 
     return pa.memory_map(f"/proc/self/fd/{fd}")
 

@@ -30,8 +30,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from a2rl.registry import RegistryError
 from a2rl.store import Evaluation, EvaluationKind, EvaluationStatus, Store
 from a2rl.store.queries import baseline_evaluation
+from a2rl.tasks import get_task
 from a2rl.tasks.untrusted import JUDGE_ADDRESSED, addressed_to_judge
 
 from .model import Evidence, Flag, Severity
@@ -174,9 +176,6 @@ def load_gaming_inputs(store: Store, record: RunRecord) -> dict[str, Any]:
 def _graded_by(task_id: str) -> str | None:
     """How the task's grader reads outputs (`TaskSpec.graded_by`); None for a task that cannot
     be loaded here (its evaluations' metrics still say)."""
-    from a2rl.registry import RegistryError
-    from a2rl.tasks import get_task
-
     try:
         return get_task(task_id).spec.graded_by
     except RegistryError:

@@ -19,6 +19,7 @@ from typing import Any
 
 from a2rl.settings import Settings
 from a2rl.store import Run
+from a2rl.tasks.registry import task_for_grading
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,6 @@ def load_hidden(run: Run, settings: Settings, *, items: bool = True) -> HiddenDa
     """The hidden items (dev and test), the visible train items and the hidden data's names of
     `run`'s task, as the run's grader saw them. A task that cannot be read here gives what
     could be read and says why in `error` (an audit still runs its other checks)."""
-    from a2rl.tasks.registry import task_for_grading
-
     data = HiddenData(task_id=run.task_id)
     try:
         task = task_for_grading(run.task_id, run.profile, run.task_options)

@@ -37,6 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
 from sqlmodel import col, select
 
 from a2rl.grading.checkpoint_shape import ShapeRefused, weight_files
@@ -175,8 +176,6 @@ def load_identity_inputs(store: Store, record: RunRecord,
 
 def _tensors(folder: Path) -> Iterator[tuple[str, Any]]:
     """(name, tensor) of every weight of a safetensors checkpoint, one at a time."""
-    from safetensors import safe_open
-
     for path in weight_files(folder, folder.name):
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a mapping)
@@ -185,8 +184,6 @@ def _tensors(folder: Path) -> Iterator[tuple[str, Any]]:
 
 def _open_lazy(folder: Path) -> dict[str, tuple[Path, str]]:
     """name -> (file, name) over a checkpoint's weight files, headers only."""
-    from safetensors import safe_open
-
     where: dict[str, tuple[Path, str]] = {}
     for path in weight_files(folder, folder.name):
         with safe_open(str(path), framework="pt") as f:
@@ -202,8 +199,6 @@ def group_distances(checkpoint: Path, reference: Path,
     each side at a time. With `stop_above` (an absolute distance), None as soon as the
     distance so far passes it: a near-copy test then costs the first differing tensor, not
     the whole model. Raises ValueError when the two do not hold the same tensors."""
-    from safetensors import safe_open
-
     try:
         ref = _open_lazy(reference)
         weight_files(checkpoint, checkpoint.name)

@@ -6,7 +6,8 @@
   `BaseConnector`); `registry`: the agents by name, built-ins and the `a2rl.agents` entry
   points; `transcript`: the messages every connector's transcript parser returns.
 - The connectors, one module each with its own transcript parser: `reference` (the scripted
-  reference agent), `llm` (a tool-calling loop over any OpenAI-compatible endpoint), and the
+  reference agent), `llm` (a tool-calling loop over any OpenAI-compatible endpoint; a package
+  of its loop, context policy, tool calls and transcript), and the
   agent CLIs `claude_code`, `codex`, `gemini`, `opencode` and `openhands`; `npm_clis` finds
   the pinned npm CLIs (`openhands` its own virtual environment), `prompt` is the task prompt
   every connector hands its agent, `agent_sandbox` the bubblewrap an agent CLI runs in.

@@ -5,6 +5,7 @@ from `options`, which every connector imports, since it reads the agents' regist
 from __future__ import annotations
 
 from .options import AgentOptions
+from .registry import BUILTIN_AGENTS, get_connector
 
 
 def options_markdown(rows: list[tuple[str, str, type[AgentOptions]]]) -> str:
@@ -33,8 +34,6 @@ def options_markdown(rows: list[tuple[str, str, type[AgentOptions]]]) -> str:
 
 def builtin_rows() -> list[tuple[str, str, type[AgentOptions]]]:
     """(name, title, options model) of every built-in agent, in the registry's order."""
-    from .registry import BUILTIN_AGENTS, get_connector
-
     rows = []
     for name in BUILTIN_AGENTS:
         connector = get_connector(name)

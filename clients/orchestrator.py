@@ -25,17 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import uvicorn
 from mcp import Client, StdioServerParameters
 from pydantic import BaseModel
 from sqlmodel import select
 
 from a2rl import interrupt
-from a2rl.server.run import RunClock
+from a2rl.server.http_transport import http_config
+from a2rl.server.run import RunClock, create_run, finish_run
 from a2rl.settings import Settings
 from a2rl.store import AgentStatus, Run, RunConfig, Store, Submission, SubmissionStatus
 from a2rl.store.ledger import SpendLimit, price_for
 from a2rl.store.queries import best_submission, run_summary
 from a2rl.store.records import runs
+from a2rl.tasks import get_task
 from a2rl.tasks.registry import DEFAULT_TASK
 
 from .agent_sandbox import MARKER_VAR, sandboxed_argv
@@ -114,10 +117,6 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def http_server(settings: Settings, store: Store) -> Iterator[str]:
     """Our MCP server over streamable HTTP on loopback, in a thread, for one run's agent."""
-    import uvicorn
-
-    from a2rl.server.http_transport import http_config
-
     port = _free_port()
     config = http_config(settings, store, "127.0.0.1", port, lifespan="on")
     server = uvicorn.Server(config)
@@ -178,8 +177,6 @@ def check_options(opts: RunConfig, connector: Connector | None = None) -> None:
     missing its key, an endpoint that does not answer or refuses the key (a bad budget or any
     other bad knob never made a `RunConfig`). Raises KeyError, ValueError or RuntimeError
     with a one-line message."""
-    from a2rl.tasks import get_task
-
     opts = opts.with_task(DEFAULT_TASK)
     connector = connector or get_connector(_agent(opts))
     connector.options_model.parse(_agent(opts), opts.agent_options)  # AgentOptionsError
@@ -205,8 +202,6 @@ class Orchestrator:
     def run(self, opts: RunConfig, connector: Connector | None = None) -> RunSummary:
         """Run `opts` (its agent driving, or `connector`: a replay's, which no user names)
         from its creation to its summary."""
-        from a2rl.server.run import create_run, finish_run
-
         started = time.monotonic()
         connector = connector or get_connector(_agent(opts))
         check_options(opts, connector)

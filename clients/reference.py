@@ -21,6 +21,8 @@ from typing import Any, Literal
 from mcp import Client
 from pydantic import Field
 
+import a2rl
+
 from .base import AgentContext, BaseConnector
 from .options import AgentOptions
 from .scripted import AgentError, Say, ScriptedAgent
@@ -132,9 +134,7 @@ class ReferenceConnector(BaseConnector):
     options_model = ReferenceOptions
 
     def version(self) -> str | None:
-        from a2rl import __version__
-
-        return __version__
+        return a2rl.__version__
 
     async def run(self, client: Client, ctx: AgentContext) -> None:
         # extra script arguments (e.g. fewer steps on a fixture-sized task); stages=sft

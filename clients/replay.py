@@ -18,6 +18,8 @@ from typing import Any
 from mcp import Client
 from pydantic import BaseModel, Field
 
+import a2rl
+
 from .base import AgentContext, BaseConnector
 from .scripted import AgentError, Say, ScriptedAgent
 
@@ -96,9 +98,7 @@ class ReplayConnector(BaseConnector):
         self.plan = plan
 
     def version(self) -> str | None:
-        from a2rl import __version__
-
-        return __version__
+        return a2rl.__version__
 
     async def run(self, client: Client, ctx: AgentContext) -> None:
         await ReplayAgent(client, self.plan, ctx.say).run()

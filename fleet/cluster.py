@@ -14,6 +14,7 @@ from typing import Any
 
 from a2rl.store import RunConfig
 
+from .node import execute
 from .plan import FleetPlan, run_label
 
 
@@ -36,7 +37,7 @@ def stdout_to_stderr() -> Iterator[None]:
 def connect(address: str | None, local_resources: dict[str, float] | None = None) -> bool:
     """Connect to the cluster at `address` (`auto`, `ray://host:10001`, `host:6379`), or start
     a local Ray instance on this machine. True when the instance is ours to shut down."""
-    import ray
+    import ray  # the optional `fleet` extra (ray, ~0.2 s to import): loaded when used
 
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": True,
                               "logging_level": "warning"}
@@ -48,7 +49,7 @@ def connect(address: str | None, local_resources: dict[str, float] | None = None
 
 
 def disconnect() -> None:
-    import ray
+    import ray  # the optional extra: see `connect`
 
     ray.shutdown()
 
@@ -70,7 +71,7 @@ def task_options(plan: FleetPlan) -> dict[str, Any]:
 
 def check_capacity(plan: FleetPlan) -> str | None:
     """Why no node could ever take one of the plan's runs, or None when some node can."""
-    import ray
+    import ray  # the optional extra: see `connect`
 
     total = ray.cluster_resources()
     if plan.gpus_per_run and total.get("GPU", 0) < plan.gpus_per_run:
@@ -84,9 +85,7 @@ def check_capacity(plan: FleetPlan) -> str | None:
 
 def _run_on_node(config_json: str, env: dict[str, str]) -> str:
     """The body of a run's Ray task (on the node): see `a2rl.fleet.node.execute`."""
-    import ray
-
-    from a2rl.fleet.node import execute
+    import ray  # the optional extra: see `connect`
 
     ctx = ray.get_runtime_context()
     gpus = [str(g) for g in ray.get_gpu_ids()]
@@ -96,7 +95,7 @@ def _run_on_node(config_json: str, env: dict[str, str]) -> str:
 
 def submit(config: RunConfig, env: dict[str, str], options: dict[str, Any]) -> Any:
     """Queue one run on the cluster, its config as JSON; returns its Ray object reference."""
-    import ray
+    import ray  # the optional extra: see `connect`
 
     remote = ray.remote(_run_on_node)
     return remote.options(name=f"a2rl-run {run_label(config)}", **options).remote(

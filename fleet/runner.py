@@ -111,7 +111,7 @@ class FleetRunner:
             cluster.disconnect()  # a local Ray instance stops with it
 
     def _follow(self, pending: dict[Any, RunConfig]) -> None:
-        import ray
+        import ray  # the optional extra: see `cluster.connect`
 
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=self.poll_s)
@@ -120,7 +120,7 @@ class FleetRunner:
             self._progress(pending)
 
     def _collect(self, ref: Any, spec: RunConfig) -> None:
-        import ray
+        import ray  # the optional extra: see `cluster.connect`
         from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 
         try:
@@ -164,7 +164,7 @@ class FleetRunner:
 
     def _stop(self, pending: dict[Any, RunConfig]) -> None:
         """Ctrl-C: cancel what is queued, let what started finalize, close what cannot."""
-        import ray
+        import ray  # the optional extra: see `cluster.connect`
 
         self.say("stopping the fleet: queued runs are cancelled, started runs finalize "
                  "(Ctrl-C again to stop waiting)")

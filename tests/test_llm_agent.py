@@ -12,7 +12,8 @@ import pytest
 from mcp import Client
 
 from a2rl.clients.base import AgentContext, McpEndpoint
-from a2rl.clients.llm import LlmAgentError, LlmConnector, message_size, trim_context
+from a2rl.clients.llm import LlmAgentError, LlmConnector
+from a2rl.clients.llm.context import message_size, trim_context
 from a2rl.clients.reference import script
 from a2rl.server import build_server, create_run, finish_run
 from a2rl.store import Run, Store

@@ -385,7 +385,7 @@ def test_statuses_keep_their_stored_words() -> None:
                                      "validation", "scan_stopped"]
     assert list(AgentStatus) == ["finished", "crashed", "budget", "interrupted"]
     assert Run(id="r", task_id="t", workspace="/w", budget_s=1).status == "created"
-    # spelled out in the CLI's options: the CLI starts light
+    # the CLI's choices are the store's words
     from a2rl.cli.options import GRADING_CLOCKS, RUN_STATUSES
     assert tuple(RunStatus) == RUN_STATUSES and tuple(GradingClock) == GRADING_CLOCKS
 

@@ -165,7 +165,9 @@ def test_docs_agent_options_are_written_from_the_models() -> None:
     models = {name: model for name, _title, model in rows}
     for name, target in BUILTIN_AGENTS.items():
         module = target.split(":")[0].removeprefix("a2rl.clients.")
-        source = (ROOT / "clients" / f"{module}.py").read_text()
+        folder = ROOT / "clients" / module  # a connector may be a package of modules
+        files = sorted(folder.glob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+        source = "\n".join(f.read_text() for f in files)
         read = set(re.findall(r"options(?:\.get\(|\[)\"([a-z_]+)\"", source))
         assert read <= set(models[name].model_fields), (name, read - set(models[name].model_fields))
 

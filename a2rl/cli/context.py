@@ -10,9 +10,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
 from a2rl.cli.errors import fail, say_error
 from a2rl.cli.output import echo
 from a2rl.settings import Settings, SettingsError, load_settings
+from a2rl.store import Store, StoreMissing
+from a2rl.store.owners import overdue_runs
 
 _quiet = False  # --quiet: no progress lines
 
@@ -23,40 +26,33 @@ def set_quiet(quiet: bool) -> None:
 
 
 def settings(**overrides: Any) -> Settings:
-    import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
-
     try:
         return load_settings(overrides)[0]
     except SettingsError as exc:  # a broken config file or variable: say which, don't trace
         fail(str(exc))
 
 
-def store(settings: Settings):  # type: ignore[no-untyped-def]
+def store(settings: Settings) -> Store:
     """The store, created on first use (commands that make runs)."""
-    from a2rl.store import Store
-
     settings.home_dir.mkdir(parents=True, exist_ok=True)
     return _finalize_overdue(settings, Store(settings.database_url))
 
 
-def read_store(settings: Settings):  # type: ignore[no-untyped-def]
+def read_store(settings: Settings) -> Store | None:
     """The store for a command that only looks: None when none exists yet, and none is made
     (`a2rl show r-typo` on a fresh installation leaves it empty)."""
-    from a2rl.store import Store, StoreMissing
-
     try:
         return _finalize_overdue(settings, Store(settings.database_url, create=False))
     except StoreMissing:
         return None
 
 
-def _finalize_overdue(settings: Settings, store: Any) -> Any:
+def _finalize_overdue(settings: Settings, store: Store) -> Store:
     """Any command that opens the store first finalizes this machine's runs that are past
     their deadline with no live process holding them (`a2rl.server.run.owner`); said on
     stderr, so `--json` output stays one document."""
-    from a2rl.store.owners import overdue_runs
-
-    if overdue_runs(settings.runs_dir, store):  # the server's code only when one is due
+    if overdue_runs(settings.runs_dir, store):
+        # the server only when a run is due: with the MCP SDK it is ~0.4 s of start-up
         from a2rl.server.run.owner import finalize_overdue
 
         finalize_overdue(settings, store, say=lambda m: None if _quiet else say_error(m))

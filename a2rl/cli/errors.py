@@ -13,11 +13,15 @@ import sys
 from typing import Any, NoReturn
 
 import typer
+from sqlalchemy.exc import DBAPIError
 from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from a2rl import interrupt
 from a2rl.command import CommandError
 from a2rl.display import printable
+from a2rl.settings import SettingsError
+from a2rl.store import StoreError
+from a2rl.store.db import _reason
 
 
 def say_error(message: str) -> None:
@@ -68,11 +72,6 @@ class A2rlGroup(TyperGroup):
     def main(self, args: Any = None, prog_name: str | None = None,  # type: ignore[override]
              complete_var: str | None = None, standalone_mode: bool = True,
              **extra: Any) -> Any:
-        from sqlalchemy.exc import DBAPIError
-
-        from a2rl.settings import SettingsError
-        from a2rl.store import StoreError
-
         code: Any = 0
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -96,8 +95,6 @@ class A2rlGroup(TyperGroup):
             say_error(str(exc))
             code = exc.code
         except DBAPIError as exc:  # the store broke after it opened (disk full, server gone)
-            from a2rl.store.db import _reason
-
             say_error(f"the store failed: {_reason(exc)}")
             code = 2
         if not standalone_mode:

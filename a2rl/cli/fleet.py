@@ -3,9 +3,11 @@ store, each task's options checked before Ray starts."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from a2rl.cli import context
 from a2rl.cli.errors import fail
@@ -13,6 +15,8 @@ from a2rl.cli.options import BACKENDS, PROFILES, JsonFlag, choices, key_values, 
 from a2rl.cli.output import echo, print_json
 from a2rl.cli.preflight import check_run
 from a2rl.settings import Settings
+from a2rl.store.run_config import one_line
+from a2rl.tasks import OptionsError, parse_assignments
 
 
 def fleet(
@@ -47,12 +51,9 @@ def fleet(
     as_json: JsonFlag = False,
 ) -> None:
     """Run a plan (tasks x agents x models x repeats) on a Ray cluster, into one store."""
-    from pathlib import Path
-
-    from pydantic import ValidationError
-
+    # a2rl.fleet imports the server (its run clock) and with it the MCP SDK: ~0.4 s of
+    # every command's start-up
     from a2rl.fleet import FleetRunner, load_plan, plan_from_flags
-    from a2rl.store.run_config import one_line
 
     options = key_values(agent_option, "--agent-option")
     fields = {"budget": budget, "gpus_per_run": gpus_per_run, "resource": resource,
@@ -95,7 +96,7 @@ def fleet(
         result = runner.run()
     except RuntimeError as exc:
         fail(str(exc))
-    from a2rl.analysis.compare import tally, tally_line
+    from a2rl.analysis.compare import tally, tally_line  # a2rl.analysis: ~70 ms of start-up
 
     counted = tally(store, result.fleet)  # the fleet's runs as compare counts them
     if as_json:
@@ -120,8 +121,6 @@ def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, Any]],
                         profile: str) -> dict[str, dict[str, str]]:
     """Each task's options: the plan's `[task_options.<id>]`, then `-T TASK.KEY=VALUE` for
     one task and `-T KEY=VALUE` for all; each checked against its task before Ray starts."""
-    from a2rl.tasks import OptionsError, parse_assignments
-
     try:
         given = parse_assignments(pairs or [])
     except OptionsError as exc:

@@ -11,7 +11,9 @@ from a2rl.cli import context
 from a2rl.cli.errors import fail, message
 from a2rl.cli.options import PROFILES, JsonFlag, TaskOptionOpt, choices, task_options
 from a2rl.cli.output import echo, print_json
+from a2rl.clients.registry import agent_lines, list_connectors
 from a2rl.settings import Settings, load_settings
+from a2rl.tasks import OptionsError, TaskDataError, get_task, list_tasks, task_load_errors
 
 
 def tasks(
@@ -26,8 +28,6 @@ def tasks(
     """List the tasks with their levels and the splits this installation's data give; with
     --profile, each task's evaluation settings; with a task id, its data and options (-T:
     as a run with them would have them)."""
-    from a2rl.tasks import list_tasks, task_load_errors
-
     if task_id is not None:
         _print_task_options(task_id, as_json, profile, task_option)
         return
@@ -92,8 +92,6 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
     """`a2rl tasks <id>`: the splits its data give, the task's options (name, type, default,
     description) and the values now in force from config.toml, the deprecated settings and
     `-T`; with --profile, first the evaluation settings in force under that profile."""
-    from a2rl.tasks import OptionsError, get_task
-
     try:
         task = get_task(task_id, profile or "a2rl").with_options(
             task_options(task_id, pairs, context.settings(), profile or "a2rl"))
@@ -137,8 +135,6 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
 def _task_data(task: Any, settings: Settings) -> dict[str, Any]:
     """What a run of `task` would have: the splits its data give, read from them (a local
     copy is read; a hub dataset not yet cached is not downloaded here), or why none."""
-    from a2rl.tasks import TaskDataError
-
     status = task.data_status(settings)
     splits, line = status.splits, status.note or "generated (the same on every machine)"
     if status.state == "not_downloaded":
@@ -156,8 +152,6 @@ def _task_data(task: Any, settings: Settings) -> dict[str, Any]:
 
 def agents(as_json: JsonFlag = False) -> None:
     """List the agent systems and whether each is installed."""
-    from a2rl.clients.registry import agent_lines, list_connectors
-
     rows = list_connectors()
     if as_json:
         print_json(rows)
@@ -168,8 +162,6 @@ def agents(as_json: JsonFlag = False) -> None:
 
 def config_show(as_json: JsonFlag = False) -> None:
     """Show every setting, its value and where it came from (default, file, env, cli)."""
-    import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
-
     settings, sources = load_settings()
     rows = {name: {"value": getattr(settings, name), "source": sources[name],
                    "description": field.description}

@@ -7,7 +7,9 @@ and say why (`exit_on_grading_failure`, `exit_if_interrupted`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+import signal
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -35,10 +37,12 @@ from a2rl.cli.options import (
 from a2rl.cli.output import echo, print_json, score, when
 from a2rl.cli.preflight import check_run
 from a2rl.clients.registry import DEFAULT_AGENT
+from a2rl.listen import ListenError, check_listen
+from a2rl.store import RunConfig, RunConfigError
+from a2rl.store.outcome import end_kind_words
+from a2rl.store.queries import run_summary
+from a2rl.tasks.hub import BaseModelUnavailable
 from a2rl.tasks.registry import DEFAULT_TASK
-
-if TYPE_CHECKING:  # imported when a command needs it: the CLI starts light
-    from a2rl.store import RunConfig
 
 
 def create(
@@ -66,10 +70,9 @@ def create(
         keep_container=keep_container,
         task_options=task_options(task, task_option, settings, profile))
     check_run(settings, config)  # the base model and the data, in one line each
-    # the server (the MCP SDK among its imports, 0.6 s) once the flags are known to be good:
-    # a mistake in them is answered without it
+    # the server and the tools (the MCP SDK among their imports, ~0.4 s) once the flags are
+    # known to be good: a mistake in them is answered without it
     from a2rl.server import create_run
-    from a2rl.tasks.hub import BaseModelUnavailable
     from a2rl.tools.sandbox.base import SandboxError
 
     store = context.store(settings)
@@ -99,14 +102,12 @@ def create(
 def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
            as_json: JsonFlag = False) -> None:
     """End a run: stop its jobs and sandbox and close its record."""
-    from a2rl.server import finish_run
+    from a2rl.server import finish_run  # the MCP SDK among its imports: see `create`
 
     settings = context.settings()
     store = context.read_store(settings)
     if store is None:
         no_run(run_id)
-    from a2rl.store.queries import run_summary
-
     before = run_summary(store, run_id)
     if before is None:
         no_run(run_id)
@@ -114,8 +115,6 @@ def finish(run_id: Annotated[str, typer.Argument(help="the run to end")],
         run = finish_run(settings, store, run_id, reason="finished by a2rl finish")
     except KeyError:
         no_run(run_id)
-    from a2rl.store.outcome import end_kind_words
-
     # as `a2rl show` gives it: a run without a submission has no final score (the stored
     # final_score holds the baseline's)
     doc = run_summary(store, run.id) or {}
@@ -146,9 +145,10 @@ def serve(
         help="allow listening on a non-loopback address")] = False,
 ) -> None:
     """Serve MCP: one run over stdio (--run RUN_ID), or every run over HTTP (--http)."""
+    # the server (the MCP SDK among its imports): see `create`
+    from a2rl.server.auth import ended_message
     from a2rl.server.http_transport import serve_http
     from a2rl.server.transports import serve_stdio
-    from a2rl.store.queries import run_summary
 
     settings = context.settings(http_host=host, http_port=port)
     if http == (run is not None):
@@ -174,8 +174,6 @@ def serve(
             no_run(run)
         elif row["ended_at"] is not None:
             # Serving it would append calls to a closed record and change its report.
-            from a2rl.server.auth import ended_message
-
             fail(ended_message(run, row["end_reason"] or row["status"]))
         serve_stdio(settings, store, run)
 
@@ -183,10 +181,6 @@ def serve(
 def _config_of_file(ctx: typer.Context, path: str) -> RunConfig:
     """The `RunConfig` in `path` (`a2rl run --config`, what a fleet's node writes); no other
     run flag may come with it, since none would apply."""
-    from pathlib import Path
-
-    from a2rl.store import RunConfig, RunConfigError
-
     given = [p.opts[0] for p in ctx.command.params
              if p.name not in ("config_file", "as_json") and p.name is not None
              and (source := ctx.get_parameter_source(p.name)) is not None
@@ -203,8 +197,6 @@ def _config_of_file(ctx: typer.Context, path: str) -> RunConfig:
 
 def _check_port(host: str, port: int) -> None:
     """Say in one line that the address is taken, before the server starts and fails."""
-    from a2rl.listen import ListenError, check_listen
-
     try:
         check_listen(host, port)
     except ListenError as exc:
@@ -330,8 +322,6 @@ def exit_if_interrupted(summary: Any) -> None:
     """A run stopped by Ctrl-C or a signal is no result: one line, and the exit a shell
     reports for that signal (130 SIGINT, 143 SIGTERM, 129 SIGHUP)."""
     if summary.interrupted_by:
-        import signal
-
         signum = signal.Signals[summary.interrupted_by]
         say_error(f"run {summary.run_id} was interrupted ({summary.interrupted_by}) and "
                   f"finalized; see it with: a2rl show {summary.run_id}")

@@ -6,15 +6,15 @@ everywhere), and the parsers that refuse a bad value in one line before anything
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import typer
 
 from a2rl.cli.errors import fail, message
 from a2rl.settings import Settings
-
-if TYPE_CHECKING:  # the store is imported when a command needs it: the CLI starts light
-    from a2rl.store import RunConfig
+from a2rl.store.run_config import RunConfig, RunConfigError
+from a2rl.store.status import GradingClock, Profile, Protocol, RunStatus
+from a2rl.tasks import OptionsError, get_task, parse_assignments
 
 
 def choices(*values: str) -> Any:
@@ -27,12 +27,11 @@ def choices(*values: str) -> Any:
 BACKENDS = get_args(Settings.model_fields["backend"].annotation)
 NETWORKS = ("none", "bridge")
 FORMATS = ("md", "html", "json")
-# the values of a2rl.store's Protocol, Profile, RunStatus and GradingClock (tests hold them
-# equal), spelled out: the CLI starts without importing the store
-PROTOCOLS = ("heldout", "paper")
-PROFILES = ("a2rl", "paper")
-RUN_STATUSES = ("created", "running", "finalizing", "finished", "failed")
-GRADING_CLOCKS = ("counted", "paused")
+# the store's words, its enums the one owner
+PROTOCOLS = tuple(p.value for p in Protocol)
+PROFILES = tuple(p.value for p in Profile)
+RUN_STATUSES = tuple(s.value for s in RunStatus)
+GRADING_CLOCKS = tuple(c.value for c in GradingClock)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON document")]
@@ -68,8 +67,6 @@ def gpu_ids(gpus: str | None) -> list[str]:
 
 def check_task(task: str) -> None:
     """Refuse an unknown task before anything is created or printed."""
-    from a2rl.tasks import get_task
-
     try:
         get_task(task)
     except KeyError as exc:
@@ -84,8 +81,6 @@ FLAG_OF_FIELD = {"task_id": "--task", "driver_model": "--model", "task_options":
 def run_config(**fields: Any) -> RunConfig:
     """The run's `RunConfig` from a command's flags, built once; a bad value is one line
     naming its flag (`--budget: bad duration 'soon': ...`)."""
-    from a2rl.store.run_config import RunConfig, RunConfigError
-
     try:
         return RunConfig.build(**fields)
     except RunConfigError as exc:
@@ -99,8 +94,6 @@ def task_options(task: str, pairs: list[str] | None, settings: Settings,
                  profile: str = "a2rl") -> dict[str, str]:
     """`-T key=value` pairs for `task`, checked against its options now: a bad key or value
     is one line naming the task, the key and what is allowed, before anything is made."""
-    from a2rl.tasks import OptionsError, get_task, parse_assignments
-
     try:
         given = parse_assignments(pairs or [])
         get_task(task, profile).with_options(given).options(settings)
@@ -114,8 +107,6 @@ def task_options(task: str, pairs: list[str] | None, settings: Settings,
 def key_values(items: list[str] | None, flag: str) -> dict[str, str]:
     """Repeated `flag KEY=VALUE` options as a dict (`a2rl.tasks.parse_assignments`, the one
     parser); a malformed one fails the command with a one-line message naming `flag`."""
-    from a2rl.tasks import OptionsError, parse_assignments
-
     try:
         return parse_assignments(items or [], flag)
     except OptionsError as exc:

@@ -21,6 +21,8 @@ from a2rl.cli.errors import A2rlCommand, A2rlGroup
 from a2rl.cli.options import LOG_LEVELS, choices
 from a2rl.cli.output import echo
 from a2rl.display import printable
+from a2rl.registry import resolve_target
+from a2rl.tasks.registry import TASK_COMMANDS
 
 HELP = "a2rl: can LLM agents engineer post-training? An MCP benchmark harness."
 
@@ -63,9 +65,6 @@ app.add_typer(config_app, name="config")
 def _add_task_commands() -> None:
     """The command groups tasks declare (`tasks.registry.TASK_COMMANDS`), after ours: each
     command takes the program's command class, and the root group's error policy."""
-    from a2rl.registry import resolve_target
-    from a2rl.tasks.registry import TASK_COMMANDS
-
     for group, target in TASK_COMMANDS.items():
         task_app = resolve_target(target)
         assert isinstance(task_app, typer.Typer), target

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -22,7 +23,10 @@ from a2rl.cli.options import (
     choices,
 )
 from a2rl.cli.output import cell, duration, echo, print_json, score, seconds, when, write
-from a2rl.listen import VIEW_PORT
+from a2rl.listen import VIEW_PORT, ListenError
+from a2rl.store import RunConfig
+from a2rl.store.outcome import agent_label
+from a2rl.store.queries import count_runs, list_runs, run_details, run_summary
 
 
 def runs(
@@ -36,9 +40,6 @@ def runs(
 ) -> None:
     """List runs, newest first: task, agent, status, when, how long, calls and scores.
     `--json` gives each run with the same keys as `a2rl show --json`."""
-    from a2rl.store.outcome import agent_label
-    from a2rl.store.queries import count_runs, list_runs
-
     settings = context.settings()
     store = context.read_store(settings)
     rows = list_runs(store, task=task, agent=agent, status=status, limit=limit or None) \
@@ -47,6 +48,7 @@ def runs(
         fail("no runs match the filters given (see a2rl runs)")
     if as_json:
         if rows:  # the paired interval, as `show --json` (the viewer's runs table computes it)
+            # the viewer's queries: ~90 ms of start-up that `a2rl runs` without --json skips
             from a2rl.analysis.web.queries import list_runs as table_rows
 
             paired = {r.run_id: r.improvement for r in table_rows(store)}
@@ -74,7 +76,11 @@ def runs(
 
 def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
     """Show one run: its settings, counts, jobs, submissions and scores."""
-    from a2rl.store.queries import run_details, run_summary
+    # a2rl.analysis and a2rl.audit: ~70 ms of every command's start-up, for `show` alone
+    from a2rl.analysis import build_report
+    from a2rl.analysis.fmt import improvement
+    from a2rl.analysis.lineage_view import lineage_json
+    from a2rl.audit import load_audit
 
     settings = context.settings()
     store = context.read_store(settings)
@@ -82,11 +88,6 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
     if doc is None:
         no_run(run_id)
     details = run_details(store, run_id)
-    from a2rl.analysis import build_report
-    from a2rl.analysis.fmt import improvement
-    from a2rl.analysis.lineage_view import lineage_json
-    from a2rl.audit import load_audit
-
     rep = build_report(store, run_id)
     summary = rep.summary  # the paired improvement interval
     audit = load_audit(store, run_id)
@@ -112,9 +113,10 @@ def show(run_id: RunIdArg, as_json: JsonFlag = False) -> None:
 
 def _print_attribution(attribution: Any) -> None:
     """`a2rl show`'s attribution block: each stage's score and gain, oldest first."""
+    from a2rl.analysis.fmt import attribution_rows  # a2rl.analysis: see `show`
+
     if attribution is None:
         return
-    from a2rl.analysis.fmt import attribution_rows
 
     echo(f"attribution ({attribution.split}, the final checkpoint's stages, oldest first)")
     for checkpoint, route, job, value, gain, source in attribution_rows(attribution):
@@ -124,10 +126,10 @@ def _print_attribution(attribution: Any) -> None:
 
 def _print_lineage(section: Any) -> None:
     """`a2rl show`'s lineage block: the final submission's chain (else the last one's)."""
+    from a2rl.analysis.lineage_view import lineage_lines  # a2rl.analysis: see `show`
+
     if section is None:
         return
-    from a2rl.analysis.lineage_view import lineage_lines
-
     which = "final" if section.shown_submission_id == section.final_submission_id else "last"
     echo(f"lineage of {section.shown_submission_id} ({which}, "
                f"{cell(section.shown.checkpoint)}), newest first")
@@ -139,7 +141,11 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
                 improvement: str) -> None:
     """`a2rl show`: a few labelled blocks a person reads top to bottom. Each value is one
     line (`cell`), whatever the agent put in it."""
-    from a2rl.store.outcome import agent_label
+    # a2rl.analysis: see `show`
+    from a2rl.analysis.fmt import evaluation_config
+    from a2rl.analysis.ledger_view import ledger_rows, size
+    from a2rl.analysis.lineage_view import visible
+    from a2rl.analysis.schema import LedgerSection
 
     def line(label: str, value: Any) -> None:
         echo(f"  {label:16} {cell(value)}")
@@ -166,8 +172,6 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
          "budget)"
          if doc["started_at"] else "not started (the clock starts at the first tool call)")
     echo("settings")
-    from a2rl.store import RunConfig
-
     config = RunConfig.from_stored(doc.get("config"))
     fixed = config.setup.sandbox  # what the backend fixed when the run was made
     line("backend", doc["backend"] + (f" (image {fixed.get('image')}, GPUs "
@@ -179,8 +183,6 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     line("grading clock", doc["grading_clock"])
     line("max submissions", doc["max_submissions"] or "unlimited")
     line("seed", doc["seed"] if doc["seed"] is not None else "-")
-    from a2rl.analysis.fmt import evaluation_config
-
     line("evaluation", evaluation_config(doc.get("evaluation_config")))
     if doc.get("fleet_id"):
         line("fleet", f"{doc['fleet_id']} repeat {doc['fleet_repeat']} on {doc['fleet_node']}")
@@ -192,8 +194,6 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
     if any(recorded):  # the kernel's record of the files they opened (None: older rows)
         whole = sum(r == "complete" for r in recorded)
         why = sorted({r for r in recorded if r and r != "complete"})
-        from a2rl.analysis.lineage_view import visible
-
         line("file accesses", f"recorded whole for {whole} of {len(recorded)} jobs"
              + (f"; {visible(why[0])}" if why else "")
              + (f" (and {len(why) - 1} other reasons)" if len(why) > 1 else ""))
@@ -211,17 +211,12 @@ def _print_show(doc: dict[str, Any], details: dict[str, list[dict[str, Any]]],
              f" -> {score(r['new_final'])}, baseline {score(r['old_baseline'])} -> "
              f"{score(r['new_baseline'])}, {r['changed_items']} items changed verdict"
              + (f" ({r['error']})" if r.get("error") else ""))
-    from a2rl.analysis.ledger_view import ledger_rows
-    from a2rl.analysis.schema import LedgerSection
-
     echo("cost ledger")
     cost = doc.get("ledger")
     for label, value in ledger_rows(LedgerSection(**cost) if cost is not None else None):
         line(label, value)
     jobs, subs = details["job_list"], details["submission_list"]
     if jobs:
-        from a2rl.analysis.ledger_view import size
-
         echo("jobs")
         for j in jobs:
             code = "" if j["exit_code"] is None else f" exit {j['exit_code']}"
@@ -248,6 +243,7 @@ def audit(
     the audit is incomplete (a check failed or could not read what it must)."""
     if (run_id is None) == (not all_runs):
         fail("give one run id or --all")
+    # the audit's checks: ~7 ms of every command's start-up, for `audit` alone
     from a2rl.audit.cli_view import audits, exit_status, finished_run_ids, format_report
 
     settings = context.settings()
@@ -284,9 +280,10 @@ def report(
         "report) when no narrative could be generated")] = False,
 ) -> None:
     """A run's report: summary, timeline, scores, code history, training routes, failures."""
-    from pathlib import Path
-
+    # a2rl.analysis: ~70 ms of every command's start-up (see `show`)
     from a2rl.analysis import build_report, render, training_curves
+    from a2rl.analysis.fmt import narrative_note
+    from a2rl.analysis.narrative import add_narrative
 
     settings = context.settings()
     if out and not Path(out).expanduser().parent.is_dir():
@@ -299,9 +296,6 @@ def report(
     except KeyError:
         no_run(run_id)
     if narrative or require_narrative:
-        from a2rl.analysis.fmt import narrative_note
-        from a2rl.analysis.narrative import add_narrative
-
         doc = add_narrative(doc, settings)
         assert doc.narrative is not None
         if doc.narrative.status != "generated":
@@ -330,8 +324,8 @@ def view(
     ] = None,
 ) -> None:
     """Browse the store in a local web app: runs, a run's conversation, compare, live runs."""
+    # the viewer (Starlette, uvicorn, a2rl.analysis): ~100 ms of every command's start-up
     from a2rl.analysis.web import StoreOpenError, serve
-    from a2rl.listen import ListenError
 
     settings = context.settings()
     if (store := context.read_store(settings)) is not None:  # overdue runs finalized first
@@ -365,6 +359,7 @@ def compare(
     """Compare runs: one row per run, means and spread over repeats, a leaderboard per task
     and evaluation profile. The means count results only (runs ended by the agent or the
     budget); the others are listed apart, with why."""
+    # a2rl.analysis: ~70 ms of every command's start-up (see `show`)
     from a2rl.analysis import compare as compare_runs
     from a2rl.analysis import render_csv, render_json, render_text
     from a2rl.analysis.compare import Comparison

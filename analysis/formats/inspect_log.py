@@ -49,6 +49,7 @@ def _inspect() -> None:
 def _messages(rec: RunRecord) -> tuple[list[ChatMessage], list[dict[str, str]]]:
     """The conversation as Inspect chat messages, and the agent process's own events
     (session info, its final result, errors), which Inspect has no message for."""
+    # inspect-ai is an optional extra (see above): imported where a log is made
     from inspect_ai.model import (
         ChatMessageAssistant,
         ChatMessageSystem,
@@ -104,6 +105,7 @@ def _messages(rec: RunRecord) -> tuple[list[ChatMessage], list[dict[str, str]]]:
 def to_eval_log(rec: RunRecord) -> EvalLog:
     """The run's eval log (pure, given inspect-ai)."""
     _inspect()
+    # inspect-ai is an optional extra (see above): imported where a log is made
     from inspect_ai.log import (
         EvalConfig,
         EvalDataset,
@@ -185,8 +187,8 @@ def to_eval_log(rec: RunRecord) -> EvalLog:
 
 def write_inspect(rec: RunRecord, path: Path) -> dict[str, int]:
     """Write the eval log with inspect_ai's writer (`.eval`, or `.json` by the name)."""
-    log = to_eval_log(rec)
-    from inspect_ai.log import write_eval_log
+    log = to_eval_log(rec)  # first: without inspect-ai, InspectUnavailable says how to get it
+    from inspect_ai.log import write_eval_log  # the optional extra (see above)
 
     write_eval_log(log, str(path))
     sample = (log.samples or [])[0]

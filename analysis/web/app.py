@@ -376,6 +376,7 @@ def serve(url: str, host: str = "127.0.0.1", port: int = VIEW_PORT, fleet: str |
     The store is opened and the address bound before "serving" is said: a missing store, a
     port in use or a host that is not this machine's raise (`StoreOpenError`, `ListenError`)
     with the line to show, and uvicorn gets the bound socket."""
+    # uvicorn (~12 ms) only to serve: `a2rl runs --json` loads this package for its queries
     import uvicorn
 
     token = resolve_token(host, token)

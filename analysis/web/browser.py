@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import uvicorn
+
+from .app import create_app, loopback_hosts
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
@@ -39,10 +42,6 @@ def free_port() -> int:
 @contextmanager
 def served(url: str, token: str | None = None) -> Iterator[str]:
     """The viewer over the store at `url` on a loopback port; yields its base URL."""
-    import uvicorn
-
-    from .app import create_app, loopback_hosts
-
     port = free_port()
     app = create_app(url, token=token, hosts=None if token else loopback_hosts("127.0.0.1"))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
@@ -68,6 +67,7 @@ def served(url: str, token: str | None = None) -> Iterator[str]:
 @contextmanager
 def browser_page(viewport: tuple[int, int] = (1280, 900)) -> Iterator[tuple[Any, list[str]]]:
     """A Chromium page and the list its console errors and page errors land in."""
+    # a dev dependency: importing this module (for `served`) must not need it
     from playwright.sync_api import sync_playwright
 
     exe = chromium_path()

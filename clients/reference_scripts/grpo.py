@@ -49,7 +49,8 @@ def main() -> None:
                         help="seconds from start to the saved checkpoint (default: no limit)")
     args = parser.parse_args()
     began = time.monotonic()
-
+    # after the arguments: --help and a bad flag answer without torch, transformers and TRL
+    # (~3 s of imports), which count inside --time-limit
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -84,7 +85,7 @@ def main() -> None:
     trainer = GRPOTrainer(model=model, reward_funcs=exact_match, args=config,
                           train_dataset=dataset, processing_class=tokenizer)
     if args.time_limit is not None:
-        from timefit import SAVE_SHARE, TimeLimit, set_threads
+        from timefit import SAVE_SHARE, TimeLimit, set_threads  # only --time-limit needs it
 
         print(f"{set_threads()} torch threads for the machine's load")
 

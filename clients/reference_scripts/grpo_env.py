@@ -34,7 +34,7 @@ from pathlib import Path
 def sample_actions(model, tokenizer, prompts: list[str], max_new_tokens: int,
                    temperature: float) -> tuple[list[str], list[list[int]], list[list[int]]]:
     """Sampled completions: texts, prompt token ids and completion ids (through EOS)."""
-    import torch
+    import torch  # loaded by main (see there)
 
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": p}],
                                            add_generation_prompt=True, tokenize=False)
@@ -78,7 +78,7 @@ def demo_actions(path: Path) -> list[str]:
 
 def policy_loss(model, pad_id: int, samples: list[tuple[list[int], list[int], float]]):
     """-(1/n) sum_s A_s * log p(completion_s | prompt_s), one right-padded batch."""
-    import torch
+    import torch  # loaded by main (see there)
 
     width = max(len(p) + len(c) for p, c, _ in samples)
     ids = torch.full((len(samples), width), pad_id)
@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--log", default="logs/grpo_env.jsonl", help="per-iteration JSON lines")
     args = parser.parse_args()
 
+    # after the arguments: --help and a bad flag answer without torch and transformers (~2 s)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -44,7 +44,8 @@ def main() -> None:
                         help="seconds from start to the saved checkpoint (default: no limit)")
     args = parser.parse_args()
     began = time.monotonic()
-
+    # after the arguments: --help and a bad flag answer without torch, transformers and TRL
+    # (~3 s of imports), which count inside --time-limit
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -85,7 +86,7 @@ def main() -> None:
                          processing_class=tokenizer)
     limit = None
     if args.time_limit is not None:
-        from timefit import SAVE_SHARE, TimeLimit, cosine, set_threads
+        from timefit import SAVE_SHARE, TimeLimit, cosine, set_threads  # only --time-limit needs it
 
         print(f"{set_threads()} torch threads for the machine's load")
 
@@ -111,7 +112,7 @@ def main() -> None:
 
 def accuracy(model, tokenizer, rows: list[dict], batch: int = 256) -> float:
     """Greedy exact-match accuracy, with the prompt in the chat template as the grader uses."""
-    import torch
+    import torch  # loaded by main (see there)
 
     model.eval()
     tokenizer.padding_side = "left"

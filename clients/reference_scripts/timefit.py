@@ -12,6 +12,7 @@ Imports nothing from a2rl (it is written into the workspace beside the scripts).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,9 +45,7 @@ def threads_for(cpus: int, load: float) -> int:
 
 def set_threads() -> int:
     """Set torch's thread count from the machine's load now (`threads_for`); returns it."""
-    import os
-
-    import torch
+    import torch  # here: the arithmetic above works without torch (see `_callback_base`)
 
     n = threads_for(os.cpu_count() or 1, os.getloadavg()[0])
     torch.set_num_threads(n)
