@@ -18,7 +18,7 @@ from a2rl.store import Job
 from a2rl.store.records import jobs as job_rows
 
 from .gpu_usage import track
-from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle, watch
+from .jobs import job_info, new_job_id, reconcile, settle, watch
 from .output import log_size, read_bounded
 from .results import CommandResult, JobStatusResult
 from .runtime import current, in_thread
@@ -70,7 +70,7 @@ async def run_command(
     sandbox = await in_thread(rt.sandbox.get)
     await in_thread(sandbox.watch_access)  # a recorder that died is started again, first
     job_id = new_job_id()
-    log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see jobs.log_file_of
+    log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see JobLogs.file_of
     # the code it runs with: the workspace's code now (the last snapshot when unchanged)
     snapshot_id = await in_thread(rt.scanner.code_snapshot, f"job {job_id}",
                                   call.tool_call_id)
@@ -86,7 +86,7 @@ async def run_command(
         raise ToolError(str(exc)) from exc
     s_ = rt.settings
     out = await in_thread(
-        read_bounded, log_file_of(rt, log_path), s_.output_head_bytes, s_.output_tail_bytes)
+        read_bounded, rt.job_logs.file_of(log_path), s_.output_head_bytes, s_.output_tail_bytes)
     if sj.state == JobState.running:
         job_rows.mark_background(rt.store, job_id)
         watch(rt)  # its end is recorded when it happens, polled or not
@@ -153,7 +153,7 @@ async def job_status(
         except SandboxError:
             row = await in_thread(
                 lambda: settle(rt, None, job_id, call.tool_call_id, lost=True))
-    path = log_file(rt, row)
+    path = rt.job_logs.file_of(row.log_path)
     size = await in_thread(log_size, path)
     offset = min(offset, size)
     tail = rt.settings.output_head_bytes + rt.settings.output_tail_bytes
@@ -180,5 +180,5 @@ async def job_kill(
         raise ToolError(str(exc)) from exc
     row = await in_thread(lambda: settle(rt, sj, job_id, call.tool_call_id))
     out = await in_thread(
-        read_bounded, log_file(rt, row), 0, rt.settings.output_tail_bytes)
+        read_bounded, rt.job_logs.file_of(row.log_path), 0, rt.settings.output_tail_bytes)
     return JobStatusResult(job=job_info(row), output=out.text, next_offset=row.log_bytes)

@@ -13,7 +13,6 @@ import contextlib
 import secrets
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from mcp.server.mcpserver.exceptions import ToolError
 from sqlmodel import select
@@ -229,11 +228,3 @@ def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
         settled.append(settle(rt, sj, row.id, tool_call_id))
     return settled
 
-
-def log_file_of(rt: RunRuntime, log_path: str) -> Path:
-    """Where a job's log is on the host (`JobLogs.file_of`)."""
-    return rt.job_logs.file_of(log_path)
-
-
-def log_file(rt: RunRuntime, row: Job) -> Path:
-    return rt.job_logs.file_of(row.log_path)
