@@ -5,21 +5,17 @@ from __future__ import annotations
 from sqlmodel import col, select
 
 from a2rl.store import Audit, Store
+from a2rl.store.records import audits
 
 from .model import AuditReport
 
 
 def save_audit(store: Store, report: AuditReport) -> None:
     """Store `report` as the run's audit, replacing an earlier one."""
-    with store.session() as s:
-        row = s.get(Audit, report.run_id)
-        if row is None:
-            row = Audit(run_id=report.run_id, audit_version=report.audit_version)
-        row.audit_version, row.computed_at = report.audit_version, report.computed_at
-        row.high = report.high
-        row.flags = [f.model_dump(mode="json") for f in report.flags]
-        row.checks = dict(report.checks)
-        s.add(row)
+    audits.save(store, report.run_id, audit_version=report.audit_version,
+                computed_at=report.computed_at, high=report.high,
+                flags=[f.model_dump(mode="json") for f in report.flags],
+                checks=dict(report.checks))
 
 
 def load_audit(store: Store, run_id: str) -> AuditReport | None:

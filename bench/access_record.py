@@ -50,7 +50,7 @@ def main() -> None:
     store = Store(settings.database_url)
     run = create_run(settings, store, task_id="fixture", budget="2h", baseline=False).run
     rt = build_runtime(settings, store, run)
-    sandbox = rt.sandbox()
+    sandbox = rt.sandbox.get()
     folder = access.folder_of(rt.dir / "control")
     count = 0
 
@@ -60,7 +60,7 @@ def main() -> None:
         name = f"j-{count}"
         sandbox.spawn(name, command)
         sandbox.wait(name, 3600)
-        return float((rt.job_logs_dir / f"{name}.log").read_text().split()[-1] or 0)
+        return float((rt.job_logs.folder / f"{name}.log").read_text().split()[-1] or 0)
 
     read = TIMED.format(n=a.n, mode="", op="read()")
     write = TIMED.format(n=a.n, mode=", 'w'", op="write('y')")

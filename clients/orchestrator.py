@@ -37,6 +37,7 @@ from a2rl.settings import Settings
 from a2rl.store import AgentStatus, Run, RunConfig, Store, Submission, SubmissionStatus
 from a2rl.store.ledger import SpendLimit, price_for
 from a2rl.store.queries import best_submission, run_summary
+from a2rl.store.records import runs
 from a2rl.tasks import get_task
 from a2rl.tasks.registry import DEFAULT_TASK
 
@@ -359,12 +360,7 @@ class Orchestrator:
                 is not None
 
     def _update(self, run_id: str, **fields: Any) -> None:
-        with self.store.session() as s:
-            run = s.get(Run, run_id)
-            assert run is not None
-            for key, value in fields.items():
-                setattr(run, key, value)
-            s.add(run)
+        runs.record_agent(self.store, run_id, **fields)
 
     def summary(self, run_id: str, started: float) -> RunSummary:
         with self.store.session() as s:

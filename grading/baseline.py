@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
-from sqlalchemy.exc import IntegrityError
-
 from a2rl.settings import Settings
-from a2rl.store import (
-    BaselineCache,
-    Evaluation,
-    EvaluationKind,
-    EvaluationStatus,
-    Store,
-    utcnow,
-)
+from a2rl.store import BaselineCache, Evaluation, EvaluationKind, Store, utcnow
+from a2rl.store.records import evaluations
+from a2rl.store.records.evaluations import NewEvaluation
 
 from .device_lock import device_lock
 from .engine import GenerationEngine
 from .engine_select import chosen_engine, cuda_available, engine_identity
 from .evaluate import GRADER_VERSION, evaluate, make_engine
 from .hashing import tree_digest, tree_hashes
+from .recorded import scores_of
 from .seam import GradedTask as Task
 from .seam import Split
 
@@ -104,18 +99,7 @@ def _evaluate_split(store: Store, task: Task, base_dir: Path, settings: Settings
                     split: Split, engine: GenerationEngine) -> None:
     started = utcnow()
     result = evaluate(task, base_dir, split, settings, engine=engine)
-    ev = Evaluation(kind=EvaluationKind.baseline, split=split, status=EvaluationStatus.done,
-                    score=result.score,
-                    ci_low=result.ci_low, ci_high=result.ci_high,
-                    n_items=result.n_items, metrics=result.metrics,
-                    items=[it.model_dump() for it in result.items],
-                    provenance={**result.provenance, "baseline_key": key},
-                    started_at=started, ended_at=utcnow())
-    try:
-        with store.session() as s:
-            s.add(ev)
-            s.flush()
-            assert ev.id is not None
-            s.add(BaselineCache(key=key, split=split, evaluation_id=ev.id))
-    except IntegrityError:  # a concurrent writer on another device won; use theirs
-        pass
+    scores = scores_of(result)
+    evaluations.record_baseline(store, key, NewEvaluation(
+        split=split, kind=EvaluationKind.baseline, started_at=started, ended_at=utcnow(),
+        scores=replace(scores, provenance={**scores.provenance, "baseline_key": key})))

@@ -10,7 +10,8 @@ such loss counts an attempt, up to `MAX_ATTEMPTS`. What follows a graded request
 `a2rl.server.run.grading` wraps `process_one` with it, so every caller that grades does it.
 Why a subprocess: see `a2rl.grading.worker`. Every outcome, including a timeout or a crash,
 ends as an `Evaluation` row, so the agent gets an answer either way (but an evaluation this
-process stopped by exiting, which is given back instead).
+process stopped by exiting, which is given back instead). The rows' changes themselves (the
+queue row with its submission and its evaluation) are `a2rl.store.records.grade_requests`'.
 """
 
 from __future__ import annotations
@@ -25,34 +26,30 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import and_, func, or_, update
 from sqlmodel import select
 
 from a2rl.settings import Settings
 from a2rl.store import (
-    Evaluation,
     EvaluationConfig,
     EvaluationKind,
-    EvaluationStatus,
     GradeRequest,
     GradeState,
     Run,
     Store,
-    Submission,
-    SubmissionStatus,
-    aware,
     utcnow,
 )
 from a2rl.store.owners import owner_gone as process_gone
 from a2rl.store.owners import process_owner
+from a2rl.store.records import grade_requests, submissions
+from a2rl.store.records.evaluations import NewEvaluation
 
 from .device_lock import device_lock
 from .evaluate import EvalResult
 from .frozen import CannotHonour, honour, of_run
 from .prefork import Process, run_to_end, start_python
+from .recorded import scores_of
 from .worker import WorkerSpec
 
 MAX_ATTEMPTS = 3
@@ -85,20 +82,8 @@ def _end_workers() -> None:
 LEASE_MARGIN_S = 120.0
 
 
-def enqueue(store: Store, run_id: str, submission_id: str, split: str) -> int:
-    """Queue (submission, split) for grading; returns the request id."""
-    with store.session() as s:
-        req = GradeRequest(run_id=run_id, submission_id=submission_id, split=split)
-        s.add(req)
-        s.flush()
-        assert req.id is not None
-        return req.id
-
-
-def _claimable(now: object, run_id: str | None) -> object:
-    ready = or_(GradeRequest.state == GradeState.queued,
-                and_(GradeRequest.state == GradeState.leased, GradeRequest.lease_until < now))
-    return ready if run_id is None else and_(ready, GradeRequest.run_id == run_id)
+#: Queue (submission, split) for grading; returns the request id.
+enqueue = grade_requests.enqueue
 
 
 def lease_owner() -> str:
@@ -121,20 +106,7 @@ def release_dead_leases(store: Store, run_id: str | None = None) -> int:
     this host that died (a server killed mid-evaluation), so they are claimed again at once
     rather than when the lease expires; returns how many. Every pump does it before it
     claims, and finalization while it waits."""
-    with store.session() as s:
-        query = select(GradeRequest).where(GradeRequest.state == GradeState.leased)
-        if run_id is not None:
-            query = query.where(GradeRequest.run_id == run_id)
-        n = 0
-        for req in s.exec(query).all():
-            if owner_gone(req.lease_owner):
-                res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
-                             .where(GradeRequest.id == req.id,
-                                    GradeRequest.state == GradeState.leased,
-                                    GradeRequest.lease_owner == req.lease_owner)
-                             .values(lease_until=utcnow() - timedelta(seconds=1)))
-                n += res.rowcount
-        return n
+    return grade_requests.release_dead_leases(store, owner_gone, run_id)
 
 
 def give_back(store: Store, req_id: int, owner: str) -> bool:
@@ -142,19 +114,7 @@ def give_back(store: Store, req_id: int, owner: str) -> bool:
     back: its evaluation was stopped by this process's own end, not by the checkpoint, so it
     must not bring the request nearer to `MAX_ATTEMPTS` (an agent that disconnects over and
     over would otherwise fail another run's submission). True when it was still ours."""
-    with store.session() as s:
-        res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
-                     .where(GradeRequest.id == req_id, GradeRequest.state == GradeState.leased,
-                            GradeRequest.lease_owner == owner)
-                     .values(state=GradeState.queued, lease_owner=None, lease_until=None,
-                             attempts=GradeRequest.attempts - 1))  # claims count from 1
-        returned: bool = res.rowcount == 1
-        if returned:
-            req = s.get(GradeRequest, req_id)
-            sub = s.get(Submission, req.submission_id) if req is not None else None
-            if sub is not None and sub.status == SubmissionStatus.grading:
-                sub.status = SubmissionStatus.queued
-                s.add(sub)
+    returned = grade_requests.give_back(store, req_id, owner)
     with _held_lock:
         _held.pop(req_id, None)
     return returned
@@ -170,66 +130,13 @@ def outstanding(store: Store, run_id: str) -> list[GradeRequest]:
             .order_by(GradeRequest.id)).all())
 
 
-def _turn_order(s: object, now: object, run_id: str | None) -> list[int]:
-    """Candidate request ids, the fair order: round robin across runs.
-
-    Each run with a claimable request offers its oldest; a run whose evaluation is under way
-    goes last, then the run served longest ago (its latest evaluation's start; never served
-    first), then the older request. So a run with many requests queued gets one evaluation
-    per turn, and another run's single request waits behind at most one of them (per run
-    ahead of it), never behind its whole backlog."""
-    heads = s.exec(select(GradeRequest.run_id, func.min(GradeRequest.id))  # type: ignore[attr-defined]
-                   .where(_claimable(now, run_id)).group_by(GradeRequest.run_id)).all()
-    if len(heads) <= 1:
-        return [head for _, head in heads]
-    runs = [r for r, _ in heads]
-    busy = set(s.exec(select(GradeRequest.run_id).where(  # type: ignore[attr-defined]
-        GradeRequest.run_id.in_(runs), GradeRequest.state == GradeState.leased,  # type: ignore[attr-defined]
-        GradeRequest.lease_until >= now)).all())
-    served = dict(s.exec(select(Evaluation.run_id, func.max(Evaluation.started_at))  # type: ignore[attr-defined]
-                         .where(Evaluation.run_id.in_(runs))  # type: ignore[attr-defined]
-                         .group_by(Evaluation.run_id)).all())
-    never = datetime.min.replace(tzinfo=UTC)
-    return [head for r, head in sorted(
-        heads, key=lambda h: (h[0] in busy, aware(served.get(h[0])) or never, h[1]))]
-
-
 def claim(store: Store, owner: str, lease_s: float,
           run_id: str | None = None) -> GradeRequest | None:
-    """Lease the next request in the fair order (`_turn_order`), or return None.
-
-    With `run_id`, only that run's requests, oldest first: finalizing one run must not grade
-    another's.
-
-    The conditional UPDATE is the atomic step: two claimers can read the same candidate, but
-    only one UPDATE matches it; the other moves on to the next candidate. On PostgreSQL the
-    candidate is also row-locked with `FOR UPDATE SKIP LOCKED`, so claimers on several nodes
-    pass over each other's candidates instead of queueing behind them (SQLite ignores the
-    clause; its `BEGIN IMMEDIATE` already admits one writer at a time).
-    """
-    now = utcnow()
-    with store.session() as s:
-        for _ in range(10):
-            order = _turn_order(s, now, run_id)
-            if not order:
-                return None
-            for cand in order:
-                locked = s.exec(select(GradeRequest.id).where(
-                    GradeRequest.id == cand, _claimable(now, run_id))
-                    .with_for_update(skip_locked=True)).first()
-                if locked is None:
-                    continue
-                res = s.exec(update(GradeRequest)  # type: ignore[call-overload]
-                             .where(GradeRequest.id == cand, _claimable(now, run_id))
-                             .values(state=GradeState.leased, lease_owner=owner,
-                                     lease_until=now + timedelta(seconds=lease_s),
-                                     attempts=GradeRequest.attempts + 1))
-                if res.rowcount == 1:
-                    req = s.get(GradeRequest, cand)
-                    assert req is not None
-                    s.refresh(req)
-                    return req
-    return None
+    """Lease the next request in the fair order (round robin across runs: a run with many
+    requests queued gets one evaluation per turn), or return None; with `run_id`, only that
+    run's requests, oldest first (finalizing one run must not grade another's). The atomic
+    claim and its locks: `a2rl.store.records.grade_requests.claim`."""
+    return grade_requests.claim(store, owner, lease_s, run_id)
 
 
 def _failure_reason(rc: int | None, timed_out: bool, timeout_s: float, stderr: str) -> str:
@@ -282,23 +189,6 @@ def run_worker(spec: WorkerSpec | dict, timeout_s: float,
             except ValueError as exc:
                 return None, f"the evaluation result did not parse: {exc}", elapsed
         return None, _failure_reason(proc.returncode, timed_out, timeout_s, stderr), elapsed
-
-
-def _finish(store: Store, req_id: int, ev: Evaluation, error: str | None) -> None:
-    with store.session() as s:
-        s.add(ev)
-        s.flush()
-        req = s.get(GradeRequest, req_id)
-        assert req is not None
-        req.state = GradeState.failed if error else GradeState.done
-        req.evaluation_id = ev.id
-        req.lease_until = None
-        s.add(req)
-        sub = s.get(Submission, req.submission_id)
-        if sub is not None:
-            sub.status = SubmissionStatus.failed if error else SubmissionStatus.graded
-            sub.error = error
-            s.add(sub)
 
 
 def spec_for(run: Run, checkpoint_dir: str, split: str, settings: Settings,
@@ -363,18 +253,13 @@ def _honoured(settings: Settings, frozen: EvaluationConfig | None,
 def _evaluate(store: Store, settings: Settings, req: GradeRequest, timeout_s: float) -> None:
     assert req.id is not None
     started = utcnow()
-    ev = Evaluation(run_id=req.run_id, submission_id=req.submission_id,
-                    kind=EvaluationKind.submission, split=req.split,
-                    status=EvaluationStatus.failed, started_at=started)
     with store.session() as s:
-        sub = s.get(Submission, req.submission_id)
+        sub = submissions.start_grading(s, req.submission_id)
         run = s.get(Run, req.run_id)
-        if sub is not None:
-            sub.status = SubmissionStatus.grading
-            s.add(sub)
         frozen = of_run(s, run) if run is not None else None
     # a process that cannot honour the run's frozen config records why, never grades
     error, graded_under = _honoured(settings, frozen)
+    scores = None
     if error is None and req.attempts > MAX_ATTEMPTS:
         error = (f"gave up after {MAX_ATTEMPTS} attempts: the grader stopped while "
                  "evaluating this checkpoint each time")
@@ -389,13 +274,7 @@ def _evaluate(store: Store, settings: Settings, req: GradeRequest, timeout_s: fl
             give_back(store, req.id, req.lease_owner or "")
             return
         if result is not None:
-            ev.status, ev.score, ev.ci_low, ev.ci_high = (EvaluationStatus.done, result.score,
-                                                          result.ci_low, result.ci_high)
-            ev.n_items = result.n_items
-            ev.metrics = {**result.metrics, "wall_s": round(elapsed, 3)}
-            ev.items = [it.model_dump() for it in result.items]
-            ev.provenance = result.provenance
-    ev.error = error
-    ev.ended_at = utcnow()
-    _finish(store, req.id, ev, error)
-
+            scores = scores_of(result, elapsed)
+    grade_requests.finish(store, req.id, NewEvaluation(
+        run_id=req.run_id, submission_id=req.submission_id, kind=EvaluationKind.submission,
+        split=req.split, started_at=started, ended_at=utcnow(), scores=scores, error=error))

@@ -67,7 +67,7 @@ class RunRegistry:
         if rt is None:
             tell_sandbox(self.settings, self.store, run_id, deadline)
         else:
-            rt.push_deadline(deadline.timestamp())
+            rt.sandbox.push_deadline(deadline.timestamp())
 
     def _start_services(self, rt: RunRuntime[RunClock], run: Run) -> None:
         """The task's per-run services (sockets in `services/`); a failure is logged and the
@@ -195,8 +195,8 @@ class A2RLServer(MCPServer[Any]):
         clock = read_clock(rt.clock.start())
         if clock.deadline is not None and not clock.exhausted:
             deadline = clock.deadline.timestamp()
-            if rt.deadline_is_stale(deadline):  # moved by a grader that could not tell it
-                await anyio.to_thread.run_sync(rt.push_deadline, deadline)
+            if rt.sandbox.deadline_is_stale(deadline):  # moved by a grader that could not tell it
+                await anyio.to_thread.run_sync(rt.sandbox.push_deadline, deadline)
         if name in ALWAYS_ALLOWED:
             return
         if clock.ended:

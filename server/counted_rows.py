@@ -22,9 +22,8 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlmodel import select
-
-from a2rl.store import Run, Store, ToolCall
+from a2rl.store import Store
+from a2rl.store.records import toolcalls
 
 FLUSH_EVERY_S = 1.0
 
@@ -81,19 +80,13 @@ class CountedRow:
                 self._dirty, self._flushed_at = False, time.monotonic()
                 row_id = self._row_id
             text = self.describe(counts)
-            with self.store.session() as s:
-                if self.open_only and s.exec(select(Run.ended_at).where(
-                        Run.id == self.run_id)).first() is not None:
-                    return
-                row = s.get(ToolCall, row_id) if row_id is not None else None
-                if row is None:
-                    row = ToolCall(run_id=self.run_id, tool=self.tool, transport=self.transport)
-                row.arguments, row.result_summary = arguments, text
-                row.is_error, row.error = self.is_error, text if self.is_error else None
-                s.add(row)
-                s.flush()
+            row_id = toolcalls.write_counted(
+                self.store, row_id, self.run_id, self.tool, self.transport,
+                arguments=arguments, summary=text, is_error=self.is_error,
+                open_only=self.open_only)
+            if row_id is not None:
                 with self.lock:
-                    self._row_id = row.id
+                    self._row_id = row_id
 
     def close(self) -> None:
         """Write what is still unwritten (the host is stopping)."""

@@ -3,7 +3,8 @@
 The row is created when the call starts (so that revisions and jobs it causes can point to
 it) and completed when it ends, whether it succeeded, was refused by argument validation,
 raised a `ToolError` or was cancelled. A message the JSON-RPC guard refused is a row too
-(`record_refusal`). This is the one place that records; tools don't.
+(`record_refusal`). This is the one place that decides what a call's row holds (its rows
+are written by `a2rl.store.records.toolcalls`); tools don't record.
 
 What is stored in the row is bounded whatever the agent sends: a string argument longer than
 `keep_bytes` is stored cut, and `_truncated` keeps its sha256 and full size (the string stays
@@ -29,7 +30,9 @@ import anyio
 from sqlalchemy import func
 from sqlmodel import select
 
-from a2rl.store import Blob, Run, Store, ToolCall
+from a2rl.store import Blob, Store, ToolCall
+from a2rl.store.records import toolcalls
+from a2rl.store.records.toolcalls import RecordClosed as RecordClosed  # raised through here
 
 from .jsonrpc_guard import MESSAGE_KEY, Refusal, scrub
 
@@ -37,14 +40,6 @@ SUMMARY_CHARS = 2_000
 MAX_STORED_KEYS = 64
 MAX_STORED_DEPTH = 64  # no tool takes nested arguments; deeper ones are noted, not stored
 TRUNCATED_KEY = "_truncated"
-
-
-class RecordClosed(Exception):
-    """The run has ended: its record takes no more calls (`reason`: why it ended)."""
-
-    def __init__(self, run_id: str, reason: str) -> None:
-        super().__init__(f"run {run_id} has ended ({reason})")
-        self.run_id, self.reason = run_id, reason
 
 
 def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
@@ -65,34 +60,15 @@ def start_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],
         stored[TRUNCATED_KEY] = {MESSAGE_KEY: cut}
     elif whole_run_bytes is not None and stored.get(TRUNCATED_KEY):
         whole_sha = keep_whole(store, run_id, arguments, whole_run_bytes)
-    with store.session() as s:
-        # the run's row locked, so that concurrent calls of one run (over HTTP) number apart
-        # (SQLite's BEGIN IMMEDIATE serializes writers anyway)
-        run = s.exec(select(Run.ended_at, Run.end_reason, Run.status).where(
-            Run.id == run_id).with_for_update()).first()
-        if open_only and run is not None and run[0] is not None:
-            raise RecordClosed(run_id, str(run[1] or run[2]))
-        last = s.exec(select(func.max(ToolCall.seq)).where(ToolCall.run_id == run_id)).one()
-        row = ToolCall(run_id=run_id, tool=tool, arguments=stored, transport=transport,
-                       seq=(last or 0) + 1, arguments_blob=whole_sha)
-        if error is not None:
-            row.result_summary = row.error = error[:SUMMARY_CHARS]
-            row.is_error = True
-        s.add(row)
-        s.flush()
-        assert row.id is not None
-        return row.id
+    return toolcalls.open_call(
+        store, run_id, tool, stored, transport, arguments_blob=whole_sha,
+        error=error[:SUMMARY_CHARS] if error is not None else None, open_only=open_only)
 
 
 def end_call(store: Store, call_id: int, started: float, summary: str, error: str | None) -> None:
-    with store.session() as s:
-        row = s.get(ToolCall, call_id)
-        assert row is not None
-        row.duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        row.result_summary = summary[:SUMMARY_CHARS]
-        row.is_error = error is not None
-        row.error = error[:SUMMARY_CHARS] if error is not None else None
-        s.add(row)
+    toolcalls.close_call(store, call_id, round((time.perf_counter() - started) * 1000, 3),
+                         summary[:SUMMARY_CHARS],
+                         error[:SUMMARY_CHARS] if error is not None else None)
 
 
 async def astart_call(store: Store, run_id: str, tool: str, arguments: dict[str, Any],

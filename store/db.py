@@ -26,17 +26,6 @@ from sqlmodel import Session, SQLModel, create_engine, select
 from . import migrate, models
 from .models import Blob, Meta
 
-
-def number_tool_calls(conn: Connection) -> None:
-    """Each older tool call's number within its run (`ToolCall.seq`), in the order of its id
-    (the order calls were recorded in); a correlated count, which SQLite and PostgreSQL both
-    run."""
-    conn.exec_driver_sql(
-        "UPDATE toolcall SET seq = (SELECT COUNT(*) FROM toolcall AS earlier "
-        "WHERE earlier.run_id = toolcall.run_id AND earlier.id <= toolcall.id) "
-        "WHERE seq IS NULL")
-
-
 #: pg_advisory_xact_lock key serializing schema creation and migration across processes.
 SCHEMA_LOCK_KEY = 0x61327266  # "a2rf"
 

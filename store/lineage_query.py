@@ -5,6 +5,7 @@ attribution)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,13 +18,25 @@ from .models import Job, JobFile, SnapshotFile, Submission, ToolCall
 MAX_CODE_BYTES = 1 << 20  # a code file read for the checkpoints it names, at most
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """What a lineage is built from of a submission whose row does not hold it yet (the
+    submit tool builds it before the row is accepted): the run, the path, the copy's hashes
+    and when it was made."""
+
+    run_id: str
+    path: str
+    created_at: datetime
+    file_hashes: dict[str, str] = field(default_factory=dict)
+
+
 def _ts(when: datetime | None) -> float | None:
     if when is None:
         return None
     return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
 
 
-def lineage_inputs(store: Store, submission: Submission,
+def lineage_inputs(store: Store, submission: Submission | Submitted,
                    submitted_at: datetime | None = None) -> LineageInputs:
     """What `build_lineage` needs for `submission` (its file hashes, the run's jobs, file
     accesses and edit_file calls), as of `submitted_at` (default: when it was made)."""
@@ -64,7 +77,7 @@ def code_text(store: Store, snapshot_id: int, path: str) -> str | None:
     return data[:MAX_CODE_BYTES].decode("utf-8", "replace")
 
 
-def lineage_of(store: Store, submission: Submission,
+def lineage_of(store: Store, submission: Submission | Submitted,
                submitted_at: datetime | None = None) -> Lineage:
     """The lineage of `submission` built from the store now."""
     return build_lineage(lineage_inputs(store, submission, submitted_at))

@@ -10,11 +10,12 @@ import os
 import socket
 from pathlib import Path
 
-from sqlalchemy import or_, update
+from sqlalchemy import or_
 from sqlmodel import select
 
 from .db import Store
 from .models import Run, utcnow
+from .records.runs import swap_owner
 from .status import RunStatus
 
 #: End reasons of runs found overdue (the vocabulary of `Run.end_reason`)
@@ -51,17 +52,6 @@ def owner_gone(owner: str | None) -> bool:
     if now is None:
         return True
     return start.isdigit() and start != "0" and start != now
-
-
-def swap_owner(store: Store, run_id: str, old: str | None, new: str) -> bool:
-    """Set the run's owner to `new` if it is still `old` (a compare-and-swap: of two processes
-    taking a free run at once, one wins)."""
-    with store.session() as s:
-        res = s.exec(update(Run).where(  # type: ignore[call-overload]
-            Run.id == run_id, Run.ended_at.is_(None),  # type: ignore[union-attr]
-            Run.owner.is_(None) if old is None else Run.owner == old,  # type: ignore[union-attr]
-        ).values(owner=new))
-        return res.rowcount == 1
 
 
 def take_if_free(store: Store, run_id: str) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlmodel import SQLModel, col, select
 
-from .db import Store, blob_row, number_tool_calls
+from .db import Store, blob_row
 from .models import (
     Audit,
     Blob,
@@ -43,6 +43,7 @@ from .models import (
     ToolCall,
 )
 from .queries import baseline_evaluation, baseline_ids
+from .records.toolcalls import number_older as number_tool_calls
 from .status import EvaluationKind
 
 #: Every table that holds a run's rows, in load order (referenced rows first).

@@ -175,7 +175,7 @@ def test_search_service_from_bwrap_is_recorded(dsqa: Settings, store: Store) -> 
         assert row["problem"] not in text  # hidden questions never enter the workspace
     registry = RunRegistry(dsqa, store)
     rt = registry.get(created.run.id)
-    sandbox = rt.sandbox()
+    sandbox = rt.sandbox.get()
     assert sandbox.isolated
     script = (
         "import sys; sys.path.insert(0, 'env'); import a2rl_env, json\n"
@@ -193,7 +193,7 @@ def test_search_service_from_bwrap_is_recorded(dsqa: Settings, store: Store) -> 
     (workspace / "code" / "probe.py").write_text(script)
     sandbox.spawn("probe", f"{sys.executable} code/probe.py", "logs/probe.log")
     job = sandbox.wait("probe", 60)
-    log = (rt.job_logs_dir / "probe.log").read_text()  # the supervisor's copy, not the link
+    log = (rt.job_logs.folder / "probe.log").read_text()  # the supervisor's copy, not the link
     try:
         assert job.exit_code == 0, log
         # Triton answers a hidden question of the fixture: the sandbox's search withholds it

@@ -158,7 +158,7 @@ def test_keep_container(dsettings, store: Store) -> None:  # type: ignore[no-unt
                      keep_container=True).run
     from a2rl.server.run import build_runtime
 
-    build_runtime(dsettings, store, run).sandbox()
+    build_runtime(dsettings, store, run).sandbox.get()
     finish_run(dsettings, store, run.id)
     c = docker_client().containers.get(container_name(run.id))
     assert c.status == "exited"

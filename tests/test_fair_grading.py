@@ -268,7 +268,7 @@ def test_paused_clock_freezes_the_jobs_and_its_credit_is_capped(
                      grading_clock="paused", budget="20s").run
     started = aware(run.started_at)
     assert started is not None
-    sandbox = build_runtime(settings, store, run).sandbox()
+    sandbox = build_runtime(settings, store, run).sandbox.get()
     sandbox.spawn("j-tick", TICKER)
     cgroup = RunCgroup(run.id)
     if not (cgroup.exists and ("freezer" in cgroup.paths or cgroup.v2)):
@@ -314,7 +314,7 @@ def test_jobs_left_frozen_still_die_at_the_end(settings: Settings, store: Store)
     supervisor's shutdown waited a minute for them), leaving no cgroup."""
     require_bwrap()
     run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
-    sandbox = build_runtime(settings, store, run).sandbox()
+    sandbox = build_runtime(settings, store, run).sandbox.get()
     sandbox.spawn("j-tick", TICKER)
     cgroup = RunCgroup(run.id)
     try:

@@ -144,7 +144,7 @@ async def test_a_background_job_is_recorded_when_it_ends(backend: Settings,
         # records it at once, with the deadline as its cause
         sleeper = await sh(c, "sleep 100", wait_s=0)
         rt = build_runtime(backend, store, run)
-        assert rt.push_deadline(time.time() + 1.0)
+        assert rt.sandbox.push_deadline(time.time() + 1.0)
         row = await ended(store, sleeper["job_id"], timeout=15)
         assert row.state == "timeout" and row.end_cause == "deadline", row
         assert "deadline" in (row.end_evidence or "")

@@ -159,7 +159,7 @@ def test_sandbox_backends_and_grading_engines_are_registries() -> None:
     from a2rl.grading.engine_select import ENGINES, choose_engine
     from a2rl.sandbox.local import LocalSandbox
     from a2rl.sandbox.registry import BACKENDS
-    from a2rl.tools.runtime import make_sandbox
+    from a2rl.tools.run_sandbox import make_sandbox
 
     assert BACKENDS.names() == ["local", "docker"] and BACKENDS.load("local") is LocalSandbox
     with pytest.raises(ToolError, match="unknown sandbox backend 'vm': use local or docker"):

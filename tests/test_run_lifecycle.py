@@ -17,7 +17,6 @@ import pytest
 from mcp import Client
 from sqlmodel import select
 
-from a2rl.grading.queue import _finish as finish_request
 from a2rl.grading.queue import claim, lease_owner, owner_gone
 from a2rl.layout import BASE_MODEL, DATA, TASK_FILE, WRITABLE_DIRS
 from a2rl.sandbox.local import LocalSandbox
@@ -38,7 +37,6 @@ from a2rl.store import (
     AgentStatus,
     BudgetEvent,
     BudgetEventKind,
-    Evaluation,
     EvaluationKind,
     EvaluationStatus,
     GradeRequest,
@@ -53,6 +51,8 @@ from a2rl.store import (
     aware,
     utcnow,
 )
+from a2rl.store.records.evaluations import NewEvaluation, Scores
+from a2rl.store.records.grade_requests import finish as finish_request
 from a2rl.tools.seam import GradingHook, RunClockView
 
 from .conftest import require_bwrap
@@ -173,7 +173,7 @@ def test_graded_request_gets_its_runs_follow_up(store: Store, settings: Settings
 def supervisor_deadline(settings: Settings, store: Store, run: Run) -> float:
     """The deadline the run's supervisor holds, read without handing it one (a reattach
     would give it the clock's)."""
-    sandbox = LocalSandbox(build_runtime(settings, store, run).sandbox_spec())
+    sandbox = LocalSandbox(build_runtime(settings, store, run).sandbox.spec())
     assert sandbox.client.load_token()
     return float(sandbox.client.call("ping")["deadline"])
 
@@ -208,7 +208,7 @@ def test_moved_deadline_reaches_a_sandbox_another_process_serves(
     x = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
                    grading_clock="paused", budget="8s").run
     y = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run
-    sandbox = build_runtime(settings, store, x).sandbox()  # X's own serving process, say
+    sandbox = build_runtime(settings, store, x).sandbox.get()  # X's own serving process, say
     sandbox.spawn("j-long", "sleep 60")
     serving_y = RunRegistry(settings, store)
     serving_y.get(y.id)
@@ -304,10 +304,11 @@ def test_finishing_waits_for_its_request_under_another_lease(settings: Settings,
 
     def other_process_grades() -> None:
         time.sleep(1.5)
-        ev = Evaluation(run_id=run.id, submission_id="s1", kind=EvaluationKind.submission,
-                        split="test", status=EvaluationStatus.done, score=0.75,
-                        started_at=utcnow(), ended_at=utcnow())
-        finish_request(store, req_id, ev, None)
+        finish_request(store, req_id, NewEvaluation(
+            run_id=run.id, submission_id="s1", kind=EvaluationKind.submission, split="test",
+            started_at=utcnow(), ended_at=utcnow(),
+            scores=Scores(score=0.75, ci_low=None, ci_high=None, n_items=0, metrics={},
+                          items=[], provenance={})))
 
     grader = threading.Thread(target=other_process_grades)
     started = time.monotonic()

@@ -153,5 +153,5 @@ def _spec(settings: Settings, store: Store, run_id: str) -> SandboxSpec:
         row = s.get(Run, run_id)
     assert row is not None
     runtime = build_runtime(settings, store, row)
-    assert runtime.sandbox_config() == PlainConfig.model_validate(row.config.setup.sandbox)
-    return runtime.sandbox_spec()
+    assert runtime.sandbox.backend_config() == PlainConfig.model_validate(row.config.setup.sandbox)
+    return runtime.sandbox.spec()

@@ -376,10 +376,10 @@ def test_a_declared_readonly_input_cannot_be_written(settings: Settings, store: 
     run = created.run
     try:
         rt = build_runtime(settings, store, run)
-        assert "secrets" in rt.readonly
+        assert "secrets" in rt.workspace.readonly_names
         with pytest.raises((WorkspaceError, ToolError), match="read-only input"):
             rt.workspace.parts("secrets/key.txt", write=True)
-        sandbox = rt.sandbox()
+        sandbox = rt.sandbox.get()
         sandbox.spawn("j-ro", "echo changed > secrets/key.txt; touch secrets/new; "
                               "echo ok > code/mine.txt")
         assert sandbox.wait("j-ro", 60).exit_code is not None

@@ -16,9 +16,10 @@ from sqlmodel import select
 
 from a2rl.sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
 from a2rl.store import Job
+from a2rl.store.records import jobs as job_rows
 
 from .gpu_usage import track
-from .jobs import job_info, log_file, log_file_of, new_job_id, reconcile, settle, watch
+from .jobs import job_info, new_job_id, reconcile, settle, watch
 from .output import log_size, read_bounded
 from .results import CommandResult, JobStatusResult
 from .runtime import current, in_thread
@@ -66,16 +67,16 @@ async def run_command(
     rt = call.runtime
     if not command.strip():
         raise ToolError("command is empty")
-    sandbox = await in_thread(rt.sandbox)
+    sandbox = await in_thread(rt.sandbox.get)
     await in_thread(sandbox.watch_access)  # a recorder that died is started again, first
     job_id = new_job_id()
-    log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see jobs.log_file_of
+    log_path = f"logs/{job_id}.log"  # the supervisor's name for it; see JobLogs.file_of
     # the code it runs with: the workspace's code now (the last snapshot when unchanged)
     snapshot_id = await in_thread(rt.scanner.code_snapshot, f"job {job_id}",
                                   call.tool_call_id)
-    with rt.store.session() as s:
-        s.add(Job(id=job_id, run_id=rt.run_id, command=command, log_path=log_path,
-                  tool_call_id=call.tool_call_id, snapshot_id=snapshot_id))
+    job_rows.open_job(rt.store, id=job_id, run_id=rt.run_id, command=command,
+                      log_path=log_path, tool_call_id=call.tool_call_id,
+                      snapshot_id=snapshot_id)
     try:
         await in_thread(sandbox.spawn, job_id, command)
         await in_thread(track, rt)  # its GPU use is sampled from now on, ended or not
@@ -85,13 +86,9 @@ async def run_command(
         raise ToolError(str(exc)) from exc
     s_ = rt.settings
     out = await in_thread(
-        read_bounded, log_file_of(rt, log_path), s_.output_head_bytes, s_.output_tail_bytes)
+        read_bounded, rt.job_logs.file_of(log_path), s_.output_head_bytes, s_.output_tail_bytes)
     if sj.state == JobState.running:
-        with rt.store.session() as s:
-            row = s.get(Job, job_id)
-            assert row is not None
-            row.is_background = True
-            s.add(row)
+        job_rows.mark_background(rt.store, job_id)
         watch(rt)  # its end is recorded when it happens, polled or not
         return CommandResult(
             status="running", job_id=job_id, output=out.text, output_bytes=out.total_bytes,
@@ -147,7 +144,7 @@ async def job_status(
         return JobStatusResult(jobs=[job_info(r) for r in rows])
     row = _get_row(rt.run_id, job_id)
     if row.state == JobState.running:
-        sandbox = await in_thread(rt.sandbox)
+        sandbox = await in_thread(rt.sandbox.get)
         watch(rt)  # a server restarted since the job began watches it from now on
         try:
             sj = await wait_for_job(sandbox, job_id, _bound_wait(wait_s))
@@ -156,7 +153,7 @@ async def job_status(
         except SandboxError:
             row = await in_thread(
                 lambda: settle(rt, None, job_id, call.tool_call_id, lost=True))
-    path = log_file(rt, row)
+    path = rt.job_logs.file_of(row.log_path)
     size = await in_thread(log_size, path)
     offset = min(offset, size)
     tail = rt.settings.output_head_bytes + rt.settings.output_tail_bytes
@@ -175,7 +172,7 @@ async def job_kill(
     row = _get_row(rt.run_id, job_id)
     if row.state != JobState.running:
         raise ToolError(f"job {job_id} is not running (state: {row.state})")
-    sandbox = await in_thread(rt.sandbox)
+    sandbox = await in_thread(rt.sandbox.get)
     try:
         sj = await in_thread(sandbox.kill, job_id, "job_kill",
                              f"job_kill by the agent (tool call #{call.tool_call_id})")
@@ -183,5 +180,5 @@ async def job_kill(
         raise ToolError(str(exc)) from exc
     row = await in_thread(lambda: settle(rt, sj, job_id, call.tool_call_id))
     out = await in_thread(
-        read_bounded, log_file(rt, row), 0, rt.settings.output_tail_bytes)
+        read_bounded, rt.job_logs.file_of(row.log_path), 0, rt.settings.output_tail_bytes)
     return JobStatusResult(job=job_info(row), output=out.text, next_offset=row.log_bytes)

@@ -12,7 +12,7 @@ import mimetypes
 import os
 import re
 import stat
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Annotated
 
 from pydantic import Field
@@ -82,13 +82,12 @@ def _target(rt: RunRuntime, path: str) -> tuple[WorkspaceFS, tuple[str, ...], tu
     """(filesystem, parts inside it, prefix shown to the agent) for a path to read.
 
     Job logs may live outside the workspace, where jobs cannot replace them
-    (`RunRuntime.job_logs_dir`); `logs/...` is read from there, with the same opener.
+    (`RunRuntime.job_logs`); `logs/...` is read from there, with the same opener.
     """
     parts = rt.workspace.parts(path)
-    logs = getattr(rt, "job_logs_dir", None)
     # Only the job logs' own names: the rest of logs/ is the agent's folder like any other.
-    if logs is not None and len(parts) == 2 and parts[0] == LOGS and JOB_LOG.fullmatch(parts[1]):
-        return WorkspaceFS(Path(logs)), parts[1:], (LOGS,)
+    if len(parts) == 2 and parts[0] == LOGS and JOB_LOG.fullmatch(parts[1]):
+        return WorkspaceFS(rt.job_logs.folder), parts[1:], (LOGS,)
     return rt.workspace.fs(rt.owner), parts, ()
 
 

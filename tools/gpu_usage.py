@@ -174,26 +174,25 @@ def track(rt: RunRuntime) -> None:
     where NVML is unavailable)."""
     if nvml() is None:
         return
-    with rt.watch_lock:
-        if rt.gpu_sampler is not None and rt.gpu_sampler.is_alive():
-            return
-        rt.gpu_sampler = threading.Thread(target=_sample, args=(rt,), daemon=True,
-                                          name=f"a2rl-gpu-{rt.run_id}")
-        rt.gpu_sampler.start()
+    rt.gpu_sampler.ensure(lambda: _sample(rt))
+
+
+def _sampling(rt: RunRuntime) -> Sandbox | None:
+    """The sandbox whose jobs to sample, or None: none started here, or no job runs."""
+    from .jobs import running_ids
+
+    sandbox = rt.sandbox.started()
+    return sandbox if sandbox is not None and running_ids(rt) else None
 
 
 def _sample(rt: RunRuntime) -> None:
-    from .jobs import running_ids
-
     lib = nvml()
     interval = rt.settings.gpu_sample_s
     last = time.monotonic() - interval
     while lib is not None:
-        with rt.watch_lock:  # track() sees either a live sampler or none: no job is missed
-            sandbox = rt.started_sandbox()
-            if sandbox is None or not running_ids(rt):
-                rt.gpu_sampler = None
-                return
+        sandbox = rt.gpu_sampler.unless_idle(lambda: _sampling(rt))
+        if sandbox is None:
+            return
         now = time.monotonic()
         try:
             sample_once(rt.gpu, lib, sandbox, now - last)

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from mcp.server.mcpserver.exceptions import ToolError
-from sqlmodel import col, select
+from sqlmodel import select
 
-from a2rl.layout import LOGS
 from a2rl.sandbox.base import JobState, Sandbox, SandboxError, SandboxJob
-from a2rl.store import Blob, Job, JobEndCause, aware
+from a2rl.store import Job, JobEndCause, aware
+from a2rl.store.records import jobs as job_rows
+from a2rl.store.records.jobs import JobEnd
 
 from .access_record import job_files
 from .gpu_usage import track
-from .output import log_size, read_head_tail
 from .results import JobInfo
 from .runtime import RunRuntime
 
@@ -42,42 +40,6 @@ def job_info(row: Job) -> JobInfo:
         log_path=row.log_path, log_bytes=row.log_bytes,
         end_cause=row.end_cause, end_evidence=row.end_evidence,
     )
-
-
-def keep_log(rt: RunRuntime, log_path: str) -> tuple[str | None, int]:
-    """Store the head and tail of a job's log (never read whole); its blob and size.
-
-    A run's jobs together store at most `job_log_run_keep_bytes`: the log that reaches it keeps
-    a shorter head and tail, later ones their size only (no blob; the file stays in the run's
-    folder, where the agent reads it)."""
-    with rt.log_lock:
-        if rt.log_bytes_kept is None:
-            rt.log_bytes_kept = _log_bytes_kept(rt)
-        keep = rt.settings.job_log_keep_bytes
-        cap = rt.settings.job_log_run_keep_bytes
-        if cap > 0:  # room for the "[... bytes omitted ...]" line between head and tail too
-            keep = min(keep, cap - rt.log_bytes_kept - _MARKER_ROOM)
-        path = log_file_of(rt, log_path)
-        if keep <= 0:
-            return None, log_size(path)
-        data, size = read_head_tail(path, keep // 2, keep - keep // 2)
-        if size == 0:
-            return None, 0
-        rt.log_bytes_kept += len(data)
-        return rt.store.put_blob(data), size
-
-
-#: Bytes left for the marker `read_head_tail` puts between a log's head and tail.
-_MARKER_ROOM = 64
-
-
-def _log_bytes_kept(rt: RunRuntime) -> int:
-    """Job log bytes the run's rows already hold (distinct blobs), from the store."""
-    with rt.store.session() as s:
-        rows = s.exec(select(Blob.size).where(Blob.sha256.in_(  # type: ignore[attr-defined]
-            select(Job.log_blob_sha).where(Job.run_id == rt.run_id,
-                                           col(Job.log_blob_sha).is_not(None))))).all()
-    return sum(rows)
 
 
 def settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: int | None,
@@ -101,30 +63,26 @@ def _settle(rt: RunRuntime, sj: SandboxJob | None, job_id: str, tool_call_id: in
             return row
         if not lost and (sj is None or sj.state == JobState.running):
             return row
-    blob, size = keep_log(rt, row.log_path)
+    blob, size = rt.job_logs.keep(row.log_path)
     source = "job" if row.is_background else "command"
     rt.scanner.scan(source, tool_call_id=tool_call_id, job_id=job_id)
     ended = sj.ended_at if sj is not None and sj.ended_at else None
     ended_at = datetime.fromtimestamp(ended, UTC) if ended else datetime.now(UTC)
     # the files its ended processes opened, in the store before its row says it ended
     files = job_files(rt.store, rt.run_id, rt.dir, row.started_at, ended_at)
-    with rt.store.session() as s:
-        row = s.get(Job, job_id)
-        assert row is not None
-        if row.state == JobState.running:
-            row.state = lost_state if lost or sj is None else sj.state
-            row.exit_code = None if sj is None else sj.exit_code
-            row.ended_at = ended_at
-            row.files_recorded = files
-            row.log_blob_sha, row.log_bytes = blob, size
-            row.end_cause, row.end_evidence = gone or _cause(row.state, sj)
-            if sj is not None:
-                row.cpu_s, row.memory_peak_bytes = sj.cpu_s, sj.memory_peak_bytes
-            row.gpu_s, row.gpu_memory_peak_bytes = rt.gpu.figures(job_id)
-            s.add(row)
-            rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
-                        row.end_cause, row.end_evidence)
-        return row
+    state = lost_state if lost or sj is None else sj.state
+    cause, evidence = gone or _cause(state, sj)
+    gpu_s, gpu_peak = rt.gpu.figures(job_id)
+    row, settled = job_rows.settle(rt.store, job_id, JobEnd(
+        state=state, exit_code=None if sj is None else sj.exit_code, ended_at=ended_at,
+        end_cause=cause, end_evidence=evidence, log_blob_sha=blob, log_bytes=size,
+        files_recorded=files, cpu_s=None if sj is None else sj.cpu_s,
+        memory_peak_bytes=None if sj is None else sj.memory_peak_bytes,
+        gpu_s=gpu_s, gpu_memory_peak_bytes=gpu_peak))
+    if settled:
+        rt.log.info("job %s ended: %s (exit %s; %s: %s)", job_id, row.state, row.exit_code,
+                    row.end_cause, row.end_evidence)
+    return row
 
 
 def _cause(state: str, sj: SandboxJob | None) -> tuple[str | None, str | None]:
@@ -151,7 +109,7 @@ def _running(rt: RunRuntime) -> list[Job]:
 
 def _attach(rt: RunRuntime) -> Sandbox | None:
     try:
-        return rt.sandbox()
+        return rt.sandbox.get()
     except ToolError:  # the supervisor is gone and may not start again (deadline passed)
         return None
 
@@ -160,17 +118,17 @@ def stop_all(rt: RunRuntime, tool_call_id: int | None = None,
              cause: JobEndCause = JobEndCause.run_finished, evidence: str = "") -> None:
     """Kill every running job (recorded as killed, blamed on `cause`) and end the run's
     supervisor."""
-    sandbox = _attach(rt) if _running(rt) or rt.has_sandbox() else None
+    sandbox = _attach(rt) if _running(rt) or rt.sandbox.ever_started() else None
     if sandbox is not None:
         for row in _running(rt):
             with contextlib.suppress(SandboxError):
                 settle(rt, sandbox.kill(row.id, cause, evidence), row.id, tool_call_id)
         sandbox.stop()
-    elif rt.has_sandbox():
+    elif rt.sandbox.ever_started():
         # its supervisor ended itself at the deadline and cannot start again: what it left
         # (an exited container, an empty cgroup) goes now, or the run would hold it for ever
         with contextlib.suppress(SandboxError, ToolError, OSError):
-            rt.new_sandbox().release()
+            rt.sandbox.build().release()
     reconcile(rt, tool_call_id)
 
 
@@ -195,24 +153,24 @@ def watch(rt: RunRuntime) -> None:
     """Make sure a thread of this process settles the run's running jobs when they end (and
     one samples their GPU use)."""
     track(rt)
-    with rt.watch_lock:
-        if rt.watcher is not None and rt.watcher.is_alive():
-            return
-        rt.watcher = threading.Thread(target=_watch, args=(rt,), daemon=True,
-                                      name=f"a2rl-jobs-{rt.run_id}")
-        rt.watcher.start()
+    rt.watcher.ensure(lambda: _watch(rt))
+
+
+def _watching(rt: RunRuntime) -> tuple[list[str], Sandbox] | None:
+    """The running jobs to wait on and the sandbox to ask, or None: nothing to watch."""
+    running = [row.id for row in _running(rt)]
+    sandbox = rt.sandbox.started()
+    return (running, sandbox) if running and sandbox is not None else None
 
 
 def _watch(rt: RunRuntime) -> None:
     """Wait on the supervisor for any running job to end and settle it; ends once no job runs
     (a later background job starts it again), or when this process has no sandbox started."""
     while True:
-        with rt.watch_lock:  # watch() sees either a live watcher or none: no end is missed
-            running = [row.id for row in _running(rt)]
-            sandbox = rt.started_sandbox()
-            if not running or sandbox is None:
-                rt.watcher = None
-                return
+        watching = rt.watcher.unless_idle(lambda: _watching(rt))
+        if watching is None:
+            return
+        running, sandbox = watching
         try:
             ended = [sj for sj in sandbox.wait_any(running, WATCH_SLICE_S)
                      if sj.state != JobState.running]
@@ -270,15 +228,3 @@ def reconcile(rt: RunRuntime, tool_call_id: int | None = None) -> list[Job]:
         settled.append(settle(rt, sj, row.id, tool_call_id))
     return settled
 
-
-def log_file_of(rt: RunRuntime, log_path: str) -> Path:
-    """Where a job's log is on the host: `logs/<job>.log` names a file of the supervisor's
-    folder (jobs cannot write it); any other path (rows of older versions) is not read."""
-    folder, _, name = log_path.partition("/")
-    if folder != LOGS or not name or "/" in name or name.startswith("."):
-        return rt.job_logs_dir / ".none"
-    return rt.job_logs_dir / name
-
-
-def log_file(rt: RunRuntime, row: Job) -> Path:
-    return log_file_of(rt, row.log_path)

@@ -44,17 +44,11 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from a2rl.sandbox.workspace_fs import WalkCapped, WalkStats, WorkspaceError, WorkspaceFS, split_path
-from a2rl.store import (
-    Blob,
-    BudgetEvent,
-    BudgetEventKind,
-    JobFile,
-    Revision,
-    Snapshot,
-    SnapshotFile,
-    Store,
-)
+from a2rl.store import Blob, JobFile, Revision, Store
 from a2rl.store.queries import INITIAL_SOURCE
+from a2rl.store.records import budget
+from a2rl.store.records import revisions as revision_rows
+from a2rl.store.records.revisions import Change
 
 #: The scan stops descending below this depth and after this many entries (and logs it).
 SCAN_MAX_DEPTH = 32
@@ -174,10 +168,8 @@ class RevisionScanner:
 
     def _record_stop(self, stopped: dict[str, object], source: str, tool_call_id: int | None,
                      job_id: str | None) -> None:
-        with self.store.session() as s:
-            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.scan_stopped,
-                              detail={**stopped, "source": source, "tool_call_id": tool_call_id,
-                                      "job_id": job_id}))
+        budget.scan_stopped(self.store, self.run_id, {
+            **stopped, "source": source, "tool_call_id": tool_call_id, "job_id": job_id})
 
     def _stat(self, rel: str) -> os.stat_result | None:
         try:
@@ -243,20 +235,18 @@ class RevisionScanner:
     ) -> list[Revision]:
         if not changes:
             return []
-        revisions = []
+        recorded = []
         for rel, data, sha, prev in changes:
             kept = True
             if data is not None and sha is not None:
                 kept = self._keep_content(sha, len(data), source)
                 if kept:
                     self.store.put_blob(data)
-            revisions.append(Revision(run_id=self.run_id, path=rel, blob_sha=sha,
-                                      size=None if data is None else len(data),
-                                      content_stored=kept, prev_blob_sha=prev, source=source,
-                                      tool_call_id=tool_call_id, job_id=job_id))
-        with self.store.session() as s:
-            s.add_all(revisions)
-        return revisions
+            recorded.append(Change(path=rel, blob_sha=sha,
+                                   size=None if data is None else len(data),
+                                   content_stored=kept, prev_blob_sha=prev))
+        return revision_rows.record(self.store, self.run_id, recorded, source, tool_call_id,
+                                job_id)
 
     def record_initial(self) -> list[Revision]:
         """The workspace as the task made it, before the agent acts (once, at creation)."""
@@ -283,13 +273,6 @@ class RevisionScanner:
             return {p: v.sha for p, v in sorted(self._seen.items()) if v.sha}
 
     def _freeze(self, reason: str, tool_call_id: int | None, files: dict[str, str]) -> int:
-        with self.store.session() as s:
-            snap = Snapshot(run_id=self.run_id, reason=reason, tool_call_id=tool_call_id)
-            s.add(snap)
-            s.flush()
-            assert snap.id is not None
-            s.add_all(SnapshotFile(snapshot_id=snap.id, path=p, blob_sha=sha)
-                      for p, sha in files.items())
-            snapshot_id = snap.id
+        snapshot_id = revision_rows.freeze(self.store, self.run_id, reason, tool_call_id, files)
         self._last_snapshot = (snapshot_id, files)
         return snapshot_id

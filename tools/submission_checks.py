@@ -27,12 +27,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from mcp.server.mcpserver.exceptions import ToolError
-from sqlmodel import select
 
-from a2rl.store import BudgetEvent, BudgetEventKind, Run, aware, utcnow
+from a2rl.store import Run
+from a2rl.store.records import budget
 
 from .runtime import RunRuntime
 
@@ -63,39 +62,22 @@ def _open(rt: RunRuntime, run: Run, submission_id: str) -> Check:
     """The rate (the run's row locked, so that concurrent calls cannot both take the last
     check of the minute), then the check's event; `RateExceeded` over the rate."""
     limit = rt.settings.submission_checks_per_minute
-    now = utcnow()
-    with rt.store.session() as s:
-        s.exec(select(Run.id).where(Run.id == run.id).with_for_update()).first()
-        recent = [aware(at) for at in s.exec(select(BudgetEvent.at).where(
-            BudgetEvent.run_id == run.id, BudgetEvent.kind == BudgetEventKind.validation,
-            BudgetEvent.at > now - timedelta(seconds=WINDOW_S))  # type: ignore[operator]
-            .order_by(BudgetEvent.at)).all()]  # type: ignore[arg-type]
-        if len(recent) >= limit:
-            frees = recent[len(recent) - limit] + timedelta(seconds=WINDOW_S)  # type: ignore[operator]
-            wait = max((frees - now).total_seconds(), 1.0)
-            raise RateExceeded(
-                f"{len(recent)} submissions of this run were checked in the last "
-                f"{WINDOW_S:g} s, refused ones included, and at most {limit} may be "
-                f"(submission_checks_per_minute): submit again in {wait:.0f} s")
-        event = BudgetEvent(run_id=run.id, kind=BudgetEventKind.validation, at=now,
-                            detail={"submission_id": submission_id, "outcome": "checking"})
-        s.add(event)
-        s.flush()
-        assert event.id is not None
-        return Check(event_id=event.id, submission_id=submission_id)
+    try:
+        event_id = budget.open_check(rt.store, run.id, submission_id, limit, WINDOW_S)
+    except budget.ChecksExceeded as exc:
+        raise RateExceeded(
+            f"{exc.count} submissions of this run were checked in the last "
+            f"{WINDOW_S:g} s, refused ones included, and at most {limit} may be "
+            f"(submission_checks_per_minute): submit again in {exc.wait_s:.0f} s") from None
+    return Check(event_id=event_id, submission_id=submission_id)
 
 
 def _close(rt: RunRuntime, check: Check) -> None:
     server = check.server_cpu_s()
-    detail = {"submission_id": check.submission_id, "outcome": check.outcome,
-              "server_cpu_s": round(server, 3),
-              "validator_cpu_s": check.validator_cpu_s,
-              "cpu_s": round(server + (check.validator_cpu_s or 0.0), 3)}
-    with rt.store.session() as s:
-        event = s.get(BudgetEvent, check.event_id)
-        if event is not None:
-            event.detail = detail  # a new dict: the JSON column is rewritten
-            s.add(event)
+    budget.close_check(rt.store, check.event_id, {
+        "submission_id": check.submission_id, "outcome": check.outcome,
+        "server_cpu_s": round(server, 3), "validator_cpu_s": check.validator_cpu_s,
+        "cpu_s": round(server + (check.validator_cpu_s or 0.0), 3)})
 
 
 @contextmanager

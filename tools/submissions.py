@@ -48,8 +48,9 @@ from a2rl.store import (
     utcnow,
 )
 from a2rl.store.lineage import Lineage
-from a2rl.store.lineage_query import lineage_of
+from a2rl.store.lineage_query import Submitted, lineage_of
 from a2rl.store.queries import best_submission
+from a2rl.store.records import submissions
 
 from . import access_record
 from .checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
@@ -57,7 +58,7 @@ from .runtime import RunRuntime, current, in_thread
 from .submission_checks import Check, counted_check
 
 #: What the agent is told while a submission is not graded yet (get_score waits on these).
-PENDING = (SubmissionStatus.queued, SubmissionStatus.grading)
+PENDING = submissions.PENDING
 
 
 def _grading() -> ModuleType:
@@ -115,41 +116,42 @@ def _new_submission_id() -> str:
     return "s-" + secrets.token_hex(4)
 
 
+@dataclass(frozen=True)
+class _Pending:
+    """A submission asked for, before its row is reserved (a refusal at the limit never
+    makes one)."""
+
+    id: str
+    run_id: str
+    path: str
+    note: str | None
+    tool_call_id: int
+
+
 class LimitReached(ToolError):
     """The run has used its submissions (an identical resubmission is still answered)."""
 
 
-def _reserve(rt: RunRuntime, run: Run, sub: Submission) -> None:
-    """Insert `sub` if the run has a submission left: count and insert in one transaction,
-    with the run's row locked (SQLite's BEGIN IMMEDIATE serializes writers anyway)."""
-    with rt.store.session() as s:
-        s.exec(select(Run.id).where(Run.id == run.id).with_for_update()).first()
-        if run.max_submissions is not None:
-            used = len(s.exec(select(Submission.id).where(
-                Submission.run_id == run.id, Submission.status != SubmissionStatus.refused)).all())
-            if used >= run.max_submissions:
-                raise LimitReached(f"submission limit reached ({run.max_submissions}); "
-                                "the best submission so far counts")
-        # a cap on what one run has in the grading queue, so it cannot hold the grader
-        # (one machine-wide lock) for everyone else's turn; validating ones count, so two
-        # submits at once cannot both pass
-        cap = rt.settings.max_pending_grades
-        pending = len(s.exec(select(Submission.id).where(
-            Submission.run_id == run.id,
-            Submission.status.in_((SubmissionStatus.validating, *PENDING)))).all())  # type: ignore[attr-defined]
-        if pending >= cap:
-            raise ToolError(f"{pending} submission(s) of this run are pending grading (queued "
-                            f"or being graded) and at most {cap} may be: wait for get_score on "
-                            "one, then submit again")
-        s.add(sub)
+def _reserve(rt: RunRuntime, run: Run, pending: _Pending) -> Submission:
+    """The submission's `validating` row, if the run has a submission left and room in the
+    grading queue (`a2rl.store.records.submissions.reserve`: counted and inserted in one
+    transaction with the run's row locked)."""
+    try:
+        return submissions.reserve(
+            rt.store, id=pending.id, run_id=run.id, path=pending.path, note=pending.note,
+            tool_call_id=pending.tool_call_id, max_submissions=run.max_submissions,
+            max_pending=rt.settings.max_pending_grades)
+    except submissions.SubmissionLimit as exc:
+        raise LimitReached(f"submission limit reached ({exc.limit}); "
+                           "the best submission so far counts") from None
+    except submissions.TooManyPending as exc:
+        raise ToolError(f"{exc.pending} submission(s) of this run are pending grading (queued "
+                        f"or being graded) and at most {exc.cap} may be: wait for get_score on "
+                        "one, then submit again") from None
 
 
 def _refuse(rt: RunRuntime, sub: Submission, error: str, dest: object) -> ToolError:
-    with rt.store.session() as s:
-        row = s.get(Submission, sub.id)
-        assert row is not None
-        row.status, row.error, row.checkpoint_dir = SubmissionStatus.refused, error, None
-        s.add(row)
+    submissions.refuse(rt.store, sub.id, error)
     if dest is not None:
         shutil.rmtree(str(dest), ignore_errors=True)
     rt.log.info("submission %s refused: %s", sub.id, error)
@@ -160,7 +162,8 @@ def _refuse(rt: RunRuntime, sub: Submission, error: str, dest: object) -> ToolEr
 MATCHED = (SubmissionStatus.queued, SubmissionStatus.grading, SubmissionStatus.graded)
 
 
-def _identical(rt: RunRuntime, sub: Submission, hashes: dict[str, str]) -> Submission | None:
+def _identical(rt: RunRuntime, sub: _Pending | Submission,
+               hashes: dict[str, str]) -> Submission | None:
     """The run's earliest other submission with exactly these file hashes, if it is one an
     identical resubmission is answered with."""
     with rt.store.session() as s:
@@ -173,10 +176,7 @@ def _identical(rt: RunRuntime, sub: Submission, hashes: dict[str, str]) -> Submi
 
 def _drop(rt: RunRuntime, sub: Submission, dest: object) -> None:
     """An identical resubmission's reserved row and copy: gone, so that it is not counted."""
-    with rt.store.session() as s:
-        row = s.get(Submission, sub.id)
-        if row is not None:
-            s.delete(row)
+    submissions.drop(rt.store, sub.id)
     shutil.rmtree(str(dest), ignore_errors=True)
 
 
@@ -231,7 +231,7 @@ def _answered_with(rt: RunRuntime, earlier: Submission, shown: str, split: str) 
         hint=f"get_score(submission_id='{earlier.id}', wait_s=60)")
 
 
-def _at_limit(rt: RunRuntime, sub: Submission, split: str, limit: LimitReached) -> SubmitResult:
+def _at_limit(rt: RunRuntime, sub: _Pending, split: str, limit: LimitReached) -> SubmitResult:
     """At the submission limit, an identical resubmission is still answered with the earlier
     submission (it would not count); anything else gets the limit's refusal. The folder is
     copied to be compared, as every submission is (no row is made: a refusal at the limit
@@ -260,16 +260,16 @@ class _Accepted:
     hashes: dict[str, str]
 
 
-def _checked(rt: RunRuntime, run: Run, sub: Submission, counted: Check
-             ) -> SubmitResult | _Accepted:
-    """Reserve, copy, compare and validate `sub` (all of it counted to the run: `counted`):
-    the answer when it is an identical resubmission, else what was accepted. A refusal
-    raises."""
+def _checked(rt: RunRuntime, run: Run, pending: _Pending, counted: Check
+             ) -> SubmitResult | tuple[Submission, _Accepted]:
+    """Reserve, copy, compare and validate the submission (all of it counted to the run:
+    `counted`): the answer when it is an identical resubmission, else its row and what was
+    accepted. A refusal raises."""
     split = run.config.feedback_split
     try:
-        _reserve(rt, run, sub)
+        sub = _reserve(rt, run, pending)
     except LimitReached as limit:
-        answer = _at_limit(rt, sub, split, limit)
+        answer = _at_limit(rt, pending, split, limit)
         counted.outcome = "identical"
         return answer
     try:
@@ -297,31 +297,27 @@ def _checked(rt: RunRuntime, run: Run, sub: Submission, counted: Check
     if not check.ok:
         raise _refuse(rt, sub, check.error or "invalid checkpoint", dest)
     counted.outcome = "queued"
-    return _Accepted(check, shown, dest, hashes)
+    return sub, _Accepted(check, shown, dest, hashes)
 
 
 def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> SubmitResult:
     _grading()  # its first import is the server's, not a check's
     run = rt.run()
     split = run.config.feedback_split
-    sub = Submission(id=_new_submission_id(), run_id=run.id, path=path, note=note,
-                     tool_call_id=tool_call_id, status=SubmissionStatus.validating)
-    with counted_check(rt, run, sub.id) as counted:
-        checked = _checked(rt, run, sub, counted)
+    pending = _Pending(id=_new_submission_id(), run_id=run.id, path=path, note=note,
+                       tool_call_id=tool_call_id)
+    with counted_check(rt, run, pending.id) as counted:
+        checked = _checked(rt, run, pending, counted)
     if isinstance(checked, SubmitResult):
         return checked
-    check, dest, hashes = checked.check, checked.dest, checked.hashes
+    sub, accepted = checked
+    check, dest, hashes = accepted.check, accepted.dest, accepted.hashes
     snapshot_id = rt.scanner.snapshot(f"submission {sub.id}", tool_call_id)
-    lineage = _lineage(rt, Submission(id=sub.id, run_id=sub.run_id, path=sub.path,
-                                      file_hashes=hashes, created_at=sub.created_at))
-    with rt.store.session() as s:
-        row = s.get(Submission, sub.id)
-        assert row is not None
-        row.l2_distance, row.near_copy = check.l2_relative, check.near_copy
-        row.checkpoint_dir, row.file_hashes = str(dest), hashes
-        row.snapshot_id, row.status = snapshot_id, SubmissionStatus.queued
-        row.lineage = lineage
-        s.add(row)
+    lineage = _lineage(rt, Submitted(run_id=sub.run_id, path=sub.path, file_hashes=hashes,
+                                     created_at=sub.created_at), sub.id)
+    submissions.accept(rt.store, sub.id, checkpoint_dir=str(dest), file_hashes=hashes,
+                       l2_distance=check.l2_relative, near_copy=check.near_copy,
+                       snapshot_id=snapshot_id, lineage=lineage)
     rt.grading.request(run.id, sub.id, split)
     rt.log.info("submission %s queued (%s)", sub.id, path)
     warning = ("the weights are very close to the base model's (near copy)"
@@ -332,7 +328,7 @@ def _submit(rt: RunRuntime, path: str, note: str | None, tool_call_id: int) -> S
                              "wait_s=60)")
 
 
-def _lineage(rt: RunRuntime, sub: Submission) -> dict[str, object]:
+def _lineage(rt: RunRuntime, sub: Submitted, submission_id: str) -> dict[str, object]:
     """Where the checkpoint came from (`a2rl.store.lineage`), from the access record as it is
     now (the recorder synced first: every ended process's writes are in); never fails a
     submission: a lineage that cannot be built says why."""
@@ -342,7 +338,7 @@ def _lineage(rt: RunRuntime, sub: Submission) -> dict[str, object]:
         access_record.ingest(rt.store, rt.run_id, folder)
         lineage = lineage_of(rt.store, sub, submitted_at=utcnow())
     except Exception as exc:  # noqa: BLE001 - the submission goes on without it
-        rt.log.warning("submission %s: lineage not built: %s", sub.id, exc)
+        rt.log.warning("submission %s: lineage not built: %s", submission_id, exc)
         lineage = Lineage(checkpoint=sub.path, complete=False,
                           note=f"the lineage could not be built: {exc}")
     return lineage.model_dump(mode="json")

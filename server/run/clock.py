@@ -1,4 +1,7 @@
-"""`RunClock`: a run's budget clock, the one place that reads or moves it.
+"""`RunClock`: a run's budget clock, the one place that decides when it starts and moves.
+
+Its rules are here; each change it makes is one transaction of the run row's writer
+(`a2rl.store.records.runs`, the `budgetevent` with it: `records.budget`).
 
 The clock lives in the store (the run row's `started_at`, `deadline`, `status` and its
 `BudgetEvent` rows), so every process serving a run sees the same clock and a restarted server
@@ -20,35 +23,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import func
-from sqlmodel import select
-
-from a2rl.store import (
-    BudgetEvent,
-    BudgetEventKind,
-    EndKind,
-    GradingClock,
-    Run,
-    RunStatus,
-    Store,
-    aware,
-    utcnow,
-)
-from a2rl.store.outcome import derive_end_kind
+from a2rl.store import EndKind, Run, RunStatus, Store, aware, utcnow
+from a2rl.store.records import budget, runs
 from a2rl.tools.seam import ClockReading, GradingCredits
 
 #: A deadline far away, for a sandbox whose run's clock has not started (2100-01-01).
 NO_DEADLINE_TS = 4102444800.0
-
-
-def start_row(run: Run, now: datetime) -> BudgetEvent:
-    """Start `run`'s clock on the row itself (the caller adds both in one transaction)."""
-    run.started_at, run.deadline = now, now + timedelta(seconds=run.budget_s)
-    run.status = RunStatus.running
-    return BudgetEvent(run_id=run.id, kind=BudgetEventKind.clock_start, at=now,
-                       detail={"budget_s": run.budget_s})
 
 
 def read_clock(run: Run, now: datetime | None = None) -> ClockReading:
@@ -83,18 +65,13 @@ class RunClock:
         """Start the clock if it has not started (a run made with `a2rl create` starts at its
         first tool call); returns the run either way."""
         run = self.run()
-        if run.started_at is not None:
+        if run.started_at is not None:  # the common case, read without a lock
             return run
-        # the row locked (SQLite's BEGIN IMMEDIATE serializes writers anyway): two processes
-        # serving the run start one clock
-        with self._lock, self.store.session() as s:
-            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
-            assert run is not None
-            if run.started_at is None:
-                s.add(start_row(run, utcnow()))
-                s.add(run)
-                self.log.info("budget clock started: %.0f s", run.budget_s)
-            return run
+        with self._lock:
+            run, started = runs.start_clock(self.store, self.run_id)
+        if started:
+            self.log.info("budget clock started: %.0f s", run.budget_s)
+        return run
 
     def deadline(self) -> datetime | None:
         return aware(self.run().deadline)
@@ -110,9 +87,7 @@ class RunClock:
 
     def _grading_details(self) -> list[dict]:
         with self.store.session() as s:
-            return [d or {} for d in s.exec(select(BudgetEvent.detail).where(
-                BudgetEvent.run_id == self.run_id,
-                BudgetEvent.kind == BudgetEventKind.grading)).all()]
+            return budget.grading_details(s, self.run_id)
 
     def grading_s(self) -> float:
         """Grading time recorded so far (whether or not it counted against the budget)."""
@@ -134,13 +109,7 @@ class RunClock:
     def move_deadline(self, seconds: float) -> datetime | None:
         """Move the deadline `seconds` later (earlier when negative), in one transaction;
         the new deadline, or None for a run whose clock has not started or that ended."""
-        with self.store.session() as s:
-            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
-            if run is None or run.deadline is None or run.ended_at is not None:
-                return None
-            run.deadline = aware(run.deadline) + timedelta(seconds=seconds)  # type: ignore[operator]
-            s.add(run)
-            return run.deadline
+        return runs.move_deadline(self.store, self.run_id, seconds)
 
     def record_grading(self, seconds: float, submission_id: str | None, split: str | None,
                        *, pause_credit_s: float | None = None, credited_s: float = 0.0,
@@ -156,49 +125,20 @@ class RunClock:
         put on the deadline; None (a caller that froze nothing and measured the evaluation
         itself) credits `seconds` under a paused clock. `cap_s`: the most grading gives back
         to the run in all, pause and wait credits together (None: no cap); the freeze was
-        held within it already. One transaction with the run's row locked, so that two
-        processes grading the run's requests at once give a wait back once."""
-        with self.store.session() as s:
-            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
-            if run is None:
-                return None
-            paused = run.grading_clock == GradingClock.paused
-            pause = (seconds if paused else 0.0) if pause_credit_s is None else pause_credit_s
-            given = [d or {} for d in s.exec(select(BudgetEvent.detail).where(
-                BudgetEvent.run_id == run.id, BudgetEvent.kind == BudgetEventKind.grading))]
-            wait_given = sum(float(d.get("wait_credit_s", 0)) for d in given)
-            pause_given = sum(float(d.get("pause_credit_s", 0)) for d in given)
-            wait = max(waited_s - wait_given, 0.0)
-            if cap_s is not None:
-                wait = min(wait, max(cap_s - pause_given - pause - wait_given, 0.0))
-            s.add(BudgetEvent(run_id=run.id, kind=BudgetEventKind.grading, detail={
-                "seconds": round(seconds, 3), "submission_id": submission_id, "split": split,
-                "pause_credit_s": round(pause, 3), "wait_credit_s": round(wait, 3)}))
-            move = pause - credited_s + round(wait, 3)
-            if move <= 0 or run.deadline is None or run.ended_at is not None:
-                return None
-            run.deadline = aware(run.deadline) + timedelta(seconds=move)  # type: ignore[operator]
-            s.add(run)
-            return run.deadline
+        held within it already. One transaction with the run's row locked
+        (`a2rl.store.records.runs.record_grading`)."""
+        return runs.record_grading(self.store, self.run_id, seconds, submission_id, split,
+                                   pause_credit_s=pause_credit_s, credited_s=credited_s,
+                                   waited_s=waited_s, cap_s=cap_s)
 
     def exhaust(self) -> bool:
         """Note that the deadline passed, once; True the first time (the caller then stops
         the run's jobs)."""
-        with self.store.session() as s:
-            seen = s.exec(select(func.count()).select_from(BudgetEvent).where(
-                BudgetEvent.run_id == self.run_id,
-                BudgetEvent.kind == BudgetEventKind.exhausted)).one()
-            if seen:
-                return False
-            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.exhausted))
-            return True
+        return budget.exhausted_once(self.store, self.run_id)
 
-    def set_status(self, status: RunStatus) -> None:
-        with self.store.session() as s:
-            run = s.get(Run, self.run_id)
-            assert run is not None
-            run.status = status
-            s.add(run)
+    def set_status(self, status: RunStatus) -> bool:
+        """Set the live run's status; False for a run that has ended (it keeps its end)."""
+        return runs.set_status(self.store, self.run_id, status)
 
     def close(self, reason: str, status: RunStatus = RunStatus.finished,
               end_kind: EndKind | None = None) -> Run:
@@ -207,16 +147,4 @@ class RunClock:
         given, or derived from the closed row (`a2rl.store.outcome`). A run that has already
         ended keeps its end: a node that finalized its run just as the fleet gave up on it
         wins (the row is locked for the check)."""
-        with self.store.session() as s:
-            run = s.exec(select(Run).where(Run.id == self.run_id).with_for_update()).first()
-            if run is None:
-                raise KeyError(f"run {self.run_id!r} does not exist")
-            if run.ended_at is not None:
-                return run
-            run.ended_at, run.status, run.end_reason = utcnow(), status, reason
-            run.end_kind = end_kind or derive_end_kind(run)
-            s.add(run)
-            detail = {"reason": reason} if status == RunStatus.finished else {
-                "reason": reason, "status": str(status)}
-            s.add(BudgetEvent(run_id=self.run_id, kind=BudgetEventKind.finished, detail=detail))
-            return run
+        return runs.close(self.store, self.run_id, reason, status, end_kind)

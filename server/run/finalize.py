@@ -20,6 +20,7 @@ from a2rl.grading.pruning import prune_copies
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, EvaluationKind, EvaluationStatus, Run, Store
 from a2rl.store.queries import best_submission
+from a2rl.store.records import runs
 
 from .grading import grade_queued
 
@@ -52,10 +53,6 @@ def finalize_scores(settings: Settings, store: Store, run_id: str) -> Run:
         ev = _test_score(store, best[0].id)
         if ev is not None:
             final_sub, final = best[0].id, ev.score
-    with store.session() as s:
-        run = s.get(Run, run_id)
-        assert run is not None
-        run.final_score, run.final_submission_id = final, final_sub
-        s.add(run)
+    run = runs.set_final(store, run_id, final, final_sub)
     prune_copies(store, run_id, keep=final_sub, final=True)
     return run

@@ -76,7 +76,7 @@ def tell_sandbox(settings: Settings, store: Store, run_id: str, deadline: dateti
         run = s.get(Run, run_id)
     if run is None or run.status != RunStatus.running:
         return False  # not started, or being finalized: its jobs are stopped already
-    return build_runtime(settings, store, run).push_deadline(deadline.timestamp())
+    return build_runtime(settings, store, run).sandbox.push_deadline(deadline.timestamp())
 
 
 def grade_next(store: Store, settings: Settings, owner: str, run_id: str | None = None,

@@ -24,8 +24,9 @@ from a2rl.sandbox.base import SandboxChoices
 from a2rl.sandbox.cgroup import RunCgroup
 from a2rl.sandbox.registry import run_options
 from a2rl.settings import Settings, parse_duration
-from a2rl.store import EndKind, Run, RunConfig, RunSetup, RunStatus, Store, utcnow
+from a2rl.store import EndKind, Run, RunConfig, RunSetup, RunStatus, Store
 from a2rl.store.owners import process_owner
+from a2rl.store.records import runs
 from a2rl.tools.access_record import folder_of as access_folder
 from a2rl.tools.access_record import ingest as ingest_access
 from a2rl.tools.jobs import stop_all, stop_cause
@@ -33,7 +34,6 @@ from a2rl.tools.revisions import RevisionScanner
 from a2rl.tools.runtime import run_logger
 
 from ..auth import new_token
-from .clock import start_row
 from .finalize import finalize_scores
 from .hooks import build_runtime
 
@@ -126,17 +126,14 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
                 sandbox=run_options(backend, settings, SandboxChoices(
                     task_image=task.spec.sandbox_image, gpus=config.gpus,
                     share_gpus=config.share_gpus, keep_container=config.keep_container)))})
-        run = Run(
+        run = runs.create(
+            store, start_clock=start_clock,
             id=run_id, workspace=str(workspace), token_hash=token_hash, budget_s=budget_s,
             base_model=base_model_name(task, settings), **made.row_values(), config=made,
             owner=process_owner(),  # the maker finalizes it; a server takes it when it is gone
             baseline_dev=scores["dev"].score if scores else None,
             baseline_test=scores["test"].score if scores else None,
         )
-        with store.session() as s:
-            if start_clock:
-                s.add(start_row(run, utcnow()))
-            s.add(run)
         RevisionScanner(store, run_id, workspace.resolve(), settings.revision_exclude,
                         settings.revision_max_bytes).record_initial()
         run_logger(run_id, root / "run.log").info(

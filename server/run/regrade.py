@@ -23,14 +23,14 @@ from typing import Any
 
 import a2rl
 from a2rl.grading import device_lock
-from a2rl.grading.evaluate import GRADER_VERSION, EvalResult
+from a2rl.grading.evaluate import GRADER_VERSION
 from a2rl.grading.frozen import CannotHonour, honour, of_run
 from a2rl.grading.queue import run_worker, spec_for
+from a2rl.grading.recorded import scores_of
 from a2rl.settings import Settings
 from a2rl.store import (
     Evaluation,
     EvaluationKind,
-    EvaluationStatus,
     Regrade,
     Run,
     Store,
@@ -43,6 +43,8 @@ from a2rl.store.queries import (
     current_final_evaluation,
     finished_final,
 )
+from a2rl.store.records import evaluations, runs
+from a2rl.store.records.evaluations import NewEvaluation
 
 #: how long one evaluation of a regrade may take before its grader process is killed
 TIMEOUT_S = 1800.0
@@ -93,19 +95,6 @@ def _checked(store: Store, run_id: str) -> tuple[Run, Submission, Evaluation]:
     return run, sub, old
 
 
-def _evaluation(result: EvalResult | None, error: str | None, elapsed: float, *, run: Run,
-                kind: EvaluationKind, submission_id: str | None) -> Evaluation:
-    ev = Evaluation(run_id=run.id, submission_id=submission_id, kind=kind, split="test",
-                    status=EvaluationStatus.failed, error=error, ended_at=utcnow())
-    if result is not None:
-        ev.status, ev.score = EvaluationStatus.done, result.score
-        ev.ci_low, ev.ci_high, ev.n_items = result.ci_low, result.ci_high, result.n_items
-        ev.metrics = {**result.metrics, "wall_s": round(elapsed, 3)}
-        ev.items = [it.model_dump() for it in result.items]
-        ev.provenance = result.provenance
-    return ev
-
-
 def regrade_run(settings: Settings, store: Store, run_id: str, *, profile: str | None = None,
                 base_dir: Path, reason: str = "") -> RegradeOutcome:
     """Score run `run_id`'s final checkpoint copy and base model (`base_dir`) on test again,
@@ -128,7 +117,7 @@ def regrade_run(settings: Settings, store: Store, run_id: str, *, profile: str |
     assert sub.checkpoint_dir is not None
     kinds = (EvaluationKind.reading, EvaluationKind.reading) if reading else (
         EvaluationKind.submission, EvaluationKind.baseline)
-    evaluations = []
+    new: list[NewEvaluation] = []
     with device_lock(graded):
         for checkpoint, kind, sub_id in ((sub.checkpoint_dir, kinds[0], sub.id),
                                          (str(base_dir), kinds[1], None)):
@@ -136,45 +125,32 @@ def regrade_run(settings: Settings, store: Store, run_id: str, *, profile: str |
                             profile=profile)
             started = utcnow()
             result, error, elapsed = run_worker(spec, TIMEOUT_S)
-            ev = _evaluation(result, error, elapsed, run=run, kind=kind, submission_id=sub_id)
-            ev.started_at = started
-            evaluations.append(ev)
-    new_final, new_base = evaluations
-    failed = [ev.error for ev in evaluations if ev.status != EvaluationStatus.done]
+            new.append(NewEvaluation(
+                run_id=run.id, submission_id=sub_id, kind=kind, split="test",
+                started_at=started, ended_at=utcnow(), error=error,
+                scores=scores_of(result, elapsed) if result is not None else None))
+    final, base = new
+    failed = [ev.error for ev in new if ev.scores is None]
     why = reason or (f"a second reading under the {profile} profile" if reading else
                      f"today's grader (version {GRADER_VERSION}, a2rl {a2rl.__version__}) "
                      "under the run's frozen evaluation config")
-    row = Regrade(run_id=run.id, reason=why, profile=profile or run.profile,
-                  current=not reading and not failed, a2rl_version=a2rl.__version__,
-                  grader_version=GRADER_VERSION, old_final_id=old_final.id,
-                  old_baseline_id=old_base.id if old_base else None,
-                  old_final=old_final.score, new_final=new_final.score,
-                  old_baseline=old_base.score if old_base else None,
-                  new_baseline=new_base.score,
-                  changed=changed_verdicts("final", old_final.items, new_final.items)
-                  + (changed_verdicts("baseline", old_base.items, new_base.items)
-                     if old_base is not None else []),
-                  error="; ".join(e or "failed" for e in failed) or None)
+    final_items = final.scores.items if final.scores else []
     with store.session() as s:
-        s.add(row)
-        s.flush()
-        for ev in evaluations:
-            ev.regrade_id = row.id
-            s.add(ev)
-        s.flush()
-        row.new_final_id, row.new_baseline_id = new_final.id, new_base.id
-        s.add(row)
+        row, new_final, new_base = evaluations.record_regrade(
+            s, final, base, replaces=old_final.id,
+            run_id=run.id, reason=why, profile=profile or run.profile,
+            current=not reading and not failed, a2rl_version=a2rl.__version__,
+            grader_version=GRADER_VERSION, old_final_id=old_final.id,
+            old_baseline_id=old_base.id if old_base else None,
+            old_final=old_final.score, new_final=final.scores.score if final.scores else None,
+            old_baseline=old_base.score if old_base else None,
+            new_baseline=base.scores.score if base.scores else None,
+            changed=changed_verdicts("final", old_final.items, final_items)
+            + (changed_verdicts("baseline", old_base.items,
+                                base.scores.items if base.scores else [])
+               if old_base is not None else []),
+            error="; ".join(e or "failed" for e in failed) or None)
         if row.current:
-            replaced = s.get(Evaluation, old_final.id)
-            assert replaced is not None
-            replaced.superseded_by = new_final.id
-            s.add(replaced)
-            live = s.get(Run, run.id)
-            assert live is not None
-            setup = live.config.setup.model_copy(update={"baseline_evaluations": {
-                **live.config.setup.baseline_evaluations, "test": new_base.id}})
-            live.config = live.config.model_copy(update={"setup": setup})
-            live.final_score, live.baseline_test = new_final.score, new_base.score
-            s.add(live)
+            runs.regraded(s, run.id, new_final, new_base)
     return RegradeOutcome(regrade=row, old_final=old_final, new_final=new_final,
                           old_baseline=old_base, new_baseline=new_base)

@@ -22,12 +22,11 @@ from sqlmodel import select
 from a2rl import grading
 from a2rl.grading.frozen import CannotHonour, honour, of_run
 from a2rl.grading.queue import run_worker, spec_for
+from a2rl.grading.recorded import scores_of
 from a2rl.layout import BASE_MODEL
 from a2rl.settings import Settings, parse_size
 from a2rl.store import (
-    Evaluation,
     EvaluationKind,
-    EvaluationStatus,
     Run,
     Store,
     Submission,
@@ -35,6 +34,8 @@ from a2rl.store import (
 )
 from a2rl.store.lineage import Lineage, LineageStage
 from a2rl.store.lineage_query import stored_lineage
+from a2rl.store.records import evaluations
+from a2rl.store.records.evaluations import NewEvaluation
 from a2rl.tools.checkpoint_copy import CopyCaps, CopyRefused, copy_checkpoint
 
 log = logging.getLogger(__name__)
@@ -96,20 +97,14 @@ def score_unsubmitted_stages(settings: Settings, store: Store, run_id: str) -> i
         split = run.config.feedback_split
         result, error, elapsed = run_worker(spec_for(run, str(dest), split, graded, frozen),
                                             TIMEOUT_S)
-        ev = Evaluation(run_id=run_id, kind=EvaluationKind.stage, split=split,
-                        status=EvaluationStatus.failed, error=error, started_at=started,
-                        ended_at=utcnow(),
-                        metrics={"stage_job": stage.job_id, "stage_content":
-                                 stage.content_sha256, "checkpoint": stage.checkpoint})
-        if result is not None:
-            ev.status, ev.score = EvaluationStatus.done, result.score
-            ev.ci_low, ev.ci_high, ev.n_items = result.ci_low, result.ci_high, result.n_items
-            ev.metrics |= {**result.metrics, "wall_s": round(elapsed, 3)}
-            ev.items = [it.model_dump() for it in result.items]
-            ev.provenance = result.provenance
-            scored += 1
         with store.session() as s:
-            s.add(ev)
+            evaluations.record(s, NewEvaluation(
+                run_id=run_id, kind=EvaluationKind.stage, split=split, started_at=started,
+                ended_at=utcnow(), error=error,
+                scores=scores_of(result, elapsed) if result is not None else None,
+                metrics={"stage_job": stage.job_id, "stage_content": stage.content_sha256,
+                         "checkpoint": stage.checkpoint}))
+        scored += result is not None
     return scored
 
 

@@ -198,7 +198,7 @@ def test_a_search_sweep_learns_nothing_from_withheld_counts(
     assert "triton" in hidden and not [a for a in hidden if a in demos]
     registry = RunRegistry(dsqa, store)
     rt = registry.get(created.run.id)
-    sandbox = rt.sandbox()
+    sandbox = rt.sandbox.get()
     probe = (
         "import json, os, socket\n"
         "path = os.path.join(os.environ.get('A2RL_SERVICES_DIR', '../services'), "
@@ -215,7 +215,7 @@ def test_a_search_sweep_learns_nothing_from_withheld_counts(
     try:
         sandbox.spawn("sweep", f"{sys.executable} code/sweep.py", "logs/sweep.log")
         job = sandbox.wait("sweep", 60)
-        log = (rt.job_logs_dir / "sweep.log").read_text()
+        log = (rt.job_logs.folder / "sweep.log").read_text()
         assert job.exit_code == 0, log
         answers = {line.split(" ", 2)[1]: json.loads(line.split(" ", 2)[2])
                    for line in log.splitlines() if line.startswith("ANSWER ")}

@@ -541,7 +541,8 @@ async def test_daemon_does_not_outlive_the_deadline(agent: Agent) -> None:
     assert wait_for(lambda: len(host_procs(f"1000.{t}")) >= 3), host_procs(f"1000.{t}")
     # The budget runs out: the supervisor stops at its deadline, and the run's whole pid
     # namespace (and cgroup) with it.
-    build_runtime(agent.settings, agent.store, agent.run).sandbox().set_deadline(time.time() + 1)
+    rt = build_runtime(agent.settings, agent.store, agent.run)
+    rt.sandbox.get().set_deadline(time.time() + 1)
     assert wait_for(lambda: not host_procs(f"1000.{t}"), 15), host_procs(f"1000.{t}")
 
 
@@ -582,7 +583,7 @@ async def test_readonly_input_replaced_by_a_symlink_is_not_mounted_at_restart(
             assert (Path(agent.run.workspace) / "env").is_symlink()
             # The supervisor is lost (killed from the host, as the machine's OOM killer or a
             # reboot would); a new server serving the run starts a new sandbox.
-            build_runtime(agent.settings, agent.store, agent.run).sandbox()._force_stop()
+            build_runtime(agent.settings, agent.store, agent.run).sandbox.get()._force_stop()
             async for again in reopen(agent):
                 out = await again.sh(f"cat env/{seed.name} 2>&1; ls env/ 2>&1; echo end")
                 assert secret not in out["output"], out

@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from a2rl.store.db import number_tool_calls
 from a2rl.store.migrate import add_missing_columns
+from a2rl.store.records.toolcalls import number_older as number_tool_calls
 
 revision = "v6"
 down_revision = "v5"
