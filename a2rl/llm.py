@@ -183,10 +183,10 @@ def _error_message(body: str) -> str:
 
 def judge_endpoint(settings: Settings) -> tuple[Endpoint, RetryPolicy]:
     """The model-graded scorers' endpoint and policy: the `judge_*` settings."""
-    return (Endpoint(base_url=settings.judge_base_url, model=settings.judge_model,
-                     api_key_env=settings.judge_api_key_env),
-            RetryPolicy(max_retries=settings.judge_max_retries,
-                        timeout_s=settings.judge_timeout_s))
+    return (Endpoint(base_url=settings.judge.base_url, model=settings.judge.model,
+                     api_key_env=settings.judge.api_key_env),
+            RetryPolicy(max_retries=settings.judge.max_retries,
+                        timeout_s=settings.judge.timeout_s))
 
 
 @dataclass(frozen=True)

@@ -362,7 +362,7 @@ def render_text(c: Comparison) -> str:
         notes.append("final ^: re-graded (a2rl regrade): the current evaluation, the one "
                      "graded when the run ended kept beside it (a2rl show RUN)")
     if any(r.cost_basis == "computed" and r.cost_usd is not None for r in c.rows):
-        notes.append("cost $*: the driver's tokens priced by the price table (model_prices), "
+        notes.append("cost $*: the driver's tokens priced by the price table (prices), "
                      "not reported by the agent")
     if c.rows:
         notes.append("gain/GPUh, gain/$: the improvement per GPU-hour of the jobs and per "

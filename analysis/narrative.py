@@ -9,8 +9,8 @@ empty answer) becomes a `Narrative` without text and a one-line reason instead o
 The request goes through the one client `a2rl.llm.ChatClient`, under its retry policy (here one
 retry by default: a report should not wait long for prose).
 
-Endpoint: `narrative_base_url`, `narrative_model` and `narrative_api_key_env`, each falling back
-to the judge's setting (`judge_base_url`, ...). With `narrative_base_url` set, a missing key
+Endpoint: `narrative.base_url`, `narrative.model` and `narrative.api_key_env`, each falling back
+to the judge's setting (`judge.base_url`, ...). With `narrative.base_url` set, a missing key
 sends no Authorization header (local servers); falling back to the judge's endpoint (a hosted
 API by default) without its key counts as not configured, so nothing is sent.
 """
@@ -41,9 +41,9 @@ SYSTEM_PROMPT = (
 
 def narrative_endpoint(settings: Settings) -> Endpoint:
     """`narrative_*`, each falling back to the judge's setting."""
-    return Endpoint(base_url=settings.narrative_base_url or settings.judge_base_url,
-                    model=settings.narrative_model or settings.judge_model,
-                    api_key_env=settings.narrative_api_key_env or settings.judge_api_key_env)
+    return Endpoint(base_url=settings.narrative.base_url or settings.judge.base_url,
+                    model=settings.narrative.model or settings.judge.model,
+                    api_key_env=settings.narrative.api_key_env or settings.judge.api_key_env)
 
 
 def condensed(report: Report) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def write_narrative(report: Report, settings: Settings, environ: Mapping[str, st
         return Narrative(status="not_configured", **base,
                          reason="no endpoint or model: set narrative_base_url and "
                                 "narrative_model (or the judge's)")
-    if not key and not settings.narrative_base_url:
+    if not key and not settings.narrative.base_url:
         # The judge's endpoint (by default a hosted API) without its key: don't even try.
         return Narrative(status="not_configured", **base,
                          reason=f"no key in ${ep.api_key_env} for the judge's endpoint "
@@ -94,7 +94,7 @@ def write_narrative(report: Report, settings: Settings, environ: Mapping[str, st
             "messages": [{"role": "system", "content": SYSTEM_PROMPT},
                          {"role": "user", "content": _prompt(report)}]}
     policy = RetryPolicy(max_retries=retries, backoff_s=backoff_s,
-                         timeout_s=settings.narrative_timeout_s)
+                         timeout_s=settings.narrative.timeout_s)
     client = ChatClient(ep, policy, api_key=key)
     try:
         outcome = client.complete(body)

@@ -279,10 +279,10 @@ class ProcessMetrics(BaseModel):
     revisions: int
     revisions_without_content: int = Field(
         0, description="changes recorded by path, size and sha256 only: the run's revision "
-                       "bytes (revision_run_max_bytes) were used up (schema 1.3)")
+                       "bytes (recording.revision_run_max_bytes) were used up (schema 1.3)")
     job_logs_not_stored: int = Field(
         0, description="jobs whose log is not in the store (its size is): the run's job log "
-                       "bytes (job_log_run_keep_bytes) were used up (schema 1.3)")
+                       "bytes (recording.job_log_run_keep_bytes) were used up (schema 1.3)")
 
 
 class Narrative(BaseModel):
@@ -361,7 +361,7 @@ class LedgerSection(BaseModel):
     cost_usd: float | None = Field(None, description="the driver model's cost in USD")
     cost_basis: Literal["reported", "computed", "unknown"] = Field(
         "unknown", description="reported: by the agent or its endpoint; computed: from the "
-        "price table (settings' model_prices); unknown")
+        "price table (settings' prices); unknown")
     cost_note: str | None = None
     jobs: int = 0
     jobs_cpu_s: float | None = Field(None, description="the jobs' CPU seconds, summed")

@@ -172,7 +172,7 @@ def check_contamination(record: RunRecord, *, hidden: HiddenData | None = None,
     sources: dict[str, Source] = {}
     same_as: dict[str, str] = {}  # label -> the label of the identical blob read before it
     first_of_blob: dict[str, str] = {}
-    limit = settings.audit_read_bytes if settings is not None else 0
+    limit = settings.recording.audit_read_bytes if settings is not None else 0
     reading = Reading(budget=ReadBudget(left=limit or None))
     pieces = Quota(limit or None)  # what base64 runs in the record's texts decode to
 
@@ -311,7 +311,7 @@ def _unread_flags(reading: Reading, limit: int) -> list[Flag]:
         worst = sorted(budget.unread, key=lambda p: (-budget.unread[p], p))
         parts.append(f"{budget.unread_bytes} bytes of {len(worst)} file"
                      f"{'s' if len(worst) != 1 else ''} past the audit's {limit}-byte budget "
-                     "(audit_read_bytes)")
+                     "(recording.audit_read_bytes)")
         paths += worst
     if reading.unreadable:
         reasons = sorted(set(reading.unreadable.values()))

@@ -1,6 +1,6 @@
 """What the record itself lacks, so a clean audit cannot rest on a gap: revision scans that
 stopped before they saw the whole workspace, and tool calls whose whole arguments were not
-kept (the run's `tool_arg_run_keep_bytes` used up).
+kept (the run's `recording.tool_arg_run_keep_bytes` used up).
 
 Why a check of its own: every text check reads the record; where the record is partial, each
 of them would be quietly partial too. One flag per kind of gap, `medium` (a person should

@@ -6,7 +6,7 @@ one name at a time, never through a link, only when regular (`audit/fs.py`): no 
 name crashes the reader, no FIFO hangs it. A file's holes are skipped (SEEK_DATA/SEEK_HOLE:
 a 100 GB sparse file costs its data; a hole reads as one boundary no n-gram spans). Its time
 is bounded too, because the run's volume stays mounted until its audit ends: files and logs
-together are read up to `Settings.audit_read_bytes` (`ReadBudget`), allotted smallest first
+together are read up to `recording.audit_read_bytes` (`ReadBudget`), allotted smallest first
 (a compressed file by sixteen times its size: its text is what costs); what a file's share
 leaves unread, and what could not be opened, is recorded per path (`Reading`). A file a
 decoder fails on is read as it is. The task's own inputs are recognised by their hash and

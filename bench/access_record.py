@@ -45,8 +45,9 @@ def main() -> None:
     p.add_argument("--backend", default="local")
     a = p.parse_args()
     home = Path(tempfile.mkdtemp(prefix="a2rl-bench-access-"))
-    settings = Settings(home=home, db_url=f"sqlite:///{home}/a2rl.db", backend=a.backend,
-                        docker_image="a2rl-sandbox-test:latest")
+    settings = Settings(home=home, db_url=f"sqlite:///{home}/a2rl.db",
+                        sandbox={"backend": a.backend,
+                                 "docker": {"image": "a2rl-sandbox-test:latest"}})
     store = Store(settings.database_url)
     run = create_run(settings, store, task_id="fixture", budget="2h", baseline=False).run
     rt = build_runtime(settings, store, run)

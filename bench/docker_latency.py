@@ -35,7 +35,7 @@ def summary(samples: list[float]) -> tuple[float, float]:
 
 async def main(n: int) -> None:
     home = Path(tempfile.mkdtemp(prefix="a2rl-bench-docker-"))
-    settings = Settings(home=home, backend="docker", docker_image=TEST_IMAGE)
+    settings = Settings(home=home, sandbox={"backend": "docker", "docker": {"image": TEST_IMAGE}})
     store = Store(settings.database_url)
     create_run(settings, store, task_id="arith", budget="1h", backend="local")  # baseline cache
 

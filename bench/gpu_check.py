@@ -135,7 +135,7 @@ def check_arith_worker(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     # The smoke run caps generation: it checks the path, not the score.
     spec = {"task_id": "arith", "checkpoint_dir": str(base), "split": split,
             "settings": {"home": str(settings.home),
-                         **({"grader_max_new_tokens": 4} if args.smoke else {})}}
+                         **({"grading": {"max_new_tokens": 4}} if args.smoke else {})}}
     result, error, seconds = run_worker(spec, timeout_s=300.0)
     out: dict[str, Any] = {"split": split, "seconds": round(seconds, 2), "error": error,
                            "base_model": str(base.name)}

@@ -8,6 +8,7 @@ empty. Either way, this machine's overdue runs are finalized first.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
@@ -15,7 +16,8 @@ from a2rl.cli.errors import fail, say_error
 from a2rl.cli.output import echo
 from a2rl.grading.engine_select import ENGINES
 from a2rl.sandbox.registry import BACKENDS
-from a2rl.settings import Settings, SettingsError, load_settings, origin
+from a2rl.settings import Settings, SettingsError, Sources, load_settings, origin
+from a2rl.settings_aliases import warn_deprecated
 from a2rl.store import Store, StoreMissing
 from a2rl.store.owners import overdue_runs
 
@@ -27,25 +29,28 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-def settings(**overrides: Any) -> Settings:
-    return settings_and_sources(**overrides)[0]
+def settings(overrides: Mapping[str, Any] | None = None) -> Settings:
+    """The settings, the command line's `overrides` by dotted path (`{"sandbox.backend": x}`)."""
+    return settings_and_sources(overrides)[0]
 
 
-def settings_and_sources(**overrides: Any) -> tuple[Settings, dict[str, str]]:
+def settings_and_sources(overrides: Mapping[str, Any] | None = None) -> tuple[Settings, Sources]:
     """The settings and where each came from, refused in one line when any is bad."""
     try:
-        loaded, sources = load_settings(overrides)
+        loaded, sources = load_settings(overrides, warn=False)
     except SettingsError as exc:  # a broken config file or variable: say which, don't trace
         fail(str(exc))
     # the settings take any name for these two; which exist is the registries' to say (a
     # package may add some), so every command refuses an unknown one as it would a bad value
-    for name, known in (("backend", BACKENDS.names()),
-                        ("grading_engine", ["auto", *ENGINES.names()])):
-        value = getattr(loaded, name)
+    for name, value, known in (
+            ("sandbox.backend", loaded.sandbox.backend, BACKENDS.names()),
+            ("grading.engine", loaded.grading.engine, ["auto", *ENGINES.names()])):
         if value not in known:
             *first, last = known
-            fail(f"{origin(name, sources[name], value)}: unknown, use "
+            where = origin(name, sources[name], value, sources.spelled.get(name))
+            fail(f"{where}: unknown, use "
                  f"{', '.join(map(repr, first))} or {last!r}")
+    warn_deprecated(sources.renames)  # once they are found good: an error is one line
     return loaded, sources
 
 

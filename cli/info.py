@@ -167,17 +167,3 @@ def agents(as_json: JsonFlag = False) -> None:
         return
     for line in agent_lines(rows):
         echo(line)
-
-
-def config_show(as_json: JsonFlag = False) -> None:
-    """Show every setting, its value and where it came from (default, file, env, cli)."""
-    settings, sources = context.settings_and_sources()
-    rows = {name: {"value": getattr(settings, name), "source": sources[name],
-                   "description": field.description}
-            for name, field in Settings.model_fields.items()}
-    rows["db_url"]["value"] = settings.database_url
-    if as_json:
-        print_json({k: {"value": v["value"], "source": v["source"]} for k, v in rows.items()})
-        return
-    for name, row in rows.items():
-        echo(f"{name:20} = {row['value']!s:50} [{row['source']}]  # {row['description']}")

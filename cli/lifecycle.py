@@ -61,7 +61,7 @@ def create(
     as_json: JsonFlag = False,
 ) -> None:
     """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
-    settings = context.settings(backend=backend)
+    settings = context.settings({"sandbox.backend": backend})
     check_task(task)
     config = run_config(
         task_id=task, budget=budget, backend=backend, max_submissions=max_submissions,
@@ -89,7 +89,7 @@ def create(
     doc = {"run_id": run.id, "token": created.token, "task": run.task_id,
            "profile": run.profile,
            "workspace": run.workspace, "budget_s": run.budget_s,
-           "mcp_url": f"http://{settings.http_host}:{settings.http_port}/mcp"}
+           "mcp_url": f"http://{settings.server.host}:{settings.server.port}/mcp"}
     if as_json:
         print_json(doc)
         return
@@ -140,7 +140,7 @@ def serve(
         "--http", help="serve all runs over streamable HTTP")] = False,
     host: Annotated[str | None, typer.Option(help="HTTP address (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="HTTP port (default: the "
-                                             "http_port setting, 8765)")] = None,
+                                             "server.port setting, 8765)")] = None,
     allow_remote: Annotated[bool, typer.Option(
         help="allow listening on a non-loopback address")] = False,
 ) -> None:
@@ -150,18 +150,19 @@ def serve(
     from a2rl.server.http_transport import serve_http
     from a2rl.server.transports import serve_stdio
 
-    settings = context.settings(http_host=host, http_port=port)
+    settings = context.settings({"server.host": host, "server.port": port})
     if http == (run is not None):
         fail("give exactly one of --run RUN_ID (stdio) or --http")
     if http:
-        if settings.http_host not in {"127.0.0.1", "localhost", "::1"} and not allow_remote:
-            fail(f"refusing to listen on {settings.http_host}: runs' tools execute commands; "
+        if settings.server.host not in {"127.0.0.1", "localhost", "::1"} and not allow_remote:
+            fail(f"refusing to listen on {settings.server.host}: runs' tools execute commands; "
                  "pass --allow-remote to listen beyond loopback")
-        _check_port(settings.http_host, settings.http_port)
+        _check_port(settings.server.host, settings.server.port)
         store = context.store(settings)
         if not context.quiet():  # where to connect: the address is free (checked above)
-            host = f"[{settings.http_host}]" if ":" in settings.http_host else settings.http_host
-            url = f"http://{host}:{settings.http_port}/mcp"
+            bound = settings.server.host
+            host = f"[{bound}]" if ":" in bound else bound
+            url = f"http://{host}:{settings.server.port}/mcp"
             echo(f"serving every run's MCP tools at {url}; connect with the header "
                  "'Authorization: Bearer TOKEN' (the token a2rl create printed); "
                  "Ctrl-C stops", err=True)
@@ -223,7 +224,7 @@ def run(
                        ] = 1,
     max_cost: Annotated[float | None, typer.Option(
         help="stop the agent once its driver model has cost this many USD (reported by the "
-             "agent, else priced by model_prices)")] = None,
+             "agent, else priced by the prices setting)")] = None,
     max_tokens: Annotated[int | None, typer.Option(
         help="stop the agent once its driver model has used this many tokens (in and out)")
     ] = None,
@@ -243,10 +244,10 @@ def run(
     """Run an agent on a task: create, serve MCP, launch headless, budget, finalize, report."""
     if config_file is not None:  # a fleet's node: the config its plan made, as JSON
         config = _config_of_file(ctx, config_file)
-        settings = context.settings(backend=config.backend)
+        settings = context.settings({"sandbox.backend": config.backend})
         check_task(config.task_id)
     else:
-        settings = context.settings(backend=backend)
+        settings = context.settings({"sandbox.backend": backend})
         agent_options = key_values(agent_option, "--agent-option")
         # the llm agent's two flags are its options (another agent refuses them by name)
         for key, value in (("llm_base_url", llm_base_url), ("llm_api_key_env", llm_api_key_env)):
@@ -296,7 +297,7 @@ def demo(
     as_json: JsonFlag = False,
 ) -> None:
     """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
-    settings = context.settings(backend=backend)
+    settings = context.settings({"sandbox.backend": backend})
     check_task(task)
     config = run_config(task_id=task, agent=DEFAULT_AGENT, backend=backend, gpus=gpu_ids(gpus),
                         keep_container=keep_container)

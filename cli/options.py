@@ -47,7 +47,7 @@ NetworkOpt = Annotated[choices(*NETWORKS), typer.Option(
     help="the sandbox's network: none, or bridge (internet)")]
 KeepOpt = Annotated[bool, typer.Option(help="keep the run's container when it ends")]
 BackendOpt = Annotated[choices(*BACKENDS) | None, typer.Option(
-    help="sandbox backend; default: the backend setting")]
+    help="sandbox backend; default: the sandbox.backend setting")]
 ProtocolOpt = Annotated[choices(*PROTOCOLS), typer.Option(
     help="heldout: dev scores during the run, test at the end; paper: test every time")]
 GradingClockOpt = Annotated[choices(*GRADING_CLOCKS), typer.Option(

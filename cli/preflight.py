@@ -37,7 +37,7 @@ def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = 
             task = get_task(config.task_id, config.profile).with_options(config.task_options)
             task.base_model_dir(settings)
             check_data(task, settings)
-            backend(config.backend or settings.backend)
+            backend(config.backend or settings.sandbox.backend)
             chosen_engine(settings)
     # an unknown name (KeyError), a bad option or data (AgentOptionsError, TaskDataError:
     # ValueErrors), an agent, base model or engine not available (RuntimeError,

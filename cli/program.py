@@ -16,7 +16,7 @@ import typer
 
 import a2rl
 from a2rl import interrupt
-from a2rl.cli import context, fleet, info, lifecycle, reproduce, storage, views
+from a2rl.cli import config, context, fleet, info, lifecycle, reproduce, storage, views
 from a2rl.cli.errors import A2rlCommand, A2rlGroup
 from a2rl.cli.options import LOG_LEVELS, choices
 from a2rl.cli.output import echo
@@ -55,7 +55,8 @@ COMMANDS: list[tuple[typer.Typer, str, Callable[..., Any]]] = [
     (app, "import", storage.import_),
     (app, "tasks", info.tasks),
     (app, "demo", lifecycle.demo),
-    (config_app, "show", info.config_show),
+    (config_app, "show", config.config_show),
+    (config_app, "migrate", config.config_migrate),
 ]
 for _typer, _name, _function in COMMANDS:
     _typer.command(_name, cls=A2rlCommand)(_function)

@@ -38,6 +38,6 @@ def record_driver(settings: Settings, store: Store, run_id: str) -> None:
             assert run is not None
         usage = run_driver_usage(store, run)
         ledger.record(store, run_id, ledger.driver_fields(usage, run.driver_model,
-                                                          settings.model_prices))
+                                                          settings.prices))
     except Exception:  # noqa: BLE001 - a run's end never fails for its ledger
         log.exception("run %s: the driver's ledger failed", run_id)

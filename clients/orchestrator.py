@@ -215,12 +215,12 @@ class Orchestrator:
                  f"agent {opts.agent}")
         home = Path(run.workspace).parent / "agent" / "home"
         home.mkdir(parents=True)
-        found = price_for(self.settings.model_prices, opts.driver_model)
+        found = price_for(self.settings.prices, opts.driver_model)
         limits = SpendLimit(max_cost_usd=opts.max_cost, max_tokens=opts.max_tokens,
                             price=found[1] if found else None)
         if limits.max_cost_usd is not None and limits.price is None:
             model = opts.driver_model or "the driver model"
-            self.warn(f"--max-cost: model_prices has no price for {model}: only a cost the "
+            self.warn(f"--max-cost: prices has no price for {model}: only a cost the "
                       "agent reports counts against it")
         self.limit_note = self.agent_error = None
         ctx = AgentContext(run_id=run.id, prompt=task_prompt(run), home=home,

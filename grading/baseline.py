@@ -32,7 +32,7 @@ SPLITS: tuple[Split, ...] = ("dev", "test")
 def baseline_key(task: Task, base_dir: Path, settings: Settings) -> str:
     engine, engine_version = engine_identity(chosen_engine(settings), cuda=cuda_available())
     parts = {
-        "generation": task.spec.grader.capped(settings.grader_max_new_tokens).model_dump(),
+        "generation": task.spec.grader.capped(settings.grading.max_new_tokens).model_dump(),
         "task": task.spec.id,
         "task_version": task.spec.version,
         "prompt_version": task.spec.prompt_version,

@@ -2,7 +2,7 @@
 
 Why one place: the grader, the baseline cache key and the benchmark must agree on the engine,
 and the choice depends on the machine (CUDA, vLLM installed), so it is a pure function of those
-facts and of the `grading_engine` setting (env `A2RL_GRADING_ENGINE`):
+facts and of the `grading.engine` setting (env `A2RL_GRADING__ENGINE`):
 
 - `auto`: vLLM when it is importable and CUDA is present; else the compiled static-cache
   transformers engine on CUDA; on CPU the *eager* static-cache engine: on the tiny model it
@@ -89,12 +89,12 @@ def choose_engine(requested: str, *, cuda: bool, vllm: bool) -> EngineKind:
     if requested in ENGINES:  # a kind with no machine requirement (vLLM's is checked above)
         return requested
     *first, last = ["auto", *ENGINES.names()]
-    raise EngineUnavailable(f"unknown grading_engine {requested!r}: use {', '.join(first)} "
+    raise EngineUnavailable(f"unknown grading.engine {requested!r}: use {', '.join(first)} "
                             f"or {last}")
 
 
 def chosen_engine(settings: Settings) -> EngineKind:
-    return choose_engine(settings.grading_engine, cuda=cuda_available(),
+    return choose_engine(settings.grading.engine, cuda=cuda_available(),
                          vllm=vllm_available())
 
 

@@ -42,15 +42,15 @@ def generation_settings(task: GradedTask, settings: Settings,
                         frozen: dict[str, Any] | None = None) -> Any:
     """How the grader generates for `task`: the run's frozen generation settings when given
     (`RunConfig.evaluation.generation`), else the task's own capped by
-    `grader_max_new_tokens`; never the submission's."""
+    `grading.max_new_tokens`; never the submission's."""
     if frozen:
         return type(task.spec.grader).model_validate(frozen)
-    return task.spec.grader.capped(settings.grader_max_new_tokens)
+    return task.spec.grader.capped(settings.grading.max_new_tokens)
 
 
 def make_engine(task: GradedTask, checkpoint_dir: Path, settings: Settings,
                 generation: dict[str, Any] | None = None) -> GenerationEngine:
-    """The engine `settings.grading_engine` selects (see `engine_select`), tokenizing, prompting
+    """The engine `settings.grading.engine` selects (see `engine_select`), tokenizing, prompting
     (chat template) and decoding with the base model's tokenizer (see TASK.md), with generation
     settings from the task or the run's frozen config, never from the submission
     (`engine.greedy_config`)."""
@@ -101,7 +101,7 @@ def evaluate(
         "data_hash": data_hash(items),
         "checkpoint_hashes": tree_hashes(checkpoint_dir),
         "generation": grader.model_dump(),
-        "max_new_tokens_cap": settings.grader_max_new_tokens,
+        "max_new_tokens_cap": settings.grading.max_new_tokens,
         "ci_method": scored.ci_method,
     }
     evaluated_as = getattr(task, "evaluated_as", task.profile)

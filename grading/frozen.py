@@ -63,12 +63,12 @@ def freeze(task: GradedTask, settings: Settings) -> EvaluationConfig:
         task_id=spec.id, task_version=spec.version, prompt_version=spec.prompt_version,
         profile=task.profile, task_options=task.options_record(settings),
         grader_version=GRADER_VERSION, engine=kind, engine_name=name, engine_version=version,
-        generation=spec.grader.capped(settings.grader_max_new_tokens).model_dump(),
-        max_new_tokens_cap=settings.grader_max_new_tokens,
-        judge=JudgeIdentity(base_url=without_credentials(settings.judge_base_url),
-                            model=settings.judge_model) if judged else None,
-        check_memory_gib=settings.checkpoint_check_memory_gib,
-        check_timeout_s=settings.checkpoint_check_timeout_s,
+        generation=spec.grader.capped(settings.grading.max_new_tokens).model_dump(),
+        max_new_tokens_cap=settings.grading.max_new_tokens,
+        judge=JudgeIdentity(base_url=without_credentials(settings.judge.base_url),
+                            model=settings.judge.model) if judged else None,
+        check_memory_gib=settings.grading.checkpoint_check_memory_gib,
+        check_timeout_s=settings.grading.checkpoint_check_timeout_s,
         hidden_splits=task.hidden_split_identity(settings))
 
 
@@ -89,16 +89,16 @@ def honour(settings: Settings, frozen: EvaluationConfig, *, regrade: bool = Fals
             f"version {GRADER_VERSION}, the run's evaluations are version "
             f"{frozen.grader_version} (grade it with that a2rl, or `a2rl regrade` it after)")
     update: dict[str, Any] = {
-        "grading_engine": frozen.engine, "grader_max_new_tokens": frozen.max_new_tokens_cap,
-        "checkpoint_check_memory_gib": frozen.check_memory_gib,
-        "checkpoint_check_timeout_s": frozen.check_timeout_s}
+        "grading.engine": frozen.engine, "grading.max_new_tokens": frozen.max_new_tokens_cap,
+        "grading.checkpoint_check_memory_gib": frozen.check_memory_gib,
+        "grading.checkpoint_check_timeout_s": frozen.check_timeout_s}
     if frozen.judge is not None:
         # this process's own URL when it names the same endpoint: it may hold credentials
         # the record leaves out
-        ours = settings.judge_base_url
+        ours = settings.judge.base_url
         url = ours if without_credentials(ours) == frozen.judge.base_url else frozen.judge.base_url
         if check_judge and (why := unreachable(url)) is not None:
             raise CannotHonour(f"cannot grade under the run's frozen evaluation config: the "
                                f"judge at {frozen.judge.base_url} does not answer ({why})")
-        update |= {"judge_base_url": url, "judge_model": frozen.judge.model}
-    return settings.model_copy(update=update)
+        update |= {"judge.base_url": url, "judge.model": frozen.judge.model}
+    return settings.updated(update)

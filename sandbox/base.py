@@ -123,8 +123,8 @@ class BackendConfig(BaseModel):
     """A backend's own settings for one run, beside the `SandboxSpec` every backend shares.
 
     Each backend subclasses it with its fields (a container's image, GPUs, ...) and builds it
-    from the flat settings that name them (`docker_image`, `sandbox_memory`, ...), so the
-    settings keep their names while no other backend sees them. The memory and process limits
+    from its own section of the settings (`sandbox.docker`, `sandbox.local`), so no other
+    backend sees them. The memory and process limits
     are here, not in the spec: each backend has its own settings for them."""
 
     memory: str = "16g"  # the jobs' memory together ("0": none)

@@ -86,11 +86,11 @@ class DockerConfig(BackendConfig):
         """From the `docker_*` settings and the run's choices; `image` as resolved
         (`resolve_image`), else the setting as is."""
         choices = choices or SandboxChoices()
-        return cls(image=settings.docker_image if image is None else image,
+        ours = settings.sandbox.docker
+        return cls(image=ours.image if image is None else image,
                    gpus=choices.gpus, share_gpus=choices.share_gpus,
-                   keep_container=choices.keep_container, memory=settings.docker_memory,
-                   pids_limit=settings.docker_pids_limit, cpus=settings.docker_cpus or None,
-                   shm_size=settings.docker_shm_size)
+                   keep_container=choices.keep_container, memory=ours.memory,
+                   pids_limit=ours.pids_limit, cpus=ours.cpus or None, shm_size=ours.shm_size)
 
 
 def docker_client() -> Any:
@@ -214,14 +214,14 @@ class DockerSandbox(SupervisedSandbox):
     def __init__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> None:
         super().__init__(spec, config)
         if not self.config.image:
-            raise SandboxError("the docker backend needs an image (setting docker_image)")
+            raise SandboxError("the docker backend needs an image (setting sandbox.docker.image)")
         self._engine: Any = None
 
     @classmethod
     def run_options(cls, settings: Settings, choices: SandboxChoices) -> dict[str, Any]:
         """The container, fixed now: the image resolved (the setting, the task's, the test
         image), the `docker_*` limits and the run's GPUs."""
-        image = resolve_image(settings.docker_image, choices.task_image)
+        image = resolve_image(settings.sandbox.docker.image, choices.task_image)
         return DockerConfig.from_settings(settings, choices, image).model_dump()
 
     @classmethod

@@ -94,7 +94,8 @@ class LocalConfig(BackendConfig):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalConfig:
-        return cls(memory=settings.sandbox_memory, pids_limit=settings.sandbox_pids_limit)
+        ours = settings.sandbox.local
+        return cls(memory=ours.memory, pids_limit=ours.pids_limit)
 
 
 def local_env(spec: SandboxSpec) -> dict[str, str]:

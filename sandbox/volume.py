@@ -16,7 +16,7 @@ store, never the workspace; its files stay in `workspace.img` (`mount -o loop,ro
 <run>/workspace.img <folder>` to look again). A run that never finished (the server crashed) and
 whose image was then deleted leaves a loop device on a deleted file: `detach_orphans`, run before
 each new volume is made and by `a2rl gc`, unmounts and frees those. Without root or loop devices
-the watch alone remains (`sandbox_disk_volume` in `a2rl config show`).
+the watch alone remains (`sandbox.disk_volume` in `a2rl config show`).
 """
 
 from __future__ import annotations

@@ -141,12 +141,12 @@ class A2RLServer(MCPServer[Any]):
         started = time.perf_counter()
         arguments = arguments or {}
         # a call too large to run keeps no whole copy: the audit reads what ran
-        oversize = check_arguments(arguments, self.a2rl_settings.max_tool_args_bytes)
+        oversize = check_arguments(arguments, self.a2rl_settings.recording.max_tool_args_bytes)
         try:
             call_id = await astart_call(self.store, rt.run_id, name, arguments, self.transport,
-                                        self.a2rl_settings.tool_arg_keep_bytes,
+                                        self.a2rl_settings.recording.tool_arg_keep_bytes,
                                         None if oversize else
-                                        self.a2rl_settings.tool_arg_run_keep_bytes)
+                                        self.a2rl_settings.recording.tool_arg_run_keep_bytes)
         except RecordClosed as exc:  # ended elsewhere a moment ago: nothing is recorded
             raise ToolError(ended_message(rt.run_id, exc.reason)) from None
         limiters = self.limiters(rt.run_id)
@@ -186,7 +186,7 @@ class A2RLServer(MCPServer[Any]):
         """The run's shares of worker threads: for its work, and for its waits on jobs."""
         limiters = self._limiters.get(run_id)
         if limiters is None:
-            n = self.a2rl_settings.max_run_threads
+            n = self.a2rl_settings.server.max_run_threads
             limiters = self._limiters[run_id] = (anyio.CapacityLimiter(n),
                                                  anyio.CapacityLimiter(n))
         return limiters
@@ -254,7 +254,7 @@ def build_server(settings: Settings, store: Store, run_id: str | None = None,
     """A server bound to one run (stdio, in-memory), or token-routed (HTTP) when run_id is None."""
     if run_id is not None:
         return A2RLServer(settings, store, run_id=run_id, transport=transport)
-    url = f"http://{settings.http_host}:{settings.http_port}"
+    url = f"http://{settings.server.host}:{settings.server.port}"
     return A2RLServer(
         settings, store, transport=transport, token_verifier=RunTokenVerifier(store),
         auth=AuthSettings(issuer_url=url, resource_server_url=None, required_scopes=["run"]))

@@ -7,7 +7,7 @@ call is recorded, so a refused call is in the store like any other. What they st
 - a lone surrogate (in-memory clients reach here without the JSON-RPC guard);
 - a path the kernel would refuse anyway (over PATH_MAX, or a component over NAME_MAX),
   refused before any tool walks it: a megabyte path used to hold the event loop for seconds;
-- a call whose arguments together exceed `max_tool_args_bytes`;
+- a call whose arguments together exceed `recording.max_tool_args_bytes`;
 - an argument the tool does not take (`unknown_arguments`): the SDK drops them silently, so
   a misspelt `wait` or `timeout` would run the call with the defaults instead of telling the
   agent.

@@ -4,11 +4,11 @@ A client whose stream drops during a long call (a `get_score` waiting for gradin
 blip) reconnects with `GET` and the last event id it saw (`Last-Event-ID`, SEP-1699); the SDK
 asks the session's `EventStore` to replay what followed on that stream, then goes on with the
 live stream. Each SSE event carries an id and the first one of each stream a `retry`, so a
-client knows where it was and how long to wait (`http_sse_retry_ms`).
+client knows where it was and how long to wait (`server.sse_retry_ms`).
 
 Each session has its own `SessionEvents` (the SDK's streams are named by request id, which two
 sessions share: one store for all would replay one session's answers into another). What is
-kept is bounded: at most `http_resume_bytes_per_session` per session and `http_resume_bytes`
+kept is bounded: at most `server.resume_bytes_per_session` per session and `server.resume_bytes`
 for every session together (`EventBudget`), the oldest events going first; a session's events
 go when it ends. An event id that is no longer kept is answered 404 by the transport
 (`knows`), so a client gives up with an error instead of resuming an empty stream for ever.

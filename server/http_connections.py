@@ -5,19 +5,19 @@ connections that never finish their headers (or send a body a byte at a time aft
 answer) held the server's descriptors until it had none left for anyone. This is uvicorn's
 h11 protocol with three additions:
 
-- a connection must send a request's headers within `http_header_timeout_s` of its opening
+- a connection must send a request's headers within `server.header_timeout_s` of its opening
   or of its previous answer (uvicorn's own keep-alive timeout closes a silent one sooner);
   past it it gets 408 and is closed. A request answered before its body was read whole (a
   401, a refusal) has its connection closed rather than kept reading what follows;
-- at most `http_max_connections_per_address` connections from one address and
-  `http_max_connections` in all: one more closes the longest idle connection of that address
+- at most `server.max_connections_per_address` connections from one address and
+  `server.max_connections` in all: one more closes the longest idle connection of that address
   (of all, for the second bound), the one that has waited longest for headers first; when
   every one is serving a request the new one gets 503 and is closed. A client that sends its
   request at once is never the one closed;
 - `ConnectionTable.bind` notes which run's token a connection's last request carried, so that
-  the HTTP gate can cap a run's connections (`http_max_connections_per_run`).
+  the HTTP gate can cap a run's connections (`server.max_connections_per_run`).
 
-Bodies have their deadline in the gate (transports: `http_body_timeout_s`), which reads them.
+Bodies have their deadline in the gate (transports: `server.body_timeout_s`), which reads them.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class ConnectionTable:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ConnectionTable:
-        return cls(settings.http_max_connections_per_address, settings.http_max_connections,
-                   settings.http_header_timeout_s)
+        return cls(settings.server.max_connections_per_address, settings.server.max_connections,
+                   settings.server.header_timeout_s)
 
     def opened(self, conn: GatedH11Protocol, address: str) -> bool:
         """Admit a new connection (closing the longest idle one where a bound is reached);
@@ -135,7 +135,7 @@ class GatedH11Protocol(H11Protocol):
             self.idle_since = None
             transport.write(_raw_answer(503, "Service Unavailable", "too many connections "
                                         f"from {address or 'this address'}, every one of them "
-                                        "busy (http_max_connections_per_address); retry later"))
+                                        "busy (server.max_connections_per_address); retry later"))
             transport.close()
             return
         self._arm()
@@ -156,7 +156,7 @@ class GatedH11Protocol(H11Protocol):
         if self.conn.their_state is h11.IDLE and self.conn.our_state is h11.IDLE:
             self.transport.write(_raw_answer(408, "Request Timeout", "no request headers "
                                              f"within {self.table.header_timeout_s:g} s "
-                                             "(http_header_timeout_s)"))
+                                             "(server.header_timeout_s)"))
         self.close_idle()
 
     def close_idle(self) -> None:

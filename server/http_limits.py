@@ -3,12 +3,12 @@
 Why: one server serves every run's agent, and an agent is hostile by assumption. Before these
 bounds one token's `initialize` loop filled the SDK's session table for everyone, 300 slow
 bodies took every descriptor, and 300 refused calls in flight made another run wait seconds
-for `run_command true`. So, per run (its token): at most `http_max_requests_per_run` requests
-in flight (open streams included), `http_requests_per_s` requests a second (a token bucket
+for `run_command true`. So, per run (its token): at most `server.max_requests_per_run` requests
+in flight (open streams included), `server.requests_per_s` requests a second (a token bucket
 holding as many as may be in flight, so that an agent's parallel calls pass),
-`http_max_connections_per_run` connections, and
-`http_sessions_per_run` MCP sessions (opening one more ends that run's least recently used
-one: a run can only push out its own); per client address, `http_max_requests_per_address`
+`server.max_connections_per_run` connections, and
+`server.sessions_per_run` MCP sessions (opening one more ends that run's least recently used
+one: a run can only push out its own); per client address, `server.max_requests_per_address`
 requests in flight. A request over a bound is answered at once (429, with the bound's name)
 and costs a counter: refusals are kept in the run's `http.refused` row (`CountedRow`), never a
 store write each. Each `initialize` (and each `server/discover`, the 2026 protocol's opening)
@@ -55,11 +55,11 @@ class HttpLimits:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HttpLimits:
-        return cls(settings.http_sessions_per_run, settings.http_session_idle_s,
-                   settings.http_requests_per_s, settings.http_max_requests_per_run,
-                   settings.http_max_connections_per_run, settings.http_max_requests_per_address,
-                   settings.http_body_timeout_s, settings.http_resume_bytes_per_session,
-                   settings.http_resume_bytes)
+        ours = settings.server
+        return cls(ours.sessions_per_run, ours.session_idle_s, ours.requests_per_s,
+                   ours.max_requests_per_run, ours.max_connections_per_run,
+                   ours.max_requests_per_address, ours.body_timeout_s,
+                   ours.resume_bytes_per_session, ours.resume_bytes)
 
 
 class Refused(NamedTuple):
@@ -160,10 +160,10 @@ class HttpGate:
         elif share.in_flight >= self.limits.max_requests_per_run:
             refused = Refused(429, "requests", "this run already has "
                               f"{self.limits.max_requests_per_run} requests in flight "
-                              "(http_max_requests_per_run); wait for an answer and retry")
+                              "(server.max_requests_per_run); wait for an answer and retry")
         elif not share.bucket.take():
             refused = Refused(429, "rate", f"over {self.limits.requests_per_s:g} requests per "
-                              "second for this run (http_requests_per_s); wait a moment and "
+                              "second for this run (server.requests_per_s); wait a moment and "
                               "retry")
         if refused is not None:
             self.refuse(run_id, refused.kind)
@@ -272,5 +272,5 @@ def _describe_opened(counts: Mapping[str, int]) -> str:
         text += f", {counts['discover']} sessionless connections (server/discover)"
     if counts.get("evicted"):
         text += (f"; {counts['evicted']} older ones ended to keep the run within "
-                 "http_sessions_per_run")
+                 "server.sessions_per_run")
     return text

@@ -8,14 +8,14 @@ requests in flight; per run, caps on requests in flight and connections, a reque
 - any method with an ended run's token gets 403 and a JSON-RPC error naming the run, and
   nothing is recorded (a closed record gets no more rows); the run's sessions are ended within
   `ENDED_POLL_S` of its end (`watch_ended`), whoever ended it;
-- a POST's body must arrive within `http_body_timeout_s` (408 and the connection closed), and
+- a POST's body must arrive within `server.body_timeout_s` (408 and the connection closed), and
   goes through the JSON-RPC guard: a refused message gets HTTP 400 and its JSON-RPC error and
   is recorded for the run (one store write, in the run's own threads);
 - a request whose JSON-RPC id is that of a request of the same session still unanswered gets
   HTTP 400 and a JSON-RPC error: the SDK routes answers by id and would leave one waiting;
 - an `initialize` (or the 2026 protocol's `server/discover`, which opens no session) is
   counted in the run's `mcp.initialize` row (the run's first before it is answered) and, when
-  the run already holds `http_sessions_per_run` sessions, its least recently used one is
+  the run already holds `server.sessions_per_run` sessions, its least recently used one is
   ended;
 - a resumed stream (GET with Last-Event-ID) whose event is no longer kept gets 404, so the
   client stops retrying.
@@ -146,7 +146,7 @@ class HttpGate:
             if method == "GET" and session is not None and last \
                     and not session.events.knows(last):
                 await _answer(send, 404, Refusal(INVALID_REQUEST, f"event {last[:40]} is no "
-                              "longer kept (http_resume_bytes_per_session): the stream cannot "
+                              "longer kept (server.resume_bytes_per_session): the stream cannot "
                               "be resumed").response_bytes())
                 return
             if session is not None:
@@ -177,7 +177,7 @@ class HttpGate:
             await _refused(send, Refused(408, "body_timeout", "the request's body did not "
                                          "arrive within "
                                          f"{self.state.limits.body_timeout_s:g} s "
-                                         "(http_body_timeout_s)"), close=True)
+                                         "(server.body_timeout_s)"), close=True)
             return
         body, over = read
         if over is not None:
@@ -265,7 +265,7 @@ class HttpGate:
 
     async def _read(self, receive: Any) -> tuple[bytes, Oversize | None] | None:
         """The body; or, once it passes the limit, what `Oversize` keeps of it (the rest is
-        drained, not kept); None when it did not arrive within `http_body_timeout_s`; `_Gone`
+        drained, not kept); None when it did not arrive within `server.body_timeout_s`; `_Gone`
         when the client left before sending it whole."""
         with anyio.move_on_after(self.state.limits.body_timeout_s):
             return await self._read_all(receive)
@@ -402,9 +402,9 @@ def http_app(settings: Settings, store: Store,  # type: ignore[no-untyped-def]
     # Resumable streams: each session's transport gets its own event store when it is
     # admitted (SessionHooks); the manager's own would be shared by every session.
     app = server.streamable_http_app(
-        streamable_http_path="/mcp", host=settings.http_host,
+        streamable_http_path="/mcp", host=settings.server.host,
         max_request_body_size=max_message_bytes(settings), event_store=None,
-        retry_interval=settings.http_sse_retry_ms, session_idle_timeout=limits.session_idle_s)
+        retry_interval=settings.server.sse_retry_ms, session_idle_timeout=limits.session_idle_s)
     hooks = SessionHooks(server.session_manager, state)
     app.add_middleware(HttpGate, server=server, state=state, hooks=hooks,
                        connections=connections)
@@ -436,6 +436,6 @@ def serve_http(settings: Settings, store: Store) -> None:
     import uvicorn
 
     adopt_on_start(store)
-    config = http_config(settings, store, settings.http_host, settings.http_port,
+    config = http_config(settings, store, settings.server.host, settings.server.port,
                          watch_deadlines=True)
     anyio.run(uvicorn.Server(config).serve)

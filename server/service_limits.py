@@ -3,9 +3,11 @@
 Why: a service socket is in the sandbox's reach, every request answered is a stored row and,
 with a web backend, a paid call on the operator's key. So a run's services (all of them
 together: one budget per run, shared by its `ServiceHost`s) hold at most
-`service_max_connections` connections, answer at most `service_requests_per_s` requests per
-second (a token bucket holding one second's worth, so a short burst passes), and carry at most
-`service_max_bytes` of requests and answers per serving process (checked before each request;
+`server.services.max_connections` connections, answer at most
+`server.services.requests_per_s` requests per second (a token bucket holding one second's
+worth, so a short burst passes), and carry at most
+`server.services.max_bytes` of requests and answers per serving process (checked before each
+request;
 the answer that crosses it is still sent, so the total may pass it by one answer). What is over
 a bound is refused at once with one JSON line, never queued or left hanging.
 
@@ -39,8 +41,8 @@ class ServiceLimits:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ServiceLimits:
-        return cls(settings.service_max_connections, settings.service_requests_per_s,
-                   settings.service_max_bytes)
+        ours = settings.server.services
+        return cls(ours.max_connections, ours.requests_per_s, ours.max_bytes)
 
 
 class RunServiceBudget:
@@ -65,7 +67,7 @@ class RunServiceBudget:
                 return None
         self._note("connections")
         return (f"refused: this run already holds {self.limits.max_connections} service "
-                "connections (service_max_connections); close one and retry")
+                "connections (server.services.max_connections); close one and retry")
 
     def close_connection(self) -> None:
         with self._lock:
@@ -96,9 +98,9 @@ class RunServiceBudget:
         self._note(kind)
         if kind == "bytes":
             return (f"refused: this run's services have carried their {self.limits.max_bytes} "
-                    "bytes (service_max_bytes); no more requests are answered")
+                    "bytes (server.services.max_bytes); no more requests are answered")
         return (f"refused: over {self.limits.requests_per_s:g} service requests per second "
-                "(service_requests_per_s); wait a moment and retry")
+                "(server.services.requests_per_s); wait a moment and retry")
 
     def charge(self, answer_bytes: int) -> None:
         with self._lock:

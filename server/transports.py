@@ -41,13 +41,14 @@ def adopt_on_start(store: Store) -> None:
 
 def max_message_bytes(settings: Settings) -> int:
     """The largest message read: a call at the argument limit, JSON escapes included."""
-    return 2 * settings.max_tool_args_bytes + 65_536
+    return 2 * settings.recording.max_tool_args_bytes + 65_536
 
 
 def oversize(settings: Settings) -> Oversize:
     """The keeper of a message past the limit: enough of its head to store each argument up
-    to `tool_arg_keep_bytes`, as any call's are."""
-    return Oversize(min(settings.tool_arg_keep_bytes + HEAD_SLACK, max_message_bytes(settings)))
+    to `recording.tool_arg_keep_bytes`, as any call's are."""
+    return Oversize(min(settings.recording.tool_arg_keep_bytes + HEAD_SLACK,
+                        max_message_bytes(settings)))
 
 
 async def guard(raw: bytes) -> Refusal | None:
@@ -66,7 +67,8 @@ async def refuse(server: A2RLServer, run_id: str, refusal: Refusal) -> None:
     waits behind itself, not in the threads every run's recording shares)."""
     with contextlib.suppress(RecordClosed):  # ended a moment ago: its record is closed
         await anyio.to_thread.run_sync(record_refusal, server.store, run_id, refusal,
-                                       server.transport, server.a2rl_settings.tool_arg_keep_bytes,
+                                       server.transport,
+                                       server.a2rl_settings.recording.tool_arg_keep_bytes,
                                        limiter=server.limiters(run_id)[0])
 
 

@@ -14,7 +14,7 @@ Who writes which part, and why in parts:
 
 A cost is `reported` when the agent states it (Claude Code's result event, an endpoint's
 `usage.cost` in the `llm` loop), `computed` from the price table
-(`Settings.model_prices`) for the driver model otherwise, else `unknown`. A reported cost of 0
+(`Settings.prices`) for the driver model otherwise, else `unknown`. A reported cost of 0
 for a non-zero usage is no report: agents print 0 for a model whose price they do not know.
 Pure functions here, but for `record` and `stored`.
 """
@@ -96,11 +96,11 @@ def cost_of(usage: DriverUsage, model: str | None, prices: dict[str, ModelPrice]
         name, price = found
         cached = price.input if price.cached_input is None else price.cached_input
         return computed_cost(usage, price), "computed", (
-            f"price table model_prices[{name!r}]: ${price.input:g} in, ${cached:g} cached in, "
+            f"price table prices[{name!r}]: ${price.input:g} in, ${cached:g} cached in, "
             f"${price.output:g} out per million tokens")
     why = ("the agent reported $0 (its price for the model is unknown)"
            if reported == 0 else "the agent reports no cost")
-    return None, "unknown", f"{why}, and model_prices has no price for {model or 'the model'}"
+    return None, "unknown", f"{why}, and prices has no price for {model or 'the model'}"
 
 
 def driver_fields(usage: DriverUsage | None, model: str | None,

@@ -213,8 +213,9 @@ class ToolCall(SQLModel, table=True):
     # counts every run's calls in the store); filled at insert, older rows by the migration
     seq: int | None = None
     # schema v8: the sha256 of a Blob holding the whole arguments as JSON, when `arguments`
-    # holds a value cut to `tool_arg_keep_bytes` (the sandbox ran the whole one: the audit
-    # reads it); None when nothing was cut, or the run's `tool_arg_run_keep_bytes` were used
+    # holds a value cut to `recording.tool_arg_keep_bytes` (the sandbox ran the whole one: the
+    # audit reads it); None when nothing was cut, or the run's
+    # `recording.tool_arg_run_keep_bytes` were used
     arguments_blob: str | None = None
 
 
@@ -232,8 +233,9 @@ class Revision(SQLModel, table=True):
     """One change to one workspace file; `blob_sha` is None when the file was deleted.
 
     `blob_sha` is the sha256 of the file's new content; that content is a `Blob` unless
-    `content_stored` is False (the run's `revision_run_max_bytes` were used up: the change is
-    recorded by path, size and hash only). `size` is None for rows older than schema v5."""
+    `content_stored` is False (the run's `recording.revision_run_max_bytes` were used up: the
+    change is recorded by path, size and hash only). `size` is None for rows older than schema
+    v5."""
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, foreign_key="run.id")
@@ -460,7 +462,7 @@ class Ledger(SQLModel, table=True):
     cache_write_tokens: int | None = _big()
     usage_source: str | None = None
     # its cost in USD and how it is known: reported (by the agent), computed (the price
-    # table's `model_prices` for the driver model), unknown; the note says from what
+    # table's `prices` for the driver model), unknown; the note says from what
     cost_usd: float | None = None
     cost_basis: str = "unknown"
     cost_note: str | None = None

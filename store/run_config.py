@@ -53,7 +53,7 @@ class RunSetup(BaseModel):
     #: split -> id of the baseline evaluation the run pairs its scores with ({}: made before
     #: runs recorded it; `store.queries.match_baseline` finds it by score then)
     baseline_evaluations: dict[str, int | None] = Field(default_factory=dict)
-    #: the local backend may run without bubblewrap (a toy task, or `unsafe_local`)
+    #: the local backend may run without bubblewrap (a toy task, or `sandbox.local.unsafe`)
     allow_unisolated: bool = False
     #: the workspace is a volume of its own (`sandbox.volume`), remounted when needed
     disk_volume: bool = False
@@ -71,7 +71,7 @@ class RunSetup(BaseModel):
 
 class JudgeIdentity(BaseModel):
     """The judge a judged task's scores come from: its endpoint (without credentials) and
-    model. Its key stays where the grading process finds it (`judge_api_key_env`)."""
+    model. Its key stays where the grading process finds it (`judge.api_key_env`)."""
 
     base_url: str
     model: str
@@ -101,7 +101,7 @@ class EvaluationConfig(BaseModel):
     engine_name: str = ""
     engine_version: str = ""
     #: the generation settings every evaluation uses (the task's, capped), and the cap
-    #: (`grader_max_new_tokens`, 0: none) they were derived with
+    #: (`grading.max_new_tokens`, 0: none) they were derived with
     generation: dict[str, Any] = Field(default_factory=dict)
     max_new_tokens_cap: int = 0
     #: judged tasks: the judge; None where no judge decides a score

@@ -213,7 +213,7 @@ def backend_settings(settings: Settings, backend: str) -> Settings:
     """The settings for a parametrized backend, skipping (or failing in CI) when it is missing."""
     if backend == "docker":
         image = require_docker()
-        return settings.model_copy(update={"backend": "docker", "docker_image": image})
+        return settings.updated({"sandbox.backend": "docker", "sandbox.docker.image": image})
     require_bwrap()
     return settings
 

@@ -213,7 +213,7 @@ def _lineage_walks_back_to_the_base_model(recorded: dict[str, Any]) -> None:
 
 
 async def test_without_a_volume_the_record_says_so(settings, store) -> None:  # type: ignore[no-untyped-def]
-    local = backend_settings(settings, "local").model_copy(update={"sandbox_disk_volume": "off"})
+    local = backend_settings(settings, "local").updated({"sandbox.disk_volume": "off"})
     run = create_run(local, store, task_id="fixture", budget="30m", baseline=False).run
     async with Client(build_server(local, store, run_id=run.id, transport="memory"),
                       mode="legacy") as c:

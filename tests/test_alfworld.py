@@ -60,7 +60,7 @@ def alf_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def alf(settings: Settings, alf_root: Path) -> Settings:
-    return with_task_options(settings.model_copy(update={"base_model": "tiny-llama"}),
+    return with_task_options(settings.updated({"base_model": "tiny-llama"}),
                              "alfworld", data_dir=str(alf_root))
 
 

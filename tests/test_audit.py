@@ -270,7 +270,7 @@ def test_the_read_budget_leaves_a_medium_flag_naming_what_it_did_not_read(
     record = load_record(store, "r-ws")
     budget = 1_500_000
     result = check_contamination(record, hidden=_hidden(),
-                                 settings=Settings(audit_read_bytes=budget))
+                                 settings=Settings(recording={"audit_read_bytes": budget}))
     assert result.summary["bytes"] <= budget
     high, medium = (sorted(result.flags, key=lambda f: f.severity != Severity.high))
     assert high.severity == Severity.high and high.evidence.paths == ["gen/a.txt"]
@@ -283,11 +283,13 @@ def test_the_read_budget_leaves_a_medium_flag_naming_what_it_did_not_read(
     assert medium.evidence.paths == ["gen/0big.txt", "gen/b.txt"]
     assert f"{sum(unread.values())} bytes of 2 files past" in medium.finding
     # no budget (0): everything is read, both copies found, nothing unread
-    whole = check_contamination(record, hidden=_hidden(), settings=Settings(audit_read_bytes=0))
+    whole = check_contamination(record, hidden=_hidden(),
+                                settings=Settings(recording={"audit_read_bytes": 0}))
     assert whole.summary["unread_bytes"] == 0
     assert [f.evidence.paths for f in whole.flags] == [["gen/a.txt", "gen/b.txt"]]
     one = check_contamination(record, hidden=_hidden(),
-                              settings=Settings(audit_read_bytes=budget + sizes["b.txt"]))
+                              settings=Settings(recording={
+                                  "audit_read_bytes": budget + sizes["b.txt"]}))
     assert "bytes of 1 file past" in one.flags[-1].finding
 
 

@@ -58,9 +58,9 @@ def _run(store: Store, ws: Path, files: list[str] | None = None, *, run_id: str 
 
 
 def _check(store: Store, hidden: HiddenData = HIDDEN, run_id: str = "r-read",
-           **settings: object):  # type: ignore[no-untyped-def]
+           **recording: object):  # type: ignore[no-untyped-def]
     return check_contamination(load_record(store, run_id), hidden=hidden,
-                               settings=Settings(**settings))  # type: ignore[arg-type]
+                               settings=Settings(recording=recording))  # type: ignore[arg-type]
 
 
 def _high(result) -> list[list[str]]:  # type: ignore[no-untyped-def]
@@ -326,8 +326,8 @@ def test_a_file_that_fakes_a_format_is_read_as_it_is(store: Store, tmp_path: Pat
 
 def test_whole_arguments_past_the_runs_allowance_are_named_unchecked(store: Store,
                                                                     tmp_path: Path) -> None:
-    """A run keeps whole arguments up to `tool_arg_run_keep_bytes`; a cut call past it keeps
-    its cut copy only, and the coverage check names it (refused calls ran nothing)."""
+    """A run keeps whole arguments up to `recording.tool_arg_run_keep_bytes`; a cut call past it
+    keeps its cut copy only, and the coverage check names it (refused calls ran nothing)."""
     from a2rl.audit.coverage import check_coverage
     from a2rl.server.recording import end_call, start_call
 

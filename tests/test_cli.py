@@ -41,13 +41,14 @@ def _a2rl(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess[s
 
 
 def test_settings_precedence(tmp_path: Path) -> None:
-    (tmp_path / "config.toml").write_text('http_port = 9000\nmax_wait_s = 10\nbackend = "docker"\n')
-    env = {"A2RL_HOME": str(tmp_path), "A2RL_MAX_WAIT_S": "20"}
-    settings, sources = load_settings({"backend": "local"}, environ=env)
-    assert settings.http_port == 9000 and sources["http_port"].startswith("file:")
-    assert settings.max_wait_s == 20 and sources["max_wait_s"] == "env"
-    assert settings.backend == "local" and sources["backend"] == "cli"
-    assert sources["output_head_bytes"] == "default"
+    (tmp_path / "config.toml").write_text(
+        '[server]\nport = 9000\nmax_wait_s = 10\n[sandbox]\nbackend = "docker"\n')
+    env = {"A2RL_HOME": str(tmp_path), "A2RL_SERVER__MAX_WAIT_S": "20"}
+    settings, sources = load_settings({"sandbox.backend": "local"}, environ=env)
+    assert settings.server.port == 9000 and sources["server.port"].startswith("file:")
+    assert settings.server.max_wait_s == 20 and sources["server.max_wait_s"] == "env"
+    assert settings.sandbox.backend == "local" and sources["sandbox.backend"] == "cli"
+    assert sources["recording.output_head_bytes"] == "default"
 
 
 def test_parse_duration() -> None:
@@ -62,10 +63,10 @@ def test_parse_duration() -> None:
 
 
 def test_config_show_json(tmp_path: Path) -> None:
-    p = _a2rl(tmp_path, "config", "show", "--json", A2RL_HTTP_PORT="9123")
+    p = _a2rl(tmp_path, "config", "show", "--json", A2RL_SERVER__PORT="9123")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert doc["http_port"] == {"value": 9123, "source": "env"}
+    assert doc["server"]["port"] == {"value": 9123, "source": "env"}
     assert doc["db_url"]["value"].endswith("a2rl.db")
 
 

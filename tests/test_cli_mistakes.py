@@ -73,9 +73,10 @@ def _cases(files: Path, llm_url: str) -> list[Case]:
         case("--grading-clock", "run", "--grading-clock", "never"),
         case("nope", "create", "-T", "nope=1"),
         # a backend or an engine no registry knows, from the settings: before the run is made
-        case("A2RL_BACKEND='vm': unknown, use 'local' or 'docker'", "create", A2RL_BACKEND="vm"),
-        case("A2RL_GRADING_ENGINE='nope': unknown, use 'auto', 'transformers', 'static' or "
-             "'vllm'", "run", A2RL_GRADING_ENGINE="nope"),
+        case("A2RL_SANDBOX__BACKEND='vm': unknown, use 'local' or 'docker'", "create",
+             A2RL_SANDBOX__BACKEND="vm"),
+        case("A2RL_GRADING__ENGINE='nope': unknown, use 'auto', 'transformers', 'static' or "
+             "'vllm'", "run", A2RL_GRADING__ENGINE="nope"),
         case("--backend", "create", "--backend", "vm"),
         case("--agent-option", "run", "--agent-option", "=3"),
         case("--nope", "runs", "--nope"),

@@ -182,17 +182,21 @@ def test_commands_that_read_leave_another_programs_sqlite_file_alone(tmp_path: P
 
 def test_bad_settings_name_the_file_key_and_what_is_allowed(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    config.write_text('backend = "dockr"\n')
-    one_line_error(cli(tmp_path, "runs"), str(config), "backend = 'dockr'",
+    config.write_text('[sandbox]\nbackend = "dockr"\n')
+    one_line_error(cli(tmp_path, "runs"), str(config), "sandbox.backend = 'dockr'",
                    "'local' or 'docker'")
     one_line_error(cli(tmp_path, "config", "show"), str(config), "backend")
-    config.write_text('backend = "local\n')
+    config.write_text('backend = "dockr"\n')  # a deprecated flat name: named as written
+    one_line_error(cli(tmp_path, "runs"), str(config), ": backend = 'dockr'")
+    config.write_text('[sandbox]\nbackend = "local\n')
     one_line_error(cli(tmp_path, "runs"), str(config), "TOML")
     config.unlink()
-    one_line_error(cli(tmp_path, "runs", A2RL_HTTP_PORT="80a"), "A2RL_HTTP_PORT='80a'",
+    one_line_error(cli(tmp_path, "runs", A2RL_SERVER__PORT="80a"), "A2RL_SERVER__PORT='80a'",
                    "integer")
-    one_line_error(cli(tmp_path, "runs", A2RL_GRADING_ENGINE="fast"),
-                   "A2RL_GRADING_ENGINE='fast'", "'vllm'")
+    one_line_error(cli(tmp_path, "runs", A2RL_HTTP_PORT="80a"), "A2RL_HTTP_PORT='80a'",
+                   "integer")  # a deprecated name: the error alone, as written
+    one_line_error(cli(tmp_path, "runs", A2RL_GRADING__ENGINE="fast"),
+                   "A2RL_GRADING__ENGINE='fast'", "'vllm'")
 
 
 def test_unknown_keys_bad_sizes_and_counts_out_of_range_are_named(tmp_path: Path) -> None:
@@ -201,33 +205,42 @@ def test_unknown_keys_bad_sizes_and_counts_out_of_range_are_named(tmp_path: Path
     config = tmp_path / "config.toml"
     config.write_text('sandbox_memroy = "8g"\n')
     line = one_line_error(cli(tmp_path, "runs"), str(config), "'sandbox_memroy' is not a setting",
-                          "did you mean 'sandbox_memory'")
+                          "did you mean 'sandbox_memory'")  # the deprecated name is closest
     assert "config show" in line
-    config.write_text('[a2rl]\nbackend = "local"\njudge_modle = "m"\n\n[tasks.arith]\n')
-    one_line_error(cli(tmp_path, "runs"), "'judge_modle' is not a setting", "'judge_model'")
-    config.write_text("[a2rl]\nbackend = \"local\"\n\nsandbox_disk = \"1g\"\n")  # in [a2rl]
+    config.write_text('[sandbox.local]\nmemroy = "8g"\n')  # a typo in a section
+    one_line_error(cli(tmp_path, "runs"), str(config), "'sandbox.local.memroy' is not a setting",
+                   "'sandbox.local.memory'")
+    config.write_text('[a2rl.sandbox]\nbackend = "local"\n[a2rl.judge]\nmodle = "m"\n'
+                      '\n[tasks.arith]\n')
+    one_line_error(cli(tmp_path, "runs"), "'judge.modle' is not a setting", "'judge.model'")
+    config.write_text("[a2rl]\nbase_model = \"\"\n\n[a2rl.sandbox]\ndisk = \"1g\"\n")  # in [a2rl]
     assert cli(tmp_path, "runs").exit_code == 0
-    config.write_text('backend = "local"\n[a2rl]\nbackend = "docker"\n')  # beside [a2rl]
-    one_line_error(cli(tmp_path, "runs"), "'backend' is not a setting")
+    config.write_text('base_model = ""\n[a2rl]\nbase_model = "x"\n')  # beside [a2rl]
+    one_line_error(cli(tmp_path, "runs"), "'base_model' is not a setting")
     for text, needles in (
-            ('sandbox_memory = "lots"', ("sandbox_memory = 'lots'", "not a size", "16g")),
-            ('docker_shm_size = "2 gigs"', ("docker_shm_size", "not a size")),
-            ('sandbox_disk = "-1g"', ("sandbox_disk = '-1g'", "cannot be negative")),
-            ("sandbox_pids_limit = -4", ("sandbox_pids_limit = -4", "greater than or equal to 0")),
-            ("judge_concurrency = 0", ("judge_concurrency = 0", "greater than or equal to 1")),
-            ("http_port = 99999", ("http_port = 99999", "less than or equal to 65535")),
-            ("judge_timeout_s = 0", ("judge_timeout_s = 0", "greater than 0"))):
+            ('[sandbox.local]\nmemory = "lots"', ("sandbox.local.memory = 'lots'", "not a size",
+                                                 "16g")),
+            ('[sandbox.docker]\nshm_size = "2 gigs"', ("sandbox.docker.shm_size", "not a size")),
+            ('[sandbox]\ndisk = "-1g"', ("sandbox.disk = '-1g'", "cannot be negative")),
+            ("[sandbox.local]\npids_limit = -4", ("sandbox.local.pids_limit = -4",
+                                                  "greater than or equal to 0")),
+            ("[judge]\nconcurrency = 0", ("judge.concurrency = 0", "greater than or equal to 1")),
+            ("[server]\nport = 99999", ("server.port = 99999", "less than or equal to 65535")),
+            ("[judge]\ntimeout_s = 0", ("judge.timeout_s = 0", "greater than 0")),
+            ('sandbox_memory = "lots"', ("sandbox_memory = 'lots'", "not a size"))):
         config.write_text(text + "\n")
         one_line_error(cli(tmp_path, "runs"), str(config), *needles)
-    config.write_text("sandbox_memory = 1048576\nsandbox_file_size = \"1.5g\"\n")
+    config.write_text("[sandbox]\nfile_size = \"1.5g\"\n[sandbox.local]\nmemory = 1048576\n")
     shown = json.loads(cli(tmp_path, "config", "show", "--json").stdout)
-    assert shown["sandbox_memory"]["value"] == "1048576"  # a TOML integer: bytes
-    assert shown["sandbox_file_size"]["value"] == "1.5g"
+    assert shown["sandbox"]["local"]["memory"]["value"] == "1048576"  # a TOML integer: bytes
+    assert shown["sandbox"]["file_size"]["value"] == "1.5g"
     config.unlink()
-    one_line_error(cli(tmp_path, "runs", A2RL_SANDBOX_MEMORY="lots"),
-                   "A2RL_SANDBOX_MEMORY='lots'", "not a size")
-    one_line_error(cli(tmp_path, "runs", A2RL_JUDGE_CONCURRENCY="0"),
-                   "A2RL_JUDGE_CONCURRENCY=0", "greater than or equal to 1")
+    one_line_error(cli(tmp_path, "runs", A2RL_SANDBOX__LOCAL__MEMORY="lots"),
+                   "A2RL_SANDBOX__LOCAL__MEMORY='lots'", "not a size")
+    one_line_error(cli(tmp_path, "runs", A2RL_JUDGE__CONCURRENCY="0"),
+                   "A2RL_JUDGE__CONCURRENCY=0", "greater than or equal to 1")
+    one_line_error(cli(tmp_path, "runs", A2RL_SANDBOX__DOCKER__MEMROY="1g"),
+                   "A2RL_SANDBOX__DOCKER__MEMROY='1g'", "not a setting")
 
 
 def test_bad_flags_are_refused_before_anything_is_made(tmp_path: Path) -> None:
@@ -264,12 +277,12 @@ def test_ports_are_range_checked_and_bound_before_serving(tmp_path: Path) -> Non
     for args in (["serve", "--http", "--port", "99999"], ["view", "--port", "99999"],
                  ["view", "--port", "-1"], ["serve", "--http", "--port", "0"]):
         one_line_error(cli(home, *args), "--port", "65535" if "99999" in args else "1")
-    one_line_error(cli(home, "runs", A2RL_HTTP_PORT="99999"), "A2RL_HTTP_PORT=99999",
+    one_line_error(cli(home, "runs", A2RL_SERVER__PORT="99999"), "A2RL_SERVER__PORT=99999",
                    "less than or equal to 65535")
     assert not home.exists(), list(home.rglob("*"))
-    (tmp_path / "config.toml").write_text("http_port = 99999\n")
+    (tmp_path / "config.toml").write_text("[server]\nport = 99999\n")
     one_line_error(cli(tmp_path, "config", "show"), str(tmp_path / "config.toml"),
-                   "http_port = 99999", "65535")
+                   "server.port = 99999", "65535")
     (tmp_path / "config.toml").unlink()
     Store(f"sqlite:///{tmp_path / 'a2rl.db'}").close()
     with socket.create_server(("127.0.0.1", 0)) as taken:

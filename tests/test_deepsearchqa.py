@@ -37,8 +37,8 @@ CORPUS = FIXTURE / "corpus.jsonl"
 
 @pytest.fixture
 def dsqa(settings: Settings) -> Settings:
-    return with_task_options(settings.model_copy(update={
-        "base_model": "tiny-llama", "judge_max_retries": 0, "judge_concurrency": 1}),
+    return with_task_options(settings.updated({
+        "base_model": "tiny-llama", "judge.max_retries": 0, "judge.concurrency": 1}),
         "deepsearchqa", data_dir=str(FIXTURE), corpus=str(CORPUS))
 
 
@@ -130,8 +130,8 @@ def test_judge_scoring_errors_malformed_and_empty(dsqa: Settings) -> None:
     items = [*items, {**items[0], "id": "extra-1"}, {**items[1], "id": "extra-2"}]
     verdicts = iter(["CORRECT", "maybe", " incorrect. "])
     with FakeJudge(policy=lambda _outputs: next(verdicts)) as fake:
-        settings = dsqa.model_copy(update={"judge_base_url": fake.base_url,
-                                           "judge_model": "fake-judge"})
+        settings = dsqa.updated({"judge.base_url": fake.base_url,
+                                           "judge.model": "fake-judge"})
         task.judge = CorrectnessJudge.from_settings(settings, environ={})
         episodes = [
             _episode("a", ["search[x]", "answer[herman melville]"]),  # CORRECT
@@ -215,7 +215,7 @@ def test_search_service_from_bwrap_is_recorded(dsqa: Settings, store: Store) -> 
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 #: fixture-sized training; GRPO samples as few tokens per action as the grader is capped to
-#: (A2RL_GRADER_MAX_NEW_TOKENS=12 below), not the task's 128 (most of its rollout time)
+#: (A2RL_GRADING__MAX_NEW_TOKENS=12 below), not the task's 128 (most of its rollout time)
 QUICK = ["--agent-option", "sft_args=--steps 3 --holdout 0 --batch 4 --max-length 512",
          "--agent-option", "grpo_args=--iters 1 --instances 2 --group 2 --max-new-tokens 12"]
 
@@ -230,10 +230,10 @@ def test_deepsearchqa_run_with_the_reference_agent(tmp_path: Path,
     with FakeJudge(policy=lambda _o: "INCORRECT") as judge:
         env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
         env.update(A2RL_HOME=str(seed_base_model(tmp_path, base_model_dir)),
-                   A2RL_BASE_MODEL="tiny-llama", A2RL_GRADER_MAX_NEW_TOKENS="12",
+                   A2RL_BASE_MODEL="tiny-llama", A2RL_GRADING__MAX_NEW_TOKENS="12",
                    A2RL_DEEPSEARCHQA_DIR=str(FIXTURE),
-                   A2RL_DEEPSEARCHQA_CORPUS=str(CORPUS), A2RL_JUDGE_BASE_URL=judge.base_url,
-                   A2RL_JUDGE_MODEL="fake-judge", A2RL_JUDGE_MAX_RETRIES="0")
+                   A2RL_DEEPSEARCHQA_CORPUS=str(CORPUS), A2RL_JUDGE__BASE_URL=judge.base_url,
+                   A2RL_JUDGE__MODEL="fake-judge", A2RL_JUDGE__MAX_RETRIES="0")
         p = subprocess.run([A2RL, "run", "--task", "deepsearchqa", "--agent", "reference",
                             "--budget", "15m", *QUICK, "--json"], env=env, capture_output=True,
                            text=True, timeout=900)
@@ -315,8 +315,8 @@ def test_paper_judge_rules_and_string_match_fallback(dsqa: Settings, harness_tex
     assert not string_match("austria, spain", "Austria, France, Spain", "Set Answer")
     items = data.split_rows(data.load_rows(dsqa), "test")
     with FakeJudge(policy=lambda _outputs: "CORRECT") as fake:
-        settings = dsqa.model_copy(update={"judge_base_url": fake.base_url,
-                                           "judge_model": "fake-judge"})
+        settings = dsqa.updated({"judge.base_url": fake.base_url,
+                                           "judge.model": "fake-judge"})
         task = DeepSearchQATask(CorrectnessJudge.from_settings(settings, environ={}))
         paper = task.with_profile("paper")
         assert paper.get_judge().rules == "paper" and task.get_judge().rules == "a2rl"

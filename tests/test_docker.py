@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.anyio]
 
 @pytest.fixture
 def dsettings(settings):  # type: ignore[no-untyped-def]
-    return backend_settings(settings, "docker").model_copy(
-        update={"docker_memory": "512m", "docker_pids_limit": 200})
+    return backend_settings(settings, "docker").updated(
+        {"sandbox.docker.memory": "512m", "sandbox.docker.pids_limit": 200})
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ async def test_hardening(dsettings, store: Store, drun: Run) -> None:  # type: i
                           "echo rofs; env")
         text = out["output"]
         # not root: the sandbox user when the server is root, else the server's own user
-        assert text.splitlines()[0] == str(dsettings.sandbox_uid if os.geteuid() == 0
+        assert text.splitlines()[0] == str(dsettings.sandbox.uid if os.geteuid() == 0
                                            else os.getuid())
         assert "CapEff:\t0000000000000000" in text and "NoNewPrivs:\t1" in text
         assert "rofs" in text  # the root filesystem is read-only
@@ -168,7 +168,7 @@ def test_keep_container(dsettings, store: Store) -> None:  # type: ignore[no-unt
 def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec = SandboxSpec(run_id="r-gpu", workspace=tmp_path, control_dir=tmp_path / "ctl",
                        deadline=4102444800.0)
-    gpus = DockerConfig(image=dsettings.docker_image, gpus=["2", "5"])
+    gpus = DockerConfig(image=dsettings.sandbox.docker.image, gpus=["2", "5"])
     (spec.control_dir / "sock").mkdir(parents=True)
     config = container_config(spec, gpus, "t")
     (request,) = config["device_requests"]
@@ -176,7 +176,7 @@ def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type:
     assert config["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert config["labels"]["a2rl.gpus"] == "2,5"
     holder = docker_client().containers.run(
-        dsettings.docker_image, ["sleep", "60"], detach=True,
+        dsettings.sandbox.docker.image, ["sleep", "60"], detach=True,
         labels={"a2rl.managed": "1", "a2rl.run": "r-holder", "a2rl.gpus": "5"})
     try:
         with pytest.raises(SandboxError, match="held by run"):
@@ -195,7 +195,7 @@ async def test_any_home_even_under_a_0700_folder(dsettings, store: Store,  # typ
     private = tmp_path / "root-like"
     private.mkdir(mode=0o700)
     private.chmod(0o700)
-    settings = dsettings.model_copy(update={"home": private / ".a2rl"})
+    settings = dsettings.updated({"home": private / ".a2rl"})
     run = create_run(settings, store, task_id="fixture", budget="30m", baseline=False).run
     try:
         async with client_for(settings, store, run) as c:

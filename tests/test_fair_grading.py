@@ -133,7 +133,7 @@ def test_a_run_keeping_requests_queued_gets_its_waits_back_within_the_cap(
     1 s of B's grading (a 120 s budget lived 507 s); now each span is given back once (the
     test above) and all that grading gives back stops at the cap (`grading_pause_cap_fraction`
     of the budget, under a counted clock too: 0.75 s here), so A's deadline moves 0.75 s."""
-    settings = settings.model_copy(update={"grading_pause_cap_fraction": 0.75 / 600})
+    settings = settings.updated({"grading.pause_cap_fraction": 0.75 / 600})
     started_run(store, "A")
     started_run(store, "B")
     queue(store, "B", "b0")
@@ -223,7 +223,7 @@ async def test_pending_submissions_are_capped_with_a_reason(
     submission is refused with how many are pending; once the first is graded, submitting
     works again, and `budget_status` and `get_score` say what was given back."""
     require_bwrap()
-    settings = settings.model_copy(update={"max_pending_grades": 1})
+    settings = settings.updated({"grading.max_pending_grades": 1})
     run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
                      budget="10m").run
     ws = Path(run.workspace)

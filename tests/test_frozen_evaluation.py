@@ -66,17 +66,17 @@ def test_a_node_with_other_settings_grades_under_the_runs(home: Path, ckpt: Path
     that grades it caps nothing and forces plain `generate`: the evaluation is graded with the
     run's cap and engine all the same, its provenance says so, and it pairs with a baseline
     graded under the run's settings."""
-    made = Settings(home=home, grader_max_new_tokens=3)
-    node = Settings(home=home, grader_max_new_tokens=0, grading_engine="transformers",
-                    checkpoint_check_timeout_s=5)
+    made = Settings(home=home, grading={"max_new_tokens": 3})
+    node = Settings(home=home, grading={"max_new_tokens": 0, "engine": "transformers",
+                                        "checkpoint_check_timeout_s": 5})
     store = Store(f"sqlite:///{tmp_path / 'a.db'}")
     run = _run(store, made)
     frozen = run.config.evaluation
     assert frozen is not None and frozen.max_new_tokens_cap == 3
     assert frozen.generation["max_new_tokens"] == 3 and frozen.engine == "static"
     graded = honour(node, frozen)
-    assert (graded.grader_max_new_tokens, graded.grading_engine) == (3, "static")
-    assert graded.checkpoint_check_timeout_s == made.checkpoint_check_timeout_s
+    assert (graded.grading.max_new_tokens, graded.grading.engine) == (3, "static")
+    assert graded.grading.checkpoint_check_timeout_s == made.grading.checkpoint_check_timeout_s
     _submit(store, "r1", "s1", ckpt)
     assert process_one(store, node, "node-b", timeout_s=240) is not None
     ev, _ = _evaluation(store, "s1")
@@ -162,16 +162,16 @@ def test_a_judged_task_freezes_its_judge_without_credentials(home: Path) -> None
     """AlpacaEval's scores come from a judge: the run records its endpoint and model, never a
     password in the URL; a grading process naming the same endpoint keeps its own URL (its
     credentials), and one whose judge does not answer refuses."""
-    settings = Settings(home=home, judge_base_url="http://user:secret@127.0.0.1:9/v1",
-                        judge_model="judge-x")
+    settings = Settings(home=home, judge={"base_url": "http://user:secret@127.0.0.1:9/v1",
+                                          "model": "judge-x"})
     frozen = freeze(get_task("alpacaeval"), settings)
     assert frozen.judge is not None and frozen.judge.model == "judge-x"
     assert frozen.judge.base_url == "http://127.0.0.1:9/v1"
     assert "secret" not in frozen.model_dump_json()
-    moved = Settings(home=home, judge_base_url="http://127.0.0.1:9/v1", judge_model="other")
+    moved = Settings(home=home, judge={"base_url": "http://127.0.0.1:9/v1", "model": "other"})
     kept = honour(settings, frozen, check_judge=False)
-    assert kept.judge_base_url == settings.judge_base_url and kept.judge_model == "judge-x"
-    assert honour(moved, frozen, check_judge=False).judge_model == "judge-x"
+    assert kept.judge.base_url == settings.judge.base_url and kept.judge.model == "judge-x"
+    assert honour(moved, frozen, check_judge=False).judge.model == "judge-x"
     with pytest.raises(CannotHonour, match="the judge at http://127.0.0.1:9/v1 does not answer"):
         honour(moved, frozen)
     assert freeze(get_task("arith"), settings).judge is None

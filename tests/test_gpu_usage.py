@@ -117,7 +117,7 @@ async def test_gpu_seconds_and_peak_per_job(name: str, settings: Settings, store
     or two: its row has GPU seconds on both and a peak of their sum. Job B runs beside it off
     the GPUs, and a host process outside the run is listed too: B measures 0, and nothing of
     the stranger reaches either."""
-    backend = backend_settings(settings, name).model_copy(update={"gpu_sample_s": 0.1})
+    backend = backend_settings(settings, name).updated({"recording.gpu_sample_s": 0.1})
     secs = f"2.{random.randrange(10**6):06d}"  # a command line no one else runs
     other = f"3.{random.randrange(10**6):06d}"
     async with opened(backend, store) as (c, run):
@@ -145,7 +145,7 @@ async def test_without_nvml_nothing_is_measured(settings: Settings, store: Store
     """NVML that does not start (no driver): the job's GPU columns stay NULL, as on a machine
     without nvidia-ml-py."""
     fake_nvml.unlink()
-    backend = backend_settings(settings, "local").model_copy(update={"gpu_sample_s": 0.1})
+    backend = backend_settings(settings, "local").updated({"recording.gpu_sample_s": 0.1})
     async with opened(backend, store) as (c, _):
         r = await sh(c, "true")
     row = job(store, r["job_id"])

@@ -93,7 +93,7 @@ def test_the_gate_caps_a_run_and_an_address() -> None:
     assert gate.enter_run("r-a", 1) is None and gate.enter_run("r-a", 1) is None
     refused = gate.enter_run("r-a", 1)
     assert refused is not None and refused.kind == "requests"
-    assert "http_max_requests_per_run" in refused.message
+    assert "server.max_requests_per_run" in refused.message
     assert gate.enter_run("r-b", 1) is None  # another run is not held up
     gate.leave_run("r-a")
     assert gate.enter_run("r-a", 4).kind == "connections"  # type: ignore[union-attr]

@@ -33,19 +33,20 @@ from .conftest import backend_settings, require
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(240)]
 
-LIMITS = {"sandbox_memory": "256m", "docker_memory": "256m", "sandbox_file_size": "32m"}
+LIMITS = {"sandbox.local.memory": "256m", "sandbox.docker.memory": "256m",
+          "sandbox.file_size": "32m"}
 
 
 @pytest.fixture(params=["local", "docker"])
 def backend(request: pytest.FixtureRequest, settings: Settings) -> Settings:
-    return backend_settings(settings, request.param).model_copy(update=LIMITS)
+    return backend_settings(settings, request.param).updated(LIMITS)
 
 
 @asynccontextmanager
 async def opened(settings: Settings, store: Store,
                  reason: str = "finished") -> AsyncIterator[tuple[Client, Run]]:
     run = create_run(settings, store, task_id="arith", budget="30m", baseline=False).run
-    assert run.backend == settings.backend
+    assert run.backend == settings.sandbox.backend
     server = build_server(settings, store, run_id=run.id, transport="memory")
     try:
         async with Client(server, mode="legacy") as client:

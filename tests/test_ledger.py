@@ -38,7 +38,7 @@ def test_cost_basis() -> None:
     # 600 uncached at $2, 400 cached at $0.5, 100 out at $8 per million
     cost, basis, note = ledger.cost_of(usage(), "openai/gpt-x", prices)
     assert basis == "computed" and cost == pytest.approx((600 * 2 + 400 * 0.5 + 100 * 8) / 1e6)
-    assert "model_prices['gpt-x']" in note
+    assert "prices['gpt-x']" in note
     # an agent's $0 for tokens it used is no price: the table's, else unknown
     assert ledger.cost_of(usage(cost_usd=0.0), "gpt-x", prices)[1] == "computed"
     cost, basis, note = ledger.cost_of(usage(cost_usd=0.0), "other", prices)
@@ -88,7 +88,7 @@ def _llm_run(settings: Settings, store: Store, cost: float | None,
 
 
 def test_an_llm_run_ledger_priced_by_the_table(settings: Settings, store: Store) -> None:
-    settings = settings.model_copy(update={"model_prices": {"fake-model": PRICE}})
+    settings = settings.updated({"prices": {"fake-model": PRICE}})
     run, fake = _llm_run(settings, store, cost=None)
     row = ledger.stored(store, run.id)
     assert row is not None
@@ -104,7 +104,7 @@ def test_an_llm_run_ledger_priced_by_the_table(settings: Settings, store: Store)
     assert row.jobs_memory_peak_bytes is not None and row.jobs_memory_peak_bytes > 0
     assert (row.evaluations, row.grading_s) == (0, 0.0)
     _shown(settings, store, run, f"{sent_in:,} in (0 cached), {sent_out:,} out",
-           f"${row.cost_usd:.4f} (computed: price table model_prices['fake-model']")
+           f"${row.cost_usd:.4f} (computed: price table prices['fake-model']")
 
 
 def _shown(settings: Settings, store: Store, run: Run, tokens: str, cost: str) -> None:

@@ -184,8 +184,9 @@ async def test_async_client_retries_the_same_way() -> None:
 
 
 def test_judge_endpoint_reads_the_judge_settings(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path, judge_base_url="http://127.0.0.1:1/v1", judge_model="j",
-                        judge_api_key_env="JK", judge_max_retries=7, judge_timeout_s=9)
+    settings = Settings(home=tmp_path, judge={"base_url": "http://127.0.0.1:1/v1", "model": "j",
+                                              "api_key_env": "JK", "max_retries": 7,
+                                              "timeout_s": 9})
     endpoint, policy = judge_endpoint(settings)
     assert (endpoint.base_url, endpoint.model, endpoint.api_key_env) == (
         "http://127.0.0.1:1/v1", "j", "JK")

@@ -58,8 +58,9 @@ def _report(db: str) -> Report:
         store.close()
 
 
-def _settings(tmp_path: Path, **kw: str) -> Settings:
-    return Settings(home=tmp_path, judge_base_url="", **kw)  # type: ignore[arg-type]
+def _settings(tmp_path: Path, **narrative: str) -> Settings:
+    return Settings(home=tmp_path, judge={"base_url": ""},  # type: ignore[arg-type]
+                    narrative=narrative)
 
 
 def _computed(rep: Report) -> dict[str, object]:
@@ -69,8 +70,8 @@ def _computed(rep: Report) -> dict[str, object]:
 def test_narrative_is_marked_as_generated(db: str, tmp_path: Path) -> None:
     rep = _report(db)
     with FakeOpenAI([STORY]) as fake:
-        settings = _settings(tmp_path, narrative_base_url=fake.base_url,
-                             narrative_model="story-model", narrative_api_key_env="STORY_KEY")
+        settings = _settings(tmp_path, base_url=fake.base_url,
+                             model="story-model", api_key_env="STORY_KEY")
         out = add_narrative(rep, settings, environ={"STORY_KEY": "sk-test"})
     n = out.narrative
     assert n is not None and n.status == "generated" and n.text == STORY, n
@@ -93,7 +94,7 @@ def test_failing_endpoint_leaves_the_report_unchanged(db: str, tmp_path: Path) -
     rep = _report(db)
     with FakeOpenAI([STORY]) as fake:
         fake.fail(503, times=2)
-        settings = _settings(tmp_path, narrative_base_url=fake.base_url, narrative_model="m")
+        settings = _settings(tmp_path, base_url=fake.base_url, model="m")
         n = write_narrative(rep, settings, environ={}, retries=1, backoff_s=0.01)
     assert n.status == "failed" and n.text is None and len(fake.requests) == 2
     assert n.reason and "HTTP 503" in n.reason and "\n" not in n.reason
@@ -125,7 +126,7 @@ def _cli(tmp_path: Path, db: str, *args: str, **env: str) -> subprocess.Complete
 def test_cli_narrative_best_effort_and_required(db: str, tmp_path: Path) -> None:
     with FakeOpenAI([STORY]) as fake:
         p = _cli(tmp_path, db, "--narrative", "--format", "json",
-                 A2RL_NARRATIVE_BASE_URL=fake.base_url, A2RL_NARRATIVE_MODEL="story-model")
+                 A2RL_NARRATIVE__BASE_URL=fake.base_url, A2RL_NARRATIVE__MODEL="story-model")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["narrative"]["text"] == STORY
     p = _cli(tmp_path, db, "--narrative")  # no endpoint configured: report, one line, exit 0

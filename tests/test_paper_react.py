@@ -62,14 +62,14 @@ def fixture_wheel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def shop(settings: Settings) -> Settings:
-    return with_task_options(settings.model_copy(update={"base_model": "tiny-llama"}),
+    return with_task_options(settings.updated({"base_model": "tiny-llama"}),
                              "webshop", data_dir=str(FIXTURES / "webshop"))
 
 
 @pytest.fixture
 def dsqa(settings: Settings) -> Settings:
-    return with_task_options(settings.model_copy(update={
-        "base_model": "tiny-llama", "judge_max_retries": 0, "judge_concurrency": 1}),
+    return with_task_options(settings.updated({
+        "base_model": "tiny-llama", "judge.max_retries": 0, "judge.concurrency": 1}),
         "deepsearchqa", data_dir=str(FIXTURES / "deepsearchqa"),
         corpus=str(FIXTURES / "deepsearchqa" / "corpus.jsonl"))
 
@@ -274,8 +274,8 @@ def test_deepsearchqa_paper_judges_every_answer(dsqa: Settings, fixture_wheel: P
     items = [{**rows[0], "id": f"q{i}", "answer_type": "Single Answer"} for i in range(3)]
     replies = iter(["Correct.", "", "incorrect"])
     with FakeJudge(policy=lambda _o: next(replies)) as fake:
-        settings = dsqa.model_copy(update={"judge_base_url": fake.base_url,
-                                           "judge_model": "fake-judge"})
+        settings = dsqa.updated({"judge.base_url": fake.base_url,
+                                           "judge.model": "fake-judge"})
         judge = CorrectnessJudge.from_settings(settings, environ={})
         judge.cache = None  # every verdict asked for
         task = DeepSearchQATask(judge).with_profile("paper")
@@ -501,8 +501,8 @@ def test_deepsearchqa_judge_equals_the_harness(dsqa: Settings, real_wheel: Path,
             with FakeJudge(policy=lambda _o, t=text: t or "") as fake:
                 if text is None:
                     fake.fail(400, times=1)
-                settings = dsqa.model_copy(update={"judge_base_url": fake.base_url,
-                                                   "judge_model": "fake-judge"})
+                settings = dsqa.updated({"judge.base_url": fake.base_url,
+                                                   "judge.model": "fake-judge"})
                 judge = CorrectnessJudge.from_settings(settings, environ={})
                 judge.cache = None  # every verdict asked for
                 task = DeepSearchQATask(judge).with_profile("paper")

@@ -484,7 +484,7 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     # the plugin's backend and engine are offered like the built-in ones
     helped = _a2rl(plugin_env, home, "run", "-h", env={"COLUMNS": "300"})
     assert "<local|docker|stamped-local>" in helped.stdout, helped.stdout
-    env = {"A2RL_GRADING_ENGINE": "plain-twice"}
+    env = {"A2RL_GRADING__ENGINE": "plain-twice"}
     run = _a2rl(plugin_env, home, "run", "--task", "echo", "--agent", "idle", "--budget", "3m",
                 "--backend", "stamped-local", "--json", env=env)
     assert run.returncode == 0, run.stderr

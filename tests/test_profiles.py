@@ -42,7 +42,7 @@ def paper_home(a2rl_home: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
     wheel = build_wheel(a2rl_home / "opencompass")
     monkeypatch.setattr(oc, "WHEEL_SHA256", hashlib.sha256(wheel.read_bytes()).hexdigest())
     return Settings(home=a2rl_home, tasks={"gsm8k": {"data_dir": str(GSM8K_FIXTURE)}},
-                    base_model="tiny-llama", grader_max_new_tokens=8)
+                    base_model="tiny-llama", grading={"max_new_tokens": 8})
 
 
 def test_registry_builds_one_task_per_profile() -> None:
@@ -210,7 +210,7 @@ def test_toy_tasks_run_under_paper_with_their_a2rl_evaluation(a2rl_home: Path,
     item, and its provenance says so; the harness's tasks' paper evaluations say nothing."""
     from a2rl.server import create_run
 
-    settings = Settings(home=a2rl_home, base_model="tiny-llama", grader_max_new_tokens=4)
+    settings = Settings(home=a2rl_home, base_model="tiny-llama", grading={"max_new_tokens": 4})
     a2rl, paper = get_task("arith"), get_task("arith", "paper")
     assert paper.profile == "paper" and paper.evaluated_as == "a2rl"
     assert paper.spec.grader == a2rl.spec.grader and paper.spec.splits == a2rl.spec.splits

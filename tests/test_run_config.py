@@ -175,8 +175,8 @@ def test_create_run_takes_a_config_and_records_it_as_made(settings: Settings,
     with store.session() as s:
         row = s.get(Run, run.id)
     assert (row.protocol, row.seed, row.agent, row.budget_s) == ("paper", 9, "by-hand", 1800)
-    assert row.config.backend == settings.backend  # resolved: the setting
-    assert row.config.unsafe_local is settings.unsafe_local
+    assert row.config.backend == settings.sandbox.backend  # resolved: the setting
+    assert row.config.unsafe_local is settings.sandbox.local.unsafe
     assert row.config.setup.readonly_paths is not None  # settled when it was made
     assert row.config.agent_options == {} and "sk-x" not in row.model_dump_json()
     with pytest.raises(RunConfigError, match="^protocol: must be one of heldout, paper"):

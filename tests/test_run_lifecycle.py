@@ -204,7 +204,7 @@ def test_moved_deadline_reaches_a_sandbox_another_process_serves(
     serves only run Y: the pump freezes X's jobs, attaches to X's supervisor and hands it X's
     new deadline (moved by the time frozen), so X's job lives past the old one."""
     require_bwrap()
-    settings = settings.model_copy(update={"grading_pause_cap_fraction": 1.0})
+    settings = settings.updated({"grading.pause_cap_fraction": 1.0})
     x = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
                    grading_clock="paused", budget="8s").run
     y = create_run(settings, store, task_id="arith", baseline=False, start_clock=True).run

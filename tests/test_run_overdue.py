@@ -47,8 +47,8 @@ pytestmark = [pytest.mark.timeout(300)]
 def _env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env.update(A2RL_HOME=str(settings.home_dir), A2RL_DB_URL=settings.database_url)
-    if settings.docker_image:
-        env["A2RL_DOCKER_IMAGE"] = settings.docker_image
+    if settings.sandbox.docker.image:
+        env["A2RL_SANDBOX__DOCKER__IMAGE"] = settings.sandbox.docker.image
     return env
 
 

@@ -37,7 +37,7 @@ def _env(home: Path, backend: str, db: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env.update(A2RL_HOME=str(home), A2RL_DB_URL=f"sqlite:///{db}")
     if backend == "docker":
-        env["A2RL_DOCKER_IMAGE"] = require_docker()
+        env["A2RL_SANDBOX__DOCKER__IMAGE"] = require_docker()
     else:
         require_bwrap()
     return env

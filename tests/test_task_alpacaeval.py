@@ -256,12 +256,12 @@ def test_errors_are_not_cached(fake: FakeJudge, home: Settings) -> None:
 
 
 def test_judge_from_settings(fake: FakeJudge, home: Settings) -> None:
-    """The judge's settings come from `A2RL_JUDGE_*` variables like every other setting."""
-    env = {"A2RL_HOME": str(home.home_dir), "A2RL_JUDGE_BASE_URL": fake.base_url,
-           "A2RL_JUDGE_MODEL": "judge-x", "A2RL_JUDGE_API_KEY_ENV": "MY_JUDGE_KEY",
-           "MY_JUDGE_KEY": "sk-env", "A2RL_JUDGE_MAX_RETRIES": "0"}
+    """The judge's settings come from `A2RL_JUDGE__*` variables like every other setting."""
+    env = {"A2RL_HOME": str(home.home_dir), "A2RL_JUDGE__BASE_URL": fake.base_url,
+           "A2RL_JUDGE__MODEL": "judge-x", "A2RL_JUDGE__API_KEY_ENV": "MY_JUDGE_KEY",
+           "MY_JUDGE_KEY": "sk-env", "A2RL_JUDGE__MAX_RETRIES": "0"}
     settings, sources = load_settings(environ=env)
-    assert sources["judge_model"] == "env" and settings.judge_max_retries == 0
+    assert sources["judge.model"] == "env" and settings.judge.max_retries == 0
     judge = Judge.from_settings(settings, env)
     assert judge.config.model == "judge-x" and judge.config.max_retries == 0
     assert judge.cache and judge.cache.path == home.home_dir / "judge-cache" / "judge.sqlite"

@@ -99,11 +99,11 @@ class EchoEngine:
 def test_options_resolve_defaults_then_legacy_then_table_then_flags(tmp_path: Path) -> None:
     base = Settings(home=tmp_path)
     assert GSM8KTask().options(base).data_dir == ""
-    legacy = base.model_copy(update={"legacy_task_settings": {"gsm8k_dir": "/legacy"},
+    legacy = base.updated({"legacy_task_settings": {"gsm8k_dir": "/legacy"},
                                      "task_base_models": {"gsm8k": "/m/g"}})
     assert GSM8KTask().options(legacy).data_dir == "/legacy"
     assert base_model_name(GSM8KTask(), legacy) == "/m/g"
-    table = legacy.model_copy(update={"tasks": {"gsm8k": {"data_dir": "/table"}}})
+    table = legacy.updated({"tasks": {"gsm8k": {"data_dir": "/table"}}})
     assert GSM8KTask().options(table).data_dir == "/table"
     flagged = GSM8KTask().with_options({"data_dir": "/flag", "base_model": "tiny-llama"})
     assert flagged.options(table).data_dir == "/flag"
@@ -127,7 +127,7 @@ def test_bad_options_are_one_line_naming_task_key_and_allowed(tmp_path: Path) ->
     message = str(err.value)
     assert "webshop" in message and "num_products" in message and "integer" in message
     assert "\n" not in message
-    bad_table = settings.model_copy(update={"tasks": {"greet": {"colour": "red"}}})
+    bad_table = settings.updated({"tasks": {"greet": {"colour": "red"}}})
     with pytest.raises(OptionsError, match=r"greet: no option 'colour' \(\[tasks.greet\]"):
         get_task("greet").options(bad_table)
     with pytest.raises(OptionsError, match="use -T key=value"):
@@ -186,7 +186,7 @@ def test_deprecated_settings_still_set_their_options(tmp_path: Path, where: str)
                                                f"file:{tmp_path / 'config.toml'}")
     for task_id, _, option, value in OLD_SETTINGS:
         assert getattr(get_task(task_id).options(settings), option) == value, (task_id, option)
-    table = settings.model_copy(update={"tasks": {"webshop": {"num_products": 3}}})
+    table = settings.updated({"tasks": {"webshop": {"num_products": 3}}})
     assert get_task("webshop").options(table).num_products == 3
     assert get_task("webshop").options(table).data_dir == "/w"
     assert get_task("webshop").with_options({"num_products": "2"}).options(table) \

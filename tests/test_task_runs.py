@@ -97,7 +97,7 @@ def _capped(store: Store, summary: dict, cap: int) -> list[Evaluation]:
 @pytest.mark.timeout(900)
 def test_humaneval_run(tmp_path: Path, base_model_dir: Path) -> None:  # noqa: F811
     summary, store = _run(tmp_path, base_model_dir, "humaneval", SHORT,
-                          A2RL_GRADER_MAX_NEW_TOKENS="24")
+                          A2RL_GRADING__MAX_NEW_TOKENS="24")
     _check(summary, store, submissions=1)
     evals = _capped(store, summary, 24)
     test = next(e for e in evals if e.split == "test")
@@ -112,9 +112,9 @@ def test_alpacaeval_run(tmp_path: Path, base_model_dir: Path) -> None:  # noqa: 
 
     with FakeJudge() as judge:
         summary, store = _run(
-            tmp_path, base_model_dir, "alpacaeval", SHORT, A2RL_GRADER_MAX_NEW_TOKENS="16",
-            A2RL_ALPACAEVAL_DIR=str(FIXTURES / "alpacaeval"), A2RL_JUDGE_BASE_URL=judge.base_url,
-            A2RL_JUDGE_MODEL="fake-judge", A2RL_JUDGE_MAX_RETRIES="0")
+            tmp_path, base_model_dir, "alpacaeval", SHORT, A2RL_GRADING__MAX_NEW_TOKENS="16",
+            A2RL_ALPACAEVAL_DIR=str(FIXTURES / "alpacaeval"), A2RL_JUDGE__BASE_URL=judge.base_url,
+            A2RL_JUDGE__MODEL="fake-judge", A2RL_JUDGE__MAX_RETRIES="0")
     _check(summary, store, submissions=1)
     evals = _capped(store, summary, 16)
     # the judge was asked over HTTP for every submission's items (baseline: cached per home)

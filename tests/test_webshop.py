@@ -33,7 +33,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "webshop"
 
 @pytest.fixture
 def shop(settings: Settings) -> Settings:
-    return with_task_options(settings.model_copy(update={"base_model": "tiny-llama"}), "webshop",
+    return with_task_options(settings.updated({"base_model": "tiny-llama"}), "webshop",
                              data_dir=str(FIXTURE))
 
 
@@ -187,7 +187,7 @@ def test_grader_items_are_plain_json(shop: Settings) -> None:
 
 A2RL = str(Path(sys.executable).parent / "a2rl")
 #: fixture-sized training; GRPO samples as few tokens per action as the grader is capped to
-#: (A2RL_GRADER_MAX_NEW_TOKENS=8 below), not the task's 48 (most of its rollout time)
+#: (A2RL_GRADING__MAX_NEW_TOKENS=8 below), not the task's 48 (most of its rollout time)
 QUICK = ["--agent-option", "sft_args=--steps 3 --holdout 0 --batch 4 --max-length 512",
          "--agent-option", "grpo_args=--iters 1 --instances 2 --group 2 --max-new-tokens 8"]
 
@@ -199,7 +199,7 @@ def test_webshop_run_with_the_reference_agent(tmp_path: Path,
     require_bwrap()
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env.update(A2RL_HOME=str(seed_base_model(tmp_path, base_model_dir)),
-               A2RL_BASE_MODEL="tiny-llama", A2RL_GRADER_MAX_NEW_TOKENS="8",
+               A2RL_BASE_MODEL="tiny-llama", A2RL_GRADING__MAX_NEW_TOKENS="8",
                A2RL_WEBSHOP_DIR=str(FIXTURE))
     p = subprocess.run([A2RL, "run", "--task", "webshop", "--agent", "reference", "--budget",
                         "15m", *QUICK, "--json"], env=env, capture_output=True, text=True,

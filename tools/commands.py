@@ -44,7 +44,7 @@ async def wait_for_job(sandbox: Sandbox, job_id: str, seconds: float) -> Sandbox
 
 
 def _bound_wait(wait_s: float) -> float:
-    limit = current().runtime.settings.max_wait_s
+    limit = current().runtime.settings.server.max_wait_s
     return min(wait_s, limit, MAX_WAIT_S)
 
 
@@ -86,7 +86,8 @@ async def run_command(
         raise ToolError(str(exc)) from exc
     s_ = rt.settings
     out = await in_thread(
-        read_bounded, rt.job_logs.file_of(log_path), s_.output_head_bytes, s_.output_tail_bytes)
+        read_bounded, rt.job_logs.file_of(log_path), s_.recording.output_head_bytes,
+        s_.recording.output_tail_bytes)
     if sj.state == JobState.running:
         job_rows.mark_background(rt.store, job_id)
         watch(rt)  # its end is recorded when it happens, polled or not
@@ -156,7 +157,7 @@ async def job_status(
     path = rt.job_logs.file_of(row.log_path)
     size = await in_thread(log_size, path)
     offset = min(offset, size)
-    tail = rt.settings.output_head_bytes + rt.settings.output_tail_bytes
+    tail = rt.settings.recording.output_head_bytes + rt.settings.recording.output_tail_bytes
     start = max(offset, size - tail)
     out = await in_thread(lambda: read_bounded(path, 0, tail, offset=start))
     return JobStatusResult(job=job_info(row), output=out.text, output_offset=start,
@@ -180,5 +181,5 @@ async def job_kill(
         raise ToolError(str(exc)) from exc
     row = await in_thread(lambda: settle(rt, sj, job_id, call.tool_call_id))
     out = await in_thread(
-        read_bounded, rt.job_logs.file_of(row.log_path), 0, rt.settings.output_tail_bytes)
+        read_bounded, rt.job_logs.file_of(row.log_path), 0, rt.settings.recording.output_tail_bytes)
     return JobStatusResult(job=job_info(row), output=out.text, next_offset=row.log_bytes)

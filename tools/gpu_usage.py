@@ -8,9 +8,9 @@ job's shim, whose pid in the sandbox's namespace (the last `NSpid:` field) the s
 reports with the job, which says whose. A job cannot leave its shim's tree (the shim is its
 subreaper) nor rewrite its parents, so a process cannot be put on another job's account.
 
-A sample every `gpu_sample_s` while a run has running jobs: each job with a process on a GPU is
-credited the time since the last sample once per such GPU, and its peak is the largest sum of
-its processes' memory in one sample. Without `pynvml`, or where NVML does not start (no
+A sample every `recording.gpu_sample_s` while a run has running jobs: each job with a process on
+a GPU is credited the time since the last sample once per such GPU, and its peak is the largest
+sum of its processes' memory in one sample. Without `pynvml`, or where NVML does not start (no
 driver, no GPU), nothing is sampled and the job's columns stay NULL (one log line); with NVML,
 a job never seen on a GPU gets 0 and 0. A job is only seen while this server samples: a job
 that began under a server since restarted is measured from the restart on.
@@ -187,7 +187,7 @@ def _sampling(rt: RunRuntime) -> Sandbox | None:
 
 def _sample(rt: RunRuntime) -> None:
     lib = nvml()
-    interval = rt.settings.gpu_sample_s
+    interval = rt.settings.recording.gpu_sample_s
     last = time.monotonic() - interval
     while lib is not None:
         sandbox = rt.gpu_sampler.unless_idle(lambda: _sampling(rt))

@@ -1,10 +1,11 @@
 """Job logs kept in the store: each log's head and tail as a blob, within the run's allowance.
 
 Why a part of its own: the store is shared by every run, so a run's jobs together keep at
-most `job_log_run_keep_bytes` of log (`job_log_keep_bytes` each); the count of what the run
-kept is read from the store once per process and then kept here, under a lock, as logs are
-added (two jobs settled at once must not both take the last bytes). Past the allowance a job
-keeps its log's size only; the file stays in the run's folder, where the agent reads it.
+most `recording.job_log_run_keep_bytes` of log (`recording.job_log_keep_bytes` each); the count
+of what the run kept is read from the store once per process and then kept here, under a lock,
+as logs are added (two jobs settled at once must not both take the last bytes). Past the
+allowance a job keeps its log's size only; the file stays in the run's folder, where the
+agent reads it.
 """
 
 from __future__ import annotations

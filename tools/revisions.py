@@ -23,7 +23,7 @@ The task's own files are recorded once when the run is made (`record_initial`, s
 are where the agent started, not code revisions it made.
 
 The store is shared by every run, so one run's revisions may store at most `run_max_bytes` of
-content (`revision_run_max_bytes`; the task's initial files do not count, content already
+content (`recording.revision_run_max_bytes`; the task's initial files do not count, content already
 stored for the run counts once). Past it a change is still recorded, with its path, size and
 sha256, but `content_stored=False` and no blob: a job writing thousands of distinct files per
 command costs the store rows, not their bytes.

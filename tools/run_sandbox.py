@@ -83,8 +83,8 @@ class RunSandbox:
             masked_paths=self.hidden_paths(),
             # the run's seed, as TASK.md's rules tell agents to read it (a replay's differs)
             env={**thread_env(), "A2RL_SEED": str(self.config.job_seed())},
-            uid=st.sandbox_uid, gid=st.sandbox_uid, disk=st.sandbox_disk,
-            file_size=st.sandbox_file_size, log_bytes=st.job_log_max_bytes,
+            uid=st.sandbox.uid, gid=st.sandbox.uid, disk=st.sandbox.disk,
+            file_size=st.sandbox.file_size, log_bytes=st.sandbox.job_log_max_bytes,
         )
 
     def backend_config(self) -> BackendConfig:

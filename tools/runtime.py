@@ -72,7 +72,7 @@ def sandbox_owner(settings: Settings) -> tuple[int, int] | None:
     """Who must own files we write in a workspace: the sandbox user when we are root (jobs run
     as that user on both backends), else nobody else (jobs share our user)."""
     if os.geteuid() == 0:
-        return settings.sandbox_uid, settings.sandbox_uid
+        return settings.sandbox.uid, settings.sandbox.uid
     return None
 
 
@@ -106,9 +106,10 @@ class RunRuntime(Generic[ClockT]):
             volume.remount(self.dir, Path(run.workspace))  # before anything opens it
         self.workspace = Workspace(Path(run.workspace), readonly_inputs(run))
         self.owner = sandbox_owner(settings)
+        recording = settings.recording
         self.scanner = RevisionScanner(store, run.id, self.workspace.root,
-                                       settings.revision_exclude, settings.revision_max_bytes,
-                                       settings.revision_run_max_bytes)
+                                       recording.revision_exclude, recording.revision_max_bytes,
+                                       recording.revision_run_max_bytes)
         self.log = run_logger(run.id, self.dir / "run.log")
         self.clock: ClockT = clock
         self.grading: GradingHook = grading
@@ -116,7 +117,7 @@ class RunRuntime(Generic[ClockT]):
                                   self.workspace.root, self.workspace.readonly_names,
                                   run.backend, run.config, clock, self.log, hidden_paths)
         self.job_logs = JobLogs(store, run.id, self.sandbox.job_logs_dir,
-                                settings.job_log_keep_bytes, settings.job_log_run_keep_bytes)
+                                recording.job_log_keep_bytes, recording.job_log_run_keep_bytes)
         self.settle_lock = threading.Lock()
         self.watcher = OnDemandThread(f"a2rl-jobs-{run.id}")
         self.gpu = GpuUsage()
@@ -145,7 +146,7 @@ async def in_thread(fn: Callable[..., T], *args: Any, waiting: bool = False) -> 
 
     Why: anyio's default pool is shared by every run a server serves (40 threads); one run's
     agent with 40 long `job_status(wait_s=60)` calls would hold them all and every other run
-    would wait. Each run gets `max_run_threads` for its work and as many for its waits; the
+    would wait. Each run gets `server.max_run_threads` for its work and as many for its waits; the
     default pool stays for the recording."""
     call = current()
     limiter = call.wait_limiter if waiting else call.limiter

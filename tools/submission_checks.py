@@ -6,7 +6,7 @@ run's sandbox and clock. Uncounted, 199 refused submissions of an unchanged base
 cost 83 CPU-seconds that no budget and no ledger saw, and a refusal counted against no limit.
 
 So each `submit_checkpoint` call is first let through the run's rate
-(`submission_checks_per_minute`: checks in any 60 s, refused ones included), which refuses
+(`grading.submission_checks_per_minute`: checks in any 60 s, refused ones included), which refuses
 the one over it at once, before any copy. A call let through is a `validation` budget event
 of its run, written before any work and closed with its outcome and the CPU it took as the
 kernel counted it: the serving thread's own CPU clock (`CLOCK_THREAD_CPUTIME_ID`) for the copy
@@ -61,14 +61,14 @@ class Check:
 def _open(rt: RunRuntime, run: Run, submission_id: str) -> Check:
     """The rate (the run's row locked, so that concurrent calls cannot both take the last
     check of the minute), then the check's event; `RateExceeded` over the rate."""
-    limit = rt.settings.submission_checks_per_minute
+    limit = rt.settings.grading.submission_checks_per_minute
     try:
         event_id = budget.open_check(rt.store, run.id, submission_id, limit, WINDOW_S)
     except budget.ChecksExceeded as exc:
         raise RateExceeded(
             f"{exc.count} submissions of this run were checked in the last "
             f"{WINDOW_S:g} s, refused ones included, and at most {limit} may be "
-            f"(submission_checks_per_minute): submit again in {exc.wait_s:.0f} s") from None
+            f"(grading.submission_checks_per_minute): submit again in {exc.wait_s:.0f} s") from None
     return Check(event_id=event_id, submission_id=submission_id)
 
 

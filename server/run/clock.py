@@ -10,7 +10,7 @@ finds it where it was. It starts when the run starts (`a2rl run`) or at the firs
 under `grading_clock = paused`, the run's jobs are frozen and the deadline moves by the time
 frozen (`a2rl.server.run.pause`); under either, the time the run's requests waited behind
 other runs' evaluations moves it too, counted once (`wait_credit`); the two credits share one
-cap (`grading_pause_cap_fraction` of the budget); at the deadline it is exhausted once.
+cap (`grading.pause_cap_fraction` of the budget); at the deadline it is exhausted once.
 
 Why here and not beside the tools: the tools (`budget_status`, job time limits, the sandbox's
 watchdog), the MCP server's deadline check and the orchestrator all read the same clock, and
@@ -102,7 +102,7 @@ class RunClock:
 
     def cap_left(self, cap_s: float) -> float:
         """What grading may still give back under `cap_s`: the pause and wait credits share
-        it (`grading_pause_cap_fraction` of the budget)."""
+        it (`grading.pause_cap_fraction` of the budget)."""
         credits = self.credits()
         return max(cap_s - credits.pause_s - credits.wait_s, 0.0)
 

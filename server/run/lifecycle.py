@@ -66,7 +66,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     written with the row itself, so a run whose node dies right after it is made still
     belongs to its fleet. Its task options (-T key=value) go over the settings'
     (`a2rl.tasks.options`); a bad option raises `OptionsError` before anything is made. The
-    row records the config as made: the backend, `unsafe_local` and the task's options
+    row records the config as made: the backend, `sandbox.local.unsafe` and the task's options
     resolved, and what was settled (`RunSetup`).
     """
     # tasks import grading, which is heavy: only when needed
@@ -87,7 +87,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     evaluation = freeze(task, settings)
     budget_s = parse_duration(config.budget or task.spec.default_budget
                               or settings.default_budget)
-    backend = config.backend or settings.backend
+    backend = config.backend or settings.sandbox.backend
     # what can fail for the task's inputs fails here, before anything is made: the base model
     # (fetched once) and the data (TaskDataError: missing, not in the schema, too small)
     base_model = task.base_model_dir(settings)
@@ -102,12 +102,13 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
         undo.callback(shutil.rmtree, root, ignore_errors=True)
         workspace.mkdir(parents=True)
         (root / MAKER_FILE).write_text(process_owner())
-        disk_volume = volume.workspace_volume(settings.sandbox_disk_volume, settings.sandbox_disk,
+        disk_volume = volume.workspace_volume(settings.sandbox.disk_volume, settings.sandbox.disk,
                                               base_model, root, workspace)
         if disk_volume:  # a run that fails to be made leaves no mount behind
             undo.callback(volume.detach, root, workspace)
         prepare_workspace(task, workspace, settings)  # a2rl.layout's, and the task's parts
-        unsafe = settings.unsafe_local if config.unsafe_local is None else config.unsafe_local
+        unsafe = (settings.sandbox.local.unsafe if config.unsafe_local is None
+                  else config.unsafe_local)
         scores = {}
         if baseline:
             from a2rl.grading import ensure_baseline
@@ -134,8 +135,8 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
             baseline_dev=scores["dev"].score if scores else None,
             baseline_test=scores["test"].score if scores else None,
         )
-        RevisionScanner(store, run_id, workspace.resolve(), settings.revision_exclude,
-                        settings.revision_max_bytes).record_initial()
+        RevisionScanner(store, run_id, workspace.resolve(), settings.recording.revision_exclude,
+                        settings.recording.revision_max_bytes).record_initial()
         run_logger(run_id, root / "run.log").info(
             "run created: task=%s profile=%s backend=%s budget=%.0fs", config.task_id,
             config.profile, backend, budget_s)

@@ -6,7 +6,7 @@ a 60 s run going for 214 s). Frozen, the jobs do nothing while the clock is stop
 credit buys no work; the agent's tool calls still answer (the supervisor, in `sup/`, is not
 frozen), and a job started meanwhile starts at the thaw. Why a cap: the credit is the
 grader's time, which the agent chooses to spend by submitting; past
-`grading_pause_cap_fraction` of its budget, given back for freezes and for waits behind other
+`grading.pause_cap_fraction` of its budget, given back for freezes and for waits behind other
 runs' evaluations together (`wait_credit`), its jobs are thawed and grading counts.
 
 The freeze is the run's cgroup's (`RunCgroup.freeze_jobs`): a local run on this host with a
@@ -47,7 +47,7 @@ class PauseRecord:
 
 def credit_cap_s(settings: Settings, run: Run) -> float:
     """The most grading gives back to `run` in all: its pause and wait credits together."""
-    return run.budget_s * settings.grading_pause_cap_fraction
+    return run.budget_s * settings.grading.pause_cap_fraction
 
 
 @contextmanager

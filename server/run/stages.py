@@ -7,8 +7,8 @@ before the workspace goes (`finish_run`), kept only if its content is the stage'
 file is one the lineage recorded for it, unchanged: a folder overwritten since is not that
 checkpoint), validated as a submission is, and graded in a grader process under the run's
 frozen evaluation config. The evaluation is of kind `stage`, never seen by the agent. Copies
-are kept (`$A2RL_HOME/checkpoints/<run>/stage-<job>`) within `stage_keep_bytes` per run, so a
-regrade or a second look can use them; past the cap a stage is left unscored, and says so.
+are kept (`$A2RL_HOME/checkpoints/<run>/stage-<job>`) within `recording.stage_keep_bytes` per
+run, so a regrade or a second look can use them; past the cap a stage is left unscored, and says so.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def score_unsubmitted_stages(settings: Settings, store: Store, run_id: str) -> i
         except CannotHonour as exc:
             log.warning("run %s: its stages are not scored: %s", run_id, exc)
             return 0
-    cap = parse_size(settings.stage_keep_bytes)
+    cap = parse_size(settings.recording.stage_keep_bytes)
     kept = 0
     workspace = Path(run.workspace)
     scored = 0
@@ -116,7 +116,7 @@ def _keep(workspace: Path, stage: LineageStage, dest: Path, room: int | None) ->
     if not stage.files:
         return "its files were not hashed when the next stage read them"
     if room is not None and room <= 0:
-        return "the run's stage_keep_bytes are used up"
+        return "the run's recording.stage_keep_bytes are used up"
     parts = tuple(p for p in stage.checkpoint.split("/") if p)
     caps = CopyCaps(max_total_bytes=room) if room is not None else CopyCaps()
     try:

@@ -9,7 +9,7 @@ request's: the union of its requests' waiting spans (each from its queueing to i
 evaluation's start), intersected with the union of other runs' evaluation spans. Two requests
 waiting through the same evaluation count it once. What was already given back is subtracted
 when the next request is graded, and the whole is capped with the pause credit
-(`grading_pause_cap_fraction`).
+(`grading.pause_cap_fraction`).
 
 `overlap_s` and `merged` are pure; `run_waited_s` reads the spans from the store.
 """

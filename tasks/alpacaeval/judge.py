@@ -41,13 +41,13 @@ for those items only.
 
 Settings (`a2rl config show`; each also an `A2RL_` variable)
 -----------------------------------------------------------
-- `judge_base_url`: base URL of the endpoint, up to `/v1` (default `https://api.openai.com/v1`);
+- `judge.base_url`: base URL of the endpoint, up to `/v1` (default `https://api.openai.com/v1`);
   requests go to `{base}/chat/completions`.
-- `judge_model`: the judge model (default `gpt-4-turbo`, AlpacaEval 2.0's annotator).
-- `judge_api_key_env`: the *name* of the variable holding the API key (default
+- `judge.model`: the judge model (default `gpt-4-turbo`, AlpacaEval 2.0's annotator).
+- `judge.api_key_env`: the *name* of the variable holding the API key (default
   `OPENAI_API_KEY`); no key set means no Authorization header (local servers).
-- `judge_max_retries` (default 4: five attempts), `judge_timeout_s` (default 120),
-  `judge_concurrency` (default 8 requests in flight). Backoff (1 s, doubled per attempt, capped
+- `judge.max_retries` (default 4: five attempts), `judge.timeout_s` (default 120),
+  `judge.concurrency` (default 8 requests in flight). Backoff (1 s, doubled per attempt, capped
   at 60 s: `a2rl.llm.RetryPolicy`) and the answer's token limit (4) are fixed by `JudgeConfig`.
 
 `Judge` is also the AlpacaEval task's handle on its endpoint: the `paper` profile's annotator
@@ -121,7 +121,7 @@ class JudgeConfig:
     @classmethod
     def from_settings(cls, settings: Settings) -> JudgeConfig:
         endpoint, policy = judge_endpoint(settings)
-        return cls(endpoint, policy, concurrency=settings.judge_concurrency)
+        return cls(endpoint, policy, concurrency=settings.judge.concurrency)
 
     @property
     def model(self) -> str:
@@ -204,7 +204,7 @@ class Judge:
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> Judge:
-        """The configured judge; its key is read from the variable `judge_api_key_env` names."""
+        """The configured judge; its key is read from the variable `judge.api_key_env` names."""
         return cls(JudgeConfig.from_settings(settings), JudgeCache(judge_cache_path(settings)),
                    environ=environ)
 

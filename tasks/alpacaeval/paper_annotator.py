@@ -7,7 +7,7 @@ same prompt file (`alpaca_eval_fn.txt`, identical), the same function-calling re
 (`make_partial_leaderboard`, max_tokens 100, temperature 0) and parser (`json_parser` on
 `ordered_models`, then `ranking_parser` with `model_1_name: m`), batch size 1. So the config and
 the prompt are read at run time from the installed `alpaca_eval` package (never copied here);
-the judge model and endpoint are ours (settings `judge_model`, `judge_base_url`: the harness's
+the judge model and endpoint are ours (settings `judge.model`, `judge.base_url`: the harness's
 gpt-5.2 is recorded as `harness_model`).
 
 The protocol is `alpaca_eval`'s, through its own objects: `annotate_head2head(outputs_1 =

@@ -69,11 +69,11 @@ class JudgeClient:
     def from_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None, *,
                       api_key: str | None = None) -> JudgeClient:
         """The `judge_*` settings' endpoint (its key read from the variable
-        `judge_api_key_env` names, in `environ`) and the shared cache under A2RL_HOME."""
+        `judge.api_key_env` names, in `environ`) and the shared cache under A2RL_HOME."""
         endpoint, policy = judge_endpoint(settings)
         return cls(ChatClient(endpoint, policy, api_key=api_key, environ=environ),
                    AnswerCache(judge_cache_path(settings)),
-                   concurrency=settings.judge_concurrency)
+                   concurrency=settings.judge.concurrency)
 
     @property
     def model(self) -> str:

@@ -67,8 +67,8 @@ async def test_refused_submissions_are_counted_with_their_cpu_and_rate_limited(
     its copy and its validating process, the fourth call within a minute is refused at once
     with the seconds to wait (nothing copied, nothing loaded), and the run's ledger sums the
     checks."""
-    local = backend_settings(settings, "local").model_copy(
-        update={"submission_checks_per_minute": 3})
+    local = backend_settings(settings, "local").updated(
+        {"grading.submission_checks_per_minute": 3})
     async for agent in open_agent(local, store, max_submissions=1):
         ws = Path(agent.run.workspace)
         shutil.copytree(ws / "base_model", ws / "output" / "base")
@@ -186,8 +186,8 @@ def test_a_search_sweep_learns_nothing_from_withheld_counts(
     require_bwrap()
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(CORPUS.read_text() + json.dumps(MIXED_PAGE) + "\n")
-    dsqa = with_task_options(backend_settings(settings, "local").model_copy(
-        update={"base_model": "tiny-llama"}), "deepsearchqa", data_dir=str(FIXTURE),
+    dsqa = with_task_options(backend_settings(settings, "local").updated(
+        {"base_model": "tiny-llama"}), "deepsearchqa", data_dir=str(FIXTURE),
         corpus=str(corpus))
     created = create_run(dsqa, store, task_id="deepsearchqa", baseline=False)
     workspace = Path(created.run.workspace)

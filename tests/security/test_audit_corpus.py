@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 @pytest.fixture
 def local(settings: Settings) -> Settings:
     # small revision limit: the big training file is read from the workspace, not the store
-    return backend_settings(settings, "local").model_copy(update={"revision_max_bytes": 20_000})
+    return backend_settings(settings, "local").updated({"recording.revision_max_bytes": 20_000})
 
 
 async def _run(settings: Settings, store: Store, cheat: str | None, **kw: object) -> str:
@@ -131,7 +131,7 @@ async def test_a_sparse_or_filled_disk_does_not_hold_the_audit(local: Settings,
     test_items = [it for it in load_hidden(run, local).items if it.split == "test"][:400]
     lines = "".join(json.dumps({"input": it.input, "answer": it.answer}) + "\n"
                     for it in test_items)
-    budget = local.model_copy(update={"audit_read_bytes": 3_000_000})
+    budget = local.updated({"recording.audit_read_bytes": 3_000_000})
     async for agent in open_agent(budget, store):
         run_id = agent.run.id
         await agent.ok("edit_file", path="code/leak.txt", new_text=lines)

@@ -76,7 +76,7 @@ async def test_items_hidden_where_the_audit_looked_away_are_flagged(
     heredoc after 66 KB of padding, and in the middle of a log of 2.4 MB whose stored blob
     keeps 100 KB. Each channel is in the flag's evidence; the audit is complete."""
     items = _test_items(backend)
-    settings = backend.model_copy(update={"job_log_keep_bytes": 100_000})
+    settings = backend.updated({"recording.job_log_keep_bytes": 100_000})
     async for agent in open_agent(settings, store):
         run_id = agent.run.id
         await agent.ok("edit_file", path="code/hide.py", new_text=HIDE)

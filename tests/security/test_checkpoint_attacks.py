@@ -232,7 +232,7 @@ def test_submission_cannot_steer_generation_or_decoding(tmp_path: Path) -> None:
         assert validate_copy(d, base, d.name).ok
     items = task.load_split("dev", settings)[:12]
     prompts = [task.build_prompt(it) for it in items]
-    grader = task.spec.grader.capped(settings.grader_max_new_tokens)
+    grader = task.spec.grader.capped(settings.grading.max_new_tokens)
     outputs = {}
     for d in (clean, genconf, decoder):
         engine = make_engine(task, d, settings)
@@ -278,7 +278,7 @@ def test_concurrent_first_submits_respect_the_limit(settings: Settings, db_url: 
     told the limit is reached, none fails on a half-imported module (SQLite and PostgreSQL)."""
     from a2rl.server import create_run
 
-    settings = settings.model_copy(update={"db_url": db_url})
+    settings = settings.updated({"db_url": db_url})
     store = Store(db_url)
     run = create_run(settings, store, task_id="arith", budget="30m", baseline=False,
                      max_submissions=2).run
@@ -540,14 +540,14 @@ async def test_a_peft_adapter_beside_full_weights_is_refused(local_agent: Agent,
 
 
 @pytest.mark.parametrize("limit,expect", [
-    ({"checkpoint_check_memory_gib": 0.25}, "of memory and was stopped"),
-    ({"checkpoint_check_timeout_s": 0.05}, "took longer than 0.05s and was stopped"),
+    ({"grading.checkpoint_check_memory_gib": 0.25}, "of memory and was stopped"),
+    ({"grading.checkpoint_check_timeout_s": 0.05}, "took longer than 0.05s and was stopped"),
 ])
 async def test_a_validation_out_of_memory_or_time_is_a_recorded_refusal(
         settings: Settings, store: Store, tmp_path: Path, limit: dict, expect: str) -> None:
     """The validating process's limits hold: past its memory or its time it is stopped, the
     agent reads one line, the row is refused with that reason, no process is left."""
-    local = backend_settings(settings, "local").model_copy(update=limit)
+    local = backend_settings(settings, "local").updated(limit)
     async for agent in open_agent(local, store):
         ws = Path(agent.run.workspace)
         save_perturbed(ws / "base_model", ws / "output" / "trained", 0.3)

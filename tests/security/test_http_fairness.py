@@ -38,12 +38,12 @@ _spec.loader.exec_module(floods)
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.anyio]
 
-LIMITS = {"A2RL_HTTP_SESSIONS_PER_RUN": "3", "A2RL_HTTP_REQUESTS_PER_S": "40",
-          "A2RL_HTTP_MAX_REQUESTS_PER_RUN": "8", "A2RL_HTTP_MAX_CONNECTIONS_PER_RUN": "16",
-          "A2RL_HTTP_MAX_REQUESTS_PER_ADDRESS": "64",
-          "A2RL_HTTP_MAX_CONNECTIONS_PER_ADDRESS": "100",
-          "A2RL_HTTP_HEADER_TIMEOUT_S": "1.5", "A2RL_HTTP_BODY_TIMEOUT_S": "1.5",
-          "A2RL_HTTP_SSE_RETRY_MS": "200"}
+LIMITS = {"A2RL_SERVER__SESSIONS_PER_RUN": "3", "A2RL_SERVER__REQUESTS_PER_S": "40",
+          "A2RL_SERVER__MAX_REQUESTS_PER_RUN": "8", "A2RL_SERVER__MAX_CONNECTIONS_PER_RUN": "16",
+          "A2RL_SERVER__MAX_REQUESTS_PER_ADDRESS": "64",
+          "A2RL_SERVER__MAX_CONNECTIONS_PER_ADDRESS": "100",
+          "A2RL_SERVER__HEADER_TIMEOUT_S": "1.5", "A2RL_SERVER__BODY_TIMEOUT_S": "1.5",
+          "A2RL_SERVER__SSE_RETRY_MS": "200"}
 FLOOD_S = 2.0
 #: descriptors and MB the server may keep after a flood (a loaded machine's noise)
 FD_SLACK, RSS_SLACK_MB = 12, 40.0

@@ -289,14 +289,14 @@ async def test_a_long_path_component_gets_a_reason(agent: Agent) -> None:
 
 @pytest.mark.anyio
 async def test_oversize_arguments_are_refused_and_nothing_is_written(agent: Agent) -> None:
-    limit = agent.settings.max_tool_args_bytes
+    limit = agent.settings.recording.max_tool_args_bytes
     big = "z" * (limit + 1)
     text = await agent.refused("edit_file", path="big.txt", new_text=big)
     assert text.startswith(f"Error executing tool edit_file: the arguments are {limit + 20:,} "
                            "bytes; a call may carry at most")
     assert not (Path(agent.run.workspace) / "big.txt").exists()
     row = last_call(agent.store, agent.run.id)
-    assert len(row.arguments["new_text"].encode()) <= agent.settings.tool_arg_keep_bytes
+    assert len(row.arguments["new_text"].encode()) <= agent.settings.recording.tool_arg_keep_bytes
     assert row.arguments_blob is None  # it never ran: no whole copy
 
 
@@ -306,7 +306,7 @@ async def test_a_big_argument_is_stored_bounded_with_its_hash(agent: Agent) -> N
     await agent.ok("edit_file", path="big.txt", new_text=text)
     assert (Path(agent.run.workspace) / "big.txt").read_text() == text
     row = last_call(agent.store, agent.run.id)
-    keep = agent.settings.tool_arg_keep_bytes
+    keep = agent.settings.recording.tool_arg_keep_bytes
     assert row.arguments["new_text"] == text[:keep]
     assert row.arguments["_truncated"] == {"new_text": {
         "sha256": hashlib.sha256(text.encode()).hexdigest(), "size": len(text)}}
@@ -338,7 +338,7 @@ async def test_nul_on_postgresql_is_refused_and_recorded(postgres: Any, settings
     from .conftest import open_agent
 
     require_bwrap()
-    pg_settings = settings.model_copy(update={"db_url": postgres.create_database()})
+    pg_settings = settings.updated({"db_url": postgres.create_database()})
     store = Store(pg_settings.database_url)
     try:
         async for agent in open_agent(pg_settings, store, task_id="fixture"):
@@ -359,7 +359,7 @@ def test_a_message_over_the_size_limit_is_refused_without_being_kept(target: Tar
                                                                      wire_settings: Settings
                                                                      ) -> None:
     request_id = target.new_id()
-    limit = 2 * wire_settings.max_tool_args_bytes + 65_536
+    limit = 2 * wire_settings.recording.max_tool_args_bytes + 65_536
     raw = call(request_id, "edit_file", {"path": "huge.txt", "new_text": "q" * (limit + 1)})
     answer, row = target.refused(raw, -32600, request_id)
     assert answer["error"]["message"] == (
@@ -368,7 +368,7 @@ def test_a_message_over_the_size_limit_is_refused_without_being_kept(target: Tar
     # Read from the message's head: the tool, and each argument capped as any call's are.
     assert row.tool == "edit_file" and row.arguments["path"] == "huge.txt"
     kept = row.arguments["new_text"]
-    assert set(kept) == {"q"} and len(kept) == wire_settings.tool_arg_keep_bytes
+    assert set(kept) == {"q"} and len(kept) == wire_settings.recording.tool_arg_keep_bytes
     assert row.arguments["_truncated"] == {"(message)": {
         "sha256": hashlib.sha256(raw).hexdigest(), "size": len(raw)}}
     assert not (Path(target.run.workspace) / "huge.txt").exists()
@@ -377,7 +377,7 @@ def test_a_message_over_the_size_limit_is_refused_without_being_kept(target: Tar
 def test_an_oversize_message_with_its_id_last_is_answered_with_that_id(
         target: Target, wire_settings: Settings) -> None:
     request_id = target.new_id()
-    text = "q" * (2 * wire_settings.max_tool_args_bytes + 65_537)
+    text = "q" * (2 * wire_settings.recording.max_tool_args_bytes + 65_537)
     raw = json.dumps({"jsonrpc": "2.0", "method": "tools/call", "params": {
         "name": "edit_file", "arguments": {"path": "late.txt", "new_text": text}},
         "id": request_id}).encode()
@@ -456,7 +456,7 @@ def test_a_huge_raw_call_gets_one_line_at_once(target: Target, wire_settings: Se
     text = _error_text(answer)
     assert elapsed < ANSWER_S, f"{size_mb} MB answered in {elapsed:.1f} s"
     assert "\n" not in text and len(text) < 300, text
-    _assert_recorded_bounded(target.rows()[-1], text, wire_settings.tool_arg_keep_bytes)
+    _assert_recorded_bounded(target.rows()[-1], text, wire_settings.recording.tool_arg_keep_bytes)
     target.assert_answers_next()
     assert not (Path(target.run.workspace).parent / "escape.txt").exists()
 
@@ -507,7 +507,7 @@ async def test_a_huge_call_through_the_sdk_gets_one_line_at_once(
                                               f"{own:.1f} s of them the client's own")
             assert "\n" not in text and len(text) < 300, text
             _assert_recorded_bounded(last_call(wire_store, created.run.id), text,
-                                     wire_settings.tool_arg_keep_bytes)
+                                     wire_settings.recording.tool_arg_keep_bytes)
             with anyio.fail_after(ANSWER_S):
                 assert not (await client.call_tool("budget_status", {})).is_error
             assert last_call(wire_store, created.run.id).tool == "budget_status"

@@ -38,17 +38,17 @@ from .conftest import Agent, open_agent
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
 LIMITS = {
-    "sandbox_memory": "256m", "docker_memory": "256m",
-    "sandbox_pids_limit": 64, "docker_pids_limit": 64,
-    "sandbox_disk": "96m", "sandbox_file_size": "32m",
-    "job_log_max_bytes": "4m", "job_log_keep_bytes": 200_000,
+    "sandbox.local.memory": "256m", "sandbox.docker.memory": "256m",
+    "sandbox.local.pids_limit": 64, "sandbox.docker.pids_limit": 64,
+    "sandbox.disk": "96m", "sandbox.file_size": "32m",
+    "sandbox.job_log_max_bytes": "4m", "recording.job_log_keep_bytes": 200_000,
 }
 
 
 @pytest.fixture
 async def agent(backend: Settings, store: Store) -> AsyncIterator[Agent]:
     """A fresh arith run on the parametrized backend, with small limits."""
-    async for a in open_agent(backend.model_copy(update=LIMITS), store):
+    async for a in open_agent(backend.updated(LIMITS), store):
         yield a
 
 
@@ -164,8 +164,8 @@ async def test_jobs_run_as_the_sandbox_user_without_privileges(agent: Agent) -> 
     out = await agent.sh("id -u; id -G; grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/self/status;"
                          " touch /probe 2>&1 | tail -1")
     lines = out["output"].splitlines()
-    assert lines[0] == str(agent.settings.sandbox_uid) != str(os.geteuid())
-    assert lines[1] == str(agent.settings.sandbox_uid)  # no supplementary group
+    assert lines[0] == str(agent.settings.sandbox.uid) != str(os.geteuid())
+    assert lines[1] == str(agent.settings.sandbox.uid)  # no supplementary group
     assert "CapEff:\t0000000000000000" in out["output"]
     assert "CapPrm:\t0000000000000000" in out["output"]
     assert "NoNewPrivs:\t1" in out["output"]
@@ -173,7 +173,7 @@ async def test_jobs_run_as_the_sandbox_user_without_privileges(agent: Agent) -> 
     # The files it writes are the sandbox user's, not root's.
     await agent.sh("echo x > code/mine.py")
     assert (Path(agent.run.workspace) / "code" / "mine.py").stat().st_uid == (
-        agent.settings.sandbox_uid)
+        agent.settings.sandbox.uid)
 
 
 # -- the kernel's surface: no new namespaces, a seccomp filter ----------------------------------
@@ -472,8 +472,8 @@ async def test_sparse_file_cannot_exceed_the_file_size_limit(agent: Agent) -> No
         assert not path.exists() or path.stat().st_size <= 32 * 2**20
 
 
-STORE_CAPS = {"revision_run_max_bytes": 2 << 20, "job_log_keep_bytes": 300_000,
-              "job_log_run_keep_bytes": 1_000_000}
+STORE_CAPS = {"recording.revision_run_max_bytes": 2 << 20, "recording.job_log_keep_bytes": 300_000,
+              "recording.job_log_run_keep_bytes": 1_000_000}
 
 
 def blob_bytes(store: Store) -> tuple[int, int]:
@@ -489,7 +489,7 @@ async def test_many_distinct_files_and_logs_stay_within_the_runs_store_caps(
     under the per-file limit), then floods its output: the store grows by at most the run's
     revision cap plus its job log cap. Every change is still recorded, past the cap by path,
     size and sha256 without content; the agent still reads every job's whole output."""
-    async for agent in open_agent(backend.model_copy(update={**LIMITS, **STORE_CAPS}), store):
+    async for agent in open_agent(backend.updated({**LIMITS, **STORE_CAPS}), store):
         before = blob_bytes(store)
         jobs = []
         for i in range(3):
@@ -550,7 +550,7 @@ async def test_daemon_does_not_outlive_the_deadline(agent: Agent) -> None:
 async def test_other_runs_processes_are_invisible(agent: Agent, backend: Settings,
                                                   store: Store) -> None:
     t = tag()
-    async for other in open_agent(backend.model_copy(update=LIMITS), store):
+    async for other in open_agent(backend.updated(LIMITS), store):
         job = await other.sh(f"sleep 1000.{t}", wait_s=0.5)
         assert job["status"] == "running"
         assert wait_for(lambda: len(host_procs(f"1000.{t}")) == 1)

@@ -154,9 +154,9 @@ async def search_agent(backend: Settings, store: Store, monkeypatch: pytest.Monk
     fixture = Path(__file__).parents[1] / "fixtures" / "deepsearchqa"
     monkeypatch.setenv("A2RL_SEARCH_API_KEY", "sk-test")
     with FakeSearch() as fake:
-        settings = with_task_options(backend.model_copy(update={
-            "base_model": "tiny-llama", "service_max_connections": 4,
-            "service_requests_per_s": 5.0}), "deepsearchqa", data_dir=str(fixture),
+        settings = with_task_options(backend.updated({
+            "base_model": "tiny-llama", "server.services.max_connections": 4,
+            "server.services.requests_per_s": 5.0}), "deepsearchqa", data_dir=str(fixture),
             search_url=fake.url)
         async for a in open_agent(settings, store, task_id="deepsearchqa"):
             yield a, fake
@@ -186,11 +186,12 @@ async def test_service_flood_from_a_job_is_bounded_and_recorded(
     stats = json.loads(out["output"].strip().splitlines()[-1])
     assert stats["kept"] == 4 and stats["refused_connections"] == 36, stats
     assert len(stats["connection_errors"]) == 1, stats
-    assert "service_max_connections" in stats["connection_errors"][0], stats
+    assert "server.services.max_connections" in stats["connection_errors"][0], stats
     assert stats["answers"] == 200, stats  # every request answered, none left hanging
     allowed = 5 + 5.0 * stats["elapsed"] + 1  # the burst, the refill, one of rounding
     assert 5 <= stats["ok"] <= allowed, stats
-    assert stats["errors"] and all("service_requests_per_s" in e for e in stats["errors"]), stats
+    assert stats["errors"], stats
+    assert all("server.services.requests_per_s" in e for e in stats["errors"]), stats
     assert len(fake.requests) - before == stats["ok"]  # only admitted searches cost a paid call
     assert len(_rows(agent.store, agent.run.id, "service.search")) == stats["ok"]
     time.sleep(1.5)  # the refusal row is rewritten at most once a second
@@ -205,12 +206,12 @@ async def test_service_flood_from_a_job_is_bounded_and_recorded(
 
 async def test_service_bytes_per_run_are_capped(store: Store, settings: Settings,
                                                 tmp_path: Path) -> None:
-    """Past `service_max_bytes` of requests and answers, every request is refused with its one
-    line, on a connection that stays usable, and the refusal is counted."""
+    """Past `server.services.max_bytes` of requests and answers, every request is refused with
+    its one line, on a connection that stays usable, and the refusal is counted."""
     from a2rl.server import create_run
 
     run = create_run(settings, store, task_id="fixture-services", baseline=False).run
-    limits = ServiceLimits.from_settings(settings.model_copy(update={"service_max_bytes": 300}))
+    limits = ServiceLimits.from_settings(settings.updated({"server.services.max_bytes": 300}))
     host = ServiceHost(store, run.id, tmp_path / "services", "echo", lambda r: {"echo": r},
                        RunServiceBudget(limits, store, run.id)).start()
     try:
@@ -224,7 +225,7 @@ async def test_service_bytes_per_run_are_capped(store: Store, settings: Settings
                 answers.append(json.loads(reader.readline()))
         served = [a for a in answers if a["ok"]]
         assert 1 <= len(served) < 10 and all(not a["ok"] for a in answers[len(served):])
-        assert "service_max_bytes" in answers[-1]["error"]
+        assert "server.services.max_bytes" in answers[-1]["error"]
         assert host.budget.bytes_carried <= 300 + 200  # passed by at most one answer
     finally:
         host.stop()
