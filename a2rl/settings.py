@@ -514,7 +514,7 @@ def load_settings(
         try:
             check_legacy_setting(name, value)
         except ValidationError as exc:
-            raise SettingsError(f"{origin(name, source, value, spelled=name)}: "
+            raise SettingsError(f"{origin(name, source, value)}: "
                                 f"{_allowed(exc.errors(include_url=False)[0], source)}"
                                 ) from None
     try:

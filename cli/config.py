@@ -34,7 +34,7 @@ def config_show(as_json: JsonFlag = False) -> None:
     cli)."""
     settings, sources = context.settings_and_sources()
     rows: dict[str, tuple[Any, str]] = {}
-    for path in setting_paths():
+    for path in sorted(setting_paths(), key=lambda p: "." in p):  # the top's first
         value = settings.database_url if path == "db_url" else _value(settings, path)
         if isinstance(value, dict):
             value = {k: v.model_dump() if isinstance(v, BaseModel) else v

@@ -35,7 +35,7 @@ def with_task_options(settings: Settings, task_id: str, **options: Any) -> Setti
     that table of config.toml sets)."""
     tables = dict(settings.tasks)
     tables[task_id] = {**tables.get(task_id, {}), **options}
-    return settings.updated({"tasks": tables})
+    return settings.model_copy(update={"tasks": tables})
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:

@@ -175,6 +175,7 @@ def test_config_show_prints_the_sections(tmp_path: Path) -> None:
     shown = cli(tmp_path, "config", "show")
     assert shown.exit_code == 0, shown.output
     lines = shown.stdout.splitlines()
+    assert "[]" not in lines and lines[0].startswith("home ")  # the top's settings first
     docker = lines.index("[sandbox.docker]")
     assert any(line.startswith("memory") and "8g" in line and "[file:" in line
                for line in lines[docker:docker + 6])

@@ -130,8 +130,8 @@ def test_evaluate_dev_on_tiny_model(tmp_path_factory: pytest.TempPathFactory) ->
     # The real grader settings except a short generation: 512 tokens of the char-level tiny
     # model on 20 long prompts take over a minute on two CPU cores.
     short = HumanEvalTask(base_model="tiny-llama", timeout_s=4.0)
-    short.spec = short.spec.model_copy(update=
-        {"grader": short.spec.grader.model_copy(update={"max_new_tokens": 32})})
+    short.spec = short.spec.model_copy(
+        update={"grader": short.spec.grader.model_copy(update={"max_new_tokens": 32})})
     res = evaluate(short, short.base_model_dir(settings), "dev", settings)
     assert res.n_items == 20 and res.score == 0.0
     assert res.ci_low == 0.0 < res.ci_high < 0.2
