@@ -77,7 +77,7 @@ async def ended(store: Store, job_id: str, timeout: float) -> Job:
 
 
 async def test_each_cause_from_its_evidence(backend: Settings, store: Store) -> None:
-    if backend.backend != "docker":
+    if backend.sandbox.backend != "docker":
         import os
         require(os.geteuid() == 0, "a memory cgroup needs root on this machine")
     async with opened(backend, store) as (c, run):

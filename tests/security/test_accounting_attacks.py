@@ -78,7 +78,7 @@ async def test_refused_submissions_are_counted_with_their_cpu_and_rate_limited(
         began = time.monotonic()
         for _ in range(5):
             err = await agent.refused("submit_checkpoint", path="output/base")
-            assert "at most 3 may be (submission_checks_per_minute)" in err, err
+            assert "at most 3 may be (grading.submission_checks_per_minute)" in err, err
             assert "submit again in" in err and len(err.strip().splitlines()) == 1, err
         assert time.monotonic() - began < 10  # refused unchecked: no copy, no loading
         checks = _checks(store, agent.run.id)

@@ -146,7 +146,8 @@ async def test_no_hidden_item_is_readable_from_a_job(backend: Settings, store: S
         report_file = Path(agent.run.workspace) / "scan-report.json"
         assert report_file.is_file(), f"the scan did not finish: {out.get('output', '')[-2000:]}"
         report = json.loads(report_file.read_text())
-        print(f"{backend.backend}: scanned in {report['seconds']} s (grep {report['grep_s']} s), "
+        print(f"{backend.sandbox.backend}: scanned in {report['seconds']} s "
+              f"(grep {report['grep_s']} s), "
               f"{report['archives_opened']} archives opened, uid {report['uid']}; "
               f"{len(report['notes'])} notes: {report['notes'][:5]}")
         controls = {f"{CONTROL_DIR}/plain.txt", f"{CONTROL_DIR}/packed.jsonl.gz",
