@@ -284,7 +284,12 @@ class _Environment(EnvSettingsSource, _Spelled):
         super().__init__(Settings)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
-        return {k.lower(): v for k, v in self.environ.items() if v != ""}
+        # a section is its keys' variables only, never one variable of JSON: `A2RL_SANDBOX` is
+        # also the run's nonce in every job's environment (`a2rl.sandbox.local.SANDBOX_VAR`)
+        whole = {f"{ENV_PREFIX}{name}".lower() for name, field in Settings.model_fields.items()
+                 if _section_of(field) is not None}
+        return {k.lower(): v for k, v in self.environ.items()
+                if v != "" and k.lower() not in whole}
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         if field_name in _NOT_VARIABLES:

@@ -114,6 +114,9 @@ def test_a_deprecated_name_warns_once_in_one_line_naming_its_new_place(
     # a section's spelling wins over the old one given beside it
     both = load_settings(environ={**env, "A2RL_SERVER__PORT": "9002"})[0]
     assert both.server.port == 9002
+    # a section is never one variable: A2RL_SANDBOX is a job's nonce, not the sandbox's JSON
+    inside_a_job = load_settings(environ={"A2RL_HOME": str(tmp_path), "A2RL_SANDBOX": "n-1"})[0]
+    assert inside_a_job.sandbox.docker.memory == "8g"
 
 
 def test_an_unknown_key_of_a_section_is_refused_by_file_and_key(tmp_path: Path) -> None:
