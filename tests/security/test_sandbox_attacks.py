@@ -504,7 +504,8 @@ async def test_many_distinct_files_and_logs_stay_within_the_runs_store_caps(
             assert out["output"].rstrip().endswith("tail-end")
             jobs.append(out["job_id"])
         grown = [a - b for a, b in zip(blob_bytes(store), before, strict=True)]
-        cap = STORE_CAPS["revision_run_max_bytes"] + STORE_CAPS["job_log_run_keep_bytes"]
+        cap = (STORE_CAPS["recording.revision_run_max_bytes"]
+               + STORE_CAPS["recording.job_log_run_keep_bytes"])
         assert max(grown) <= cap, (grown, cap)
         ws = Path(agent.run.workspace)
         with store.session() as s:
