@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import graphlib
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -18,12 +19,11 @@ from a2rl.sandbox.registry import BUILTIN_BACKENDS
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: package name -> its folder (pyproject's package-dir)
-PACKAGES = {"a2rl.server": "server", "a2rl.tools": "tools", "a2rl.tasks": "tasks",
-            "a2rl.grading": "grading", "a2rl.store": "store", "a2rl.clients": "clients",
-            "a2rl.analysis": "analysis", "a2rl.fleet": "fleet",
-            "a2rl.audit": "audit", "a2rl.cli": "cli",
-            "a2rl.sandbox": "sandbox"}
+#: package name -> its folder: pyproject's package-dir, read rather than copied, so that a new
+#: top-level folder is a node of this graph the moment it is a package of the wheel
+PACKAGES = {name: folder for name, folder in tomllib.loads(
+    (REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()
+    if name != "a2rl"}
 
 #: Who may import whom, read downwards; an edge missing here is a layering mistake, and one
 #: added must keep the graph free of loops (the test checks that too).
