@@ -11,7 +11,14 @@ from pydantic import ValidationError
 
 from a2rl.cli import context
 from a2rl.cli.errors import fail
-from a2rl.cli.options import BACKENDS, PROFILES, JsonFlag, choices, key_values, task_options
+from a2rl.cli.options import (
+    BACKENDS,
+    PROFILES,
+    JsonFlag,
+    choices,
+    given_task_options,
+    key_values,
+)
 from a2rl.cli.output import echo, print_json
 from a2rl.cli.preflight import check_run
 from a2rl.settings import Settings
@@ -138,5 +145,5 @@ def _fleet_task_options(tasks: list[str], planned: dict[str, dict[str, Any]],
             elif target == task:
                 mine[name] = value
         pairs_of_task = [f"{k}={v}" for k, v in mine.items()]
-        out[task] = task_options(task, pairs_of_task, settings, profile)
+        out[task] = given_task_options(task, pairs_of_task, profile)
     return {task: opts for task, opts in out.items() if opts}

@@ -102,7 +102,7 @@ def _print_task_options(task_id: str, as_json: bool, profile: str | None = None,
     description) and the values now in force from config.toml, the deprecated settings and
     `-T`; with --profile, first the evaluation settings in force under that profile."""
     try:
-        task = get_task(task_id, profile or "a2rl").with_options(
+        task = get_task(task_id, profile or "a2rl").with_recorded_options(
             task_options(task_id, pairs, context.settings(), profile or "a2rl"))
     except KeyError as exc:
         fail(message(exc))

@@ -68,7 +68,8 @@ def create(
         protocol=protocol, profile=profile, grading_clock=grading_clock,
         unsafe_local=unsafe_local or None, gpus=gpu_ids(gpus), network=network == "bridge",
         keep_container=keep_container,
-        task_options=task_options(task, task_option, settings, profile))
+        task_options=task_options(task, task_option, settings, profile),
+        task_options_resolved=True)
     check_run(settings, config)  # the base model and the data, in one line each
     # the server and the tools (the MCP SDK among their imports, ~0.4 s) once the flags are
     # known to be good: a mistake in them is answered without it
@@ -261,7 +262,8 @@ def run(
             unsafe_local=unsafe_local or None, max_submissions=max_submissions, seed=seed,
             agent_options=agent_options, gpus=gpu_ids(gpus), network=network == "bridge",
             keep_container=keep_container,
-            task_options=task_options(task, task_option, settings, profile))
+            task_options=task_options(task, task_option, settings, profile),
+            task_options_resolved=True)
     check_run(settings, config)  # the agent, its options and endpoint, the base model, data
     # the orchestrator (the MCP SDK among its imports) once the flags parsed: see `create`
     from a2rl.clients.orchestrator import Orchestrator

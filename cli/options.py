@@ -94,12 +94,28 @@ def run_config(**fields: Any) -> RunConfig:
 
 
 def task_options(task: str, pairs: list[str] | None, settings: Settings,
-                 profile: str = "a2rl") -> dict[str, str]:
-    """`-T key=value` pairs for `task`, checked against its options now: a bad key or value
+                 profile: str = "a2rl") -> dict[str, Any]:
+    """`task`'s options as a run made now records them, resolved here once (defaults,
+    deprecated settings, `[tasks.<id>]`, then `-T key=value`): the run's checks and
+    `create_run` take them as they are (`RunConfig.task_options_resolved`). A bad key or value
     is one line naming the task, the key and what is allowed, before anything is made."""
     try:
         given = parse_assignments(pairs or [])
-        get_task(task, profile).with_options(given).options(settings)
+        return get_task(task, profile).with_options(given).resolved(settings).options_record()
+    except OptionsError as exc:
+        fail(str(exc))
+    except (KeyError, ValueError) as exc:
+        fail(message(exc))
+
+
+def given_task_options(task: str, pairs: list[str] | None, profile: str = "a2rl"
+                       ) -> dict[str, str]:
+    """`-T key=value` pairs for `task`, their keys and values checked against its options now
+    (no setting read: the process that makes the run resolves them, e.g. a fleet's node)."""
+    try:
+        given = parse_assignments(pairs or [])
+        task_obj = get_task(task, profile)
+        task_obj.options_model.validated(task_obj.spec.id, given)
     except OptionsError as exc:
         fail(str(exc))
     except (KeyError, ValueError) as exc:

@@ -24,7 +24,7 @@ from a2rl.grading.engine_select import chosen_engine
 from a2rl.sandbox.registry import backend
 from a2rl.settings import Settings
 from a2rl.store import RunConfig
-from a2rl.tasks import check_data, get_task
+from a2rl.tasks import check_data, task_of_run
 
 
 def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = True) -> None:
@@ -34,7 +34,8 @@ def check_run(settings: Settings, config: RunConfig, *, on_this_machine: bool = 
         if config.agent is not None:
             _check_agent(config, on_this_machine)
         if on_this_machine:
-            task = get_task(config.task_id, config.profile).with_options(config.task_options)
+            task = task_of_run(config.task_id, config.profile, config.task_options,
+                               resolved=config.task_options_resolved, settings=settings)
             task.base_model_dir(settings)
             check_data(task, settings)
             backend(config.backend or settings.sandbox.backend)

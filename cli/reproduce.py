@@ -54,7 +54,7 @@ def _regrade_one(settings: Settings, store: Store, run_id: str, profile: str | N
         run = s.get(Run, run_id)
     assert run is not None
     try:
-        task = get_task(run.task_id, run.profile).with_options(run.task_options)
+        task = get_task(run.task_id, run.profile).with_recorded_options(run.task_options)
         base_dir = task.base_model_dir(settings)
     except (RegistryError, ValueError, OSError) as exc:
         raise CannotRegrade(f"run {run_id}: its task cannot be loaded here ({exc})") from None

@@ -233,7 +233,7 @@ def start_run_services(settings: Settings, store: Store, run: Run,
     """Start the services the run's task declares (none for most tasks)."""
     from a2rl.tasks import get_task  # heavy: only when a run is served
 
-    task = get_task(run.task_id, run.profile).with_options(run.task_options or {})
+    task = get_task(run.task_id, run.profile).with_recorded_options(run.task_options or {})
     budget = RunServiceBudget(ServiceLimits.from_settings(settings), store, run.id)
     hosts = []
     for name, handler in service_handlers(task, settings).items():

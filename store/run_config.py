@@ -192,8 +192,11 @@ class RunConfig(RunKnobs):
     #: no dump shows them (`exclude`): not the store, an archive or `--json`; only a fleet's
     #: node gets them (`node_json`). A run read back from the store has none.
     agent_options: dict[str, str] = Field(default_factory=dict, repr=False, exclude=True)
-    #: -T key=value (`a2rl.tasks.options`); the run records them resolved (every option)
+    #: -T key=value (`a2rl.tasks.options`), resolved by `create_run`; or, with
+    #: `task_options_resolved`, every option as already resolved (`a2rl create/run` resolve
+    #: them once, before their checks). The run records them resolved.
     task_options: dict[str, Any] = Field(default_factory=dict)
+    task_options_resolved: bool = False
     gpus: list[str] = Field(default_factory=list, description="GPU ids for a container")
     share_gpus: bool = False  # allow a GPU another running sandbox holds
     #: membership of an `a2rl fleet`: the fleet, the repeat index (with task, agent and

@@ -13,7 +13,14 @@ from .data_status import DataStatus, TaskDataError
 from .hidden_seed import secret_seed, seed_digest
 from .listing import profile_settings
 from .options import OptionsError, TaskOptions, parse_assignments
-from .registry import get_task, list_tasks, register, task_ids, task_load_errors
+from .registry import (
+    get_task,
+    list_tasks,
+    register,
+    task_ids,
+    task_load_errors,
+    task_of_run,
+)
 from .services import ServiceAnswer, service_handlers
 from .spec import GraderSettings, SplitInfo, TaskSpec
 from .task_data import (
@@ -34,5 +41,5 @@ __all__ = [
     "copy_tree_readonly", "data_status", "ensure_base_model", "get_task", "hidden_data_paths",
     "list_tasks", "parse_assignments", "prepare_workspace", "profile_settings", "register",
     "resolve_base_model", "secret_seed", "seed_digest", "service_handlers", "task_ids",
-    "task_load_errors",
+    "task_load_errors", "task_of_run",
 ]

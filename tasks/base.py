@@ -79,8 +79,13 @@ class Task(ABC):
     services: Mapping[str, ServiceFactory] = {}
 
     # --- configuration ------------------------------------------------------------------------
-    #: Options given explicitly (`with_options`: -T, or a run's record), over the settings'.
+    #: Options given explicitly (`with_options`: -T), over the settings'.
     option_overrides: Mapping[str, Any] = {}
+    #: The options in force, once resolved (`resolved`, when a run is made) or read back from
+    #: a run's record (`with_recorded_options`): from then on `options` returns them and never
+    #: reads the settings again, so every part of a run (its checks, its workspace, its
+    #: services, its grader on any process or node) uses the options the run recorded.
+    pinned_options: TaskOptions | None = None
     base_model_override: str | None = None  # set by a task constructed with base_model=
 
     def with_profile(self, profile: str) -> Task:
@@ -125,22 +130,53 @@ class Task(ABC):
         return self.profile
 
     def with_options(self, overrides: Mapping[str, Any]) -> Task:
-        """A copy of this task whose options take `overrides` over the settings' (-T, or the
-        options recorded on a run); this task when there are none. Unknown keys are refused
-        now (`OptionsError`); values are checked by `options`."""
+        """A copy of this task whose options take `overrides` (-T) over the settings'; this
+        task when there are none. Unknown keys are refused now (`OptionsError`); values are
+        checked by `options`. A task whose options are pinned takes them over its pinned ones
+        (values checked now)."""
         if not overrides:
             return self
         check_keys(self.options_model, self.spec.id, overrides, where="-T")
+        if self.pinned_options is not None:
+            return self.with_recorded_options(
+                {**self.pinned_options.model_dump(mode="json"), **overrides})
         task = copy.copy(self)
         task.option_overrides = {**self.option_overrides, **overrides}
         return task
 
-    def options(self, settings: Settings) -> TaskOptions:
-        """The options in force: defaults, deprecated settings, `[tasks.<id>]`, overrides."""
+    def resolved(self, settings: Settings) -> Task:
+        """A copy of this task with its options resolved now, against `settings`, and pinned:
+        what making a run does once (`a2rl create/run` before their checks, else
+        `create_run`). `OptionsError` on a bad key or value, of -T or `[tasks.<id>]`."""
+        if self.pinned_options is not None:
+            return self
+        task = copy.copy(self)
+        task.pinned_options = self.options(settings)
+        task.option_overrides = {}
+        return task
+
+    def with_recorded_options(self, record: Mapping[str, Any]) -> Task:
+        """A copy of this task with the options a run recorded (`Run.task_options`, or a
+        config already resolved) pinned as they are: no setting of this process is read, so
+        a grader on another node, or under a `config.toml` changed since, uses exactly the
+        run's options. `OptionsError` on a key the task no longer has or a bad value."""
+        task = copy.copy(self)
+        task.pinned_options = self.options_model.validated(self.spec.id, record)
+        task.option_overrides = {}
+        return task
+
+    def options(self, settings: Settings | None = None) -> TaskOptions:
+        """The options in force: the pinned ones, else resolved from defaults, deprecated
+        settings, `[tasks.<id>]` and the overrides (`settings` needed then)."""
+        if self.pinned_options is not None:
+            return self.pinned_options
+        if settings is None:
+            raise ValueError(f"task {self.spec.id}: its options are not resolved yet and no "
+                             "settings were given to resolve them")
         return self.options_model.resolve(self.spec.id, settings, self.option_overrides)
 
-    def options_record(self, settings: Settings) -> dict[str, Any]:
-        """The resolved options as JSON, as runs and evaluations record them."""
+    def options_record(self, settings: Settings | None = None) -> dict[str, Any]:
+        """The options in force as JSON, as runs and evaluations record them."""
         return self.options(settings).model_dump(mode="json")
 
     def options_defaults(self) -> dict[str, Any]:

@@ -11,11 +11,13 @@ they are set, later over earlier, by:
    (`legacy_settings`), registered with the settings when the class is made, so that settings
    accept them without naming any task (`Settings.legacy_task_settings` holds their values);
 3. the `[tasks.<id>]` table of `$A2RL_HOME/config.toml` (`Settings.tasks`);
-4. `-T key=value` on `a2rl run/create/fleet` (`Task.with_options`), which is also how a run's
-   recorded options reach its grader.
+4. `-T key=value` on `a2rl run/create/fleet` (`Task.with_options`).
 
-The resolved options are recorded on the run (`Run.task_options`) and in every evaluation's
-provenance.
+They are resolved once, when a run is made (`Task.resolved`: by `a2rl create/run` before their
+checks, else by `create_run`), and recorded on the run (`Run.task_options`), in its frozen
+evaluation config and in every evaluation's provenance. Everything after reads the record
+(`Task.with_recorded_options`: the run's checks, workspace, services, grader and audit) and
+never the settings of the process it runs in.
 """
 
 from __future__ import annotations
@@ -88,6 +90,18 @@ class TaskOptions(BaseModel):
         values.update(table)
         check_keys(cls, task_id, overrides or {}, where="-T")
         values.update(overrides or {})
+        return cls._checked(task_id, values)
+
+    @classmethod
+    def validated(cls, task_id: str, record: Mapping[str, Any]) -> TaskOptions:
+        """`record` (options a run recorded, or -T pairs alone) checked as options, with no
+        setting read: the defaults fill what it leaves out. `OptionsError` on an unknown key
+        or a bad value."""
+        check_keys(cls, task_id, record, where="the run's recorded options")
+        return cls._checked(task_id, dict(record))
+
+    @classmethod
+    def _checked(cls, task_id: str, values: dict[str, Any]) -> TaskOptions:
         try:
             return cls(**values)
         except ValidationError as exc:

@@ -18,7 +18,7 @@ from typing import Any
 
 from a2rl.grading.seam import register_task_loader
 from a2rl.registry import PluginLoadError, Registry
-from a2rl.settings import register_legacy_declarations
+from a2rl.settings import Settings, register_legacy_declarations
 
 from .base import Task
 from .profiles import check_profile
@@ -166,8 +166,20 @@ def get_task(task_id: str, profile: str = "a2rl") -> Task:
 
 def task_for_grading(task_id: str, profile: str, options: Mapping[str, Any]) -> Task:
     """The task a run's grader evaluates: `task_id` under `profile`, with the run's recorded
-    options (the `TaskLoader` grading's worker finds through the seam)."""
-    return get_task(task_id, profile).with_options(dict(options))
+    options pinned, no setting of the grading process read (the `TaskLoader` grading's worker
+    finds through the seam)."""
+    return get_task(task_id, profile).with_recorded_options(options)
+
+
+def task_of_run(task_id: str, profile: str, options: Mapping[str, Any], *, resolved: bool,
+                settings: Settings) -> Task:
+    """The task a run being made is of: `options` pinned as they are when `resolved` (the
+    CLI resolved them before its checks), else resolved now against `settings` (-T over
+    them): the one resolution of a run's options (`a2rl.tasks.options`)."""
+    task = get_task(task_id, profile)
+    if resolved:
+        return task.with_recorded_options(options)
+    return task.with_options(options).resolved(settings)
 
 
 register_task_loader(f"{__name__}:task_for_grading")

@@ -276,9 +276,11 @@ def test_run_records_options_and_the_grader_uses_them(settings: Settings, store:
     from a2rl.grading import worker
     from a2rl.server import create_run, finish_run
 
+    resolutions = count_resolutions(monkeypatch)
     created = create_run(settings, store, task_id="greet", budget="30m", baseline=False,
                          task_options={"greeting": "hello", "times": "2"})
     run = created.run
+    assert len(resolutions) == 1  # once, when the run is made; everything after reads it
     try:
         with store.session() as s:
             row = s.get(Run, run.id)
@@ -300,15 +302,60 @@ def test_run_records_options_and_the_grader_uses_them(settings: Settings, store:
         ckpt = tmp_path / "ckpt"
         ckpt.mkdir()
         (ckpt / "model.safetensors").write_bytes(b"x")
+        # a grading process whose config.toml changed since, even to a table the run's
+        # creation would have refused, grades under the run's options, resolving nothing
+        changed = settings.updated({"tasks": {"greet": {"greeting": "bye", "nope": 1}}})
         spec = worker.WorkerSpec(task_id="greet", checkpoint_dir=str(ckpt), split="dev",
                                  task_options=row.task_options,
-                                 settings=settings.model_dump(mode="json"))
+                                 settings=changed.model_dump(mode="json"))
         result = json.loads(worker.run_spec(spec))
         assert seen["options"]["greeting"] == "hello" and seen["options"]["times"] == 2
+        assert len(resolutions) == 1
         assert result["score"] == 1.0
         assert result["provenance"]["task_options"] == row.task_options
     finally:
         finish_run(settings, store, run.id)
+
+
+def count_resolutions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The task ids `TaskOptions.resolve` is called for from now on."""
+    calls: list[str] = []
+    original = TaskOptions.resolve.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[TaskOptions], task_id: str, *args: Any, **kwargs: Any) -> TaskOptions:
+        calls.append(task_id)
+        return original(cls, task_id, *args, **kwargs)
+
+    monkeypatch.setattr(TaskOptions, "resolve", classmethod(counted))
+    return calls
+
+
+def test_the_cli_resolves_a_runs_options_once_for_its_checks_and_the_run(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`a2rl create/run` resolve -T over the settings once; the checks before the run is made
+    and `create_run` take that record as it is (a config.toml changed in between is not
+    read again: the run records what was checked)."""
+    from a2rl.cli.options import run_config, task_options
+    from a2rl.cli.preflight import check_run
+    from a2rl.tasks import task_of_run
+
+    table = settings.updated({"tasks": {"greet": {"times": 3}}})
+    resolutions = count_resolutions(monkeypatch)
+    record = task_options("greet", ["greeting=hey"], table)
+    assert record == {"base_model": "", "greeting": "hey", "times": 3}
+    config = run_config(task_id="greet", task_options=record, task_options_resolved=True)
+    check_run(table, config)
+    bad = table.updated({"tasks": {"greet": {"times": 5, "nope": 1}}})
+    task = task_of_run("greet", "a2rl", config.task_options, resolved=True, settings=bad)
+    assert task.options().model_dump() == record
+    assert resolutions == ["greet"]
+    # a config made without the CLI (a library caller, a fleet's node) is resolved there
+    later = table.updated({"tasks": {"greet": {"times": 5}}})
+    fresh = task_of_run("greet", "a2rl", {"greeting": "hey"}, resolved=False, settings=later)
+    assert fresh.options().model_dump() == {**record, "times": 5}
+    assert resolutions == ["greet", "greet"]
+    with pytest.raises(OptionsError, match="no option 'nope'"):
+        task_of_run("greet", "a2rl", {}, resolved=False, settings=bad)
 
 
 def test_old_runs_read_empty_options_and_legacy_readonly_inputs(tmp_path: Path) -> None:

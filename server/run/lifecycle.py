@@ -70,7 +70,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     resolved, and what was settled (`RunSetup`).
     """
     # tasks import grading, which is heavy: only when needed
-    from a2rl.tasks import base_model_name, check_data, get_task, prepare_workspace
+    from a2rl.tasks import base_model_name, check_data, prepare_workspace, task_of_run
     from a2rl.tasks.registry import DEFAULT_TASK
 
     if config is None:
@@ -80,8 +80,11 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
     config = config.with_task(DEFAULT_TASK)
     from a2rl.grading.frozen import freeze, honour
 
-    task = get_task(config.task_id, config.profile).with_options(config.task_options)
-    options = task.options_record(settings)  # checked now: nothing made on a bad option
+    # the run's options resolved once, now (or by the CLI before its checks) and pinned:
+    # nothing after reads them from settings again; a bad one fails before anything is made
+    task = task_of_run(config.task_id, config.profile, config.task_options,
+                       resolved=config.task_options_resolved, settings=settings)
+    options = task.options_record()
     # what decides every score of the run besides the checkpoint, frozen now: its baseline
     # and every later evaluation, on any process, are graded under it
     evaluation = freeze(task, settings)
@@ -118,6 +121,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
         token, token_hash = new_token()
         made = config.model_copy(update={
             "backend": backend, "unsafe_local": unsafe, "task_options": options,
+            "task_options_resolved": True,
             "evaluation": evaluation,
             "setup": RunSetup(
                 baseline_evaluations={split: ev.id for split, ev in scores.items()},
