@@ -186,20 +186,21 @@ def evaluation_config(config: dict[str, Any] | None) -> str:
     if not config:
         return "not recorded (a run made before runs froze their evaluation config)"
     gen = config.get("generation") or {}
-    cap = config.get("max_new_tokens_cap") or 0
+    grading = config.get("grading") or {}
+    cap = grading.get("max_new_tokens") or 0
     parts = [f"{config.get('task_id')} v{config.get('task_version')} (prompt "
              f"{config.get('prompt_version')}), profile {config.get('profile')}",
              f"grader v{config.get('grader_version')}",
-             f"engine {config.get('engine_name') or config.get('engine')}"
+             f"engine {config.get('engine_name') or grading.get('engine')}"
              + (f" ({config['engine_version']})" if config.get("engine_version") else ""),
              f"max_new_tokens {gen.get('max_new_tokens', '?')}"
              + (f" (capped at {cap})" if cap else "") + f", batch {gen.get('batch_size', '?')}"]
     judge = config.get("judge")
     if judge:
         parts.append(f"judge {judge.get('model')} at {judge.get('base_url')}")
-    memory = config.get("check_memory_gib") or 0
+    memory = grading.get("checkpoint_check_memory_gib") or 0
     parts.append(f"checks {f'{memory:g} GiB' if memory else 'auto memory'} / "
-                 f"{config.get('check_timeout_s', 600):g} s")
+                 f"{grading.get('checkpoint_check_timeout_s', 600):g} s")
     if config.get("source") == "provenance":
         parts.append("read from its first evaluation's provenance")
     return "; ".join(parts)

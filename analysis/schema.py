@@ -25,8 +25,10 @@ from a2rl.store.lineage import Lineage
 # 1.7: `summary.evaluation_config` (the run's frozen evaluation config), `summary.regrades`,
 # `summary.agent_status`, `summary.agent_error`, the ledger's `validations` and
 # `validation_cpu_s`, the optional `lineage` (where the submitted checkpoints came from) and
-# `attribution` (each stage's gain)
-SCHEMA_VERSION = "1.7"
+# `attribution` (each stage's gain); 1.8: `summary.evaluation_config.grading`, the run's
+# `[grading]` section recorded whole, in place of its flat `engine`, `max_new_tokens_cap`,
+# `check_memory_gib` and `check_timeout_s`
+SCHEMA_VERSION = "1.8"
 SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 RouteName = Literal["sft", "grpo", "ppo", "dpo", "rloo_reinforce", "reward_model",
@@ -160,8 +162,9 @@ class Summary(BaseModel):
         "and improvements only under the paper protocol (schema 1.5)")
     evaluation_config: dict[str, object] | None = Field(
         None, description="everything that decided the run's scores besides the checkpoint, "
-        "frozen when it was made (task, versions, engine, generation settings, judge, checks; "
-        "read from its first evaluation for older runs); null when neither exists (schema 1.7)")
+        "frozen when it was made (task, versions, its `[grading]` section as `grading`, the "
+        "engine's name and version, generation settings, judge; read from its first "
+        "evaluation for older runs); null when neither exists (schema 1.7; `grading` 1.8)")
     regrades: list[RegradeNote] = Field(
         default_factory=list, description="the run's regrades, oldest first; the scores above "
         "are the latest current one's (schema 1.7)")

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from a2rl.llm import unreachable
+from a2rl.sections import GradingSettings
 from a2rl.settings import Settings
 from a2rl.store import EvaluationConfig, JudgeIdentity
 from a2rl.store.queries import evaluation_config as of_run
@@ -57,18 +58,18 @@ def freeze(task: GradedTask, settings: Settings) -> EvaluationConfig:
     here: such a run could never be graded."""
     kind = chosen_engine(settings)
     name, version = engine_identity(kind, cuda=cuda_available())
+    # the section whole (every key set, so that `grading_over` takes none from elsewhere)
+    grading = GradingSettings.model_validate({**settings.grading.model_dump(), "engine": kind})
     spec = task.spec
     judged = getattr(spec, "graded_by", "match") == "judge"
     return EvaluationConfig(
         task_id=spec.id, task_version=spec.version, prompt_version=spec.prompt_version,
         profile=task.profile, task_options=task.options_record(settings),
-        grader_version=GRADER_VERSION, engine=kind, engine_name=name, engine_version=version,
-        generation=spec.grader.capped(settings.grading.max_new_tokens).model_dump(),
-        max_new_tokens_cap=settings.grading.max_new_tokens,
+        grader_version=GRADER_VERSION, grading=grading, engine_name=name,
+        engine_version=version,
+        generation=spec.grader.capped(grading.max_new_tokens).model_dump(),
         judge=JudgeIdentity(base_url=without_credentials(settings.judge.base_url),
                             model=settings.judge.model) if judged else None,
-        check_memory_gib=settings.grading.checkpoint_check_memory_gib,
-        check_timeout_s=settings.grading.checkpoint_check_timeout_s,
         hidden_splits=task.hidden_split_identity(settings))
 
 
@@ -88,10 +89,8 @@ def honour(settings: Settings, frozen: EvaluationConfig, *, regrade: bool = Fals
             f"cannot grade under the run's frozen evaluation config: this a2rl's grader is "
             f"version {GRADER_VERSION}, the run's evaluations are version "
             f"{frozen.grader_version} (grade it with that a2rl, or `a2rl regrade` it after)")
-    update: dict[str, Any] = {
-        "grading.engine": frozen.engine, "grading.max_new_tokens": frozen.max_new_tokens_cap,
-        "grading.checkpoint_check_memory_gib": frozen.check_memory_gib,
-        "grading.checkpoint_check_timeout_s": frozen.check_timeout_s}
+    honoured = settings.model_copy(update={"grading": frozen.grading_over(settings.grading)})
+    update: dict[str, Any] = {}
     if frozen.judge is not None:
         # this process's own URL when it names the same endpoint: it may hold credentials
         # the record leaves out
@@ -101,4 +100,4 @@ def honour(settings: Settings, frozen: EvaluationConfig, *, regrade: bool = Fals
             raise CannotHonour(f"cannot grade under the run's frozen evaluation config: the "
                                f"judge at {frozen.judge.base_url} does not answer ({why})")
         update |= {"judge.base_url": url, "judge.model": frozen.judge.model}
-    return settings.updated(update)
+    return honoured.updated(update) if update else honoured

@@ -7,6 +7,8 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import col, select
 
+from a2rl.sections import GradingSettings
+
 from .db import Store
 from .models import Evaluation, Job, Revision, Run, Submission, ToolCall
 from .outcome import end_kind, is_result, shown_final
@@ -210,9 +212,11 @@ def from_provenance(prov: dict[str, Any], run: Run) -> EvaluationConfig | None:
         prompt_version=str(prov.get("prompt_version") or "1"),
         profile=str(prov.get("profile") or run.profile or "a2rl"),
         task_options=dict(prov.get("task_options") or run.task_options),
-        grader_version=str(prov["grader_version"]), engine=kind, engine_name=name,
+        grader_version=str(prov["grader_version"]), engine_name=name,
+        grading=GradingSettings(engine=kind,
+                                max_new_tokens=int(prov.get("max_new_tokens_cap") or 0)),
         engine_version=str(prov.get("engine_version") or ""), generation=generation,
-        max_new_tokens_cap=int(prov.get("max_new_tokens_cap") or 0), source="provenance")
+        source="provenance")
 
 
 def evaluation_config(session: Any, run: Run) -> EvaluationConfig | None:

@@ -28,10 +28,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SerializationInfo,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
+
+from a2rl.sections import GradingSettings
 
 from .status import GradingClock, Profile, Protocol, RunKind
 
@@ -79,6 +83,13 @@ class JudgeIdentity(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: The fields of an `EvaluationConfig` stored before it held the grading section, and the
+#: section's keys they were
+_FLAT_GRADING = {"engine": "engine", "max_new_tokens_cap": "max_new_tokens",
+                 "check_memory_gib": "checkpoint_check_memory_gib",
+                 "check_timeout_s": "checkpoint_check_timeout_s"}
+
+
 class EvaluationConfig(BaseModel):
     """Everything that decides a run's scores besides the checkpoint, frozen when the run is
     made (`a2rl.grading.frozen.freeze`): every evaluation of the run, on any process or node,
@@ -86,7 +97,11 @@ class EvaluationConfig(BaseModel):
     another grader version) refuses with one line rather than grade under other settings.
     `a2rl regrade` re-scores under it with today's grader code (or a second reading under
     another profile). Runs made before it existed read it from their first evaluation's
-    provenance (`source` "provenance")."""
+    provenance (`source` "provenance").
+
+    The grading settings are the `[grading]` section itself (`grading`), recorded whole, not
+    copied field by field: a grading setting added later is frozen with the run the day it
+    exists, under the name users set it by."""
 
     task_id: str
     task_version: str
@@ -95,20 +110,19 @@ class EvaluationConfig(BaseModel):
     #: the task's options as resolved when the run was made
     task_options: dict[str, Any] = Field(default_factory=dict)
     grader_version: str
-    #: the engine kind the grader loads (`transformers`, `static`, `vllm`: "auto" resolved on
-    #: the machine that made the run) and the name and version it reported
-    engine: str
+    #: the `[grading]` section as it was when the run was made, its engine's "auto" resolved
+    #: on that machine (`transformers`, `static`, `vllm`): the engine, the generation cap, the
+    #: checkpoint check's limits and the run's grading limits. A record from before it held
+    #: the section holds only the engine, the cap and the check's limits (`grading_over`).
+    grading: GradingSettings
+    #: the name and version the engine reported
     engine_name: str = ""
     engine_version: str = ""
-    #: the generation settings every evaluation uses (the task's, capped), and the cap
-    #: (`grading.max_new_tokens`, 0: none) they were derived with
+    #: the generation settings every evaluation uses (the task's, capped by
+    #: `grading.max_new_tokens`)
     generation: dict[str, Any] = Field(default_factory=dict)
-    max_new_tokens_cap: int = 0
     #: judged tasks: the judge; None where no judge decides a score
     judge: JudgeIdentity | None = None
-    #: the limits of the process that loads a submission to compare it with the base
-    check_memory_gib: float = 0.0
-    check_timeout_s: float = 600.0
     #: what tells this home's hidden splits from another's (a secret seed's digest), where
     #: the task draws them from one
     hidden_splits: str | None = None
@@ -117,6 +131,36 @@ class EvaluationConfig(BaseModel):
     source: str = "frozen"
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat(cls, data: Any) -> Any:
+        """A record stored before it held the grading section (`engine`, `max_new_tokens_cap`,
+        `check_memory_gib`, `check_timeout_s` beside the rest): those are the section's."""
+        if not isinstance(data, dict) or "grading" in data:
+            return data
+        data = dict(data)
+        grading = {key: data.pop(old) for old, key in _FLAT_GRADING.items() if old in data}
+        return {**data, "grading": grading}
+
+    @field_serializer("grading")
+    def _recorded_keys(self, grading: GradingSettings, info: SerializationInfo
+                       ) -> dict[str, Any]:
+        """The keys the record holds, and only those: stored and read back, a record from
+        before it held the section whole still says which keys are the run's."""
+        return grading.model_dump(mode=info.mode, exclude_unset=True)
+
+    @property
+    def engine(self) -> str:
+        """The engine kind the grader loads."""
+        return self.grading.engine
+
+    def grading_over(self, current: GradingSettings) -> GradingSettings:
+        """The run's grading settings: the recorded section, and `current`'s (a process's own)
+        only for a key the record does not hold (one from before records held the section
+        whole, or read from provenance)."""
+        recorded = self.grading.model_dump(include=set(self.grading.model_fields_set))
+        return GradingSettings.model_validate({**current.model_dump(), **recorded})
 
     def identity(self) -> dict[str, Any]:
         """What two evaluations must share to be paired: the engine, the generation settings
@@ -242,6 +286,11 @@ class RunConfig(RunKnobs):
         setup["sandbox"] = container
         setup["baseline_evaluations"] = setup.get("baseline_evaluations") or {}
         return {**data, "setup": setup}
+
+    def grading_settings(self, current: GradingSettings) -> GradingSettings:
+        """The grading settings the run is held to: its frozen section (`current` only where
+        that does not say: a run made before runs froze it)."""
+        return current if self.evaluation is None else self.evaluation.grading_over(current)
 
     @property
     def feedback_split(self) -> str:

@@ -221,10 +221,13 @@ async def test_pending_submissions_are_capped_with_a_reason(
         settings: Settings, store: Store, tmp_path: Path) -> None:
     """With `max_pending_grades = 1` and the grader busy (its lock held), a second
     submission is refused with how many are pending; once the first is graded, submitting
-    works again, and `budget_status` and `get_score` say what was given back."""
+    works again, and `budget_status` and `get_score` say what was given back. The limit is
+    the run's, frozen when it was made: the process serving it, set otherwise, holds it to
+    it."""
     require_bwrap()
-    settings = settings.updated({"grading.max_pending_grades": 1})
-    run = create_run(settings, store, task_id="arith", baseline=False, start_clock=True,
+    made = settings.updated({"grading.max_pending_grades": 1})
+    assert settings.grading.max_pending_grades != 1
+    run = create_run(made, store, task_id="arith", baseline=False, start_clock=True,
                      budget="10m").run
     ws = Path(run.workspace)
     save_perturbed(ws / "base_model", ws / "output" / "ck", 0.3)

@@ -15,7 +15,7 @@ from a2rl.analysis.improvement import Scored, paired_improvement
 from a2rl.grading import enqueue, process_one
 from a2rl.grading.frozen import CannotHonour, freeze, honour, of_run
 from a2rl.settings import Settings
-from a2rl.store import Evaluation, Run, RunConfig, Store, Submission
+from a2rl.store import Evaluation, EvaluationConfig, Run, RunConfig, Store, Submission
 from a2rl.tasks import get_task
 
 from .helpers import noisy_checkpoint_copy
@@ -72,11 +72,13 @@ def test_a_node_with_other_settings_grades_under_the_runs(home: Path, ckpt: Path
     store = Store(f"sqlite:///{tmp_path / 'a.db'}")
     run = _run(store, made)
     frozen = run.config.evaluation
-    assert frozen is not None and frozen.max_new_tokens_cap == 3
+    assert frozen is not None and frozen.grading.max_new_tokens == 3
     assert frozen.generation["max_new_tokens"] == 3 and frozen.engine == "static"
     graded = honour(node, frozen)
     assert (graded.grading.max_new_tokens, graded.grading.engine) == (3, "static")
     assert graded.grading.checkpoint_check_timeout_s == made.grading.checkpoint_check_timeout_s
+    # the section whole, every key of it: a grading setting is the run's the day it exists
+    assert graded.grading == frozen.grading == run.config.grading_settings(node.grading)
     _submit(store, "r1", "s1", ckpt)
     assert process_one(store, node, "node-b", timeout_s=240) is not None
     ev, _ = _evaluation(store, "s1")
@@ -110,7 +112,8 @@ def test_a_process_that_cannot_honour_the_config_refuses_in_one_line(
     run = _run(store, settings)
     assert run.config.evaluation is not None
     for run_id, change, says in (
-            ("r-vllm", {"engine": "vllm"}, "grading_engine=vllm but vLLM is not installed"),
+            ("r-vllm", {"grading": run.config.evaluation.grading.model_copy(
+                update={"engine": "vllm"})}, "grading_engine=vllm but vLLM is not installed"),
             ("r-old", {"grader_version": "1"}, "the run's evaluations are version 1")):
         frozen = run.config.evaluation.model_copy(update=change)
         with pytest.raises(CannotHonour, match=says):
@@ -151,11 +154,30 @@ def test_a_run_made_before_runs_froze_it_reads_its_first_evaluation(home: Path,
         assert run is not None and run.config.evaluation is None
         frozen = of_run(s, run)
     assert frozen is not None and frozen.source == "provenance"
-    assert (frozen.engine, frozen.max_new_tokens_cap, frozen.grader_version) == ("static", 8,
-                                                                                 "2")
+    assert (frozen.engine, frozen.grading.max_new_tokens, frozen.grader_version) == (
+        "static", 8, "2")
     assert "first evaluation's provenance" in describe(frozen.model_dump(mode="json"))
     assert "not recorded" in describe(None)
     store.close()
+
+
+def test_a_config_stored_before_it_held_the_grading_section_reads_as_one() -> None:
+    """A run frozen by the previous version kept four grading values flat: they read as its
+    grading section, and only those are the run's; a grading setting that record never held
+    (the pending limit) comes from the process that reads it."""
+    old = EvaluationConfig.model_validate({
+        "task_id": "arith", "task_version": "3", "prompt_version": "1", "grader_version": "2",
+        "engine": "static", "max_new_tokens_cap": 8, "check_memory_gib": 2.0,
+        "check_timeout_s": 30.0, "generation": {"max_new_tokens": 8}})
+    assert old.engine == "static" and old.grading.checkpoint_check_timeout_s == 30.0
+    here = Settings(grading={"max_new_tokens": 0, "engine": "vllm", "max_pending_grades": 7,
+                             "checkpoint_check_memory_gib": 9.0}).grading
+    held = old.grading_over(here)
+    assert (held.engine, held.max_new_tokens, held.checkpoint_check_memory_gib,
+            held.checkpoint_check_timeout_s, held.max_pending_grades) == ("static", 8, 2.0,
+                                                                          30.0, 7)
+    again = EvaluationConfig.model_validate_json(old.model_dump_json())
+    assert again.grading_over(here) == held and "max_new_tokens_cap" not in old.model_dump()
 
 
 def test_a_judged_task_freezes_its_judge_without_credentials(home: Path) -> None:

@@ -98,7 +98,7 @@ def test_every_report_format_shows_the_audit(tmp_path: Path) -> None:
     rep = build_report(store, "a")
     doc = json.loads(rep.model_dump_json())
     jsonschema.validate(doc, committed)
-    assert doc["schema_version"] == "1.7" == committed["$id"].rsplit("/", 1)[1]
+    assert doc["schema_version"] == "1.8" == committed["$id"].rsplit("/", 1)[1]
     a = doc["audit"]
     assert a["status"] == "flagged" and a["by_severity"] == {"high": 1, "medium": 1}
     assert [f["severity"] for f in a["flags"]] == ["high", "medium"]

@@ -32,12 +32,12 @@ def compute_budget(rt: RunRuntime) -> BudgetStatus:
         exhausted=clock.exhausted, jobs_running=running, submissions_used=submitted,
         max_submissions=run.max_submissions, grading_s=round(rt.clock.grading_s(), 3),
         grading_pause_credit_s=round(credits.pause_s, 3),
-        grading_pause_cap_s=round(run.budget_s * rt.settings.grading.pause_cap_fraction, 3)
+        grading_pause_cap_s=round(run.budget_s * rt.grading_settings.pause_cap_fraction, 3)
         if run.grading_clock == GradingClock.paused else 0.0,
         grading_wait_credit_s=round(credits.wait_s, 3),
-        grading_credit_cap_s=round(run.budget_s * rt.settings.grading.pause_cap_fraction, 3),
-        max_pending_grades=rt.settings.grading.max_pending_grades,
-        submission_checks_per_minute=rt.settings.grading.submission_checks_per_minute,
+        grading_credit_cap_s=round(run.budget_s * rt.grading_settings.pause_cap_fraction, 3),
+        max_pending_grades=rt.grading_settings.max_pending_grades,
+        submission_checks_per_minute=rt.grading_settings.submission_checks_per_minute,
     )
 
 

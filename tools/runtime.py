@@ -90,7 +90,8 @@ class RunRuntime(Generic[ClockT]):
       end (`jobs.watch`), and `settle_lock`, one settlement at a time (the watcher and a tool
       call may see the same end together; its log and rescan must happen once);
     - `gpu` (`GpuUsage`) and `gpu_sampler` (`OnDemandThread`): the jobs' GPU use, sampled
-      while they run (`gpu_usage.track`), read as they settle.
+      while they run (`gpu_usage.track`), read as they settle;
+    - `grading_settings`: the `[grading]` section the run was frozen with (its limits).
     """
 
     def __init__(self, settings: Settings, store: Store, run: Run, *, clock: ClockT,
@@ -101,6 +102,9 @@ class RunRuntime(Generic[ClockT]):
         `hidden_paths` names the host paths that carry any task's hidden items, asked at each
         sandbox start (the tasks know them; the tools import no task)."""
         self.settings, self.store, self.run_id = settings, store, run.id
+        #: the grading settings the run is held to (its limits, its checks): frozen with it,
+        #: whichever process serves it
+        self.grading_settings = run.config.grading_settings(settings.grading)
         self.dir = run_dir(run)
         if run.ended_at is None and run.config.setup.disk_volume:
             volume.remount(self.dir, Path(run.workspace))  # before anything opens it

@@ -61,7 +61,7 @@ class Check:
 def _open(rt: RunRuntime, run: Run, submission_id: str) -> Check:
     """The rate (the run's row locked, so that concurrent calls cannot both take the last
     check of the minute), then the check's event; `RateExceeded` over the rate."""
-    limit = rt.settings.grading.submission_checks_per_minute
+    limit = rt.grading_settings.submission_checks_per_minute
     try:
         event_id = budget.open_check(rt.store, run.id, submission_id, limit, WINDOW_S)
     except budget.ChecksExceeded as exc:

@@ -140,7 +140,7 @@ def _reserve(rt: RunRuntime, run: Run, pending: _Pending) -> Submission:
         return submissions.reserve(
             rt.store, id=pending.id, run_id=run.id, path=pending.path, note=pending.note,
             tool_call_id=pending.tool_call_id, max_submissions=run.max_submissions,
-            max_pending=rt.settings.grading.max_pending_grades)
+            max_pending=rt.grading_settings.max_pending_grades)
     except submissions.SubmissionLimit as exc:
         raise LimitReached(f"submission limit reached ({exc.limit}); "
                            "the best submission so far counts") from None
@@ -286,13 +286,11 @@ def _checked(rt: RunRuntime, run: Run, pending: _Pending, counted: Check
         _drop(rt, sub, dest)
         counted.outcome = "identical"
         return _answered_with(rt, earlier, shown, split)
-    frozen = run.config.evaluation  # the run's limits, whichever process serves it
+    ours = rt.grading_settings  # the run's limits, whichever process serves it
     grading = _grading()
     limits = grading.ValidationLimits(
-        memory_bytes=int((frozen.check_memory_gib if frozen else
-                          rt.settings.grading.checkpoint_check_memory_gib) * 2**30),
-        timeout_s=(frozen.check_timeout_s if frozen
-                   else rt.settings.grading.checkpoint_check_timeout_s))
+        memory_bytes=int(ours.checkpoint_check_memory_gib * 2**30),
+        timeout_s=ours.checkpoint_check_timeout_s)
     check = grading.validate_copy(dest, rt.workspace.root / BASE_MODEL, shown, limits)
     counted.validator_cpu_s = check.cpu_s
     if not check.ok:

@@ -47,7 +47,7 @@ class PauseRecord:
 
 def credit_cap_s(settings: Settings, run: Run) -> float:
     """The most grading gives back to `run` in all: its pause and wait credits together."""
-    return run.budget_s * settings.grading.pause_cap_fraction
+    return run.budget_s * run.config.grading_settings(settings.grading).pause_cap_fraction
 
 
 @contextmanager
