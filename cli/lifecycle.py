@@ -61,7 +61,7 @@ def create(
     as_json: JsonFlag = False,
 ) -> None:
     """Make a run for an agent you start yourself; prints its id and HTTP token (shown once)."""
-    settings = context.settings({"sandbox.backend": backend})
+    settings = context.settings()
     check_task(task)
     config = run_config(
         task_id=task, budget=budget, backend=backend, max_submissions=max_submissions,
@@ -243,12 +243,12 @@ def run(
     as_json: JsonFlag = False,
 ) -> None:
     """Run an agent on a task: create, serve MCP, launch headless, budget, finalize, report."""
+    # --backend is the run's (`RunConfig.backend`), never laid over the settings: one home
+    settings = context.settings()
     if config_file is not None:  # a fleet's node: the config its plan made, as JSON
         config = _config_of_file(ctx, config_file)
-        settings = context.settings({"sandbox.backend": config.backend})
         check_task(config.task_id)
     else:
-        settings = context.settings({"sandbox.backend": backend})
         agent_options = key_values(agent_option, "--agent-option")
         # the llm agent's two flags are its options (another agent refuses them by name)
         for key, value in (("llm_base_url", llm_base_url), ("llm_api_key_env", llm_api_key_env)):
@@ -299,7 +299,7 @@ def demo(
     as_json: JsonFlag = False,
 ) -> None:
     """The main job: the reference agent post-trains the tiny model on a toy task, recorded."""
-    settings = context.settings({"sandbox.backend": backend})
+    settings = context.settings()
     check_task(task)
     config = run_config(task_id=task, agent=DEFAULT_AGENT, backend=backend, gpus=gpu_ids(gpus),
                         keep_container=keep_container)
