@@ -7,9 +7,9 @@ pydantic-settings' own: the environment (`A2RL_` prefix, `__` between a section 
 `A2RL_SANDBOX__DOCKER__MEMORY`) and the TOML file (`[sandbox.docker] memory = "16g"`), behind
 the command line's values, and says where each value came from (`a2rl config show`).
 
-Settings are sections, each owned by the code it configures (`a2rl.sections` says why they are
-declared in the core); a few installation-wide values stay at the top (home, the store, the
-default budget and base model, the tasks' tables). The flat names from before sections
+Settings are sections, each owned by the code it configures (`a2rl.sections` says where each
+is declared); a few installation-wide values stay at the top (home, the store, the default
+budget and base model, the tasks' tables). The flat names from before sections
 (`docker_memory`, `A2RL_DOCKER_MEMORY`) still load, as deprecated aliases
 (`a2rl.settings_aliases`), with one line on stderr naming their new place.
 
@@ -50,7 +50,7 @@ from .sections import (
     ServerSettings,
 )
 from .sections.base import OWNER_TABLES, OwnerTables, Section, declared, owner_section, table_key
-from .settings_aliases import FLAT_ALIASES, env_name, put, warn_deprecated
+from .settings_aliases import FLAT_ALIASES, env_name, put, toml_place, warn_deprecated
 from .settings_legacy import (
     _DECLARERS,
     _LEGACY,
@@ -148,9 +148,10 @@ class Settings(BaseSettings):
             path = canonical(path)
             field_at(path)
             put(data, path, value)
-            table, key, *rest = path.split(".") + [""]
-            if table in OWNER_TABLES and rest and (model := owner_section(table, key)):
-                owners[table, key] = model
+            parts = path.split(".")
+            if len(parts) > 2 and parts[0] in OWNER_TABLES \
+                    and (model := owner_section(parts[0], parts[1])):
+                owners[parts[0], parts[1]] = model
         for (table, key), model in owners.items():  # an owner's table is raw: check it here
             model.model_validate(data[table][key])
         return type(self)(**data)
@@ -197,7 +198,7 @@ def _sub_section(model: type[BaseModel], name: str, table: str) -> type[Section]
     (loaded through its registry when not declared yet)."""
     if name in model.model_fields:
         return _section_of(model.model_fields[name])
-    if isinstance(model, type) and issubclass(model, OwnerTables):
+    if issubclass(model, OwnerTables):
         return owner_section(table, name)
     return None
 
@@ -243,8 +244,7 @@ def leaves(data: Mapping[str, Any], model: type[BaseModel] = Settings,
         if section is not None and isinstance(value, Mapping):
             yield from leaves(value, section, f"{prefix}{name}.")
         elif field is None and issubclass(model, OwnerTables) and isinstance(value, Mapping):
-            for key, inner in value.items():
-                yield f"{prefix}{table_key(name)}.{key}", inner
+            yield from ((f"{prefix}{table_key(name)}.{k}", v) for k, v in value.items())
         else:
             yield prefix + name, value
 
@@ -383,7 +383,7 @@ class _ConfigFile(PydanticBaseSettingsSource, _Spelled):
             elif key in FLAT_ALIASES:
                 aliased[FLAT_ALIASES[key]] = value
                 self.spelled[FLAT_ALIASES[key]] = key
-                self.renames.append((f"{self.path.name} {key}", _toml_place(FLAT_ALIASES[key])))
+                self.renames.append((f"{self.path.name} {key}", toml_place(FLAT_ALIASES[key])))
             elif key in _LEGACY:
                 legacy[key] = value
             else:
@@ -398,11 +398,6 @@ class _ConfigFile(PydanticBaseSettingsSource, _Spelled):
         if isinstance(tables, dict):
             values["tasks"] = tables
         return values
-
-
-def _toml_place(path: str) -> str:
-    table, _, key = path.rpartition(".")
-    return f"[{table}] {key}" if table else key
 
 
 def _unknown_keys(section: type[Section], value: Any, prefix: str) -> list[str]:

@@ -69,8 +69,15 @@ class Section(BaseModel):
         if table not in OWNER_TABLES or not name or "." in name:
             raise ValueError(f"{cls.__name__}: place {place!r} is not sandbox.<backend> or "
                              "grading.<engine>")
+        held = _DECLARED.get((table, table_key(name)))
+        if held is not None and _where(held) != _where(cls):  # the same class again: a reload
+            raise ValueError(f"{_where(cls)}: {place!r} is already {_where(held)}'s place")
         cls.place, cls.name = place, name
         _DECLARED[(table, table_key(name))] = cls
+
+
+def _where(model: type) -> str:
+    return f"{model.__module__}.{model.__qualname__}"
 
 
 def register_finder(table: str, finder: Callable[[str], type[Section] | None]) -> None:
@@ -148,6 +155,8 @@ class OwnerTables(Section):
     def section(self, model: type[S]) -> S:
         """The owner's section `model` read from its table (its defaults where none is given);
         a `ValidationError` for a bad value (the CLI refuses one before any command runs)."""
+        if not model.place.startswith(f"{self.owns}."):
+            raise TypeError(f"{model.__name__} is no section of [{self.owns}]")
         return model.model_validate(self.tables().get(table_key(model.name), {}))
 
 
