@@ -7,18 +7,14 @@ pydantic-settings' own: the environment (`A2RL_` prefix, `__` between a section 
 `A2RL_SANDBOX__DOCKER__MEMORY`) and the TOML file (`[sandbox.docker] memory = "16g"`), behind
 the command line's values, and says where each value came from (`a2rl config show`).
 
-Settings are sections, each owned by the code it configures (`a2rl.sections` says why they are
-declared in the core); a few installation-wide values stay at the top (home, the store, the
-default budget and base model, the tasks' tables). The flat names from before sections
+Settings are sections, each owned by the code it configures (`a2rl.sections` says where each
+is declared); a few installation-wide values stay at the top (home, the store, the default
+budget and base model, the tasks' tables). The flat names from before sections
 (`docker_memory`, `A2RL_DOCKER_MEMORY`) still load, as deprecated aliases
 (`a2rl.settings_aliases`), with one line on stderr naming their new place.
 
-Deprecated settings of tasks' options (config.toml keys and `A2RL_<NAME>` variables from before
-tasks had options) are named by the tasks that own them, never here: a task's options declare
-their old names (`a2rl.tasks.options.TaskOptions.legacy_settings`), registered when the class is
-made (`register_legacy_setting`; `load_settings` first has the tasks' package import the
-declarations, `register_legacy_declarations`). Their values are kept in
-`Settings.legacy_task_settings` and set the option when the task resolves its options.
+Deprecated settings of tasks' options are named by the tasks that own them, never here
+(`a2rl.settings_legacy`).
 """
 
 from __future__ import annotations
@@ -28,11 +24,11 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, get_origin
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -53,12 +49,23 @@ from .sections import (
     SandboxSettings,
     ServerSettings,
 )
-from .sections.base import Section
-from .settings_aliases import FLAT_ALIASES, env_name, put, warn_deprecated
+from .sections.base import OWNER_TABLES, OwnerTables, Section, declared, owner_section, table_key
+from .settings_aliases import FLAT_ALIASES, env_name, put, toml_place, warn_deprecated
+from .settings_legacy import (
+    _DECLARERS,
+    _LEGACY,
+    check_legacy_setting,
+    legacy_setting_names,
+    register_legacy_declarations,
+    register_legacy_setting,
+    take_names,
+)
 from .units import parse_duration, parse_size
 
-__all__ = ["ENV_PREFIX", "ModelPrice", "Settings", "SettingsError", "Sources", "load_settings",
-           "origin", "parse_duration", "parse_size", "task_key"]
+__all__ = ["ENV_PREFIX", "ModelPrice", "Settings", "SettingsError", "Sources",
+           "check_legacy_setting", "legacy_setting_names", "load_settings", "origin",
+           "parse_duration", "parse_size", "register_legacy_declarations",
+           "register_legacy_setting", "task_key"]
 
 ENV_PREFIX = "A2RL_"
 _TASK_MODEL_VAR = re.compile(r"^A2RL_(\w+?)_BASE_MODEL$")
@@ -136,9 +143,17 @@ class Settings(BaseSettings):
         """A copy with `changes` ({"sandbox.docker.memory": "1g"}: dotted paths) applied and
         checked as loading would check them; a path that is no setting is a `KeyError`."""
         data = self.model_dump()
+        owners: dict[tuple[str, str], type[Section]] = {}
         for path, value in changes.items():
+            path = canonical(path)
             field_at(path)
             put(data, path, value)
+            parts = path.split(".")
+            if len(parts) > 2 and parts[0] in OWNER_TABLES \
+                    and (model := owner_section(parts[0], parts[1])):
+                owners[parts[0], parts[1]] = model
+        for (table, key), model in owners.items():  # an owner's table is raw: check it here
+            model.model_validate(data[table][key])
         return type(self)(**data)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None,
@@ -169,12 +184,33 @@ def _section_of(field: FieldInfo) -> type[Section] | None:
     return kind if isinstance(kind, type) and issubclass(kind, Section) else None
 
 
+def canonical(path: str) -> str:
+    """A dotted path with an owner's table by its key: `sandbox.stamped-local.stamp` ->
+    `sandbox.stamped_local.stamp` (both spellings name one section)."""
+    parts = path.split(".")
+    if len(parts) > 2 and parts[0] in OWNER_TABLES:
+        parts[1] = table_key(parts[1])
+    return ".".join(parts)
+
+
+def _sub_section(model: type[BaseModel], name: str, table: str) -> type[Section] | None:
+    """The section at `name` of `model` (itself at `table`): a field's, or an owner's table's
+    (loaded through its registry when not declared yet)."""
+    if name in model.model_fields:
+        return _section_of(model.model_fields[name])
+    if issubclass(model, OwnerTables):
+        return owner_section(table, name)
+    return None
+
+
 def field_at(path: str) -> FieldInfo:
-    """The field of a dotted setting (`sandbox.docker.memory`); `KeyError` if there is none."""
+    """The field of a dotted setting (`sandbox.docker.memory`); `KeyError` if there is none.
+    A backend's or engine's key is found in the section its owner declares, loading the owner
+    when its registry is loaded and this process has not declared it yet."""
     model: type[BaseModel] = Settings
-    *tables, key = path.split(".")
-    for table in tables:
-        section = _section_of(model.model_fields[table]) if table in model.model_fields else None
+    *tables, key = canonical(path).split(".")
+    for i, table in enumerate(tables):
+        section = _sub_section(model, table, tables[i - 1] if i else "")
         if section is None:
             raise KeyError(path)
         model = section
@@ -184,24 +220,31 @@ def field_at(path: str) -> FieldInfo:
 
 
 def setting_paths(model: type[BaseModel] = Settings, prefix: str = "") -> Iterator[str]:
-    """Every setting's dotted path, sections walked, in declaration order."""
+    """Every setting's dotted path, sections walked, in declaration order; the backends' and
+    engines' sections that this process has declared after their section's own settings."""
     for name, field in model.model_fields.items():
         section = _section_of(field)
         if section is None:
             yield prefix + name
         else:
             yield from setting_paths(section, f"{prefix}{name}.")
+    if issubclass(model, OwnerTables):
+        for key, owned in declared(prefix.rstrip(".")).items():
+            yield from setting_paths(owned, f"{prefix}{key}.")
 
 
 def leaves(data: Mapping[str, Any], model: type[BaseModel] = Settings,
            prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted path, value) of a source's nested values: into the sections, a key that is no
-    section's (a typo, a dict setting) as one leaf."""
+    """(dotted path, value) of a source's nested values: into the sections and the owners'
+    tables (each key of one a leaf), a key that is no section's (a typo, a dict setting) as one
+    leaf."""
     for name, value in data.items():
         field = model.model_fields.get(name)
         section = _section_of(field) if field is not None else None
         if section is not None and isinstance(value, Mapping):
             yield from leaves(value, section, f"{prefix}{name}.")
+        elif field is None and issubclass(model, OwnerTables) and isinstance(value, Mapping):
+            yield from ((f"{prefix}{table_key(name)}.{k}", v) for k, v in value.items())
         else:
             yield prefix + name, value
 
@@ -221,44 +264,7 @@ class SettingsError(ValueError):
     """A setting with a bad value; the message names where it came from and what is allowed."""
 
 
-# --- deprecated settings of tasks' options -------------------------------------------------
-
-#: old name -> the field of the option it sets, and the adapter checking a value as that option
-#: checks it; registered by the tasks' option declarations
-_LEGACY: dict[str, tuple[FieldInfo, TypeAdapter[Any]]] = {}
-
-
-def register_legacy_setting(name: str, field: FieldInfo) -> None:
-    """Accept `name` (a config.toml key, an `A2RL_<NAME>` variable) as a deprecated setting
-    holding a value of the option `field`. A task's options call this for each old name they
-    declare, when their class is made."""
-    if name in Settings.model_fields or name in FLAT_ALIASES:
-        raise ValueError(f"{name!r} is a setting; a task cannot declare it as its own")
-    kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
-    _LEGACY[name] = (field, TypeAdapter(kind))
-
-
-#: what declares more of those names when settings load (`a2rl.tasks` registers the import of
-#: its built-in tasks' declarations): run then, not when the tasks are imported, so that
-#: listing tasks imports none of them
-_DECLARERS: list[Callable[[], object]] = []
-
-
-def register_legacy_declarations(declare: Callable[[], object]) -> None:
-    """Call `declare` whenever settings load (it registers names; calling it again is cheap)."""
-    if declare not in _DECLARERS:
-        _DECLARERS.append(declare)
-
-
-def legacy_setting_names() -> list[str]:
-    """The deprecated names the tasks imported so far have declared."""
-    return sorted(_LEGACY)
-
-
-def check_legacy_setting(name: str, value: Any) -> Any:
-    """`value` as the option `name` sets checks it (a variable's "7" becomes 7); a
-    `ValidationError` otherwise. A name no task has registered passes as it is."""
-    return _LEGACY[name][1].validate_python(value) if name in _LEGACY else value
+take_names([*Settings.model_fields, *FLAT_ALIASES])
 
 
 # --- sources ----------------------------------------------------------------------------------
@@ -321,7 +327,11 @@ class _Environment(EnvSettingsSource, _Spelled):
 def _decoded(path: str, value: str) -> Any:
     """A variable's text for a table setting (`A2RL_MODEL_PRICES`) read as JSON, as
     pydantic-settings reads the new name's; a list is comma-separated (its own validator)."""
-    if get_origin(field_at(path).annotation) is dict:
+    try:
+        kind = field_at(path).annotation
+    except KeyError:  # an owner's section no registry here knows: checked where it is
+        return value
+    if get_origin(kind) is dict:
         try:
             return json.loads(value)
         except ValueError:
@@ -362,14 +372,18 @@ class _ConfigFile(PydanticBaseSettingsSource, _Spelled):
         legacy: dict[str, Any] = {}
         for key, value in table.items():
             if key in Settings.model_fields:
-                values[key] = value
                 section = _section_of(Settings.model_fields[key])
                 if section is not None:
                     unknown += _unknown_keys(section, value, f"{key}.")
+                if isinstance(section, type) and issubclass(section, OwnerTables) \
+                        and isinstance(value, dict):  # its owners' tables by their keys
+                    value = {k if k in section.model_fields else table_key(k): v
+                             for k, v in value.items()}
+                values[key] = value
             elif key in FLAT_ALIASES:
                 aliased[FLAT_ALIASES[key]] = value
                 self.spelled[FLAT_ALIASES[key]] = key
-                self.renames.append((f"{self.path.name} {key}", _toml_place(FLAT_ALIASES[key])))
+                self.renames.append((f"{self.path.name} {key}", toml_place(FLAT_ALIASES[key])))
             elif key in _LEGACY:
                 legacy[key] = value
             else:
@@ -386,11 +400,6 @@ class _ConfigFile(PydanticBaseSettingsSource, _Spelled):
         return values
 
 
-def _toml_place(path: str) -> str:
-    table, _, key = path.rpartition(".")
-    return f"[{table}] {key}" if table else key
-
-
 def _unknown_keys(section: type[Section], value: Any, prefix: str) -> list[str]:
     """The keys of a section's table that are none of its settings, dotted."""
     if not isinstance(value, dict):
@@ -398,6 +407,8 @@ def _unknown_keys(section: type[Section], value: Any, prefix: str) -> list[str]:
     unknown = []
     for key, inner in value.items():
         field = section.model_fields.get(key)
+        if field is None and issubclass(section, OwnerTables) and isinstance(inner, dict):
+            continue  # a backend's or engine's table: its owner's section checks it
         if field is None:
             unknown.append(prefix + key)
         elif (sub := _section_of(field)) is not None:
@@ -462,7 +473,9 @@ def _allowed(error: Any, source: str = "") -> str:
     that is no number says so as a variable would be told."""
     if source == "env" and error["type"] in ("int_parsing", "float_parsing"):
         return "must be an integer" if error["type"] == "int_parsing" else "must be a number"
-    if error["type"] == "extra_forbidden":
+    if error["type"] == "extra_forbidden" or (  # a value where an owner's table would be
+            error["type"] == "dict_type" and len(error["loc"]) == 2
+            and error["loc"][0] in OWNER_TABLES):
         return "not a setting (a2rl config show lists them)"
     return str(error["msg"]).removeprefix("Input ").removeprefix("Value error, ")
 
@@ -472,7 +485,7 @@ def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for path, value in flat.items():
         if value is not None:
-            put(tree, path, value)
+            put(tree, canonical(path), value)
     return tree
 
 

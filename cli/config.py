@@ -1,4 +1,5 @@
-"""`a2rl config show` (every setting by section, its value and where it came from) and
+"""`a2rl config show` (every setting by section, its value and where it came from, with every
+registered backend's and engine's own section) and
 `a2rl config migrate` (a config.toml's deprecated flat names moved into their sections)."""
 
 from __future__ import annotations
@@ -14,15 +15,32 @@ from a2rl.cli import context
 from a2rl.cli.errors import fail
 from a2rl.cli.options import JsonFlag
 from a2rl.cli.output import echo, print_json
+from a2rl.grading.engine_select import ENGINES
+from a2rl.sandbox.registry import BACKENDS
+from a2rl.sections.base import OwnerTables, owner_section
 from a2rl.settings import Settings, SettingsError, field_at, load_settings, setting_paths
 from a2rl.settings_migrate import migrated
 
 
 def _value(settings: Settings, path: str) -> Any:
+    """The value at a dotted path; in a backend's or engine's table, as its section reads it."""
     value: Any = settings
-    for part in path.split("."):
-        value = getattr(value, part)
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(value, OwnerTables) and part not in type(value).model_fields:
+            owned = owner_section(parts[i - 1], part)
+            value = value.section(owned) if owned is not None else value.tables()[part]
+        else:
+            value = value[part] if isinstance(value, dict) else getattr(value, part)
     return value
+
+
+def _declare_owners() -> None:
+    """Load every backend and engine, so that their sections are declared and listed; one
+    that cannot be loaded is said in a line on stderr, the others still listed."""
+    for registry in (BACKENDS, ENGINES):
+        for message in registry.load_all()[1].values():
+            echo(f"warning: {message}", err=True)
 
 
 def _field(path: str) -> str:
@@ -33,13 +51,14 @@ def config_show(as_json: JsonFlag = False) -> None:
     """Show every setting by section, its value and where it came from (default, file, env,
     cli)."""
     settings, sources = context.settings_and_sources()
+    _declare_owners()
     rows: dict[str, tuple[Any, str]] = {}
     for path in sorted(setting_paths(), key=lambda p: "." in p):  # the top's first
         value = settings.database_url if path == "db_url" else _value(settings, path)
         if isinstance(value, dict):
             value = {k: v.model_dump() if isinstance(v, BaseModel) else v
                      for k, v in value.items()}
-        rows[path] = (value, sources[path])
+        rows[path] = (value, sources.get(path, "default"))
     if as_json:
         doc: dict[str, Any] = {}
         for path, (value, source) in rows.items():

@@ -14,10 +14,12 @@ from typing import Any
 import a2rl.tasks  # noqa: F401  (its tasks declare their deprecated settings' names)
 from a2rl.cli.errors import fail, say_error
 from a2rl.cli.output import echo
-from a2rl.grading.engine_select import ENGINES
-from a2rl.sandbox.registry import BACKENDS
+from a2rl.grading.engine_select import ENGINES, engine_section
+from a2rl.registry import RegistryError
+from a2rl.sandbox.registry import BACKENDS, backend_section
 from a2rl.settings import Settings, SettingsError, Sources, load_settings, origin
 from a2rl.settings_aliases import warn_deprecated
+from a2rl.settings_owners import check_owner_tables
 from a2rl.store import Store, StoreMissing
 from a2rl.store.owners import overdue_runs
 
@@ -50,6 +52,15 @@ def settings_and_sources(overrides: Mapping[str, Any] | None = None) -> tuple[Se
             where = origin(name, sources[name], value, sources.spelled.get(name))
             fail(f"{where}: unknown, use "
                  f"{', '.join(map(repr, first))} or {last!r}")
+    # each backend's and engine's table ([sandbox.docker]) against the section its owner
+    # declares; only the owners given a table are loaded
+    try:
+        for table, registry, section_of in (("sandbox", BACKENDS, backend_section),
+                                            ("grading", ENGINES, engine_section)):
+            check_owner_tables(loaded, sources, table, kind=registry.kind,
+                               names=registry.names(), section_of=section_of)
+    except (SettingsError, RegistryError) as exc:
+        fail(str(exc))
     warn_deprecated(sources.renames)  # once they are found good: an error is one line
     return loaded, sources
 

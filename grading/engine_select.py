@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from a2rl.registry import Registry
+from a2rl.sections.base import Section, register_finder, registry_finder, section_of_owner
 from a2rl.settings import Settings
 
 from .engine import GenerationEngine, TransformersEngine, transformers_engine_version
@@ -112,7 +113,10 @@ class EngineRequest:
 
 
 class EngineDriver(Protocol):
-    """How one engine kind is named, versioned and loaded (one per `EngineKind`)."""
+    """How one engine kind is named, versioned and loaded (one per `EngineKind`). A driver
+    with settings of its own says so with a class attribute `settings_section`: a `Section`
+    declared with `place="grading.<kind>"` (`[grading.<kind>]`), read in `build` with
+    `request.settings.grading.section(ThatSection)`."""
 
     def identity(self, *, cuda: bool) -> tuple[str, str]:
         """(engine_name, engine_version) without loading a model (the baseline cache key)."""
@@ -165,6 +169,14 @@ ENGINES: Registry[EngineDriver] = Registry("grading engine", group="a2rl.engines
 ENGINES.register("transformers", _TransformersDriver, source="builtin")
 ENGINES.register("static", _StaticDriver, source="builtin")
 ENGINES.register("vllm", _VllmDriver, source="builtin")
+# the settings find an engine's section (`[grading.<kind>]`) through this registry
+register_finder("grading", registry_finder("grading", ENGINES.names, ENGINES.load))
+
+
+def engine_section(kind: EngineKind) -> type[Section] | None:
+    """The section of settings engine `kind` declares (`[grading.<kind>]`), loading it
+    (`UnknownName`/`PluginLoadError`); None when it has none."""
+    return section_of_owner(ENGINES.load(kind), "grading", kind)
 
 
 def engine_identity(kind: EngineKind, *, cuda: bool) -> tuple[str, str]:

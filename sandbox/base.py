@@ -29,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from a2rl.sections import Section
 from a2rl.settings import Settings
 from a2rl.store.status import JobState  # a job's state is stored: defined with the store's
 
@@ -123,8 +124,8 @@ class BackendConfig(BaseModel):
     """A backend's own settings for one run, beside the `SandboxSpec` every backend shares.
 
     Each backend subclasses it with its fields (a container's image, GPUs, ...) and builds it
-    from its own section of the settings (`sandbox.docker`, `sandbox.local`), so no other
-    backend sees them. The memory and process limits
+    from its own section of the settings (`[sandbox.docker]`: `settings.sandbox.section(
+    DockerSettings)`), so no other backend sees them. The memory and process limits
     are here, not in the spec: each backend has its own settings for them."""
 
     memory: str = "16g"  # the jobs' memory together ("0": none)
@@ -302,6 +303,8 @@ class SandboxBackend(Protocol):
     sandboxes, with what the server asks of a backend without naming it."""
 
     config_type: type[BackendConfig]
+    #: its own table of settings (`[sandbox.<name>]`), or None
+    settings_section: type[Section] | None
 
     def __call__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> Sandbox: ...
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from a2rl import jsonl_socket
+from a2rl.sections import Section
 from a2rl.settings import Settings, parse_size
 
 from . import access
@@ -232,10 +233,12 @@ class SupervisedSandbox(ABC):
     - `_launch()`: start a new supervisor for `spec` (`client.new_token()` first) and return
       once it answers; called under the run's start lock, after `_reattach` found none;
     - `_force_stop()`: make sure nothing of the run's supervisor is left, answering or not;
-    and, where it has them, `gone_cause`, `run_options` (what a run fixes when it is made) and
-    `clean_up` (what a server starting up removes or keeps)."""
+    and, where it has them, `settings_section` (its own table of settings, `[sandbox.<name>]`:
+    a `Section` declared with `place="sandbox.<name>"`), `gone_cause`, `run_options` (what a
+    run fixes when it is made) and `clean_up` (what a server starting up removes or keeps)."""
 
     config_type: ClassVar[type[BackendConfig]] = BackendConfig
+    settings_section: ClassVar[type[Section] | None] = None
 
     def __init__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> None:
         self.spec = spec

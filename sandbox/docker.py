@@ -11,7 +11,8 @@ The container is otherwise hardened: a read-only root filesystem with a private 
 memory limits, no network unless asked, and only the environment the sandbox needs. GPUs are
 given by a device request, never shared between two running sandboxes unless `share_gpus`.
 What a run's container is (`DockerConfig`: image, GPUs, limits) is fixed when the run is made,
-from the `docker_*` settings and the run's choices, so a restarted server rebuilds the same one.
+from the backend's section (`[sandbox.docker]`, `DockerSettings`) and the run's choices, so a
+restarted server rebuilds the same one.
 
 The run's folders are mounted at fixed container paths (`/workspace`, `/a2rl/...`), so no
 component of the host path (a 0700 home, say) must be traversable by the sandbox user. Job
@@ -30,7 +31,9 @@ from typing import Any
 
 from pydantic import Field
 
+from a2rl.sections import Section
 from a2rl.settings import Settings
+from a2rl.units import Size
 
 from .base import (
     BackendConfig,
@@ -69,6 +72,17 @@ SERVICES_INSIDE = "/a2rl/services"
 SUPERVISOR_CAPS = ["SETUID", "SETGID", "KILL", "SYS_PTRACE", "CHOWN", "DAC_OVERRIDE", "FOWNER"]
 
 
+class DockerSettings(Section, place="sandbox.docker"):
+    """`[sandbox.docker]`: the docker backend (one container per run)."""
+
+    image: str = Field("", description="sandbox image; default: the task's, else the offline "
+                       "test image when only that one is built")
+    memory: Size = Field("16g", description="memory limit of a run's container")
+    pids_limit: int = Field(4096, ge=0, description="process limit of a run's container")
+    cpus: float = Field(0.0, ge=0, description="CPU limit of a run's container (0: none)")
+    shm_size: Size = Field("2g", description="/dev/shm size of a run's container")
+
+
 class DockerConfig(BackendConfig):
     """A run's container, fixed when the run is made (`DockerSandbox.run_options`) and stored
     with it, so that its restarts after a server's build the same container."""
@@ -83,10 +97,10 @@ class DockerConfig(BackendConfig):
     @classmethod
     def from_settings(cls, settings: Settings, choices: SandboxChoices | None = None,
                       image: str | None = None) -> DockerConfig:
-        """From the `docker_*` settings and the run's choices; `image` as resolved
+        """From `[sandbox.docker]` and the run's choices; `image` as resolved
         (`resolve_image`), else the setting as is."""
         choices = choices or SandboxChoices()
-        ours = settings.sandbox.docker
+        ours = settings.sandbox.section(DockerSettings)
         return cls(image=ours.image if image is None else image,
                    gpus=choices.gpus, share_gpus=choices.share_gpus,
                    keep_container=choices.keep_container, memory=ours.memory,
@@ -209,6 +223,7 @@ class DockerSandbox(SupervisedSandbox):
     """A run's container; the supervisor protocol and job handling are the shared client's."""
 
     config_type = DockerConfig
+    settings_section = DockerSettings
     config: DockerConfig
 
     def __init__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> None:
@@ -220,8 +235,8 @@ class DockerSandbox(SupervisedSandbox):
     @classmethod
     def run_options(cls, settings: Settings, choices: SandboxChoices) -> dict[str, Any]:
         """The container, fixed now: the image resolved (the setting, the task's, the test
-        image), the `docker_*` limits and the run's GPUs."""
-        image = resolve_image(settings.sandbox.docker.image, choices.task_image)
+        image), the `[sandbox.docker]` limits and the run's GPUs."""
+        image = resolve_image(settings.sandbox.section(DockerSettings).image, choices.task_image)
         return DockerConfig.from_settings(settings, choices, image).model_dump()
 
     @classmethod

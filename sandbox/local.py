@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from a2rl.sandbox import seccomp
 from a2rl.sandbox.base import (
     BackendConfig,
@@ -62,30 +64,31 @@ from a2rl.sandbox.client import (
     supervisor_args,
     supervisor_caps,
 )
+from a2rl.sections import Section
 from a2rl.settings import Settings, parse_size
+from a2rl.units import Size
 
 log = logging.getLogger(__name__)
 
 SANDBOX_VAR = "A2RL_SANDBOX"  # the run's nonce in every job's environment (the unisolated sweep)
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_ENTRIES = (
-    "passwd",
-    "group",
-    "hosts",
-    "resolv.conf",
-    "nsswitch.conf",
-    "host.conf",
-    "gai.conf",
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "localtime",
+    "passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "host.conf", "gai.conf",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
     "ssl/certs",  # not all of ssl/: ssl/private holds the host's keys
-    "ssl/openssl.cnf",
-    "alternatives",
-    "ca-certificates",
-    "ca-certificates.conf",
+    "ssl/openssl.cnf", "alternatives", "ca-certificates", "ca-certificates.conf",
 )
+
+
+class LocalSettings(Section, place="sandbox.local"):
+    """`[sandbox.local]`: the local backend (bubblewrap and a cgroup)."""
+
+    unsafe: bool = Field(False, description="allow the local backend without bubblewrap for "
+                         "non-toy tasks")
+    memory: Size = Field("32g", description="memory limit of a local run's jobs (a cgroup; "
+                         "where none is writable, not limited)")
+    pids_limit: int = Field(4096, ge=0, description="process limit of a local run's jobs "
+                            "(0: none)")
 
 
 class LocalConfig(BackendConfig):
@@ -94,7 +97,7 @@ class LocalConfig(BackendConfig):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalConfig:
-        ours = settings.sandbox.local
+        ours = settings.sandbox.section(LocalSettings)
         return cls(memory=ours.memory, pids_limit=ours.pids_limit)
 
 
@@ -287,12 +290,11 @@ def bind_socket(path: Path) -> socket.socket:
     return sock
 
 
-
-
 class LocalSandbox(SupervisedSandbox):
     """Jobs run by a detached supervisor, isolated with bubblewrap when it is installed."""
 
     config_type = LocalConfig
+    settings_section = LocalSettings
 
     def __init__(self, spec: SandboxSpec, config: BackendConfig | None = None) -> None:
         super().__init__(spec, config)

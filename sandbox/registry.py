@@ -10,10 +10,11 @@ functions with the run's backend name and never names a backend itself.
 
 A backend is one module beside the others (`local.py`, `docker.py`; neither imports the
 other), registered here, or one module of an installed package named by the entry-point group
-`a2rl.backends` (built-in names win): `--backend` and the `backend` setting offer what this
-registry knows. A backend draws the walls every run relies on, so one from a package is that
-package's to review (docs/adding-a-task.md, "Adding a sandbox backend"); the run records its
-name and the package it came from.
+`a2rl.backends` (built-in names win); its settings are its own section, declared in its module
+(`settings_section`: `[sandbox.<name>]`, `a2rl.sections`). `--backend` and the `backend`
+setting offer what this registry knows. A backend draws the walls every run relies on, so one
+from a package is that package's to review (docs/adding-a-task.md, "Adding a sandbox
+backend"); the run records its name and the package it came from.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from a2rl.registry import Registry, RegistryError
+from a2rl.sections.base import Section, register_finder, registry_finder, section_of_owner
 from a2rl.settings import Settings
 
 from .base import BackendConfig, Sandbox, SandboxBackend, SandboxChoices, SandboxSpec
@@ -44,11 +46,27 @@ BACKENDS: Registry[Sandbox] = Registry("sandbox backend", plural="backends",
                                        group="a2rl.backends", check=_is_backend)
 for _name, _target in BUILTIN_BACKENDS.items():
     BACKENDS.register(_name, _target, source="builtin")
+# the settings find a backend's section (`[sandbox.<name>]`) through this registry
+register_finder("sandbox", registry_finder("sandbox", BACKENDS.names, BACKENDS.load))
 
 
 def backend(name: str) -> SandboxBackend:
     """The backend called `name`, loaded (`UnknownName`/`PluginLoadError`, `KeyError`s)."""
     return BACKENDS.load(name)  # type: ignore[return-value]
+
+
+def backend_section(name: str) -> type[Section] | None:
+    """The section of settings backend `name` declares (`[sandbox.<name>]`), loading it
+    (`UnknownName`/`PluginLoadError`); None when it has none."""
+    return section_of_owner(backend(name), "sandbox", name)
+
+
+def local_unsafe(settings: Settings) -> bool:
+    """`[sandbox.local] unsafe`: the local backend may run any task without bubblewrap. A run
+    records it when it is made (`RunConfig.unsafe_local`), and the server names no backend."""
+    from .local import LocalSettings  # loaded when first used, as every backend is here
+
+    return settings.sandbox.section(LocalSettings).unsafe
 
 
 def backend_config(name: str, settings: Settings, fixed: dict[str, Any]) -> BackendConfig:

@@ -14,6 +14,7 @@ from a2rl.sandbox.base import SandboxError, SandboxSpec
 from a2rl.sandbox.docker import (
     DockerConfig,
     DockerSandbox,
+    DockerSettings,
     adopt_containers,
     container_config,
     container_name,
@@ -168,7 +169,7 @@ def test_keep_container(dsettings, store: Store) -> None:  # type: ignore[no-unt
 def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec = SandboxSpec(run_id="r-gpu", workspace=tmp_path, control_dir=tmp_path / "ctl",
                        deadline=4102444800.0)
-    gpus = DockerConfig(image=dsettings.sandbox.docker.image, gpus=["2", "5"])
+    gpus = DockerConfig(image=dsettings.sandbox.section(DockerSettings).image, gpus=["2", "5"])
     (spec.control_dir / "sock").mkdir(parents=True)
     config = container_config(spec, gpus, "t")
     (request,) = config["device_requests"]
@@ -176,7 +177,7 @@ def test_gpu_request_and_allocation(dsettings, tmp_path: Path) -> None:  # type:
     assert config["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1"
     assert config["labels"]["a2rl.gpus"] == "2,5"
     holder = docker_client().containers.run(
-        dsettings.sandbox.docker.image, ["sleep", "60"], detach=True,
+        dsettings.sandbox.section(DockerSettings).image, ["sleep", "60"], detach=True,
         labels={"a2rl.managed": "1", "a2rl.run": "r-holder", "a2rl.gpus": "5"})
     try:
         with pytest.raises(SandboxError, match="held by run"):

@@ -446,7 +446,8 @@ print(json.dumps({"format": fmt, "messages": [m.model_dump(mode="json") for m in
 """
 
 
-#: the engines the run's baseline evaluations were generated with, from their provenance
+#: the engines the run's baseline evaluations were generated with, from their provenance, and
+#: what each item's output was
 BASELINE_ENGINES = """
 import json, sys
 from a2rl.settings import load_settings
@@ -455,9 +456,10 @@ from a2rl.store.queries import baseline_evaluation
 store = Store(load_settings()[0].database_url)
 with store.session() as s:
     run = s.get(Run, sys.argv[1])
-    found = [baseline_evaluation(s, run, split) for split in ("dev", "test")]
-    print(json.dumps(sorted({(e.provenance["engine"], e.provenance["engine_version"])
-                             for e in found if e is not None})))
+    found = [e for e in (baseline_evaluation(s, run, split) for split in ("dev", "test")) if e]
+    print(json.dumps([sorted({(e.provenance["engine"], e.provenance["engine_version"])
+                              for e in found}),
+                      [item["output"] for e in found for item in e.items]]))
 """
 
 
@@ -484,7 +486,20 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     # the plugin's backend and engine are offered like the built-in ones
     helped = _a2rl(plugin_env, home, "run", "-h", env={"COLUMNS": "300"})
     assert "<local|docker|stamped-local>" in helped.stdout, helped.stdout
-    env = {"A2RL_GRADING__ENGINE": "plain-twice"}
+    # each with a section of its own: a config.toml table, a variable (`-` as `_`)
+    config = home / "config.toml"
+    home.mkdir(exist_ok=True)
+    config.write_text('[sandbox.stamped-local]\nstamp = "the test\'s stamp"\n')
+    env = {"A2RL_GRADING__ENGINE": "plain-twice", "A2RL_GRADING__PLAIN_TWICE__TIMES": "3"}
+    shown = json.loads(_a2rl(plugin_env, home, "config", "show", "--json", env=env).stdout)
+    assert shown["sandbox"]["stamped_local"]["stamp"] == {"value": "the test's stamp",
+                                                          "source": f"file:{config}"}
+    assert shown["grading"]["plain_twice"]["times"] == {"value": 3, "source": "env"}
+    assert shown["sandbox"]["docker"]["memory"]["value"] == "16g"  # the built-ins' too
+    bad = _a2rl(plugin_env, home, "runs", env={"A2RL_GRADING__PLAIN_TWICE__TIMES": "0"})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "A2RL_GRADING__PLAIN_TWICE__TIMES=0: " in bad.stderr, bad.stderr
+    assert "greater than or equal to 1" in bad.stderr and "Traceback" not in bad.stderr
     run = _a2rl(plugin_env, home, "run", "--task", "echo", "--agent", "idle", "--budget", "3m",
                 "--backend", "stamped-local", "--json", env=env)
     assert run.returncode == 0, run.stderr
@@ -505,7 +520,13 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     assert frozen["engine_version"].startswith("0.1.0+"), frozen
     engines = _python(plugin_env, home, BASELINE_ENGINES, summary["run_id"])
     assert engines.returncode == 0, engines.stderr
-    assert json.loads(engines.stdout) == [["plain-twice", frozen["engine_version"]]]
+    used, outputs = json.loads(engines.stdout)
+    assert used == [["plain-twice", frozen["engine_version"]]]
+    # its section reached the evaluation: each completion said three times
+    assert len(outputs) == 16 + 24
+    for said in outputs:
+        once = said[:(len(said) - 2) // 3]
+        assert len(said) % 3 == 2 and said == f"{once} {once} {once}", said
     # the agent's own transcript, recorded by its connector and read back by its own parser
     conv = _python(plugin_env, home, TRANSCRIPT_OF_RUN, summary["run_id"])
     assert conv.returncode == 0, conv.stderr
@@ -517,7 +538,7 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
                      ("run_command", True)]
     assert shown_conv["messages"][-1]["text"] == "idle: stopped after 3 steps"
     said = next(m["result"] for m in shown_conv["messages"] if m["tool"] == "run_command")
-    assert "made by stamped-local" in json.dumps(said), said
+    assert "made by the test's stamp" in json.dumps(said), said  # its section reached the job
 
 
 def test_the_plugin_is_not_in_the_test_environment(plugin_env: Path) -> None:

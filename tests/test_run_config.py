@@ -17,6 +17,7 @@ from a2rl.cli import app
 from a2rl.cli.options import GRADING_CLOCKS, PROFILES, PROTOCOLS
 from a2rl.fleet import FleetPlan
 from a2rl.fleet.node import node_config, run_argv, write_config
+from a2rl.sandbox.local import LocalSettings
 from a2rl.settings import Settings
 from a2rl.store import (
     GradingClock,
@@ -176,7 +177,7 @@ def test_create_run_takes_a_config_and_records_it_as_made(settings: Settings,
         row = s.get(Run, run.id)
     assert (row.protocol, row.seed, row.agent, row.budget_s) == ("paper", 9, "by-hand", 1800)
     assert row.config.backend == settings.sandbox.backend  # resolved: the setting
-    assert row.config.unsafe_local is settings.sandbox.local.unsafe
+    assert row.config.unsafe_local is settings.sandbox.section(LocalSettings).unsafe
     assert row.config.setup.readonly_paths is not None  # settled when it was made
     assert row.config.agent_options == {} and "sk-x" not in row.model_dump_json()
     with pytest.raises(RunConfigError, match="^protocol: must be one of heldout, paper"):

@@ -29,6 +29,7 @@ from sqlmodel import select
 
 from a2rl.sandbox import volume
 from a2rl.sandbox.cgroup import RunCgroup
+from a2rl.sandbox.docker import DockerSettings
 from a2rl.server import build_server, create_run
 from a2rl.server.run.clock import RunClock
 from a2rl.settings import Settings
@@ -47,8 +48,8 @@ pytestmark = [pytest.mark.timeout(300)]
 def _env(settings: Settings) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("A2RL_")}
     env.update(A2RL_HOME=str(settings.home_dir), A2RL_DB_URL=settings.database_url)
-    if settings.sandbox.docker.image:
-        env["A2RL_SANDBOX__DOCKER__IMAGE"] = settings.sandbox.docker.image
+    if settings.sandbox.section(DockerSettings).image:
+        env["A2RL_SANDBOX__DOCKER__IMAGE"] = settings.sandbox.section(DockerSettings).image
     return env
 
 

@@ -5,12 +5,19 @@ section refused by name, `Settings.updated`, and `a2rl config migrate`."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import Field
 
 from a2rl import settings_aliases
+from a2rl.sandbox.docker import DockerSettings
+from a2rl.sandbox.local import LocalSandbox, LocalSettings
+from a2rl.sandbox.registry import BACKENDS
+from a2rl.sections import Section
+from a2rl.sections import base as section_base
 from a2rl.settings import Settings, SettingsError, field_at, load_settings, setting_paths
 from a2rl.settings_aliases import FLAT_ALIASES, env_name
 from a2rl.settings_migrate import dumps, migrated
@@ -80,8 +87,9 @@ def test_flat_and_nested_spellings_load_the_same_settings(
     flat, _ = load_settings(environ={"A2RL_HOME": str(flat_home)})
     assert capsys.readouterr().err.count("\n") == 1  # every old name, in one line
     assert flat.model_dump(exclude={"home"}) == nested.model_dump(exclude={"home"})
-    assert nested.sandbox.docker.memory == "3g" and nested.server.port == 8768
-    assert nested.prices["m-1"].output == 2.0 and nested.sandbox.local.unsafe is True
+    assert nested.sandbox.section(DockerSettings).memory == "3g" and nested.server.port == 8768
+    assert nested.prices["m-1"].output == 2.0
+    assert nested.sandbox.section(LocalSettings).unsafe is True
     assert sources["sandbox.docker.memory"] == f"file:{nested_home / 'config.toml'}"
     # the variables: A2RL_SECTION__KEY and the old A2RL_FLAT_NAME
     empty = tmp_path / "empty"
@@ -101,7 +109,7 @@ def test_a_deprecated_name_warns_once_in_one_line_naming_its_new_place(
     (tmp_path / "config.toml").write_text('docker_memory = "8g"\n[sandbox.local]\nmemory = "4g"\n')
     env = {"A2RL_HOME": str(tmp_path), "A2RL_HTTP_PORT": "9001"}
     settings, sources = load_settings(environ=env)
-    assert settings.sandbox.docker.memory == "8g" and settings.server.port == 9001
+    assert settings.sandbox.section(DockerSettings).memory == "8g" and settings.server.port == 9001
     assert sources.spelled == {"sandbox.docker.memory": "docker_memory",
                                "server.port": "A2RL_HTTP_PORT"}
     err = capsys.readouterr().err
@@ -116,30 +124,95 @@ def test_a_deprecated_name_warns_once_in_one_line_naming_its_new_place(
     assert both.server.port == 9002
     # a section is never one variable: A2RL_SANDBOX is a job's nonce, not the sandbox's JSON
     inside_a_job = load_settings(environ={"A2RL_HOME": str(tmp_path), "A2RL_SANDBOX": "n-1"})[0]
-    assert inside_a_job.sandbox.docker.memory == "8g"
+    assert inside_a_job.sandbox.section(DockerSettings).memory == "8g"
 
 
 def test_an_unknown_key_of_a_section_is_refused_by_file_and_key(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
-    config.write_text('[sandbox.docker]\nmemroy = "1g"\n')
-    with pytest.raises(SettingsError) as caught:
-        load_settings(environ={"A2RL_HOME": str(tmp_path)})
-    line = str(caught.value)
-    assert "\n" not in line and str(config) in line, line
-    assert "'sandbox.docker.memroy' is not a setting" in line and "'sandbox.docker.memory'" in line
     config.write_text('[server]\nport = "80a"\n')
     with pytest.raises(SettingsError, match=r"config.toml: server.port = '80a': .*integer"):
         load_settings(environ={"A2RL_HOME": str(tmp_path)})
     config.write_text('sandbox = "docker"\n')  # a section given a value, not a table
     with pytest.raises(SettingsError, match="sandbox = 'docker'"):
         load_settings(environ={"A2RL_HOME": str(tmp_path)})
+    config.write_text("[sandbox]\nnonsense = 1\n")  # neither a setting nor a backend's table
+    with pytest.raises(SettingsError, match="'sandbox.nonsense' is not a setting"):
+        load_settings(environ={"A2RL_HOME": str(tmp_path)})
+    with pytest.raises(SettingsError, match="A2RL_GRADING__NONSENSE='1': not a setting"):
+        load_settings(environ={"A2RL_HOME": str(tmp_path / "none"), "A2RL_GRADING__NONSENSE": "1"})
+    # a backend's table is its own section's to check: every command does, by file and key
+    config.write_text('[sandbox.docker]\nmemroy = "1g"\n')
+    line = one_line_error(cli(tmp_path, "runs"), str(config),
+                          "'sandbox.docker.memroy' is not a setting", "'sandbox.docker.memory'")
+    assert "\n" not in line
+
+
+@pytest.fixture
+def two_word() -> Iterator[type[Section]]:
+    """A backend with a section of its own, its name two words (`two-word`), and one with none
+    (`bare`: the local backend's section is inherited, not its own), registered for a test."""
+
+    class TwoWordSettings(Section, place="sandbox.two-word"):
+        level: int = Field(1, ge=0, description="a level (test)")
+
+    class TwoWord(LocalSandbox):
+        settings_section = TwoWordSettings
+
+    class Bare(LocalSandbox):
+        pass
+
+    BACKENDS.register("two-word", TwoWord)
+    BACKENDS.register("bare", Bare)
+    try:
+        yield TwoWordSettings
+    finally:
+        BACKENDS.unregister("two-word")
+        BACKENDS.unregister("bare")
+        del section_base._DECLARED["sandbox", "two_word"]
+
+
+def test_a_backends_table_is_checked_against_its_own_section(
+        tmp_path: Path, two_word: type[Section]) -> None:
+    """`[sandbox.<name>]` and `A2RL_SANDBOX__<NAME>__KEY`, a `-` in the name `_` in a variable:
+    one section, read by its owner, listed by `config show` and checked by every command."""
+    config = tmp_path / "config.toml"
+    config.write_text("[sandbox.two-word]\nlevel = 3\n")
+    settings, sources = load_settings(environ={"A2RL_HOME": str(tmp_path)})
+    assert settings.sandbox.section(two_word).level == 3
+    assert sources["sandbox.two_word.level"] == f"file:{config}"
+    by_variable = load_settings(environ={"A2RL_HOME": str(tmp_path),
+                                         "A2RL_SANDBOX__TWO_WORD__LEVEL": "4"})[0]
+    assert by_variable.sandbox.section(two_word).level == 4  # the variable over the file
+    assert Settings().sandbox.section(two_word).level == 1  # no table: the defaults
+    assert settings.updated({"sandbox.two-word.level": 5}).sandbox.section(
+        two_word).level == 5
+    shown = json.loads(cli(tmp_path, "config", "show", "--json").stdout)
+    assert shown["sandbox"]["two_word"]["level"] == {"value": 3, "source": f"file:{config}"}
+    assert shown["sandbox"]["docker"]["memory"] == {"value": "16g", "source": "default"}
+    one_line_error(cli(tmp_path, "runs", A2RL_SANDBOX__TWO_WORD__LEVEL="-1"),
+                   "A2RL_SANDBOX__TWO_WORD__LEVEL=-1", "greater than or equal to 0")
+    config.write_text("[sandbox.two-word]\nlevle = 3\n")
+    one_line_error(cli(tmp_path, "runs"), "'sandbox.two_word.levle' is not a setting",
+                   "did you mean 'sandbox.two_word.level'")
+    config.write_text("[sandbox.bare]\nlevel = 3\n")
+    one_line_error(cli(tmp_path, "runs"), "sandbox.bare.level = 3",
+                   "sandbox backend 'bare' has no settings")
+    config.write_text("[sandbox.vm]\nlevel = 3\n")
+    one_line_error(cli(tmp_path, "runs"), "sandbox.vm.level = 3", "[sandbox.vm] is no sandbox "
+                   "backend's table (use 'local', 'docker', 'two-word' or 'bare')")
+    config.unlink()
+    one_line_error(cli(tmp_path, "runs", A2RL_GRADING__WARP__SPEED="9"),
+                   "A2RL_GRADING__WARP__SPEED='9'", "[grading.warp] is no grading engine's "
+                   "table", "'transformers'")
+    one_line_error(cli(tmp_path, "runs", A2RL_GRADING__VLLM__SPEED="9"),
+                   "grading engine 'vllm' has no settings")
 
 
 def test_updated_checks_dotted_paths_and_a_flat_copy_is_refused() -> None:
     base = Settings()
     moved = base.updated({"sandbox.docker.memory": "1g", "grading.max_new_tokens": 4})
-    assert (moved.sandbox.docker.memory, moved.grading.max_new_tokens) == ("1g", 4)
-    assert base.sandbox.docker.memory == "16g"  # a copy
+    assert (moved.sandbox.section(DockerSettings).memory, moved.grading.max_new_tokens) == ("1g", 4)
+    assert base.sandbox.section(DockerSettings).memory == "16g"  # a copy
     with pytest.raises(KeyError):
         base.updated({"sandbox.docker.memroy": "1g"})
     with pytest.raises(ValueError, match="not a size"):

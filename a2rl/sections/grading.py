@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import Field
 
-from .base import NAME_PATTERN, Section
+from .base import NAME_PATTERN, OwnerTables
 
 
-class GradingSettings(Section):
+class GradingSettings(OwnerTables):
+    owns: ClassVar[str] = "grading"
     engine: str = Field(
         "auto", pattern=NAME_PATTERN, description="generation engine of the grader: auto (vLLM "
         "if installed and CUDA, else static-cache transformers), or force one: transformers, "

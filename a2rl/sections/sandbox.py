@@ -1,41 +1,20 @@
-"""`[sandbox]`, `[sandbox.local]`, `[sandbox.docker]`: a run's sandbox (`a2rl.sandbox`), what
-every backend applies, then one sub-section per backend (`sandbox/local.py`,
-`sandbox/docker.py`)."""
+"""`[sandbox]`: a run's sandbox (`a2rl.sandbox`), what every backend applies. Each backend's own
+table (`[sandbox.local]`, `[sandbox.docker]`, a plugin's) is declared by the backend, in its
+module (`sandbox/local.py`: `LocalSettings`), and kept here raw (`OwnerTables`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from a2rl.units import Size
 
-from .base import NAME_PATTERN, Section
+from .base import NAME_PATTERN, OwnerTables
 
 
-class LocalSettings(Section):
-    """The local backend (bubblewrap and a cgroup)."""
-
-    unsafe: bool = Field(False, description="allow the local backend without bubblewrap for "
-                         "non-toy tasks")
-    memory: Size = Field("32g", description="memory limit of a local run's jobs (a cgroup; "
-                         "where none is writable, not limited)")
-    pids_limit: int = Field(4096, ge=0, description="process limit of a local run's jobs "
-                            "(0: none)")
-
-
-class DockerSettings(Section):
-    """The docker backend (one container per run)."""
-
-    image: str = Field("", description="sandbox image; default: the task's, else the offline "
-                       "test image when only that one is built")
-    memory: Size = Field("16g", description="memory limit of a run's container")
-    pids_limit: int = Field(4096, ge=0, description="process limit of a run's container")
-    cpus: float = Field(0.0, ge=0, description="CPU limit of a run's container (0: none)")
-    shm_size: Size = Field("2g", description="/dev/shm size of a run's container")
-
-
-class SandboxSettings(Section):
+class SandboxSettings(OwnerTables):
+    owns: ClassVar[str] = "sandbox"
     backend: str = Field(
         "local", pattern=NAME_PATTERN, description="default sandbox backend: local, docker, or "
         "one an installed package adds (entry point `a2rl.backends`); `a2rl create -h` lists them")
@@ -51,5 +30,3 @@ class SandboxSettings(Section):
                             "both backends)")
     job_log_max_bytes: Size = Field("1g", description="output bytes one job may write to its "
                                     "log; more ends the job as a log flood")
-    local: LocalSettings = Field(default_factory=LocalSettings)
-    docker: DockerSettings = Field(default_factory=DockerSettings)

@@ -22,7 +22,7 @@ from typing import Any
 from a2rl.sandbox import volume
 from a2rl.sandbox.base import SandboxChoices
 from a2rl.sandbox.cgroup import RunCgroup
-from a2rl.sandbox.registry import run_options
+from a2rl.sandbox.registry import local_unsafe, run_options
 from a2rl.settings import Settings, parse_duration
 from a2rl.store import EndKind, Run, RunConfig, RunSetup, RunStatus, Store
 from a2rl.store.owners import process_owner
@@ -110,7 +110,7 @@ def create_run(settings: Settings, store: Store, config: RunConfig | None = None
         if disk_volume:  # a run that fails to be made leaves no mount behind
             undo.callback(volume.detach, root, workspace)
         prepare_workspace(task, workspace, settings)  # a2rl.layout's, and the task's parts
-        unsafe = (settings.sandbox.local.unsafe if config.unsafe_local is None
+        unsafe = (local_unsafe(settings) if config.unsafe_local is None
                   else config.unsafe_local)
         scores = {}
         if baseline:
