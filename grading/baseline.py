@@ -19,7 +19,7 @@ from a2rl.store.records.evaluations import NewEvaluation
 
 from .device_lock import device_lock
 from .engine import GenerationEngine
-from .engine_select import chosen_engine, cuda_available, engine_identity
+from .engine_select import chosen_engine, cuda_available, engine_identity, engine_section
 from .evaluate import GRADER_VERSION, evaluate, make_engine
 from .hashing import tree_digest, tree_hashes
 from .recorded import scores_of
@@ -30,7 +30,8 @@ SPLITS: tuple[Split, ...] = ("dev", "test")
 
 
 def baseline_key(task: Task, base_dir: Path, settings: Settings) -> str:
-    engine, engine_version = engine_identity(chosen_engine(settings), cuda=cuda_available())
+    kind = chosen_engine(settings)
+    engine, engine_version = engine_identity(kind, cuda=cuda_available())
     parts = {
         "generation": task.spec.grader.capped(settings.grading.max_new_tokens).model_dump(),
         "task": task.spec.id,
@@ -56,6 +57,10 @@ def baseline_key(task: Task, base_dir: Path, settings: Settings) -> str:
                if k != "base_model" and v != task.options_defaults().get(k)}
     if changed:
         parts["task_options"] = changed
+    # An engine with settings of its own (`[grading.<engine>]`) may generate otherwise under
+    # others: its section, whole (only then: the built-in engines have none, their keys stay)
+    if (own := engine_section(kind)) is not None:
+        parts["engine_settings"] = settings.grading.section(own).model_dump(mode="json")
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from a2rl.llm import unreachable
 from a2rl.sections import GradingSettings
+from a2rl.sections.base import table_key
 from a2rl.settings import Settings
 from a2rl.store import EvaluationConfig, JudgeIdentity
 from a2rl.store.queries import evaluation_config as of_run
@@ -29,6 +30,7 @@ from .engine_select import (
     chosen_engine,
     cuda_available,
     engine_identity,
+    engine_section,
     vllm_available,
 )
 from .evaluate import GRADER_VERSION
@@ -58,8 +60,12 @@ def freeze(task: GradedTask, settings: Settings) -> EvaluationConfig:
     here: such a run could never be graded."""
     kind = chosen_engine(settings)
     name, version = engine_identity(kind, cuda=cuda_available())
-    # the section whole (every key set, so that `grading_over` takes none from elsewhere)
-    grading = GradingSettings.model_validate({**settings.grading.model_dump(), "engine": kind})
+    # the section whole (every key set, so that `grading_over` takes none from elsewhere), and
+    # the chosen engine's own section whole too, its defaults included
+    recorded = {**settings.grading.model_dump(), "engine": kind}
+    if (own := engine_section(kind)) is not None:
+        recorded[table_key(kind)] = settings.grading.section(own).model_dump(mode="json")
+    grading = GradingSettings.model_validate(recorded)
     spec = task.spec
     judged = getattr(spec, "graded_by", "match") == "judge"
     return EvaluationConfig(

@@ -14,6 +14,7 @@ from a2rl.analysis.fmt import evaluation_config as describe
 from a2rl.analysis.improvement import Scored, paired_improvement
 from a2rl.grading import enqueue, process_one
 from a2rl.grading.frozen import CannotHonour, freeze, honour, of_run
+from a2rl.sections.base import Section
 from a2rl.settings import Settings
 from a2rl.store import Evaluation, EvaluationConfig, Run, RunConfig, Store, Submission
 from a2rl.tasks import get_task
@@ -178,6 +179,51 @@ def test_a_config_stored_before_it_held_the_grading_section_reads_as_one() -> No
                                                                           30.0, 7)
     again = EvaluationConfig.model_validate_json(old.model_dump_json())
     assert again.grading_over(here) == held and "max_new_tokens_cap" not in old.model_dump()
+
+
+class TunedSettings(Section, place="grading.tuned-test"):
+    temperature: float = 0.0
+    seed: int = 1
+
+
+class TunedDriver:
+    """An engine with a section of its own (never built: only named and versioned here)."""
+
+    settings_section = TunedSettings
+
+    def identity(self, *, cuda: bool) -> tuple[str, str]:
+        return "tuned", "1"
+
+    def build(self, request: object) -> None:
+        raise AssertionError("not built in this test")
+
+
+def test_an_engines_own_section_is_frozen_whole_and_keys_the_baseline(
+        home: Path, tmp_path: Path) -> None:
+    """An engine's `[grading.<engine>]` decides what it generates: the run records the chosen
+    engine's section whole (its defaults too), a grading process set otherwise grades under
+    the run's, and a cached baseline graded under other values of it is not reused."""
+    from a2rl.grading.baseline import baseline_key
+    from a2rl.grading.engine_select import ENGINES
+
+    ENGINES.register("tuned-test", TunedDriver)
+    try:
+        made = Settings(home=home, grading={"engine": "tuned-test",
+                                            "tuned-test": {"temperature": 0.5}})
+        frozen = freeze(get_task("arith"), made)
+        assert frozen.grading.model_dump()["tuned_test"] == {"temperature": 0.5, "seed": 1}
+        node = Settings(home=home, grading={"tuned_test": {"temperature": 0.9, "seed": 7}})
+        graded = frozen.grading_over(node.grading)
+        assert graded.section(TunedSettings) == TunedSettings(temperature=0.5, seed=1)
+        base = tmp_path / "base"
+        base.mkdir()
+        (base / "model.safetensors").write_bytes(b"weights")
+        task = get_task("arith")
+        key = baseline_key(task, base, made)
+        assert key == baseline_key(task, base, made.updated({"grading.tuned-test.seed": 1}))
+        assert key != baseline_key(task, base, made.updated({"grading.tuned-test.seed": 2}))
+    finally:
+        ENGINES.unregister("tuned-test")
 
 
 def test_a_judged_task_freezes_its_judge_without_credentials(home: Path) -> None:

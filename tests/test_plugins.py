@@ -516,7 +516,9 @@ def test_an_installed_plugin_task_and_agent_run_end_to_end(plugin_env: Path,
     (job,) = shown["job_list"]
     assert job["exit_code"] == 0 and "A2RL_STAMPED_BY" in job["command"], job
     frozen = shown["evaluation_config"]
-    assert (frozen["engine"], frozen["engine_name"]) == ("plain-twice", "plain-twice")
+    assert (frozen["grading"]["engine"], frozen["engine_name"]) == ("plain-twice",
+                                                                    "plain-twice")
+    assert frozen["grading"]["plain_twice"] == {"times": 3}  # its section, frozen with the run
     assert frozen["engine_version"].startswith("0.1.0+"), frozen
     engines = _python(plugin_env, home, BASELINE_ENGINES, summary["run_id"])
     assert engines.returncode == 0, engines.stderr
