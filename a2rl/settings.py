@@ -59,6 +59,8 @@ from .settings_legacy import (
     register_legacy_declarations,
     register_legacy_setting,
     take_names,
+    task_key,
+    task_pairs,
 )
 from .units import parse_duration, parse_size
 
@@ -122,7 +124,7 @@ class Settings(BaseSettings):
     @classmethod
     def _task_pairs(cls, value: Any) -> Any:
         """A variable holds `task=model,task=model`."""
-        return _pairs(value) if isinstance(value, str) else value
+        return task_pairs(value) if isinstance(value, str) else value
 
     @field_validator("task_base_models")
     @classmethod
@@ -249,17 +251,6 @@ def leaves(data: Mapping[str, Any], model: type[BaseModel] = Settings,
             yield prefix + name, value
 
 
-def task_key(task_id: str) -> str:
-    """A task id as it appears in variable names: `A2RL_<KEY>_BASE_MODEL`, lower-cased."""
-    return re.sub(r"[^a-z0-9]", "_", task_id.lower())
-
-
-def _pairs(raw: str) -> dict[str, str]:
-    """`a=x,b=y` -> {"a": "x", "b": "y"}."""
-    pairs = (p.split("=", 1) for p in raw.split(",") if "=" in p)
-    return {task_key(k.strip()): v.strip() for k, v in pairs}
-
-
 class SettingsError(ValueError):
     """A setting with a bad value; the message names where it came from and what is allowed."""
 
@@ -308,7 +299,7 @@ class _Environment(EnvSettingsSource, _Spelled):
                     if (m := _TASK_MODEL_VAR.match(k)) and v}
         if per_task:
             listed = data.get("task_base_models", {})
-            data["task_base_models"] = {**(_pairs(listed) if isinstance(listed, str)
+            data["task_base_models"] = {**(task_pairs(listed) if isinstance(listed, str)
                                            else listed), **per_task}
         legacy = {name: value for name in _LEGACY
                   if (value := self.env_vars.get(f"{ENV_PREFIX}{name}".lower()))}

@@ -9,6 +9,7 @@ in `Settings.legacy_task_settings` and set the option when the task resolves its
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection
 from typing import Annotated, Any
 
@@ -58,3 +59,14 @@ def check_legacy_setting(name: str, value: Any) -> Any:
     """`value` as the option `name` sets checks it (a variable's "7" becomes 7); a
     `ValidationError` otherwise. A name no task has registered passes as it is."""
     return _LEGACY[name][1].validate_python(value) if name in _LEGACY else value
+
+
+def task_key(task_id: str) -> str:
+    """A task id as it appears in variable names: `A2RL_<KEY>_BASE_MODEL`, lower-cased."""
+    return re.sub(r"[^a-z0-9]", "_", task_id.lower())
+
+
+def task_pairs(raw: str) -> dict[str, str]:
+    """`a=x,b=y` -> {"a": "x", "b": "y"}."""
+    pairs = (p.split("=", 1) for p in raw.split(",") if "=" in p)
+    return {task_key(k.strip()): v.strip() for k, v in pairs}

@@ -28,7 +28,6 @@ supervisor writes it through a descriptor) and the services folder.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -45,7 +44,6 @@ from typing import Any
 
 from pydantic import Field
 
-from a2rl.sandbox import seccomp
 from a2rl.sandbox.base import (
     BackendConfig,
     SandboxError,
@@ -53,6 +51,7 @@ from a2rl.sandbox.base import (
     give_workspace,
     open_readonly_inputs,
 )
+from a2rl.sandbox.bwrap_features import bwrap_binds_fds, bwrap_help, open_seccomp
 from a2rl.sandbox.cgroup import RunCgroup
 from a2rl.sandbox.client import (
     LOGS_INSIDE,
@@ -167,33 +166,6 @@ def mask_args(spec: SandboxSpec) -> list[str]:
         elif path.exists():
             args += ["--ro-bind", "/dev/null", str(path)]
     return args
-
-
-@functools.cache
-def bwrap_help(bwrap: str) -> str:
-    """bubblewrap's option list, which says what this version can do."""
-    try:
-        p = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return p.stdout + p.stderr
-
-
-def bwrap_binds_fds(bwrap: str) -> bool:
-    """Whether this bubblewrap binds from a descriptor (`--ro-bind-fd`, bubblewrap 0.5+)."""
-    return "--ro-bind-fd" in bwrap_help(bwrap)
-
-
-def open_seccomp(bwrap: str) -> int:
-    """A descriptor holding the run's seccomp program (`seccomp.py`), for `--seccomp`; a
-    sandbox without it is refused rather than started with the kernel's whole surface."""
-    if "--seccomp" not in bwrap_help(bwrap):
-        raise SandboxError("this bubblewrap cannot load a seccomp filter (--seccomp): "
-                           "install bubblewrap 0.3 or later")
-    try:
-        return seccomp.program_fd()
-    except seccomp.SeccompUnavailable as exc:
-        raise SandboxError(str(exc)) from None
 
 
 def bwrap_command(bwrap: str, spec: SandboxSpec, nonce: str, inner: list[str],
