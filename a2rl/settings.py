@@ -139,7 +139,7 @@ class Settings(BaseSettings):
         try:
             return {name: check_legacy_setting(name, v) for name, v in value.items()}
         except ValidationError as exc:
-            raise ValueError(_allowed(exc.errors(include_url=False)[0])) from None
+            raise ValueError(allowed_message(exc.errors(include_url=False)[0])) from None
 
     def updated(self, changes: Mapping[str, Any]) -> Settings:
         """A copy with `changes` ({"sandbox.docker.memory": "1g"}: dotted paths) applied and
@@ -379,7 +379,7 @@ class _ConfigFile(PydanticBaseSettingsSource, _Spelled):
                 legacy[key] = value
             else:
                 unknown.append(key)
-        _refuse_unknown(self.path, unknown)
+        refuse_unknown_key(self.path, unknown)
         for path, value in aliased.items():
             put(values, path, value, replace=False)
         if legacy:
@@ -407,7 +407,7 @@ def _unknown_keys(section: type[Section], value: Any, prefix: str) -> list[str]:
     return unknown
 
 
-def _refuse_unknown(config_file: Path, keys: list[str]) -> None:
+def refuse_unknown_key(config_file: Path, keys: list[str]) -> None:
     """Name the first key that is no setting, and the settings it is closest to."""
     if not keys:
         return
@@ -459,7 +459,7 @@ def _as_typed(name: str, raw: Any) -> Any:
     return raw
 
 
-def _allowed(error: Any, source: str = "") -> str:
+def allowed_message(error: Any, source: str = "") -> str:
     """What pydantic says is allowed, without its "Input"/"Value error" openings; a variable
     that is no number says so as a variable would be told."""
     if source == "env" and error["type"] in ("int_parsing", "float_parsing"):
@@ -524,7 +524,7 @@ def load_settings(
             check_legacy_setting(name, value)
         except ValidationError as exc:
             raise SettingsError(f"{origin(name, source, value)}: "
-                                f"{_allowed(exc.errors(include_url=False)[0], source)}"
+                                f"{allowed_message(exc.errors(include_url=False)[0], source)}"
                                 ) from None
     try:
         settings = Settings(_build_sources=(tuple(s for _, s in ordered), {}))
@@ -536,8 +536,8 @@ def load_settings(
             if path in given:
                 source, value = given[path]
                 where = origin(path, source, value, sources.spelled.get(path))
-                raise SettingsError(f"{where}: {_allowed(error, source)}") from None
-        raise SettingsError(f"bad settings: {_allowed(error)}") from None
+                raise SettingsError(f"{where}: {allowed_message(error, source)}") from None
+        raise SettingsError(f"bad settings: {allowed_message(error)}") from None
     if warn:  # only once they load: a bad value's error is the one line a user sees
         warn_deprecated(sources.renames)
     return settings, sources

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .sections.base import Section, table_key
-from .settings import Settings, SettingsError, Sources, _allowed, _refuse_unknown, origin
+from .settings import Settings, SettingsError, Sources, allowed_message, origin, refuse_unknown_key
 
 
 def _where(sources: Sources, path: str, value: Any) -> str:
@@ -54,7 +54,7 @@ def check_owner_tables(settings: Settings, sources: Sources, table: str, *, kind
             path = ".".join([table, key, *loc]) if loc else first
             source = sources.get(path, "default")
             if error["type"] == "extra_forbidden" and source.startswith("file:"):
-                _refuse_unknown(Path(source[5:]), [path])
+                refuse_unknown_key(Path(source[5:]), [path])
             value = raw.get(loc[0]) if len(loc) == 1 else raw
-            raise SettingsError(f"{_where(sources, path, value)}: {_allowed(error, source)}"
+            raise SettingsError(f"{_where(sources, path, value)}: {allowed_message(error, source)}"
                                 ) from None
