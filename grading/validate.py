@@ -44,10 +44,19 @@ class ValidationLimits(BaseModel):
         return self.memory_bytes or FIXED_OVERHEAD_BYTES + BYTES_PER_PARAM * n_params
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says an allocation failed: a `MemoryError`, a loader's own words (the
+    tokenizer's Rust says "os error 12", torch's allocator and the dynamic loader theirs), or
+    a C extension that returned an error without setting one (CPython's `SystemError`): in
+    this process, under its address-space limit, an allocation it did not check."""
+    unset = isinstance(exc, SystemError) and "without exception set" in str(exc)
+    return isinstance(exc, MemoryError) or unset or any(m in str(exc) for m in _OOM_WORDS)
+
+
 def _raise_if_out_of_memory(exc: Exception) -> None:
-    """A loader that failed for want of memory (its own words; the tokenizer's Rust says "os
-    error 12") failed for the limit, not for the checkpoint: said as such (OOM_EXIT)."""
-    if isinstance(exc, MemoryError) or any(m in str(exc) for m in _OOM_WORDS):
+    """A loader that failed for want of memory failed for the limit, not for the checkpoint:
+    said as such (OOM_EXIT)."""
+    if out_of_memory(exc):
         raise MemoryError(str(exc)[:200]) from exc
 
 
@@ -143,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         sys.stderr.write("out of memory\n")
         return OOM_EXIT
-    except (RuntimeError, ImportError, OSError) as exc:
+    except (RuntimeError, ImportError, OSError, SystemError) as exc:
         # how torch's allocator and the dynamic loader say they hit the address-space limit
-        if any(m in str(exc) for m in _OOM_WORDS):
+        if out_of_memory(exc):
             sys.stderr.write(f"out of memory: {str(exc)[:200]}\n")
             return OOM_EXIT
         raise

@@ -539,6 +539,20 @@ async def test_a_peft_adapter_beside_full_weights_is_refused(local_agent: Agent,
     assert not copies.exists() or not any(copies.iterdir())
 
 
+def test_an_allocation_failing_in_any_of_its_forms_is_out_of_memory() -> None:
+    """Under its address-space limit the validator's load fails in several ways, each said as
+    running out of memory (not as a checkpoint that does not load): which one depends on
+    which allocation hit the limit first, so the end-to-end test below can meet any."""
+    from a2rl.grading.validate import out_of_memory
+
+    for exc in (MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory"),
+                OSError("failed to map segment from shared object"),
+                SystemError("error return without exception set")):
+        assert out_of_memory(exc), exc
+    for exc in (SystemError("bad argument"), ValueError("no weights"), OSError("not found")):
+        assert not out_of_memory(exc), exc
+
+
 @pytest.mark.parametrize("limit,expect", [
     ({"grading.checkpoint_check_memory_gib": 0.25}, "of memory and was stopped"),
     ({"grading.checkpoint_check_timeout_s": 0.05}, "took longer than 0.05s and was stopped"),
