@@ -96,12 +96,15 @@ async def test_traversal_and_escapes_are_refused(agent: Agent, tmp_path: Path) -
 
 
 def _disk_bytes(folder: Path) -> int:
+    """Bytes on disk under `folder`, read while the server copies and removes in it: a file
+    or a folder gone meanwhile is skipped (`os.walk` skips a folder it can no longer list)."""
     total = 0
-    for path in folder.rglob("*") if folder.exists() else []:
-        try:
-            total += path.lstat().st_blocks * 512
-        except OSError:
-            continue  # gone meanwhile
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                continue  # gone meanwhile
     return total
 
 
