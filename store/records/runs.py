@@ -45,6 +45,14 @@ def _locked(s: Session, run_id: str) -> Run | None:
     return run
 
 
+def _locked_or_refused(s: Session, run_id: str) -> Run:
+    """The run's row, locked; `NoSuchRun` when there is none."""
+    run = _locked(s, run_id)
+    if run is None:
+        raise NoSuchRun(run_id)
+    return run
+
+
 def _start(s: Session, run: Run, now: datetime) -> None:
     run.started_at, run.deadline = now, now + timedelta(seconds=run.budget_s)
     run.status = RunStatus.running
@@ -68,9 +76,7 @@ def start_clock(store: Store, run_id: str) -> tuple[Run, bool]:
     its first tool call): the row, and whether it started now. Two processes serving the run
     start one clock."""
     with store.session() as s:
-        run = _locked(s, run_id)
-        if run is None:
-            raise NoSuchRun(run_id)
+        run = _locked_or_refused(s, run_id)
         if run.started_at is not None:
             return run, False
         _start(s, run, utcnow())
@@ -123,9 +129,7 @@ def set_status(store: Store, run_id: str, status: RunStatus) -> bool:
     """Set a live run's status (`finalizing` while it is finished); False, nothing written,
     for a run that has ended (its end is `close`'s and stays)."""
     with store.session() as s:
-        run = _locked(s, run_id)
-        if run is None:
-            raise NoSuchRun(run_id)
+        run = _locked_or_refused(s, run_id)
         if run.ended_at is not None:
             return False
         run.status = status
@@ -140,9 +144,7 @@ def close(store: Store, run_id: str, reason: str, status: RunStatus = RunStatus.
     given, or derived from the closed row (`a2rl.store.outcome`). A run that has already
     ended keeps its end (the row is locked for the check)."""
     with store.session() as s:
-        run = _locked(s, run_id)
-        if run is None:
-            raise NoSuchRun(run_id)
+        run = _locked_or_refused(s, run_id)
         if run.ended_at is not None:
             return run
         run.ended_at, run.status, run.end_reason = utcnow(), status, reason
